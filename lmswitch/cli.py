@@ -1,0 +1,174 @@
+"""``python -m lmswitch``: info, train, generate, sweep."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from pathlib import Path
+
+MAX_TEXT_BYTES = 20 * 1024 * 1024
+
+
+def read_text_file(path: str) -> str:
+    """Read a UTF-8 text file (.txt/.md or similar) with clear errors for missing, huge, binary or empty files."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"file not found: {path}")
+    size = p.stat().st_size
+    if size > MAX_TEXT_BYTES:
+        raise ValueError(f"{p.name} is {size / 1e6:.1f} MB; the limit is {MAX_TEXT_BYTES / 1e6:.0f} MB of text")
+    raw = p.read_bytes()
+    if b"\x00" in raw:
+        raise ValueError(f"{p.name} looks binary (contains NUL bytes); give a UTF-8 text file")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{p.name} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+    if not text.strip():
+        raise ValueError(f"{p.name} is empty")
+    return text
+
+
+def read_examples(path: str, document: bool) -> list[str]:
+    """One example per non-empty line, or the whole file as one document."""
+    text = read_text_file(path)
+    if document:
+        return [text]
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _parse_switch_arg(value: str) -> tuple[str, float]:
+    path, _, eps = value.rpartition("=")
+    if not path:
+        return value, 5.0
+    try:
+        return path, float(eps)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected PATH=EPS with a number for EPS; got '{value}'") from None
+
+
+def _parse_eps_list(value: str) -> list[float]:
+    try:
+        values = [float(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers like -5,0,5; got '{value}'") from None
+    if not values:
+        raise argparse.ArgumentTypeError("give at least one eps value")
+    return values
+
+
+def _add_generation_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-new-tokens", type=int, default=40)
+    p.add_argument("--temperature", type=float, default=1.0, help="0 for greedy decoding")
+    p.add_argument("--top-p", type=float, default=0.9)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m lmswitch", description="Steer language models with LM-Switch switches.")
+    parser.add_argument("--model", default=None, help="model alias, local folder, .gguf file or cached hub id (default: embedded SmolLM2-135M-Instruct)")
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    info = sub.add_parser("info", help="show the model, or a switch file's card")
+    info.add_argument("--switch", help="a .safetensors switch file to describe")
+
+    train = sub.add_parser("train", help="train a switch from example texts")
+    train.add_argument("--positive", required=True, help="text file: one example per line (or one document with --document)")
+    train.add_argument("--negative", help="text file of contrasting examples")
+    train.add_argument("--document", action="store_true", help="treat each file as one whole document")
+    train.add_argument("--out", required=True, help="output .safetensors path")
+    train.add_argument("--name", default=None)
+    train.add_argument("--description", default="")
+    train.add_argument("--steps", type=int, default=200)
+    train.add_argument("--lr", type=float, default=1e-2)
+    train.add_argument("--l2", type=float, default=0.0)
+    train.add_argument("--seed", type=int, default=0)
+
+    gen = sub.add_parser("generate", help="generate text with switches")
+    gen.add_argument("--prompt", required=True)
+    gen.add_argument("--switch", action="append", default=[], type=_parse_switch_arg, metavar="S.safetensors=EPS", help="repeatable; EPS in eps0 units (default 5)")
+    gen.add_argument("--samples", type=int, default=1)
+    _add_generation_options(gen)
+
+    sw = sub.add_parser("sweep", help="one prompt at several eps values of one switch, one batched call")
+    sw.add_argument("--prompt", required=True)
+    sw.add_argument("--switch", required=True)
+    sw.add_argument("--eps", type=_parse_eps_list, default=[-5.0, -3.0, 0.0, 3.0, 5.0])
+    _add_generation_options(sw)
+    return parser
+
+
+def _gen_kwargs(args) -> dict:
+    return dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p, chat=args.chat)
+
+
+def _emit(args, data, text: str) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else text)
+
+
+def run(args: argparse.Namespace) -> int:
+    from . import generate, load_model, load_switch, sweep, train_switch
+
+    if args.command == "info" and args.switch:
+        s = load_switch(args.switch)
+        data = {"path": args.switch, **s.header(), "dim": s.dim}
+        data["card"] = {k: v for k, v in s.card.items() if "losses" not in k}
+        lines = [f"{s.name}: {s.description}", f"  made for {s.model_name} ({s.model_fingerprint}), d = {s.dim}"]
+        lines.append(f"  +eps → {s.positive_label}, -eps → {s.negative_label}; recommended eps {s.eps_range[0]:g}…{s.eps_range[1]:g} × {s.eps0:g}")
+        lines += [f"  {k}: {v}" for k, v in data["card"].items()]
+        _emit(args, data, "\n".join(lines))
+        return 0
+
+    lm = load_model(args.model)
+    if args.command == "info":
+        data = {"name": lm.name, "source": lm.source, "fingerprint": lm.fingerprint, "hidden_size": lm.hidden_size,
+                "vocab_size": lm.vocab_size, "context_length": lm.context_length, "chat_template": lm.has_chat_template,
+                "load_seconds": round(lm.load_seconds, 3)}
+        _emit(args, data, "\n".join(f"{k}: {v}" for k, v in data.items()))
+    elif args.command == "train":
+        positive = read_examples(args.positive, args.document)
+        negative = read_examples(args.negative, args.document) if args.negative else None
+        from tqdm import tqdm
+
+        with tqdm(total=args.steps, desc="training", unit="step", disable=args.json, file=sys.stderr) as bar:
+            def progress(step: int, total: int, loss: float) -> None:
+                bar.update(step - bar.n)
+                bar.set_postfix(loss=f"{loss:.4f}")
+
+            switch = train_switch(lm, positive, negative, name=args.name or Path(args.out).stem, description=args.description,
+                                  steps=args.steps, lr=args.lr, l2=args.l2, seed=args.seed, progress=progress)
+        switch.save(args.out)
+        card = {k: v for k, v in switch.card.items() if "losses" not in k}
+        gain = card["heldout_gain"]
+        _emit(args, {"out": args.out, "card": card},
+              f"saved {args.out}: {card['steps']} steps in {card['seconds']:.1f} s, held-out gain "
+              + (f"{gain:+.4f} nats/token" if gain is not None else "n/a (no held-out data)"))
+    elif args.command == "generate":
+        setting = [(load_switch(path, lm), eps) for path, eps in args.switch]
+        texts = generate(lm, args.prompt, setting, samples=args.samples, seed=args.seed, **_gen_kwargs(args))
+        data = {"prompt": args.prompt, "switches": [{"path": p, "eps": e} for p, e in args.switch], "seed": args.seed,
+                "samples": [{"seed": args.seed + k, "text": t} for k, t in enumerate(texts)]}
+        _emit(args, data, "\n".join(f"[seed {args.seed + k}] {args.prompt}{t}" for k, t in enumerate(texts)))
+    elif args.command == "sweep":
+        switch = load_switch(args.switch, lm)
+        rows = sweep(lm, args.prompt, switch, args.eps, seed=args.seed, **_gen_kwargs(args))
+        data = {"prompt": args.prompt, "switch": args.switch, "seed": args.seed, "rows": [{"eps": e, "text": t} for e, t in rows]}
+        _emit(args, data, "\n".join(f"eps {e:+6.2f} | {args.prompt}{t}" for e, t in rows))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    warnings.simplefilter("ignore", FutureWarning)
+    try:
+        return run(args)
+    except (ValueError, FileNotFoundError) as err:  # SwitchFileError is a ValueError
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,305 @@
+"""Generation with switches: plain, streaming, and batched ε sweeps.
+
+Decoding runs through ``model.generate`` (KV cache, stopping, streamers). Sampling
+is done by :class:`CoupledSampler`, a logits processor that draws every row's
+token with Gumbel-max from that row's own seeded noise stream. Rows that share a
+seed share their noise, so a sweep over ε (one batch, one seed) differs only
+where the switch changes the distribution, and a row at ε = 0 reproduces the
+unsteered generation with the same seed token for token.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import math
+import queue
+import threading
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+from transformers.generation.streamers import BaseStreamer
+
+from .models import LanguageModel
+from .steering import Setting, steer, steer_rows
+from .switch import Switch
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    """Decoding settings shared by every row of one call."""
+
+    max_new_tokens: int = 40
+    temperature: float = 1.0  # 0 means greedy
+    top_p: float = 0.9
+    chat: bool = False  # wrap the prompt in the model's chat template (instruct models)
+
+    def validate(self, lm: LanguageModel) -> None:
+        if not isinstance(self.max_new_tokens, int) or not 1 <= self.max_new_tokens < lm.context_length:
+            raise ValueError(f"max_new_tokens must be an integer from 1 to {lm.context_length - 1}; got {self.max_new_tokens!r}")
+        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature) and 0 <= self.temperature <= 100):
+            raise ValueError(f"temperature must be a number from 0 (greedy) to 100; got {self.temperature!r}")
+        if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
+            raise ValueError(f"top_p must be in (0, 1]; got {self.top_p!r}")
+        if self.chat and not lm.has_chat_template:
+            raise ValueError(f"model '{lm.name}' has no chat template; generate without chat=True")
+
+
+class CoupledSampler(LogitsProcessor):
+    """Temperature + nucleus (top-p) sampling by Gumbel-max with one seeded noise stream per row.
+
+    Returns scores that are 0 at the sampled token and -inf elsewhere, so greedy
+    decoding in ``generate`` picks exactly the sampled token.
+    """
+
+    def __init__(self, seeds: Sequence[int], temperature: float, top_p: float) -> None:
+        self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
+        self.temperature = temperature
+        self.top_p = top_p
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        B, V = scores.shape
+        if B != len(self.generators):
+            raise RuntimeError(f"sampler has {len(self.generators)} noise streams for a batch of {B}")
+        logits = scores.float()
+        # every stream advances by one draw per step, also for greedy rows, so streams stay aligned
+        noise = torch.stack([torch.rand(V, generator=g) for g in self.generators]).to(logits.device)  # (B, V)
+        if self.temperature == 0:
+            choice = logits.argmax(-1)
+        else:
+            logp = torch.log_softmax(logits / self.temperature, dim=-1)
+            if self.top_p < 1:
+                sorted_logp, order = logp.sort(dim=-1, descending=True)
+                cum = sorted_logp.exp().cumsum(-1)
+                drop_sorted = (cum - sorted_logp.exp()) >= self.top_p  # keep the smallest prefix reaching top_p
+                drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+                logp = logp.masked_fill(drop, -math.inf)
+            gumbel = -torch.log(-torch.log(noise.clamp_min(1e-20)))
+            choice = (logp + gumbel).argmax(-1)
+        out = torch.full_like(scores, -math.inf)
+        out[torch.arange(B), choice] = 0.0
+        return out
+
+
+class _RowStreamer(BaseStreamer):
+    """Collects generated token ids per row and publishes the decoded texts after every step."""
+
+    def __init__(self, tokenizer, rows: int, out: queue.Queue) -> None:
+        self.tokenizer = tokenizer
+        self.ids: list[list[int]] = [[] for _ in range(rows)]
+        self.out = out
+        self.prompt_seen = False
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self.prompt_seen:  # the first call carries the prompt
+            self.prompt_seen = True
+            return
+        tokens = value.reshape(len(self.ids), -1).tolist()
+        for row, toks in zip(self.ids, tokens):
+            row.extend(toks)
+        self.out.put([self.tokenizer.decode(r, skip_special_tokens=True) for r in self.ids])
+
+    def end(self) -> None:
+        pass
+
+
+class _StopOnEvent(StoppingCriteria):
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+
+    def __call__(self, input_ids, scores, **kwargs) -> torch.BoolTensor:
+        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
+
+
+def _encode(lm: LanguageModel, prompts: Sequence[str], opts: SamplingOptions) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded ``(input_ids, attention_mask)``; prompts too long for the context are cut from the left."""
+    tok = lm.tokenizer
+    budget = lm.context_length - opts.max_new_tokens
+    rows: list[list[int]] = []
+    for prompt in prompts:
+        if not isinstance(prompt, str):
+            raise TypeError(f"a prompt must be a string; got {type(prompt).__name__}")
+        if "\x00" in prompt:
+            raise ValueError("the prompt contains NUL bytes; is it binary data?")
+        text = prompt
+        if opts.chat:
+            text = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
+        ids = tok(text, add_special_tokens=not opts.chat).input_ids
+        if not ids:
+            start = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+            if start is None:
+                raise ValueError("the prompt is empty and the tokenizer has no BOS/EOS token to start from")
+            ids = [start]
+        if len(ids) > budget:
+            warnings.warn(
+                f"prompt of {len(ids)} tokens is longer than the context allows with {opts.max_new_tokens} new tokens "
+                f"({lm.context_length}); keeping its last {budget} tokens (truncated from the left)",
+                stacklevel=3,
+            )
+            ids = ids[-budget:]
+        rows.append(ids)
+    width = max(map(len, rows))
+    pad = tok.pad_token_id
+    input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    return input_ids, mask
+
+
+def _run(
+    lm: LanguageModel,
+    prompts: Sequence[str],
+    settings: Sequence[Setting],
+    seeds: Sequence[int],
+    opts: SamplingOptions,
+    streamer: BaseStreamer | None = None,
+    stop: threading.Event | None = None,
+) -> list[str]:
+    """One batched ``generate`` call: row b uses ``prompts[b]``, ``settings[b]``, ``seeds[b]``."""
+    opts.validate(lm)
+    input_ids, mask = _encode(lm, prompts, opts)
+    tok = lm.tokenizer
+    config = GenerationConfig(
+        max_new_tokens=opts.max_new_tokens,
+        do_sample=False,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    stopping = StoppingCriteriaList([_StopOnEvent(stop)]) if stop is not None else None
+    same = all(list(s) == list(settings[0]) for s in settings)
+    ctx = steer(lm, settings[0]) if same else steer_rows(lm, settings)
+    with ctx, torch.inference_mode():
+        out = lm.model.generate(
+            input_ids=input_ids.to(lm.input_device),
+            attention_mask=mask.to(lm.input_device),
+            generation_config=config,
+            logits_processor=LogitsProcessorList([CoupledSampler(seeds, opts.temperature, opts.top_p)]),
+            stopping_criteria=stopping,
+            streamer=streamer,
+        )
+    new = out[:, input_ids.shape[1] :]
+    return tok.batch_decode(new, skip_special_tokens=True)
+
+
+def _check_seed(seed: int) -> int:
+    if not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise ValueError(f"seed must be a non-negative integer; got {seed!r}")
+    return seed
+
+
+def generate(
+    lm: LanguageModel,
+    prompt: str | Sequence[str],
+    switches: Setting = (),
+    *,
+    max_new_tokens: int = 40,
+    temperature: float = 1.0,
+    top_p: float = 0.9,
+    seed: int = 0,
+    samples: int = 1,
+    chat: bool = False,
+) -> list[str]:
+    """Continuations of ``prompt`` steered by ``switches`` (pairs of switch and ε in ε0 units).
+
+    Returns ``samples`` texts per prompt (prompt-major); sample k uses seed ``seed + k``,
+    as the paper uses seeds 0…24 for 25 samples. One batched call.
+
+    >>> generate(lm, "The movie was", [(sentiment, 5)], seed=0)   # doctest: +SKIP
+    [' absolutely wonderful, ...']
+    """
+    prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+    if not prompts:
+        raise ValueError("no prompt given")
+    if not isinstance(samples, int) or not 1 <= samples <= 1024:
+        raise ValueError(f"samples must be an integer from 1 to 1024; got {samples!r}")
+    _check_seed(seed)
+    rows = [p for p in prompts for _ in range(samples)]
+    seeds = [seed + k for _ in prompts for k in range(samples)]
+    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat)
+    return _run(lm, rows, [list(switches)] * len(rows), seeds, opts)
+
+
+def sweep(
+    lm: LanguageModel,
+    prompt: str,
+    switch: Switch,
+    eps_values: Sequence[float],
+    seed: int = 0,
+    *,
+    others: Setting = (),
+    max_new_tokens: int = 40,
+    temperature: float = 1.0,
+    top_p: float = 0.9,
+    chat: bool = False,
+) -> list[tuple[float, str]]:
+    """The same prompt and seed at each ε of one switch, in one batched call (the paper's Table 5).
+
+    ``others`` are further switches held fixed in every row.
+
+    >>> sweep(lm, "I think that", detox, [-5, 0, 5])   # doctest: +SKIP
+    [(-5.0, ' ...'), (0.0, ' ...'), (5.0, ' ...')]
+    """
+    eps_values = [float(e) for e in eps_values]
+    if not eps_values:
+        raise ValueError("give at least one eps value to sweep")
+    _check_seed(seed)
+    settings = [[(switch, e), *others] for e in eps_values]
+    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat)
+    texts = _run(lm, [prompt] * len(eps_values), settings, [seed] * len(eps_values), opts)
+    return list(zip(eps_values, texts))
+
+
+def stream_rows(
+    lm: LanguageModel,
+    prompt: str,
+    settings: Sequence[Setting],
+    *,
+    seed: int = 0,
+    max_new_tokens: int = 40,
+    temperature: float = 1.0,
+    top_p: float = 0.9,
+    chat: bool = False,
+) -> Iterator[list[str]]:
+    """Stream several settings of one prompt side by side (same seed): yields the texts so far, per row.
+
+    Closing the iterator early stops the generation.
+    """
+    if not settings:
+        raise ValueError("give at least one setting")
+    _check_seed(seed)
+    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat)
+    opts.validate(lm)
+    out: queue.Queue = queue.Queue()
+    stop = threading.Event()
+    done = object()
+
+    def work() -> None:
+        try:
+            _run(lm, [prompt] * len(settings), settings, [seed] * len(settings), opts, _RowStreamer(lm.tokenizer, len(settings), out), stop)
+        except BaseException as err:  # handed to the consumer
+            out.put(err)
+        finally:
+            out.put(done)
+
+    # the worker runs in a copy of this context; steering is entered inside it, so it never leaks
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(work,), daemon=True)
+    thread.start()
+    try:
+        while (item := out.get()) is not done:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+
+
+def stream_generate(lm: LanguageModel, prompt: str, switches: Setting = (), **options) -> Iterator[str]:
+    """Like :func:`generate` for one prompt, yielding the text generated so far after every token.
+
+    >>> for text in stream_generate(lm, "Once upon a time", [(sentiment, 5)]):   # doctest: +SKIP
+    ...     print(text)
+    """
+    for texts in stream_rows(lm, prompt, [list(switches)], **options):
+        yield texts[0]

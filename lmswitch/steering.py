@@ -1,0 +1,153 @@
+"""Apply switches to a model, temporarily and per thread.
+
+One forward pre-hook per output head reads the steering of the *current context*
+(a ``ContextVar``), so several threads can generate with different settings on one
+shared model without seeing each other's steering. The hook is installed while at
+least one ``steer`` block is open on that head and removed when the last one
+closes, also on exceptions.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+import torch
+
+from .models import LanguageModel
+from .switch import Switch
+
+Setting = Sequence[tuple[Switch, float]]  # (switch, eps in units of that switch's eps0)
+
+MAX_ABS_EPS = 1000.0  # in eps0 units; far beyond any useful value (the paper uses ±5)
+
+
+def _validate(lm: LanguageModel, setting: Setting) -> None:
+    for item in setting:
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], Switch)):
+            raise TypeError(f"a steering setting is a list of (Switch, eps) pairs; got {item!r}")
+        switch, eps = item
+        switch.check_model(lm)
+        if not isinstance(eps, (int, float)) or not math.isfinite(eps):
+            raise ValueError(f"eps for '{switch.name}' must be a finite number; got {eps!r}")
+        if abs(eps) > MAX_ABS_EPS:
+            raise ValueError(
+                f"eps {eps:g} for '{switch.name}' is out of range (|eps| ≤ {MAX_ABS_EPS:g} in eps0 units; "
+                f"its recommended range is {switch.eps_range[0]:g}…{switch.eps_range[1]:g})"
+            )
+
+
+def steering_matrix(setting: Setting) -> torch.Tensor | None:
+    """``Σ_i eps_i · eps0_i · W_i`` as one (d, d) float32 matrix, or ``None`` when every eps is 0."""
+    active = [(s, float(e)) for s, e in setting if e != 0]
+    if not active:
+        return None
+    M = torch.zeros_like(active[0][0].W)
+    for switch, eps in active:
+        M.add_(switch.W, alpha=eps * switch.eps0)
+    return M
+
+
+class _Steer:
+    """The matrices for one ``steer`` block: (d, d) for all rows, or (B, d, d) for per-row settings."""
+
+    def __init__(self, matrix: torch.Tensor) -> None:
+        self.matrix = matrix
+        self._by_device: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+
+    def apply(self, c: torch.Tensor) -> torch.Tensor:
+        key = (c.device, c.dtype)
+        M = self._by_device.get(key)
+        if M is None:
+            M = self._by_device[key] = self.matrix.to(c.device, c.dtype)
+        if M.ndim == 2:
+            return c + c @ M.T  # (B, T, d) @ (d, d)
+        rows = c.shape[0]
+        if rows != M.shape[0]:
+            if rows % M.shape[0]:
+                raise ValueError(f"per-row steering was given for {M.shape[0]} rows but the batch has {rows}")
+            M = M.repeat_interleave(rows // M.shape[0], dim=0)
+        squeeze = c.ndim == 2
+        h = c.unsqueeze(1) if squeeze else c  # (B, T, d)
+        out = h + torch.matmul(h, M.transpose(1, 2))  # (B, T, d) @ (B, d, d)
+        return out.squeeze(1) if squeeze else out
+
+
+_ACTIVE: ContextVar[dict[int, _Steer] | None] = ContextVar("lmswitch_active_steering", default=None)
+_LOCK = threading.Lock()
+_INSTALLED: dict[int, list] = {}  # id(head) -> [hook handle, number of open steer blocks]
+
+
+def _dispatch(module: torch.nn.Module, args: tuple) -> tuple | None:
+    active = _ACTIVE.get()
+    steer = active.get(id(module)) if active else None
+    if steer is None:
+        return None
+    return (steer.apply(args[0]), *args[1:])
+
+
+@contextmanager
+def _activate(lm: LanguageModel, steer: _Steer | None) -> Iterator[None]:
+    head = lm.head
+    key = id(head)
+    current = _ACTIVE.get() or {}
+    token = _ACTIVE.set({**current, key: steer} if steer is not None else {k: v for k, v in current.items() if k != key})
+    with _LOCK:
+        entry = _INSTALLED.get(key)
+        if entry is None:
+            entry = _INSTALLED[key] = [head.register_forward_pre_hook(_dispatch), 0]
+        entry[1] += 1
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+        with _LOCK:
+            entry[1] -= 1
+            if entry[1] == 0:
+                entry[0].remove()
+                del _INSTALLED[key]
+
+
+@contextmanager
+def steer(lm: LanguageModel, setting: Setting) -> Iterator[None]:
+    """Steer ``lm`` inside the block: ``c → c + (Σ eps_i · eps0 · W_i) c`` on the head input.
+
+    The sum is formed once. With every eps 0 the model is left exactly as it is.
+    Only the current thread (context) is affected.
+
+    >>> with steer(lm, [(sentiment, 5.0), (detox, 3.0)]):   # doctest: +SKIP
+    ...     logits = lm.model(ids).logits
+    """
+    _validate(lm, setting)
+    matrix = steering_matrix(setting)
+    with _activate(lm, _Steer(matrix) if matrix is not None else None):
+        yield
+
+
+@contextmanager
+def steer_rows(lm: LanguageModel, settings: Sequence[Setting]) -> Iterator[None]:
+    """Per-row steering: row ``b`` of every batch uses ``settings[b]``.
+
+    A batch whose size is a multiple of ``len(settings)`` (several samples per
+    row, grouped consecutively) repeats each setting for its group.
+    """
+    if not settings:
+        raise ValueError("steer_rows needs at least one row setting")
+    for setting in settings:
+        _validate(lm, setting)
+    matrices = [steering_matrix(s) for s in settings]
+    if all(m is None for m in matrices):
+        steer_obj = None
+    else:
+        d = lm.hidden_size
+        steer_obj = _Steer(torch.stack([m if m is not None else torch.zeros(d, d) for m in matrices]))
+    with _activate(lm, steer_obj):
+        yield
+
+
+def active_hook_count(lm: LanguageModel) -> int:
+    """Number of forward pre-hooks on the head (0 when nothing steers it); for tests and debugging."""
+    return len(lm.head._forward_pre_hooks)

@@ -1,0 +1,195 @@
+"""A switch is data: one d × d matrix ``W`` plus the card that says what it is and how it was made.
+
+Files are single ``.safetensors`` files (never pickle) with the card as JSON in the
+metadata header, so loading a switch cannot run code.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+
+if TYPE_CHECKING:
+    from .models import LanguageModel
+
+FORMAT_VERSION = "1"
+MAX_FILE_BYTES = 2 * 1024**3  # a 16k × 16k float32 matrix is 1 GiB; anything much larger is not a switch
+
+
+class SwitchFileError(ValueError):
+    """A switch file that cannot be used: corrupt, wrong shape, non-finite, or made for another model."""
+
+
+@dataclass(eq=False)
+class Switch:
+    """A learned steering matrix and its card.
+
+    Steering with value ``eps`` (in units of ``eps0``) maps the head input
+    ``c → c + eps · eps0 · W c``. Switches combine as arithmetic:
+
+    >>> both = sentiment + 0.5 * formality       # doctest: +SKIP
+    >>> ruder = -detox                           # doctest: +SKIP
+    """
+
+    W: torch.Tensor  # (d, d), float32, acts as c ↦ W c on the head input c
+    name: str = "switch"
+    description: str = ""
+    eps0: float = 1e-3
+    eps_range: tuple[float, float] = (-10.0, 10.0)  # recommended range, in eps0 units
+    positive_label: str = "positive"  # what +eps moves toward
+    negative_label: str = "negative"  # what -eps moves toward
+    model_name: str = ""
+    model_fingerprint: str = ""
+    card: dict = field(default_factory=dict)  # training card: data, steps, losses, held-out gain, time...
+
+    def __post_init__(self) -> None:
+        self.W = torch.as_tensor(self.W).detach().to("cpu", torch.float32).contiguous()
+        if self.W.ndim != 2 or self.W.shape[0] != self.W.shape[1]:
+            raise SwitchFileError(f"a switch matrix must be square (d × d); got shape {tuple(self.W.shape)}")
+        if not torch.isfinite(self.W).all():
+            raise SwitchFileError(f"switch '{self.name}' has NaN or infinite entries")
+        if not (math.isfinite(self.eps0) and self.eps0 > 0):
+            raise SwitchFileError(f"eps0 must be a positive finite number; got {self.eps0}")
+        self.eps_range = (float(self.eps_range[0]), float(self.eps_range[1]))
+
+    @property
+    def dim(self) -> int:
+        return self.W.shape[0]
+
+    # --- arithmetic -----------------------------------------------------------------
+    def __mul__(self, k: float) -> Switch:
+        k = float(k)
+        if not math.isfinite(k):
+            raise ValueError(f"cannot scale a switch by {k}")
+        out = replace(self, W=self.W * k, name=f"{k:g}*{self.name}", card={"scaled_from": self.name, "factor": k})
+        return out._swap_labels() if k < 0 else out
+
+    __rmul__ = __mul__
+
+    def __neg__(self) -> Switch:
+        return replace(self, W=-self.W, name=f"-{self.name}", card={"negated_from": self.name})._swap_labels()
+
+    def __add__(self, other: Switch) -> Switch:
+        if not isinstance(other, Switch):
+            return NotImplemented
+        self._check_same_model(other)
+        W = self.W + other.W * (other.eps0 / self.eps0)  # express both in self's eps0 units
+        return replace(
+            self,
+            W=W,
+            name=f"{self.name}+{other.name}",
+            description=f"sum of '{self.name}' and '{other.name}'",
+            positive_label=f"{self.positive_label} & {other.positive_label}",
+            negative_label=f"{self.negative_label} & {other.negative_label}",
+            card={"sum_of": [self.name, other.name]},
+        )
+
+    def __sub__(self, other: Switch) -> Switch:
+        return self + (-other)
+
+    def _swap_labels(self) -> Switch:
+        self.positive_label, self.negative_label = self.negative_label, self.positive_label
+        return self
+
+    def _check_same_model(self, other: Switch) -> None:
+        if self.dim != other.dim:
+            raise ValueError(f"cannot combine switches of size {self.dim} and {other.dim}")
+        if self.model_fingerprint and other.model_fingerprint and self.model_fingerprint != other.model_fingerprint:
+            raise ValueError(
+                f"'{self.name}' was made for {self.model_name} ({self.model_fingerprint}) and "
+                f"'{other.name}' for {other.model_name} ({other.model_fingerprint}); transfer one first"
+            )
+
+    def check_model(self, lm: LanguageModel) -> None:
+        """Raise :class:`SwitchFileError` unless this switch was made for ``lm``."""
+        if self.dim != lm.hidden_size:
+            raise SwitchFileError(
+                f"switch '{self.name}' is {self.dim} × {self.dim} but model '{lm.name}' has hidden size "
+                f"{lm.hidden_size}; it was made for {self.model_name or 'another model'}"
+            )
+        if self.model_fingerprint and self.model_fingerprint != lm.fingerprint:
+            raise SwitchFileError(
+                f"switch '{self.name}' was made for model '{self.model_name}' (fingerprint {self.model_fingerprint}), "
+                f"not for '{lm.name}' (fingerprint {lm.fingerprint}). Load the model it was made for, "
+                "or transfer the switch with `python -m lmswitch transfer`."
+            )
+
+    # --- files ------------------------------------------------------------------------
+    def header(self) -> dict:
+        """Everything but ``W``, as JSON-ready data (what the file header stores)."""
+        data = asdict(self)
+        del data["W"]
+        data["eps_range"] = list(self.eps_range)
+        return data
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write one ``.safetensors`` file atomically (write to a temp file, then rename)."""
+        path = Path(path)
+        if path.suffix != ".safetensors":
+            raise ValueError(f"switch files end in .safetensors; got '{path.name}'")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        meta = {"format": "lmswitch", "version": FORMAT_VERSION, "switch": json.dumps(self.header())}
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            save_file({"W": self.W}, tmp, metadata=meta)
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+
+def load_switch(path: str | os.PathLike, model: LanguageModel | None = None) -> Switch:
+    """Read and validate a switch file; with ``model``, also check it was made for that model.
+
+    Every failure is a :class:`SwitchFileError` whose message says what is wrong.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise SwitchFileError(f"switch file not found: {path}")
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise SwitchFileError(f"{path.name} is {size / 1e9:.1f} GB, larger than any switch ({MAX_FILE_BYTES / 1e9:.0f} GB max)")
+    try:
+        with safe_open(path, framework="pt") as f:
+            meta = f.metadata() or {}
+            keys = set(f.keys())
+            if meta.get("format") != "lmswitch" or "switch" not in meta:
+                raise SwitchFileError(f"{path.name} is a safetensors file but not an lmswitch switch (no switch header)")
+            if keys != {"W"}:
+                raise SwitchFileError(f"{path.name} should hold exactly one tensor 'W'; it holds {sorted(keys)}")
+            W = f.get_tensor("W")
+    except SafetensorError as err:
+        raise SwitchFileError(f"{path.name} is not a valid safetensors file ({err}); it may be truncated or corrupted") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise SwitchFileError(f"cannot read {path.name}: {err}") from None
+    try:
+        header = json.loads(meta["switch"])
+        if not isinstance(header, dict):
+            raise TypeError("header is not an object")
+    except (json.JSONDecodeError, TypeError) as err:
+        raise SwitchFileError(f"{path.name} has an unreadable switch header ({err})") from None
+    if W.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        raise SwitchFileError(f"{path.name}: W has dtype {W.dtype}; expected a floating-point matrix")
+    known = {f for f in Switch.__dataclass_fields__ if f != "W"}
+    try:
+        switch = Switch(W=W.float(), **{k: v for k, v in header.items() if k in known})
+    except SwitchFileError as err:
+        raise SwitchFileError(f"{path.name}: {err}") from None
+    except TypeError as err:
+        raise SwitchFileError(f"{path.name} has a malformed switch header ({err})") from None
+    if model is not None:
+        switch.check_model(model)
+    return switch
