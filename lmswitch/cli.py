@@ -99,7 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--switch", required=True)
     sw.add_argument("--eps", type=_parse_eps_list, default=[-5.0, -3.0, 0.0, 3.0, 5.0])
     _add_generation_options(sw)
+    demo = sub.add_parser("demo", help="train a sentiment switch from the shipped examples and show a sweep")
+    demo.add_argument("--prompt", default="My weekend was")
+    demo.add_argument("--steps", type=int, default=100)
     return parser
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "assets" / "examples"
 
 
 def _gen_kwargs(args) -> dict:
@@ -153,6 +159,15 @@ def run(args: argparse.Namespace) -> int:
         data = {"prompt": args.prompt, "switches": [{"path": p, "eps": e} for p, e in args.switch], "seed": args.seed,
                 "samples": [{"seed": args.seed + k, "text": t} for k, t in enumerate(texts)]}
         _emit(args, data, "\n".join(f"[seed {args.seed + k}] {args.prompt}{t}" for k, t in enumerate(texts)))
+    elif args.command == "demo":
+        print(f"model {lm.name} loaded in {lm.load_seconds:.1f} s; training a sentiment switch from "
+              f"{EXAMPLES / 'sentiment_positive.txt'} and sentiment_negative.txt ...", file=sys.stderr)
+        pos = read_examples(str(EXAMPLES / "sentiment_positive.txt"), False)
+        neg = read_examples(str(EXAMPLES / "sentiment_negative.txt"), False)
+        switch = train_switch(lm, pos, neg, name="sentiment", steps=args.steps)
+        print(f"trained in {switch.card['seconds']:.1f} s; the same prompt and seed at five eps values:\n")
+        for eps, text in sweep(lm, args.prompt, switch, [-8, -4, 0, 4, 8], seed=0, max_new_tokens=30):
+            print(f"eps {eps:+5.1f} | {args.prompt}{text}")
     elif args.command == "sweep":
         switch = load_switch(args.switch, lm)
         rows = sweep(lm, args.prompt, switch, args.eps, seed=args.seed, **_gen_kwargs(args))

@@ -97,7 +97,7 @@ class _RowStreamer(BaseStreamer):
             self.prompt_seen = True
             return
         tokens = value.reshape(len(self.ids), -1).tolist()
-        for row, toks in zip(self.ids, tokens):
+        for row, toks in zip(self.ids, tokens, strict=False):
             row.extend(toks)
         self.out.put([self.tokenizer.decode(r, skip_special_tokens=True) for r in self.ids])
 
@@ -247,7 +247,7 @@ def sweep(
     settings = [[(switch, e), *others] for e in eps_values]
     opts = SamplingOptions(max_new_tokens, temperature, top_p, chat)
     texts = _run(lm, [prompt] * len(eps_values), settings, [seed] * len(eps_values), opts)
-    return list(zip(eps_values, texts))
+    return list(zip(eps_values, texts, strict=False))
 
 
 def stream_rows(

@@ -134,7 +134,7 @@ def _split(data: _Tokens, n_texts: int, heldout: float, generator: torch.Generat
     ids = units.unique()
     held = torch.zeros(len(units), dtype=torch.bool)
     # stratify by label sign so both classes are represented in the held-out part
-    unit_label = {int(u): float(label) for u, label in zip(units.tolist(), data.labels.cpu().tolist())}
+    unit_label = {int(u): float(label) for u, label in zip(units.tolist(), data.labels.cpu().tolist(), strict=False)}
     for sign in (True, False):
         group = torch.tensor([int(u) for u in ids.tolist() if (unit_label[int(u)] >= 0) == sign])
         if len(group) < 2:
@@ -196,6 +196,7 @@ def train_switch(
     batch_tokens: int = 256,
     eval_every: int = 10,
     patience: int = 4,
+    min_steps: int | None = None,
     chunk_tokens: int = 512,
     seed: int = 0,
     matmul_dtype: torch.dtype = torch.bfloat16,
@@ -206,8 +207,13 @@ def train_switch(
 
     ``positive``/``negative`` are lists of texts (sentences or whole documents) or a
     single document string. ``labels`` optionally gives a graded label in [-1, 1]
-    for every text, positives first then negatives. Stops early when the held-out
-    loss has not improved for ``patience`` evaluations, and keeps the best ``W``.
+    for every text, positives first then negatives.
+
+    Early stopping: after ``min_steps`` (default: half of ``steps``) training stops
+    once the held-out loss has not improved for ``patience`` evaluations, and the
+    ``W`` with the best held-out loss seen from ``min_steps`` on is kept. With
+    little data the held-out likelihood of the whole text often stops improving
+    long before the style is learned, so the warm-up is not scored.
 
     >>> s = train_switch(lm, happy_sentences, sad_sentences, name="sentiment")   # doctest: +SKIP
     >>> s.card["heldout_gain"]                                                   # doctest: +SKIP
@@ -236,6 +242,9 @@ def train_switch(
         raise ValueError(f"heldout must be a fraction in [0, 0.5); got {heldout!r}")
     if not isinstance(batch_tokens, int) or batch_tokens < 16:
         raise ValueError(f"batch_tokens must be an integer ≥ 16; got {batch_tokens!r}")
+    min_steps = steps // 2 if min_steps is None else min_steps
+    if not isinstance(min_steps, int) or not 0 <= min_steps <= steps:
+        raise ValueError(f"min_steps must be an integer from 0 to steps ({steps}); got {min_steps!r}")
     is_cancelled = cancel.is_set if isinstance(cancel, threading.Event) else (cancel or (lambda: False))
 
     generator = torch.Generator().manual_seed(seed)
@@ -313,7 +322,7 @@ def train_switch(
         losses.append(loss.item())
         if progress is not None:
             progress(step, steps, losses[-1])
-        if len(Ch) and (step % eval_every == 0 or step == steps):
+        if len(Ch) and step >= min_steps and (step % eval_every == 0 or step == steps or step == min_steps):
             h = heldout_loss()
             held_curve.append((step, h))
             if h < best[0] - 1e-5:
@@ -324,7 +333,7 @@ def train_switch(
                 if bad_evals >= patience:
                     stopped_early = True
                     break
-    if not len(Ch):
+    if not len(Ch) or not held_curve:
         best = (math.nan, step, W.detach().clone(), Wd.detach().clone())
     _, best_step, W_best, Wd_best = best
     with torch.no_grad():
@@ -348,6 +357,7 @@ def train_switch(
         "l2": l2,
         "seed": seed,
         "batch_tokens": batch_tokens,
+        "min_steps": min_steps,
         "dummy_steer": use_dummy,
         "train_losses": [round(x, 5) for x in losses],
         "heldout_losses": [[s, round(h, 5)] for s, h in held_curve],

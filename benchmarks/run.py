@@ -1,0 +1,145 @@
+"""lmswitch benchmarks, one command: ``make bench`` (or ``python benchmarks/run.py``).
+
+Every comparison runs side by side in the same process (steered vs unsteered,
+ours vs a naive loop), because these machines are noisy. Prints a Markdown block
+to paste into benchmarks/RESULTS.md, and ``--json`` for scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import lmswitch as ls  # noqa: E402
+
+
+def bench_load() -> dict:
+    ls.load_model()  # make sure the converted cache exists
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        ls.load_model()
+        times.append(time.perf_counter() - start)
+    return {"cached_load_s": round(min(times), 3), "cached_load_median_s": round(statistics.median(times), 3)}
+
+
+def _random_switch(lm: ls.LanguageModel, seed: int) -> ls.Switch:
+    g = torch.Generator().manual_seed(seed)
+    W = torch.randn(lm.hidden_size, lm.hidden_size, generator=g) / lm.hidden_size**0.5
+    return ls.Switch(W, name=f"random{seed}", model_name=lm.name, model_fingerprint=lm.fingerprint)
+
+
+def bench_decode(lm: ls.LanguageModel, tokens: int, repeats: int) -> dict:
+    """Decode time with three switches active vs unsteered: same prompt, exactly `tokens` greedy tokens, alternating runs."""
+    switches = [(_random_switch(lm, k), 2.0) for k in range(3)]
+    ids = lm.tokenizer("The history of the city begins", return_tensors="pt").input_ids
+    kw = dict(max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, pad_token_id=lm.tokenizer.pad_token_id)
+
+    def run(setting) -> float:
+        start = time.perf_counter()
+        with ls.steer(lm, setting), torch.inference_mode():
+            out = lm.model.generate(ids, **kw)
+        assert out.shape[1] == ids.shape[1] + tokens
+        return time.perf_counter() - start
+
+    run([])  # warm-up
+    base, steered = [], []
+    for _ in range(repeats):
+        base.append(run([]))
+        steered.append(run(switches))
+    b, s = statistics.median(base), statistics.median(steered)
+    return {"decode_tokens": tokens, "unsteered_s": round(b, 3), "three_switches_s": round(s, 3), "ratio": round(s / b, 3),
+            "tokens_per_s_unsteered": round(tokens / b, 1)}
+
+
+def _naive_train(lm: ls.LanguageModel, text: str, steps: int, lr: float, eps0: float = 1e-3, seed: int = 0) -> float:
+    """The reference-code way: every step runs the whole model forward and backward on the text."""
+    ids = lm.tokenizer(text, return_tensors="pt").input_ids
+    d = lm.hidden_size
+    g = torch.Generator().manual_seed(seed)
+    W = (torch.randn(d, d, generator=g) * 1e-3**0.5).requires_grad_()
+    opt = torch.optim.Adam([W], lr=lr)
+
+    def hook(_module, args):
+        c = args[0]
+        return (c + eps0 * c @ W.T,)
+
+    handle = lm.head.register_forward_pre_hook(hook)
+    start = time.perf_counter()
+    try:
+        for _ in range(steps):
+            logits = lm.model(ids).logits[0, :-1]
+            loss = F.cross_entropy(logits, ids[0, 1:])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    finally:
+        handle.remove()
+    return time.perf_counter() - start
+
+
+def bench_train(lm: ls.LanguageModel, steps: int, naive_steps: int) -> dict:
+    text = (ROOT / "benchmarks" / "data" / "article.txt").read_text()
+    start = time.perf_counter()
+    switch = ls.train_switch(lm, text, steps=steps, seed=0, min_steps=steps)
+    ours = time.perf_counter() - start
+    naive = _naive_train(lm, text, naive_steps, lr=1e-2)
+    naive_total = naive * steps / naive_steps
+    card = switch.card
+    return {
+        "article_words": len(text.split()),
+        "tokens_train": card["tokens_train"],
+        "tokens_heldout": card["tokens_heldout"],
+        "steps": card["steps"],
+        "ours_s": round(ours, 2),
+        "hidden_state_s": card["hidden_state_seconds"],
+        "heldout_gain_nats_per_token": round(card["heldout_gain"], 5),
+        "naive_steps_run": naive_steps,
+        "naive_s_per_step": round(naive / naive_steps, 3),
+        "ours_s_per_step": round((ours - card["hidden_state_seconds"]) / card["steps"], 3),
+        "naive_total_s_for_same_steps": round(naive_total, 1),
+        "speedup": round(naive_total / ours, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--naive-steps", type=int, default=10, help="naive steps actually run (the total is scaled to --steps)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    results = {"date": date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads"}
+    results["load"] = bench_load()
+    lm = ls.load_model()
+    results["decode"] = bench_decode(lm, args.tokens, args.repeats)
+    results["train"] = bench_train(lm, args.steps, args.naive_steps)
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    ld, dc, tr = results["load"], results["decode"], results["train"]
+    print(f"## {results['date']} — {results['machine']}\n")
+    print("| benchmark | result | target |\n|---|---|---|")
+    print(f"| cached model load | {ld['cached_load_s']} s (median {ld['cached_load_median_s']} s) | ≤ 3 s |")
+    print(f"| decode {dc['decode_tokens']} tokens, 3 switches vs unsteered | {dc['three_switches_s']} s vs {dc['unsteered_s']} s → ratio {dc['ratio']} | ≤ 1.03 |")
+    print(f"| train from a {tr['article_words']}-word article ({tr['tokens_train']} train / {tr['tokens_heldout']} held-out tokens, {tr['steps']} steps) | {tr['ours_s']} s wall, held-out gain {tr['heldout_gain_nats_per_token']} nats/token | ≤ 15 s |")
+    print(f"| same steps, naive full forward/backward ({tr['naive_steps_run']} steps run, scaled) | {tr['naive_s_per_step']} s/step vs ours {tr['ours_s_per_step']} s/step → {tr['naive_total_s_for_same_steps']} s → ours {tr['speedup']}× faster | ≥ 10× |")
+
+
+if __name__ == "__main__":
+    main()

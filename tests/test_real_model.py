@@ -1,0 +1,82 @@
+"""Behaviour on the real embedded model (SmolLM2-135M-Instruct, installed offline by `make test`)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
+
+import lmswitch as ls
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "assets" / "examples"
+NEUTRAL_PROMPTS = [
+    "The restaurant down the street",
+    "My weekend was",
+    "The new policy at work",
+    "Yesterday the meeting",
+    "Her latest album",
+    "The weather this morning",
+    "Our trip to the coast",
+    "The city council announced",
+]
+
+
+@pytest.fixture(scope="module")
+def lm() -> ls.LanguageModel:
+    return ls.load_model()
+
+
+@pytest.fixture(scope="module")
+def sentiment(lm) -> ls.Switch:
+    pos = (EXAMPLES / "sentiment_positive.txt").read_text().splitlines()[:30]
+    neg = (EXAMPLES / "sentiment_negative.txt").read_text().splitlines()[:30]
+    return ls.train_switch(lm, pos, neg, name="sentiment", seed=0)
+
+
+def test_cached_load_is_fast_and_identified(lm):
+    start = time.perf_counter()
+    again = ls.load_model()
+    assert time.perf_counter() - start <= 3.0 + 2.0  # spec: ≤ 3 s; slack for a loaded CI machine
+    assert again.fingerprint == lm.fingerprint
+    assert (lm.hidden_size, lm.vocab_size) == (576, 49152)
+
+
+def test_unknown_model_fails_fast_with_guidance():
+    start = time.perf_counter()
+    with pytest.raises(FileNotFoundError, match="local Hugging Face model folder"):
+        ls.load_model("no-such-org/no-such-model-xyz")
+    assert time.perf_counter() - start < 10
+
+
+def test_zero_eps_is_exactly_the_base_model(lm, sentiment):
+    ids = lm.tokenizer("The weather today is", return_tensors="pt").input_ids
+    with torch.no_grad():
+        base = lm.model(ids).logits
+        with ls.steer(lm, [(sentiment, 0.0)]):
+            same = lm.model(ids).logits
+        with ls.steer(lm, [(sentiment, 5.0)]):
+            moved = lm.model(ids).logits
+    assert torch.equal(base, same)
+    assert not torch.allclose(base, moved)
+
+
+def test_sentiment_switch_steers_generations(lm, sentiment):
+    """~30 + 30 project-written sentences → clearly more positive text at +eps than at -eps (vaderSentiment)."""
+    vader = SentimentIntensityAnalyzer()
+    scores = {}
+    for eps in (-5.0, 5.0):
+        texts = ls.generate(lm, NEUTRAL_PROMPTS, [(sentiment, eps)], samples=3, seed=0, max_new_tokens=25)
+        scores[eps] = statistics.mean(vader.polarity_scores(t)["compound"] for t in texts)
+    assert scores[5.0] - scores[-5.0] > 0.3, scores
+    assert scores[5.0] > 0 > scores[-5.0], scores
+
+
+def test_switch_file_round_trip_on_real_model(lm, sentiment, tmp_path):
+    path = sentiment.save(tmp_path / "sentiment.safetensors")
+    loaded = ls.load_switch(path, lm)
+    assert torch.equal(loaded.W, sentiment.W)
+    assert loaded.card["n_positive"] == 30
