@@ -137,16 +137,17 @@ class _StopForward(Exception):
 def model_fingerprint(model: PreTrainedModel) -> str:
     """A short id for a model's weights: architecture, sizes and the signs of a fixed sample of ``E``.
 
-    Signs of clearly non-zero entries survive casting to another dtype or device,
-    so the id is stable across ``dtype=`` choices but changes for other weights.
+    Rounding to another float dtype never changes a number's sign bit (tiny values
+    round to a signed zero), so the id is stable across ``dtype=`` choices and
+    devices but changes for other weights. (A magnitude threshold would not be:
+    entries next to it cross it when rounded to bfloat16.)
     """
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     weight = model.get_output_embeddings().weight
     vocab, d = weight.shape
     rows = torch.linspace(0, vocab - 1, steps=min(vocab, 512)).long()
     sample = weight.detach()[rows.to(weight.device)].float().cpu()  # (512, d)
-    thresh = sample.abs().mean()
-    signs = torch.where(sample.abs() > thresh, torch.sign(sample), torch.zeros_like(sample)).to(torch.int8)
+    signs = torch.signbit(sample).to(torch.int8)
     digest = hashlib.sha256()
     digest.update(f"{cfg.model_type}|{d}|{vocab}|{getattr(cfg, 'num_hidden_layers', '')}|".encode())
     digest.update(signs.numpy().tobytes())

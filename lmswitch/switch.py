@@ -59,7 +59,11 @@ class Switch:
             raise SwitchFileError(f"switch '{self.name}' has NaN or infinite entries")
         if not (math.isfinite(self.eps0) and self.eps0 > 0):
             raise SwitchFileError(f"eps0 must be a positive finite number; got {self.eps0}")
-        self.eps_range = (float(self.eps_range[0]), float(self.eps_range[1]))
+        try:
+            low, high = (float(x) for x in self.eps_range)
+        except (TypeError, ValueError):
+            raise SwitchFileError(f"eps_range must be two numbers (low, high); got {self.eps_range!r}") from None
+        self.eps_range = (low, high)
 
     @property
     def dim(self) -> int:

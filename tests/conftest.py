@@ -1,0 +1,138 @@
+"""Tiny random models and a real (offline) word-level tokenizer for fast CPU tests.
+
+Nothing here touches the network or the Hugging Face hub: the models are built
+from configs with seeded random weights and the tokenizer from a fixed word list.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# The models are tiny: one intra-op thread is much faster than several (which spin
+# and fight over the cores, especially when other processes run beside the tests).
+torch.set_num_threads(1)
+
+from lmswitch.models import LanguageModel  # noqa: E402
+from lmswitch.switch import Switch  # noqa: E402
+
+SPECIALS = ["[UNK]", "[PAD]", "[EOS]"]
+UNK_ID, PAD_ID, EOS_ID = 0, 1, 2
+
+# two "styles" and a shared filler vocabulary; 3 + 10 + 10 + 41 = 64 tokens
+WORDS_A = ["happy", "joy", "love", "great", "good", "bright", "warm", "kind", "sweet", "smile"]
+WORDS_B = ["sad", "grief", "hate", "awful", "bad", "dark", "cold", "cruel", "bitter", "frown"]
+FILLER = (
+    "the a and of to in is was it that he she they we you i on with for at by this from not but "
+    "or as be are have had one all there when so what an which my me"
+).split()
+WORDS = WORDS_A + WORDS_B + FILLER
+VOCAB = SPECIALS + WORDS
+VOCAB_SIZE = len(VOCAB)
+CONTEXT = 64  # max positions of every tiny model
+FAMILIES = ["gpt2", "llama", "gpt_neox", "qwen2"]
+
+assert VOCAB_SIZE == 64 and len(set(VOCAB)) == VOCAB_SIZE
+
+
+def make_tokenizer() -> PreTrainedTokenizerFast:
+    """A WordLevel tokenizer over VOCAB, split on whitespace, with [UNK]/[PAD]/[EOS]."""
+    backend = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(VOCAB)}, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]", eos_token="[EOS]")
+    assert tok.unk_token_id == UNK_ID and tok.pad_token_id == PAD_ID and tok.eos_token_id == EOS_ID
+    return tok
+
+
+def _config(family: str, hidden: int, init: float):
+    common = dict(vocab_size=VOCAB_SIZE, bos_token_id=EOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID, initializer_range=init)
+    if family == "gpt2":
+        return GPT2LMHeadModel, GPT2Config(
+            n_positions=CONTEXT, n_embd=hidden, n_layer=2, n_head=2, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **common
+        )
+    body = dict(
+        hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=CONTEXT
+    )
+    if family == "llama":
+        return LlamaForCausalLM, LlamaConfig(num_key_value_heads=2, **body, **common)
+    if family == "gpt_neox":
+        return GPTNeoXForCausalLM, GPTNeoXConfig(**body, **common)
+    if family == "qwen2":
+        return Qwen2ForCausalLM, Qwen2Config(num_key_value_heads=1, **body, **common)
+    raise ValueError(family)
+
+
+def build_lm(
+    family: str, *, seed: int = 0, hidden: int = 32, init: float = 0.02, tokenizer: PreTrainedTokenizerFast | None = None
+) -> LanguageModel:
+    """A tiny random causal LM of ``family`` wrapped in :class:`LanguageModel`.
+
+    ``init`` is the weight init scale; a larger one gives peakier next-token distributions.
+    """
+    cls, config = _config(family, hidden, init)
+    torch.manual_seed(seed)
+    model = cls(config)
+    return LanguageModel(model=model, tokenizer=tokenizer or make_tokenizer(), name=f"tiny-{family}-s{seed}-d{hidden}")
+
+
+def random_switch(lm: LanguageModel, *, seed: int, scale: float = 1.0, **kwargs) -> Switch:
+    """A random switch made for ``lm`` (right size and fingerprint)."""
+    g = torch.Generator().manual_seed(seed)
+    W = torch.randn(lm.hidden_size, lm.hidden_size, generator=g) * scale
+    kwargs.setdefault("name", f"random{seed}")
+    return Switch(W=W, model_name=lm.name, model_fingerprint=lm.fingerprint, **kwargs)
+
+
+def random_ids(lm: LanguageModel, batch: int, length: int, *, seed: int = 0) -> torch.Tensor:
+    """Token ids of ordinary words (no specials), shape (batch, length)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(len(SPECIALS), lm.vocab_size, (batch, length), generator=g)
+
+
+@pytest.fixture(scope="session")
+def tokenizer() -> PreTrainedTokenizerFast:
+    return make_tokenizer()
+
+
+@pytest.fixture(scope="session", params=FAMILIES)
+def tiny_lm(request, tokenizer) -> LanguageModel:
+    """One tiny random model per family (session-scoped; tests must not modify it)."""
+    return build_lm(request.param, tokenizer=tokenizer)
+
+
+@pytest.fixture(scope="session")
+def gpt2_lm(tokenizer) -> LanguageModel:
+    return build_lm("gpt2", tokenizer=tokenizer)
+
+
+@pytest.fixture(scope="session")
+def llama_lm(tokenizer) -> LanguageModel:
+    return build_lm("llama", tokenizer=tokenizer)
+
+
+@pytest.fixture(scope="session")
+def make_lm(tokenizer) -> Callable[..., LanguageModel]:
+    """Factory for extra tiny models: ``make_lm("llama", seed=1, hidden=48)``."""
+
+    def make(family: str, **kwargs) -> LanguageModel:
+        return build_lm(family, tokenizer=tokenizer, **kwargs)
+
+    return make

@@ -1,0 +1,211 @@
+"""Generation on tiny models: reproducible seeded sampling, greedy parity with
+``model.generate``, coupled sweeps, streaming, prompt truncation and bad options."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+from conftest import CONTEXT, random_switch
+
+from lmswitch import generate, stream_generate, sweep
+from lmswitch.steering import active_hook_count
+
+PROMPT = "the happy one was in a"
+
+
+@pytest.fixture(autouse=True)
+def no_hooks_left(tiny_lm):
+    assert active_hook_count(tiny_lm) == 0
+    yield
+    assert active_hook_count(tiny_lm) == 0
+
+
+def test_seeded_samples_are_reproducible(tiny_lm):
+    first = generate(tiny_lm, PROMPT, [], samples=3, seed=5, max_new_tokens=8)
+    again = generate(tiny_lm, PROMPT, [], samples=3, seed=5, max_new_tokens=8)
+    other = generate(tiny_lm, PROMPT, [], samples=3, seed=6, max_new_tokens=8)
+    assert len(first) == 3 and all(isinstance(t, str) for t in first) and any(first)
+    assert first == again
+    assert first != other
+    assert len(set(first)) > 1  # the samples of one call differ from each other
+
+
+def test_sample_k_uses_seed_plus_k(tiny_lm):
+    batch = generate(tiny_lm, PROMPT, [], samples=3, seed=5, max_new_tokens=8)
+    singles = [generate(tiny_lm, PROMPT, [], seed=5 + k, max_new_tokens=8)[0] for k in range(3)]
+    assert batch == singles
+    # and so the seed-6 call above starts at sample 1 of the seed-5 call
+    assert generate(tiny_lm, PROMPT, [], samples=2, seed=6, max_new_tokens=8) == batch[1:]
+
+
+def test_several_prompts_are_prompt_major(tiny_lm):
+    prompts = [PROMPT, "she was not"]
+    out = generate(tiny_lm, prompts, [], samples=2, seed=0, max_new_tokens=6, temperature=0)
+    assert len(out) == 4
+    for i, prompt in enumerate(prompts):
+        alone = generate(tiny_lm, prompt, [], seed=0, max_new_tokens=6, temperature=0)[0]
+        assert out[2 * i] == out[2 * i + 1] == alone  # left padding does not change greedy text
+
+
+@torch.no_grad()
+def hf_greedy(lm, prompt: str, max_new_tokens: int) -> str:
+    enc = lm.tokenizer(prompt, return_tensors="pt")
+    out = lm.model.generate(
+        input_ids=enc.input_ids,
+        attention_mask=enc.attention_mask,
+        do_sample=False,
+        max_new_tokens=max_new_tokens,
+        pad_token_id=lm.tokenizer.pad_token_id,
+        eos_token_id=lm.tokenizer.eos_token_id,
+    )
+    return lm.tokenizer.decode(out[0, enc.input_ids.shape[1] :], skip_special_tokens=True)
+
+
+def test_greedy_at_eps_zero_equals_plain_model_generate(tiny_lm):
+    expected = hf_greedy(tiny_lm, PROMPT, 12)
+    assert expected.strip()
+    assert generate(tiny_lm, PROMPT, [], temperature=0, max_new_tokens=12) == [expected]
+    s = random_switch(tiny_lm, seed=1, scale=10)
+    assert generate(tiny_lm, PROMPT, [(s, 0.0)], temperature=0, max_new_tokens=12, seed=3) == [expected]
+    # a strong switch does change the greedy text
+    assert generate(tiny_lm, PROMPT, [(s, 200.0)], temperature=0, max_new_tokens=12) != [expected]
+
+
+def test_sweep_row_at_eps_zero_equals_unsteered_generate(tiny_lm):
+    strong = random_switch(tiny_lm, seed=2, scale=10)
+    rows = sweep(tiny_lm, PROMPT, strong, [0, 150, -150], seed=4, max_new_tokens=12)
+    assert [eps for eps, _ in rows] == [0.0, 150.0, -150.0]
+    plain = generate(tiny_lm, PROMPT, [], seed=4, max_new_tokens=12)[0]
+    assert rows[0][1] == plain
+    assert rows[1][1] != plain and rows[2][1] != plain
+    assert rows[1][1] != rows[2][1]
+    # each row equals generating that setting alone with the same seed
+    assert rows[1][1] == generate(tiny_lm, PROMPT, [(strong, 150.0)], seed=4, max_new_tokens=12)[0]
+
+
+def test_sweep_rows_share_their_noise(tiny_lm):
+    """With coupled sampling a negligible eps gives the same text as eps 0; independent noise would not."""
+    weak = random_switch(tiny_lm, seed=3, scale=1e-4)
+    rows = sweep(tiny_lm, PROMPT, weak, [0.0, 0.01, -0.01], seed=11, max_new_tokens=16)
+    assert rows[0][1] == rows[1][1] == rows[2][1]
+    assert rows[0][1] != generate(tiny_lm, PROMPT, [], seed=12, max_new_tokens=16)[0]
+
+
+def test_sweep_keeps_other_switches_fixed(tiny_lm):
+    s = random_switch(tiny_lm, seed=5, scale=10)
+    other = random_switch(tiny_lm, seed=6, scale=10)
+    rows = sweep(tiny_lm, PROMPT, s, [0.0], seed=2, others=[(other, 120.0)], max_new_tokens=10, temperature=0)
+    assert rows[0][1] == generate(tiny_lm, PROMPT, [(other, 120.0)], max_new_tokens=10, temperature=0)[0]
+    assert rows[0][1] != generate(tiny_lm, PROMPT, [], max_new_tokens=10, temperature=0)[0]
+
+
+# --- streaming ----------------------------------------------------------------------------------
+
+
+def test_stream_generate_grows_to_the_generate_result(tiny_lm):
+    s = random_switch(tiny_lm, seed=7, scale=10)
+    options = dict(seed=2, max_new_tokens=10, temperature=0.8, top_p=0.95)
+    texts = list(stream_generate(tiny_lm, PROMPT, [(s, 30.0)], **options))
+    final = generate(tiny_lm, PROMPT, [(s, 30.0)], **options)[0]
+    assert 1 <= len(texts) <= 10
+    assert texts[-1] == final
+    for before, after in zip(texts, texts[1:], strict=False):
+        assert after.startswith(before) and len(after) >= len(before)
+    assert len(texts[-1]) > len(texts[0])
+
+
+def _worker_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t is not threading.current_thread() and t.daemon]
+
+
+def test_breaking_out_of_a_stream_stops_it_cleanly(tiny_lm):
+    s = random_switch(tiny_lm, seed=8, scale=10)
+    before = set(_worker_threads())
+    head_calls = []
+
+    def slow_head(module, args, output):  # ~10 ms per token, so 40 tokens would take a while
+        head_calls.append(1)
+        time.sleep(0.01)
+
+    handle = tiny_lm.head.register_forward_hook(slow_head)
+    received = []
+    try:
+        for text in stream_generate(tiny_lm, PROMPT, [(s, 20.0)], seed=1, max_new_tokens=40):
+            received.append(text)
+            if len(received) == 2:
+                break
+    finally:
+        handle.remove()
+    assert len(received) == 2
+    assert len(head_calls) < 10, "generation went on after the stream was closed"
+    assert active_hook_count(tiny_lm) == 0
+    assert set(_worker_threads()) <= before  # the generation thread has finished
+    # the model is usable and unsteered afterwards
+    assert generate(tiny_lm, PROMPT, [], temperature=0, max_new_tokens=5) == [hf_greedy(tiny_lm, PROMPT, 5)]
+
+
+def test_closing_a_stream_explicitly(tiny_lm):
+    s = random_switch(tiny_lm, seed=9, scale=10)
+    stream = stream_generate(tiny_lm, PROMPT, [(s, 20.0)], seed=1, max_new_tokens=40)
+    first = next(stream)
+    assert isinstance(first, str)
+    stream.close()
+    assert active_hook_count(tiny_lm) == 0
+    with pytest.raises(StopIteration):
+        next(stream)
+
+
+# --- prompts and options -------------------------------------------------------------------------
+
+
+def test_long_prompt_is_truncated_from_the_left_with_a_warning(tiny_lm):
+    words = ("the a and of to in is was it that " * 10).split()  # 100 tokens > the 64-token context
+    prompt = " ".join(words)
+    max_new = 6
+    with pytest.warns(UserWarning, match="truncated from the left"):
+        out = generate(tiny_lm, prompt, [], temperature=0, max_new_tokens=max_new)
+    kept = " ".join(words[-(CONTEXT - max_new) :])
+    assert out == [hf_greedy(tiny_lm, kept, max_new)]
+    assert out != [hf_greedy(tiny_lm, " ".join(words[: CONTEXT - max_new]), max_new)]
+
+
+@pytest.mark.parametrize(
+    ("option", "match"),
+    [
+        ({"top_p": 0}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"temperature": -1}, "temperature"),
+        ({"temperature": float("nan")}, "temperature"),
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"max_new_tokens": CONTEXT}, "max_new_tokens"),
+        ({"seed": -1}, "seed"),
+        ({"samples": 0}, "samples"),
+    ],
+)
+def test_bad_options_are_refused(tiny_lm, option, match):
+    with pytest.raises(ValueError, match=match):
+        generate(tiny_lm, PROMPT, [], **option)
+
+
+@pytest.mark.parametrize(
+    ("option", "match"), [({"top_p": 0}, "top_p"), ({"temperature": -1}, "temperature"), ({"max_new_tokens": 0}, "max_new_tokens")]
+)
+def test_bad_options_are_refused_by_sweep_and_stream(tiny_lm, option, match):
+    s = random_switch(tiny_lm, seed=10)
+    with pytest.raises(ValueError, match=match):
+        sweep(tiny_lm, PROMPT, s, [0, 1], **option)
+    with pytest.raises(ValueError, match=match):
+        next(stream_generate(tiny_lm, PROMPT, [(s, 1.0)], **option))
+
+
+def test_bad_eps_is_refused_before_generating(tiny_lm):
+    s = random_switch(tiny_lm, seed=11)
+    with pytest.raises(ValueError, match="eps"):
+        generate(tiny_lm, PROMPT, [(s, float("nan"))])
+    with pytest.raises(ValueError, match="eps"):
+        sweep(tiny_lm, PROMPT, s, [0.0, 5000.0])
+    with pytest.raises(ValueError, match="no prompt"):
+        generate(tiny_lm, [], [])

@@ -1,0 +1,293 @@
+"""Switch files: round trip, model checks, refusal of corrupted files, atomic saving,
+constructor validation, and the model fingerprint they are checked against."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+
+import pytest
+import torch
+from conftest import FAMILIES, random_switch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+import lmswitch.switch
+from lmswitch import LanguageModel, Switch, SwitchFileError, load_switch, model_fingerprint
+
+
+@pytest.fixture
+def switch(gpt2_lm) -> Switch:
+    return random_switch(
+        gpt2_lm,
+        seed=3,
+        name="sentiment",
+        description="happy ↔ sad, ünïcode ✓",
+        eps0=2e-3,
+        eps_range=(-4.0, 6.5),
+        positive_label="happy",
+        negative_label="sad",
+        card={"n_positive": 30, "heldout_gain": 0.21, "nested": {"losses": [4.1, 3.9]}, "note": None},
+    )
+
+
+@pytest.fixture
+def saved(switch, tmp_path):
+    return switch.save(tmp_path / "sentiment.safetensors")
+
+
+def real_metadata(path) -> dict:
+    with safe_open(path, framework="pt") as f:
+        return dict(f.metadata())
+
+
+# --- round trip ----------------------------------------------------------------------------
+
+
+def test_round_trip_is_exact(switch, saved, gpt2_lm):
+    assert saved.name == "sentiment.safetensors" and saved.is_file()
+    loaded = load_switch(saved, model=gpt2_lm)
+    assert torch.equal(loaded.W, switch.W)
+    assert loaded.W.dtype == torch.float32
+    assert loaded.header() == switch.header()
+    assert loaded.eps_range == (-4.0, 6.5)
+    assert loaded.card["nested"] == {"losses": [4.1, 3.9]}
+    assert loaded.model_fingerprint == gpt2_lm.fingerprint
+    # the file is the documented format: one tensor W, card JSON in the header
+    meta = real_metadata(saved)
+    assert meta["format"] == "lmswitch"
+    assert json.loads(meta["switch"])["description"] == "happy ↔ sad, ünïcode ✓"
+
+
+def test_load_accepts_str_paths_and_no_model(saved):
+    loaded = load_switch(str(saved))
+    assert loaded.name == "sentiment"
+
+
+def test_load_for_another_model_is_refused(saved, make_lm):
+    other = make_lm("gpt2", seed=1)  # same architecture and size, other weights
+    with pytest.raises(SwitchFileError, match="fingerprint"):
+        load_switch(saved, model=other)
+    other_family = make_lm("llama")
+    with pytest.raises(SwitchFileError, match="fingerprint"):
+        load_switch(saved, model=other_family)
+
+
+def test_load_for_another_hidden_size_is_refused(saved, make_lm):
+    wider = make_lm("gpt2", hidden=48)
+    with pytest.raises(SwitchFileError, match=r"32 × 32.*hidden size 48"):
+        load_switch(saved, model=wider)
+
+
+def test_save_requires_safetensors_suffix(switch, tmp_path):
+    with pytest.raises(ValueError, match=".safetensors"):
+        switch.save(tmp_path / "sentiment.pt")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_save_creates_missing_folders(switch, tmp_path):
+    path = switch.save(tmp_path / "a" / "b" / "s.safetensors")
+    assert torch.equal(load_switch(path).W, switch.W)
+
+
+# --- corrupted files ----------------------------------------------------------------------------
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(SwitchFileError, match="not found"):
+        load_switch(tmp_path / "nope.safetensors")
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.9, 0.99])
+def test_truncated_file(saved, keep):
+    data = saved.read_bytes()
+    saved.write_bytes(data[: int(len(data) * keep)])
+    with pytest.raises(SwitchFileError, match="truncated or corrupted"):
+        load_switch(saved)
+
+
+def test_random_bytes(tmp_path):
+    path = tmp_path / "random.safetensors"
+    path.write_bytes(torch.randint(0, 256, (4096,), generator=torch.Generator().manual_seed(0), dtype=torch.uint8).numpy().tobytes())
+    with pytest.raises(SwitchFileError, match="not a valid safetensors file"):
+        load_switch(path)
+
+
+def test_empty_file(tmp_path):
+    path = tmp_path / "empty.safetensors"
+    path.write_bytes(b"")
+    with pytest.raises(SwitchFileError, match="not a valid safetensors file"):
+        load_switch(path)
+
+
+def test_safetensors_without_switch_header(tmp_path, switch):
+    path = tmp_path / "plain.safetensors"
+    save_file({"W": switch.W}, str(path))
+    with pytest.raises(SwitchFileError, match="not an lmswitch switch"):
+        load_switch(path)
+    save_file({"W": switch.W}, str(path), metadata={"format": "something-else", "switch": "{}"})
+    with pytest.raises(SwitchFileError, match="not an lmswitch switch"):
+        load_switch(path)
+
+
+def test_nan_matrix_with_valid_header(tmp_path, saved, switch):
+    meta = real_metadata(saved)
+    W = switch.W.clone()
+    W[3, 5] = float("nan")
+    path = tmp_path / "nan.safetensors"
+    save_file({"W": W}, str(path), metadata=meta)
+    with pytest.raises(SwitchFileError, match="NaN"):
+        load_switch(path)
+    W[3, 5] = float("-inf")
+    save_file({"W": W}, str(path), metadata=meta)
+    with pytest.raises(SwitchFileError, match="infinite"):
+        load_switch(path)
+
+
+@pytest.mark.parametrize("shape", [(32, 16), (32,), (2, 32, 32)])
+def test_non_square_matrix_with_valid_header(tmp_path, saved, shape):
+    path = tmp_path / "bad.safetensors"
+    save_file({"W": torch.randn(*shape)}, str(path), metadata=real_metadata(saved))
+    with pytest.raises(SwitchFileError, match="square"):
+        load_switch(path)
+
+
+def test_wrong_tensor_name(tmp_path, saved, switch):
+    path = tmp_path / "renamed.safetensors"
+    save_file({"weight": switch.W}, str(path), metadata=real_metadata(saved))
+    with pytest.raises(SwitchFileError, match="exactly one tensor 'W'"):
+        load_switch(path)
+    save_file({"W": switch.W, "extra": torch.zeros(1)}, str(path), metadata=real_metadata(saved))
+    with pytest.raises(SwitchFileError, match="exactly one tensor 'W'"):
+        load_switch(path)
+
+
+def test_integer_matrix_is_refused(tmp_path, saved):
+    path = tmp_path / "int.safetensors"
+    save_file({"W": torch.ones(32, 32, dtype=torch.int32)}, str(path), metadata=real_metadata(saved))
+    with pytest.raises(SwitchFileError, match="dtype"):
+        load_switch(path)
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["{not json", "[1, 2]", '{"eps0": "big"}', '{"eps0": -1.0}', '{"eps_range": 3}', '{"eps_range": [1]}', '{"eps_range": ["a", "b"]}'],
+)
+def test_malformed_header(tmp_path, switch, header):
+    path = tmp_path / "header.safetensors"
+    save_file({"W": switch.W}, str(path), metadata={"format": "lmswitch", "version": "1", "switch": header})
+    with pytest.raises(SwitchFileError, match="header|eps0|eps_range"):
+        load_switch(path)
+
+
+def test_half_precision_file_is_accepted(tmp_path, saved, switch):
+    path = tmp_path / "half.safetensors"
+    save_file({"W": switch.W.to(torch.bfloat16)}, str(path), metadata=real_metadata(saved))
+    loaded = load_switch(path)
+    assert loaded.W.dtype == torch.float32
+    assert torch.equal(loaded.W, switch.W.to(torch.bfloat16).float())
+
+
+# --- atomic saving ----------------------------------------------------------------------------
+
+
+def test_failed_save_keeps_the_old_file_and_leaves_no_temp_files(tmp_path, saved, switch, monkeypatch):
+    before = saved.read_bytes()
+    written: list[str] = []
+
+    def broken_save_file(tensors, filename, metadata=None):
+        written.append(str(filename))
+        with open(filename, "wb") as fh:
+            fh.write(b"\x00garbage" * 100)
+        raise OSError("disk full")
+
+    monkeypatch.setattr(lmswitch.switch, "save_file", broken_save_file)
+    other = 2 * switch
+    with pytest.raises(OSError, match="disk full"):
+        other.save(saved)
+    assert written and os.path.dirname(written[0]) == str(saved.parent)
+    assert written[0] != str(saved)  # it wrote to a temp file, not over the switch
+    assert saved.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [saved.name]
+    assert torch.equal(load_switch(saved).W, switch.W)
+
+
+def test_interrupted_save_leaves_no_temp_files(tmp_path, switch, monkeypatch):
+    def interrupted(tensors, filename, metadata=None):
+        with open(filename, "wb") as fh:
+            fh.write(b"partial")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lmswitch.switch, "save_file", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        switch.save(tmp_path / "new.safetensors")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_overwrite_replaces_the_file_and_leaves_no_temp_files(tmp_path, saved, switch):
+    other = -switch
+    other.save(saved)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [saved.name]
+    loaded = load_switch(saved)
+    assert torch.equal(loaded.W, -switch.W)
+    assert (loaded.positive_label, loaded.negative_label) == ("sad", "happy")
+
+
+# --- constructor ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_constructor_rejects_non_finite_matrix(bad):
+    W = torch.eye(8)
+    W[1, 2] = bad
+    with pytest.raises(SwitchFileError, match="NaN or infinite"):
+        Switch(W=W)
+
+
+@pytest.mark.parametrize("shape", [(8, 4), (4, 8), (8,), (2, 8, 8), ()])
+def test_constructor_rejects_non_square_matrix(shape):
+    with pytest.raises(SwitchFileError, match="square"):
+        Switch(W=torch.zeros(shape))
+
+
+@pytest.mark.parametrize("eps0", [0.0, -1e-3, float("nan"), float("inf")])
+def test_constructor_rejects_bad_eps0(eps0):
+    with pytest.raises(SwitchFileError, match="eps0"):
+        Switch(W=torch.eye(4), eps0=eps0)
+
+
+@pytest.mark.parametrize("eps_range", [(1.0,), (1.0, 2.0, 3.0), ("low", "high"), 3.0, None])
+def test_constructor_rejects_bad_eps_range(eps_range):
+    with pytest.raises(SwitchFileError, match="eps_range"):
+        Switch(W=torch.eye(4), eps_range=eps_range)
+
+
+def test_constructor_normalises_the_matrix():
+    W = torch.eye(4, dtype=torch.float64).T  # float64, non-contiguous
+    s = Switch(W=W)
+    assert s.W.dtype == torch.float32 and s.W.is_contiguous() and s.dim == 4
+    W[0, 0] = 7.0
+    assert s.W[0, 0] == 1.0  # a copy, not a view of the caller's tensor
+
+
+# --- fingerprints -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_fingerprint_is_stable_across_dtypes_and_distinguishes_weights(family, make_lm):
+    lm = make_lm(family)
+    for dtype in (torch.bfloat16, torch.float16):
+        assert model_fingerprint(copy.deepcopy(lm.model).to(dtype)) == lm.fingerprint, dtype
+    assert make_lm(family).fingerprint == lm.fingerprint  # same seed, same weights
+    assert make_lm(family, seed=1).fingerprint != lm.fingerprint
+    assert make_lm(family, hidden=48).fingerprint != lm.fingerprint
+    nudged = copy.deepcopy(lm.model)
+    with torch.no_grad():
+        nudged.get_output_embeddings().weight[0].neg_()  # flip one sampled row of the head
+    assert model_fingerprint(nudged) != lm.fingerprint
+
+
+def test_switch_file_moves_between_dtypes(saved, gpt2_lm):
+    lm16 = LanguageModel(model=copy.deepcopy(gpt2_lm.model).to(torch.bfloat16), tokenizer=gpt2_lm.tokenizer, name="bf16")
+    assert load_switch(saved, model=lm16).model_fingerprint == lm16.fingerprint

@@ -1,0 +1,222 @@
+"""Training switches on tiny models: a planted signal is learned, training is
+deterministic, reports progress, can be cancelled, and refuses bad inputs."""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+
+import pytest
+import torch
+from conftest import FILLER, WORDS_A, WORDS_B, build_lm
+
+from lmswitch import Switch, TrainingCancelled, steer, train_switch
+
+
+def sample_texts(rng: random.Random, style: list[str], n: int, length: int = 12, p_style: float = 0.5) -> list[str]:
+    """``n`` texts whose words come from ``style`` with probability ``p_style``, else from the shared filler."""
+    return [" ".join(rng.choice(style) if rng.random() < p_style else rng.choice(FILLER) for _ in range(length)) for _ in range(n)]
+
+
+@torch.no_grad()
+def mean_log_likelihood(lm, texts: list[str], setting) -> float:
+    """Mean per-token log-likelihood of equal-length texts under ``setting``."""
+    ids = torch.tensor([lm.tokenizer(t, add_special_tokens=False).input_ids for t in texts])
+    with steer(lm, setting):
+        logits = lm.model(input_ids=ids).logits.float()
+    logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    return logp.mean().item()
+
+
+@pytest.fixture(scope="module", params=["gpt2", "gpt_neox"])
+def signal_lm(request, tokenizer):
+    # a larger init scale than the default gives the random head enough reach for a
+    # style switch to move held-out likelihood by clearly more than float noise
+    return build_lm(request.param, init=0.3, tokenizer=tokenizer)
+
+
+@pytest.fixture(scope="module")
+def small_lm(tokenizer):
+    return build_lm("llama", tokenizer=tokenizer)
+
+
+@pytest.fixture(scope="module")
+def small_data():
+    rng = random.Random(7)
+    return sample_texts(rng, WORDS_A, 20, length=10), sample_texts(rng, WORDS_B, 20, length=10)
+
+
+# --- a planted signal is learned -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def planted(signal_lm):
+    rng = random.Random(0)
+    pos, neg = sample_texts(rng, WORDS_A, 60), sample_texts(rng, WORDS_B, 60)
+    switch = train_switch(signal_lm, pos, neg, seed=0, steps=200, name="style", positive_label="A", negative_label="B")
+    return signal_lm, switch
+
+
+@pytest.mark.parametrize("eps", [2.0, 5.0])
+def test_planted_signal_moves_heldout_likelihood(planted, eps):
+    lm, switch = planted
+    heldout_pos = sample_texts(random.Random(1001), WORDS_A, 40)
+    heldout_neg = sample_texts(random.Random(1002), WORDS_B, 40)
+    pos = {e: mean_log_likelihood(lm, heldout_pos, [(switch, e)]) for e in (-eps, 0.0, eps)}
+    neg = {e: mean_log_likelihood(lm, heldout_neg, [(switch, e)]) for e in (-eps, 0.0, eps)}
+    # +eps moves toward the positive style, -eps away from it; negatives the other way round
+    assert pos[eps] > pos[0.0] + 1e-3 > pos[-eps] + 2e-3, pos
+    assert neg[-eps] > neg[0.0] + 1e-3 > neg[eps] + 2e-3, neg
+
+
+def test_planted_signal_raises_probability_of_style_words(planted):
+    lm, switch = planted
+    ids = torch.tensor([lm.tokenizer(t).input_ids for t in sample_texts(random.Random(1003), FILLER, 10, p_style=0.0)])
+    a_ids = lm.tokenizer.convert_tokens_to_ids(WORDS_A)
+    b_ids = lm.tokenizer.convert_tokens_to_ids(WORDS_B)
+
+    def mass(eps: float) -> tuple[float, float]:
+        with torch.no_grad(), steer(lm, [(switch, eps)]):
+            probs = lm.model(input_ids=ids).logits.softmax(-1)
+        return probs[..., a_ids].sum(-1).mean().item(), probs[..., b_ids].sum(-1).mean().item()
+
+    (a_minus, b_minus), (a0, b0), (a_plus, b_plus) = mass(-5.0), mass(0.0), mass(5.0)
+    assert a_plus > a0 > a_minus
+    assert b_plus < b0 < b_minus
+
+
+def test_planted_card(planted):
+    lm, switch = planted
+    card = switch.card
+    assert isinstance(switch, Switch) and switch.W.shape == (lm.hidden_size, lm.hidden_size)
+    assert card["heldout_gain"] > 0
+    assert card["heldout_nll_with_switch"] < card["heldout_nll_without_switch"] < card["heldout_nll_reversed_switch"]
+    assert card["n_positive"] == 60 and card["n_negative"] == 60
+    assert card["tokens_train"] + card["tokens_heldout"] == 120 * 11  # every next-token scored once
+    assert card["tokens_heldout"] > 0
+    assert card["dummy_steer"] is True
+    assert len(card["train_losses"]) == card["steps"] <= 200
+    assert switch.model_fingerprint == lm.fingerprint and switch.model_name == lm.name
+    assert (switch.name, switch.positive_label, switch.negative_label) == ("style", "A", "B")
+
+
+# --- determinism ------------------------------------------------------------------------------
+
+
+def test_same_seed_same_switch_other_seed_other_switch(small_lm, small_data):
+    pos, neg = small_data
+    a = train_switch(small_lm, pos, neg, seed=0, steps=25)
+    b = train_switch(small_lm, pos, neg, seed=0, steps=25)
+    c = train_switch(small_lm, pos, neg, seed=1, steps=25)
+    assert torch.equal(a.W, b.W)
+    assert a.card["train_losses"] == b.card["train_losses"]
+    assert not torch.allclose(a.W, c.W)
+
+
+# --- progress and cancellation ----------------------------------------------------------------
+
+
+def test_progress_callback_reports_every_step(small_lm, small_data):
+    pos, neg = small_data
+    calls: list[tuple] = []
+    switch = train_switch(small_lm, pos, neg, seed=0, steps=15, progress=lambda *args: calls.append(args))
+    assert [c[0] for c in calls] == list(range(1, 16))
+    assert all(c[1] == 15 for c in calls)
+    assert all(isinstance(c[2], float) and math.isfinite(c[2]) and c[2] > 0 for c in calls)
+    assert [round(c[2], 5) for c in calls] == switch.card["train_losses"]
+
+
+def test_cancel_from_inside_the_callback(small_lm, small_data):
+    pos, neg = small_data
+    cancel = threading.Event()
+    seen: list[int] = []
+
+    def progress(step, total, loss):
+        seen.append(step)
+        if step == 3:
+            cancel.set()
+
+    with pytest.raises(TrainingCancelled, match="step 3 of 50"):
+        train_switch(small_lm, pos, neg, steps=50, progress=progress, cancel=cancel)
+    assert seen == [1, 2, 3]
+
+
+def test_cancel_with_a_callable_and_before_the_first_step(small_lm, small_data):
+    pos, neg = small_data
+    with pytest.raises(TrainingCancelled, match="step 0"):
+        train_switch(small_lm, pos, neg, steps=10, cancel=lambda: True)
+    done = threading.Event()
+    done.set()
+    with pytest.raises(TrainingCancelled):
+        train_switch(small_lm, pos, neg, steps=10, cancel=done)
+
+
+# --- bad inputs -------------------------------------------------------------------------------
+
+
+GOOD = ["the happy and good one", "a warm kind smile for all"]
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "match"),
+    [
+        (([],), {}, "no positive texts"),
+        ((None, GOOD), {}, "no positive texts"),
+        (([], GOOD), {}, "no positive texts"),
+        ((["   \t\n"],), {}, "positive text #1 is empty or whitespace"),
+        ((GOOD, ["the sad one", ""]), {}, "negative text #2 is empty"),
+        ((["the good one", "happy"],), {}, r"text #2 .* 1 token"),
+        ((["the good", 42],), {}, "not a string"),
+        ((["the good\x00one"],), {}, "NUL"),
+        ((GOOD,), {"steps": 0}, "steps must be an integer"),
+        ((GOOD,), {"steps": 10**9}, "steps must be an integer"),
+        ((GOOD,), {"steps": 2.5}, "steps must be an integer"),
+        ((GOOD, ["the sad one"]), {"labels": [1.0, 1.0]}, "2 labels for 3 texts"),
+        ((GOOD,), {"labels": [1.0, 1.5]}, r"labels must be finite numbers in \[-1, 1\]"),
+        ((GOOD,), {"labels": [-2.0, 1.0]}, r"\[-1, 1\]"),
+        ((GOOD,), {"labels": [float("nan"), 1.0]}, r"\[-1, 1\]"),
+        ((GOOD,), {"lr": 0.0}, "lr"),
+        ((GOOD,), {"eps0": float("inf")}, "eps0"),
+        ((GOOD,), {"heldout": 0.7}, "heldout"),
+        ((GOOD,), {"batch_tokens": 4}, "batch_tokens"),
+    ],
+)
+def test_bad_inputs_are_refused_with_a_clear_message(small_lm, args, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        train_switch(small_lm, *args, **kwargs)
+
+
+# --- other input shapes -----------------------------------------------------------------------
+
+
+def test_single_document(small_lm):
+    rng = random.Random(3)
+    words = sample_texts(rng, WORDS_A, 1, length=300)[0]
+    switch = train_switch(small_lm, words, steps=20, name="doc")
+    card = switch.card
+    assert switch.W.shape == (small_lm.hidden_size, small_lm.hidden_size)
+    assert torch.isfinite(switch.W).all()
+    assert card["n_positive"] == 1 and card["n_negative"] == 0
+    assert card["dummy_steer"] is False
+    # the document is longer than the context: every next token is still scored exactly once
+    assert card["tokens_train"] + card["tokens_heldout"] == 299
+    assert card["tokens_heldout"] > 0 and math.isfinite(card["heldout_gain"])
+    assert card["steps"] == 20 and len(card["train_losses"]) == 20
+    assert switch.model_fingerprint == small_lm.fingerprint and switch.name == "doc"
+
+
+def test_graded_labels(small_lm, small_data):
+    pos, neg = small_data
+    labels = [1.0] * 10 + [0.5] * 10 + [-0.5] * 10 + [-1.0] * 10
+    switch = train_switch(small_lm, pos, neg, labels=labels, steps=10)
+    assert switch.card["graded_labels"] is True
+    assert torch.isfinite(switch.W).all()
+
+
+def test_positives_only_without_heldout(small_lm, small_data):
+    pos, _ = small_data
+    switch = train_switch(small_lm, pos, steps=10, heldout=0)
+    assert switch.card["tokens_heldout"] == 0
+    assert switch.card["heldout_gain"] is None
+    assert switch.card["tokens_train"] == 20 * 9
