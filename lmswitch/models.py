@@ -81,7 +81,7 @@ class LanguageModel:
 
     @property
     def context_length(self) -> int:
-        cfg = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else self.model.config
+        cfg = self.model.config.get_text_config()
         for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
             value = getattr(cfg, key, None)
             if isinstance(value, int) and value > 0:
@@ -142,7 +142,7 @@ def model_fingerprint(model: PreTrainedModel) -> str:
     devices but changes for other weights. (A magnitude threshold would not be:
     entries next to it cross it when rounded to bfloat16.)
     """
-    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    cfg = model.config.get_text_config()
     weight = model.get_output_embeddings().weight
     vocab, d = weight.shape
     rows = torch.linspace(0, vocab - 1, steps=min(vocab, 512)).long()

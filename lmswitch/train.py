@@ -95,7 +95,6 @@ def _encode_texts(lm: LanguageModel, texts: list[str], labels: list[float], chun
     budget = 4096  # tokens per body pass
     i = 0
     while i < len(pieces):
-        width = len(pieces[i][0])
         j = i
         while j < len(pieces) and (j - i + 1) * len(pieces[j][0]) <= max(budget, len(pieces[j][0])):
             j += 1
