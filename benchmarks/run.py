@@ -91,7 +91,7 @@ def _naive_train(lm: ls.LanguageModel, text: str, steps: int, lr: float, eps0: f
     return time.perf_counter() - start
 
 
-def bench_train(lm: ls.LanguageModel, steps: int, naive_steps: int) -> dict:
+def bench_train(lm: ls.LanguageModel, steps: int, naive_steps: int) -> tuple[dict, ls.Switch]:
     text = (ROOT / "benchmarks" / "data" / "article.txt").read_text()
     start = time.perf_counter()
     switch = ls.train_switch(lm, text, steps=steps, seed=0, min_steps=steps)
@@ -112,6 +112,55 @@ def bench_train(lm: ls.LanguageModel, steps: int, naive_steps: int) -> dict:
         "ours_s_per_step": round((ours - card["hidden_state_seconds"]) / card["steps"], 3),
         "naive_total_s_for_same_steps": round(naive_total, 1),
         "speedup": round(naive_total / ours, 1),
+    }, switch
+
+
+def _median_time(fn, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def bench_lens(lm: ls.LanguageModel, switch: ls.Switch, repeats: int) -> dict:
+    """Highlight a 500-token text (ours: one body pass + two heads; naive: two full forward passes),
+    the style meter on the same text, and the SVD word lists (first call in the process, then warm)."""
+    from lmswitch.interpret import promoted_words, svd_dimensions
+    from lmswitch.meter import measure
+    from lmswitch.spans import best_spans, highlight
+
+    article = (ROOT / "benchmarks" / "data" / "article.txt").read_text()
+    ids = lm.tokenizer(article + "\n\n" + article, add_special_tokens=False).input_ids[:500]
+    text = lm.tokenizer.decode(ids)
+    n_tokens = len(lm.tokenizer(text, add_special_tokens=False).input_ids)
+
+    def naive() -> None:
+        x = torch.tensor([ids])
+        with torch.no_grad():
+            base = torch.log_softmax(lm.model(x).logits.float(), -1)
+            with ls.steer(lm, [(switch, 5.0)]):
+                steered = torch.log_softmax(lm.model(x).logits.float(), -1)
+        tgt = x[0, 1:, None]
+        delta = (steered[0, :-1].gather(1, tgt) - base[0, :-1].gather(1, tgt))[:, 0]
+        best_spans(delta.tolist(), 5, 1)
+
+    def words() -> None:
+        svd_dimensions(lm, switch, dims=10, words=20)
+        promoted_words(lm, switch, words=20)
+
+    start = time.perf_counter()
+    words()
+    cold = time.perf_counter() - start
+    return {
+        "highlight_tokens": n_tokens,
+        "highlight_s": round(_median_time(lambda: highlight(lm, switch, text, eps=5.0), repeats), 3),
+        "naive_two_forward_s": round(_median_time(naive, repeats), 3),
+        "measure_s": round(_median_time(lambda: measure(lm, switch, text), repeats), 3),
+        "svd_words_first_call_s": round(cold, 3),
+        "svd_words_warm_s": round(_median_time(words, repeats), 3),
     }
 
 
@@ -121,24 +170,30 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--naive-steps", type=int, default=10, help="naive steps actually run (the total is scaled to --steps)")
+    parser.add_argument("--dtype", default="auto", help="model dtype (auto: bfloat16 where the CPU has native support)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
     results = {"date": date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads"}
     results["load"] = bench_load()
-    lm = ls.load_model()
+    lm = ls.load_model(dtype=args.dtype)
+    results["machine"] += f", model dtype {str(lm.model.dtype).removeprefix('torch.')}"
     results["decode"] = bench_decode(lm, args.tokens, args.repeats)
-    results["train"] = bench_train(lm, args.steps, args.naive_steps)
+    results["train"], switch = bench_train(lm, args.steps, args.naive_steps)
+    results["lens"] = bench_lens(lm, switch, args.repeats)
     if args.json:
         print(json.dumps(results, indent=2))
         return
-    ld, dc, tr = results["load"], results["decode"], results["train"]
+    ld, dc, tr, le = results["load"], results["decode"], results["train"], results["lens"]
     print(f"## {results['date']} — {results['machine']}\n")
     print("| benchmark | result | target |\n|---|---|---|")
     print(f"| cached model load | {ld['cached_load_s']} s (median {ld['cached_load_median_s']} s) | ≤ 3 s |")
     print(f"| decode {dc['decode_tokens']} tokens, 3 switches vs unsteered | {dc['three_switches_s']} s vs {dc['unsteered_s']} s → ratio {dc['ratio']} | ≤ 1.03 |")
     print(f"| train from a {tr['article_words']}-word article ({tr['tokens_train']} train / {tr['tokens_heldout']} held-out tokens, {tr['steps']} steps) | {tr['ours_s']} s wall, held-out gain {tr['heldout_gain_nats_per_token']} nats/token | ≤ 15 s |")
     print(f"| same steps, naive full forward/backward ({tr['naive_steps_run']} steps run, scaled) | {tr['naive_s_per_step']} s/step vs ours {tr['ours_s_per_step']} s/step → {tr['naive_total_s_for_same_steps']} s → ours {tr['speedup']}× faster | ≥ 10× |")
+    print(f"| highlight a {le['highlight_tokens']}-token text (one body pass + two heads, median) | {le['highlight_s']} s vs naive two full forward passes {le['naive_two_forward_s']} s | ≤ 1 s |")
+    print(f"| style meter on the same text (curve of 21 points + optimum) | {le['measure_s']} s | — |")
+    print(f"| SVD + word lists (10 dims × 20 words per pole + promoted/suppressed) | first call {le['svd_words_first_call_s']} s (reference contexts, word checks), then {le['svd_words_warm_s']} s | ≤ 2 s |")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""``python -m lmswitch``: info, train, generate, sweep."""
+"""``python -m lmswitch``: info, train, generate, sweep, svd, highlight, measure."""
 
 from __future__ import annotations
 
@@ -67,9 +67,21 @@ def _add_generation_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
 
 
+def _add_text_options(p: argparse.ArgumentParser) -> None:
+    group = p.add_mutually_exclusive_group(required=True)
+    group.add_argument("--text", help="the text to analyse")
+    group.add_argument("--file", help="a UTF-8 text file to analyse")
+
+
+def _text_arg(args) -> str:
+    return read_text_file(args.file) if args.file else args.text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m lmswitch", description="Steer language models with LM-Switch switches.")
     parser.add_argument("--model", default=None, help="model alias, local folder, .gguf file or cached hub id (default: embedded SmolLM2-135M-Instruct)")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                        help="model weights dtype (auto: bfloat16 where the hardware is fast at it)")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -99,6 +111,23 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--switch", required=True)
     sw.add_argument("--eps", type=_parse_eps_list, default=[-5.0, -3.0, 0.0, 3.0, 5.0])
     _add_generation_options(sw)
+    svd = sub.add_parser("svd", help="a switch's SVD word dimensions and the words it promotes")
+    svd.add_argument("--switch", required=True)
+    svd.add_argument("--dims", type=int, default=10)
+    svd.add_argument("--words", type=int, default=20)
+
+    hl = sub.add_parser("highlight", help="the most style-indicative span(s) of a text")
+    hl.add_argument("--switch", required=True)
+    _add_text_options(hl)
+    hl.add_argument("--eps", type=float, default=5.0, help="eps in eps0 units; negative finds the switch's negative side")
+    hl.add_argument("--max-span", type=int, default=5, help="tokens per span")
+    hl.add_argument("--spans", type=int, default=1, help="number of non-overlapping spans")
+
+    me = sub.add_parser("measure", help="style meter: which eps of each switch explains a text best")
+    me.add_argument("--switch", action="append", required=True, help="repeatable")
+    _add_text_options(me)
+    me.add_argument("--points", type=int, default=21, help="grid points per switch over its recommended range")
+
     demo = sub.add_parser("demo", help="train a sentiment switch from the shipped examples and show a sweep")
     demo.add_argument("--prompt", default="My weekend was")
     demo.add_argument("--steps", type=int, default=100)
@@ -129,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
         _emit(args, data, "\n".join(lines))
         return 0
 
-    lm = load_model(args.model)
+    lm = load_model(args.model, dtype=args.dtype)
     if args.command == "info":
         data = {"name": lm.name, "source": lm.source, "fingerprint": lm.fingerprint, "hidden_size": lm.hidden_size,
                 "vocab_size": lm.vocab_size, "context_length": lm.context_length, "chat_template": lm.has_chat_template,
@@ -168,6 +197,43 @@ def run(args: argparse.Namespace) -> int:
         print(f"trained in {switch.card['seconds']:.1f} s; the same prompt and seed at five eps values:\n")
         for eps, text in sweep(lm, args.prompt, switch, [-8, -4, 0, 4, 8], seed=0, max_new_tokens=30):
             print(f"eps {eps:+5.1f} | {args.prompt}{text}")
+    elif args.command == "svd":
+        from .interpret import promoted_words, svd_dimensions
+
+        switch = load_switch(args.switch, lm)
+        dims = svd_dimensions(lm, switch, dims=args.dims, words=args.words)
+        overall = promoted_words(lm, switch, words=args.words)
+        lines = [f"{switch.name}: +eps → {switch.positive_label}, -eps → {switch.negative_label}",
+                 "promoted at +eps:  " + ", ".join(w["word"] for w in overall["promoted"]),
+                 "suppressed at +eps: " + ", ".join(w["word"] for w in overall["suppressed"]), ""]
+        for d in dims["dimensions"]:
+            lines.append(f"dim {d['index']}  σ={d['singular_value']:.3g} ({100 * d['share']:.1f}% of W)  "
+                         f"agreement {d['agreement']:.2f}  strength {d['strength']:.3g}")
+            lines.append("  ↑ " + ", ".join(w["word"] for w in d["promoted"]))
+            lines.append("  ↓ " + ", ".join(w["word"] for w in d["suppressed"]))
+        _emit(args, {**dims, "promoted": overall["promoted"], "suppressed": overall["suppressed"]}, "\n".join(lines))
+    elif args.command == "highlight":
+        from .spans import highlight
+
+        switch = load_switch(args.switch, lm)
+        h = highlight(lm, switch, _text_arg(args), eps=args.eps, max_span=args.max_span, n_spans=args.spans)
+        marked = "".join(f"[[{piece}]]" if label else piece for piece, label in h["highlighted"])
+        lines = [marked, ""] + [f"span {s['start']}:{s['end']}  Δ={s['score']:+.3f} nats  {s['text']!r}" for s in h["spans"]]
+        data = {k: h[k] for k in ("switch", "eps", "label", "spans", "total_delta", "windows")}
+        data["tokens"] = [{"text": t["text"], "start": t["start"], "end": t["end"], "delta": t["delta"]} for t in h["tokens"]]
+        _emit(args, data, "\n".join(lines))
+    elif args.command == "measure":
+        from .meter import measure
+
+        switches = [load_switch(path, lm) for path in args.switch]
+        r = measure(lm, switches, _text_arg(args), points=args.points)
+        lines = [f"{r['scored_tokens']} tokens; log-likelihood {r['base_loglik']:.4f} nats/token at eps 0, "
+                 f"{r['best_loglik']:.4f} at the best eps (gain {r['gain']:+.4f})"]
+        for row in r["switches"]:
+            lines.append(f"{row['name']}: best eps {row['best_eps']:+.2f} → {row['label'] or 'neutral'}"
+                         + ("  (at the edge of the range)" if row["at_bound"] else ""))
+            lines += [f"  eps {x:+6.2f}  {y:.4f}" for x, y in zip(row["grid"], row["loglik"], strict=True)]
+        _emit(args, r, "\n".join(lines))
     elif args.command == "sweep":
         switch = load_switch(args.switch, lm)
         rows = sweep(lm, args.prompt, switch, args.eps, seed=args.seed, **_gen_kwargs(args))

@@ -25,7 +25,8 @@ Setting = Sequence[tuple[Switch, float]]  # (switch, eps in units of that switch
 MAX_ABS_EPS = 1000.0  # in eps0 units; far beyond any useful value (the paper uses ±5)
 
 
-def _validate(lm: LanguageModel, setting: Setting) -> None:
+def check_setting(lm: LanguageModel, setting: Setting) -> None:
+    """Raise a clear error unless ``setting`` is a list of (Switch for this model, finite eps in range)."""
     for item in setting:
         if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], Switch)):
             raise TypeError(f"a steering setting is a list of (Switch, eps) pairs; got {item!r}")
@@ -121,7 +122,7 @@ def steer(lm: LanguageModel, setting: Setting) -> Iterator[None]:
     >>> with steer(lm, [(sentiment, 5.0), (detox, 3.0)]):   # doctest: +SKIP
     ...     logits = lm.model(ids).logits
     """
-    _validate(lm, setting)
+    check_setting(lm, setting)
     matrix = steering_matrix(setting)
     with _activate(lm, _Steer(matrix) if matrix is not None else None):
         yield
@@ -137,7 +138,7 @@ def steer_rows(lm: LanguageModel, settings: Sequence[Setting]) -> Iterator[None]
     if not settings:
         raise ValueError("steer_rows needs at least one row setting")
     for setting in settings:
-        _validate(lm, setting)
+        check_setting(lm, setting)
     matrices = [steering_matrix(s) for s in settings]
     if all(m is None for m in matrices):
         steer_obj = None

@@ -18,12 +18,12 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from .models import LanguageModel
+from .scoring import TokenStates, encode_texts
 from .switch import Switch
 
 ProgressCallback = Callable[[int, int, float], None]  # (step, total, loss)
@@ -33,16 +33,6 @@ MAX_STEPS = 100_000
 
 class TrainingCancelled(Exception):
     """Raised by :func:`train_switch` when its ``cancel`` event is set."""
-
-
-@dataclass
-class _Tokens:
-    """Cached training data: one row per scored token."""
-
-    hidden: torch.Tensor  # (N, d) head inputs c_t, predicting targets[t]
-    targets: torch.Tensor  # (N,) next-token ids
-    labels: torch.Tensor  # (N,) label of the text each token belongs to
-    unit: torch.Tensor  # (N,) id of the held-out unit (a text, or a block of one document)
 
 
 def _as_texts(texts: str | Sequence[str] | None, what: str) -> list[str]:
@@ -62,69 +52,7 @@ def _as_texts(texts: str | Sequence[str] | None, what: str) -> list[str]:
     return out
 
 
-def _windows(ids: list[int], length: int, overlap: int) -> list[tuple[list[int], int]]:
-    """Split a long token list into windows of ``length`` with ``overlap`` tokens of context.
-
-    Returns (window ids, index of the first target scored in it) so every token is scored once.
-    """
-    if len(ids) <= length:
-        return [(ids, 0)]
-    out, start, stride = [], 0, length - overlap
-    while True:
-        window = ids[start : start + length]
-        out.append((window, 0 if start == 0 else overlap - 1))
-        if start + length >= len(ids):
-            return out
-        start += stride
-
-
-def _encode_texts(lm: LanguageModel, texts: list[str], labels: list[float], chunk_tokens: int, block: int) -> _Tokens:
-    """One body pass over all texts (batched by length) → cached head inputs per scored token."""
-    tok = lm.tokenizer
-    length = min(chunk_tokens, lm.context_length)
-    overlap = min(64, length // 4)
-    pieces: list[tuple[list[int], int, int]] = []  # (ids, first scored target, text index)
-    for i, text in enumerate(texts):
-        ids = tok(text, add_special_tokens=False).input_ids
-        if len(ids) < 2:
-            raise ValueError(f"text #{i + 1} ({text[:40]!r}) has {len(ids)} token(s); a text needs at least 2 to learn from")
-        pieces += [(w, first, i) for w, first in _windows(ids, length, overlap)]
-    pieces.sort(key=lambda p: len(p[0]))
-    hidden, targets, lab, unit = [], [], [], []
-    position_in_text = [0] * len(texts)
-    budget = 4096  # tokens per body pass
-    i = 0
-    while i < len(pieces):
-        j = i
-        while j < len(pieces) and (j - i + 1) * len(pieces[j][0]) <= max(budget, len(pieces[j][0])):
-            j += 1
-        batch = pieces[i:j]
-        width = max(len(p[0]) for p in batch)
-        ids = torch.full((len(batch), width), tok.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for r, (w, _, _) in enumerate(batch):
-            ids[r, : len(w)] = torch.tensor(w)
-            mask[r, : len(w)] = 1
-        h = lm.final_hidden(ids, mask.to(lm.input_device))  # (b, width, d)
-        for r, (w, first, t) in enumerate(batch):
-            n = len(w) - 1  # positions 0..n-1 predict tokens 1..n
-            hidden.append(h[r, first:n].float())
-            targets.append(torch.tensor(w[first + 1 : n + 1]))
-            lab.append(torch.full((n - first,), labels[t]))
-            pos = torch.arange(position_in_text[t], position_in_text[t] + n - first)
-            position_in_text[t] += n - first
-            unit.append(t * 1_000_000 + pos // block)
-        i = j
-    head_device = lm.head.weight.device
-    return _Tokens(
-        hidden=torch.cat(hidden).to(head_device),
-        targets=torch.cat(targets).to(head_device),
-        labels=torch.cat(lab).float().to(head_device),
-        unit=torch.cat(unit),
-    )
-
-
-def _split(data: _Tokens, n_texts: int, heldout: float, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def _split(data: TokenStates, n_texts: int, heldout: float, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """Boolean masks (train, held-out). Whole texts are held out when there are enough of them,
     otherwise contiguous token blocks (one document: its hidden states keep their full context)."""
     units = data.unit if n_texts < 10 else data.unit // 1_000_000
@@ -247,7 +175,7 @@ def train_switch(
     is_cancelled = cancel.is_set if isinstance(cancel, threading.Event) else (cancel or (lambda: False))
 
     generator = torch.Generator().manual_seed(seed)
-    data = _encode_texts(lm, texts, text_labels, chunk_tokens, block=32)
+    data = encode_texts(lm, texts, text_labels, chunk_tokens, block=32)
     hidden_seconds = time.perf_counter() - start
     train_mask, held_mask = _split(data, len(texts), heldout, generator)
     if not train_mask.any():

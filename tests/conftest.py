@@ -6,8 +6,10 @@ from configs with seeded random weights and the tokenizer from a fixed word list
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -136,3 +138,49 @@ def make_lm(tokenizer) -> Callable[..., LanguageModel]:
         return build_lm(family, tokenizer=tokenizer, **kwargs)
 
     return make
+
+
+# --- the real embedded model (SmolLM2-135M-Instruct, installed offline by `make test`) -----------------
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "assets" / "examples"
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@contextmanager
+def all_threads():
+    """Real-model work is much faster on every core (the tiny-model tests run on one)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(os.cpu_count() or 1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def real_model_threads():
+    """Use in real-model test modules: ``pytestmark = pytest.mark.usefixtures("real_model_threads")``."""
+    with all_threads():
+        yield
+
+
+def lines(path: Path) -> list[str]:
+    return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="session")
+def lm() -> LanguageModel:
+    from lmswitch import load_model
+
+    return load_model()
+
+
+@pytest.fixture(scope="session")
+def sentiment(lm) -> Switch:
+    """A sentiment switch from the first 30 + 30 shipped example sentences (the last 10 + 10 are held out)."""
+    from lmswitch import train_switch
+
+    pos = lines(EXAMPLES / "sentiment_positive.txt")[:30]
+    neg = lines(EXAMPLES / "sentiment_negative.txt")[:30]
+    with all_threads():
+        return train_switch(lm, pos, neg, name="sentiment", seed=0)

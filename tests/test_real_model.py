@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -12,7 +11,8 @@ from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
 
 import lmswitch as ls
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "assets" / "examples"
+pytestmark = pytest.mark.usefixtures("real_model_threads")
+
 NEUTRAL_PROMPTS = [
     "The restaurant down the street",
     "My weekend was",
@@ -23,18 +23,6 @@ NEUTRAL_PROMPTS = [
     "Our trip to the coast",
     "The city council announced",
 ]
-
-
-@pytest.fixture(scope="module")
-def lm() -> ls.LanguageModel:
-    return ls.load_model()
-
-
-@pytest.fixture(scope="module")
-def sentiment(lm) -> ls.Switch:
-    pos = (EXAMPLES / "sentiment_positive.txt").read_text().splitlines()[:30]
-    neg = (EXAMPLES / "sentiment_negative.txt").read_text().splitlines()[:30]
-    return ls.train_switch(lm, pos, neg, name="sentiment", seed=0)
 
 
 def test_cached_load_is_fast_and_identified(lm):

@@ -1,0 +1,241 @@
+"""A text as tokens with character offsets and the head inputs that predict each token.
+
+One body pass (sliding windows for texts longer than the context) gives, for
+every token ``x_i`` of the text, the hidden state ``c`` that predicts it. All
+lens features are then cheap head computations on these cached states:
+``log P_εW(x_i | x_<i) = log softmax(E (c + M c))[x_i]`` for any steering matrix ``M``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .models import LanguageModel
+
+MAX_TEXT_CHARS = 2_000_000  # ~500k tokens; beyond this a text is almost surely not meant for one call
+WINDOW_TOKENS = 1024  # body-pass window for long texts (bounded memory on a CPU)
+HEAD_CHUNK = 256  # rows per head matmul: (256, V) float32 logits at a time
+
+
+def check_text(text: object, what: str = "text") -> str:
+    """Validate a user text: a non-empty, non-binary string of reasonable size."""
+    if not isinstance(text, str):
+        raise TypeError(f"the {what} must be a string; got {type(text).__name__}")
+    if "\x00" in text:
+        raise ValueError(f"the {what} contains NUL bytes; is it binary data?")
+    if not text.strip():
+        raise ValueError(f"the {what} is empty; give some text to score")
+    if len(text) > MAX_TEXT_CHARS:
+        raise ValueError(f"the {what} has {len(text):,} characters; the limit is {MAX_TEXT_CHARS:,}; split it into parts")
+    return text
+
+
+def windows(ids: list[int], length: int, overlap: int) -> list[tuple[list[int], int]]:
+    """Split a long token list into windows of ``length`` with ``overlap`` tokens of context.
+
+    Returns ``(window ids, index of the first position scored in it)`` so that every
+    position predicts exactly once across the windows.
+    """
+    if len(ids) <= length:
+        return [(ids, 0)]
+    out, start, stride = [], 0, length - overlap
+    while True:
+        window = ids[start : start + length]
+        out.append((window, 0 if start == 0 else overlap - 1))
+        if start + length >= len(ids):
+            return out
+        start += stride
+
+
+@dataclass
+class EncodedText:
+    """A text, its tokens, and the head input predicting each token."""
+
+    text: str
+    ids: list[int]  # the text's tokens (any prompt or BOS excluded)
+    offsets: list[tuple[int, int]]  # character span of each token in ``text``
+    hidden: torch.Tensor  # (n, d): row i is the head input that predicts ids[i]
+    scored: torch.Tensor  # (n,) bool: False for a first token with nothing before it
+    windows: int  # body passes used (> 1 for texts longer than the window)
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.ids)
+
+    def boundaries(self) -> list[int]:
+        """Non-decreasing start offsets with ``boundaries[0] == 0`` and a final ``len(text)``.
+
+        Piece ``i`` is ``text[b[i]:b[i + 1]]``: the pieces tile the text exactly, with
+        no character lost or doubled, even where several byte-level tokens share
+        one character (the later ones get an empty piece).
+        """
+        b, last = [], 0
+        for start, _ in self.offsets:
+            last = max(last, min(start, len(self.text)))
+            b.append(last)
+        if b:
+            b[0] = 0
+        return b + [len(self.text)]
+
+    def pieces(self) -> list[str]:
+        b = self.boundaries()
+        return [self.text[b[i] : b[i + 1]] for i in range(self.n_tokens)]
+
+
+def prefix_ids(lm: LanguageModel, prompt: str | None = None, chat: bool = False) -> list[int]:
+    """Token ids that come before a scored text: the prompt (optionally chat-templated), or else
+    the tokenizer's own start tokens (BOS for Llama/Gemma; none for GPT-2-style tokenizers)."""
+    tok = lm.tokenizer
+    if prompt:
+        if chat:
+            prompt = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
+        return tok(prompt, add_special_tokens=not chat).input_ids
+    with_special = tok("a", add_special_tokens=True).input_ids
+    plain = tok("a", add_special_tokens=False).input_ids
+    for k in range(len(with_special) - len(plain) + 1):
+        if with_special[k : k + len(plain)] == plain:
+            return with_special[:k]
+    return []
+
+
+def _offsets(lm: LanguageModel, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+    tok = lm.tokenizer
+    if getattr(tok, "is_fast", False):
+        enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+        return list(enc.input_ids), [tuple(o) for o in enc.offset_mapping]
+    # slow tokenizers: offsets from incremental decoding, valid when decoding gives the text back
+    ids = tok(text, add_special_tokens=False).input_ids
+    if tok.decode(ids) != text:
+        raise ValueError(f"{type(tok).__name__} gives no character offsets; load the model with a fast tokenizer")
+    offsets, prev = [], 0
+    for i in range(len(ids)):
+        end = len(tok.decode(ids[: i + 1]))
+        offsets.append((prev, end))
+        prev = end
+    return ids, offsets
+
+
+@torch.no_grad()
+def encode_text(lm: LanguageModel, text: str, *, prompt: str | None = None, chat: bool = False) -> EncodedText:
+    """Tokenize ``text`` (after an optional ``prompt``) and compute the head input predicting each token.
+
+    Texts longer than the window are scored in overlapping windows, so every token
+    keeps at least ``WINDOW_TOKENS // 4`` tokens of context.
+    """
+    check_text(text)
+    ids, offsets = _offsets(lm, text)
+    if not ids:
+        raise ValueError("the text produced no tokens")
+    prefix = prefix_ids(lm, prompt, chat)
+    seq = prefix + ids
+    length = min(lm.context_length, WINDOW_TOKENS)
+    d = lm.hidden_size
+    rows: list[torch.Tensor] = []
+    parts = windows(seq, length, length // 4)
+    for window, first in parts:
+        h = lm.final_hidden(torch.tensor([window]))[0]  # (len(window), d)
+        rows.append(h[first : len(window) - 1].float())
+    hidden_seq = torch.cat(rows) if rows else torch.zeros(0, d)  # row j predicts seq[j + 1]
+    # token i of the text is seq[len(prefix) + i], predicted by row len(prefix) + i - 1
+    first_pred = len(prefix) - 1
+    hidden = torch.zeros(len(ids), d, device=hidden_seq.device)
+    scored = torch.zeros(len(ids), dtype=torch.bool)
+    if first_pred >= 0:
+        hidden[:] = hidden_seq[first_pred : first_pred + len(ids)]
+        scored[:] = True
+    else:
+        hidden[1:] = hidden_seq[: len(ids) - 1]
+        scored[1:] = True
+    return EncodedText(text=text, ids=ids, offsets=offsets, hidden=hidden, scored=scored, windows=len(parts))
+
+
+def raw_logits(lm: LanguageModel, hidden: torch.Tensor) -> torch.Tensor:
+    """The head's output before any final soft-capping, ``(n, V)`` float32."""
+    head = lm.head
+    W = head.weight
+    out = hidden.to(W.device, W.dtype) @ W.T
+    if getattr(head, "bias", None) is not None:
+        out = out + head.bias
+    return out.float()
+
+
+def softcap(lm: LanguageModel, logits: torch.Tensor) -> torch.Tensor:
+    """Apply the model's final logit soft-capping, if it has one (Gemma 2)."""
+    cap = getattr(lm.model.config.get_text_config(), "final_logit_softcapping", None)
+    return torch.tanh(logits / cap) * cap if cap else logits
+
+
+@torch.no_grad()
+def target_logprobs(lm: LanguageModel, hidden: torch.Tensor, targets: torch.Tensor, matrices: list[torch.Tensor | None]) -> torch.Tensor:
+    """``log P(targets[i] | hidden[i])`` under each steering matrix, ``(len(matrices), n)`` float64.
+
+    ``None`` is the unsteered head; a (d, d) matrix ``M`` steers ``c → c + M c``.
+    """
+    out = torch.zeros(len(matrices), len(targets), dtype=torch.float64)
+    targets = targets.to(hidden.device)
+    for s in range(0, len(targets), HEAD_CHUNK):
+        h = hidden[s : s + HEAD_CHUNK]
+        y = targets[s : s + HEAD_CHUNK, None]
+        for k, M in enumerate(matrices):
+            hk = h if M is None else h + h @ M.to(h.device, h.dtype).T
+            logp = torch.log_softmax(softcap(lm, raw_logits(lm, hk)), dim=-1)
+            out[k, s : s + len(y)] = logp.gather(1, y)[:, 0].double().cpu()
+    return out
+
+
+@dataclass
+class TokenStates:
+    """Head inputs of many texts: one row per predicted token (training data, reference contexts)."""
+
+    hidden: torch.Tensor  # (N, d) head inputs c_t, predicting targets[t]
+    targets: torch.Tensor  # (N,) next-token ids
+    labels: torch.Tensor  # (N,) label of the text each token belongs to
+    unit: torch.Tensor  # (N,) id of the held-out unit (a text, or a block of one document)
+
+
+def encode_texts(lm: LanguageModel, texts: list[str], labels: list[float], chunk_tokens: int, block: int) -> TokenStates:
+    """One body pass over all texts (batched by length) → cached head inputs per scored token."""
+    tok = lm.tokenizer
+    length = min(chunk_tokens, lm.context_length)
+    overlap = min(64, length // 4)
+    pieces: list[tuple[list[int], int, int]] = []  # (ids, first scored target, text index)
+    for i, text in enumerate(texts):
+        ids = tok(text, add_special_tokens=False).input_ids
+        if len(ids) < 2:
+            raise ValueError(f"text #{i + 1} ({text[:40]!r}) has {len(ids)} token(s); a text needs at least 2 to learn from")
+        pieces += [(w, first, i) for w, first in windows(ids, length, overlap)]
+    pieces.sort(key=lambda p: len(p[0]))
+    hidden, targets, lab, unit = [], [], [], []
+    position_in_text = [0] * len(texts)
+    budget = 4096  # tokens per body pass
+    i = 0
+    while i < len(pieces):
+        j = i
+        while j < len(pieces) and (j - i + 1) * len(pieces[j][0]) <= max(budget, len(pieces[j][0])):
+            j += 1
+        batch = pieces[i:j]
+        width = max(len(p[0]) for p in batch)
+        ids = torch.full((len(batch), width), tok.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for r, (w, _, _) in enumerate(batch):
+            ids[r, : len(w)] = torch.tensor(w)
+            mask[r, : len(w)] = 1
+        h = lm.final_hidden(ids, mask.to(lm.input_device))  # (b, width, d)
+        for r, (w, first, t) in enumerate(batch):
+            n = len(w) - 1  # positions 0..n-1 predict tokens 1..n
+            hidden.append(h[r, first:n].float())
+            targets.append(torch.tensor(w[first + 1 : n + 1]))
+            lab.append(torch.full((n - first,), labels[t]))
+            pos = torch.arange(position_in_text[t], position_in_text[t] + n - first)
+            position_in_text[t] += n - first
+            unit.append(t * 1_000_000 + pos // block)
+        i = j
+    head_device = lm.head.weight.device
+    return TokenStates(
+        hidden=torch.cat(hidden).to(head_device),
+        targets=torch.cat(targets).to(head_device),
+        labels=torch.cat(lab).float().to(head_device),
+        unit=torch.cat(unit),
+    )

@@ -1,0 +1,112 @@
+"""Which vocabulary entries are readable words, with the tokenizers' space markers normalised.
+
+Byte-level BPE (GPT-2, Llama 3, SmolLM) marks a leading space with ``Ġ``,
+SentencePiece (Gemma, Llama 2) with ``▁``; word-level tokenizers have no marker
+at all. :func:`token_words` turns every id into its surface string and whether it
+starts a new word, so word lists and cross-model vocabulary matching do not care
+which convention a tokenizer uses.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+from .models import LanguageModel
+from .scoring import prefix_ids
+
+SPACE_MARKERS = ("Ġ", "▁", " ")  # byte-level BPE, SentencePiece, plain space
+_WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")  # letters (any script), inner apostrophes/hyphens allowed
+
+
+@dataclass(frozen=True)
+class TokenWords:
+    """Per token id: its readable surface (``""`` when not a word) and whether it starts a word."""
+
+    surface: tuple[str, ...]
+    starts_word: tuple[bool, ...]
+    continues_word: tuple[bool, ...]  # no space marker and begins with a letter or digit: glued to the previous token
+
+    def readable_ids(self, *, word_start_only: bool = True) -> list[int]:
+        """Ids of readable word tokens (see :func:`is_readable_word`)."""
+        return [i for i, w in enumerate(self.surface) if w and (self.starts_word[i] or not word_start_only)]
+
+
+def is_readable_word(surface: str, min_chars: int = 3) -> bool:
+    """A readable word: at least ``min_chars`` letters of any script, optionally joined by ``'``/``-``.
+
+    Rejects byte pieces and broken UTF-8 (``\\ufffd``), digits, punctuation,
+    whitespace, markup and mixed fragments such as ``"x2"`` or ``"</"``.
+    """
+    return len(surface) >= min_chars and _WORD.fullmatch(surface) is not None
+
+
+@lru_cache(maxsize=8)
+def token_words(tokenizer, min_chars: int = 3) -> TokenWords:
+    """Surface form and word-start flag of every token id of ``tokenizer`` (cached per tokenizer).
+
+    A token starts a word when its raw form begins with a space marker; for a
+    tokenizer that has no markers at all (word-level vocabularies) every token does.
+    Special tokens are never words.
+    """
+    n = len(tokenizer)
+    raw = tokenizer.convert_ids_to_tokens(list(range(n)))
+    special = set(tokenizer.all_special_ids)
+    has_markers = any(isinstance(t, str) and t[:1] in SPACE_MARKERS for t in raw)
+    surface, starts, continues = [], [], []
+    for i, token in enumerate(raw):
+        if not isinstance(token, str) or i in special:
+            surface.append("")
+            starts.append(False)
+            continues.append(False)
+            continue
+        marked = token[:1] in SPACE_MARKERS
+        text = tokenizer.convert_tokens_to_string([token])
+        surface.append(text.strip() if is_readable_word(text.strip(), min_chars) else "")
+        starts.append(marked or not has_markers)
+        continues.append(has_markers and not marked and text[:1].isalnum())
+    return TokenWords(surface=tuple(surface), starts_word=tuple(starts), continues_word=tuple(continues))
+
+
+_COMPLETE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+@torch.no_grad()
+def complete_words(lm: LanguageModel, ids: Sequence[int], threshold: float = 0.5) -> list[bool]:
+    """Whether each word-start token is a whole word rather than the first piece of a longer one.
+
+    Subword vocabularies hold word-start fragments such as ``" strugg"`` or
+    ``" affili"`` that only occur before a continuation piece. A token counts as a
+    whole word when the model itself, reading it alone, gives less than
+    ``threshold`` probability to a next token that continues the same word (no
+    space marker, starts with a letter or digit) after the neutral context
+    ``"This is"`` (a first position alone is a poor context). One batched forward pass per
+    call; results are cached per model. Word-level vocabularies have no
+    fragments, so every token is whole there.
+    """
+    tw = token_words(lm.tokenizer)
+    if not any(tw.continues_word):
+        return [True] * len(ids)
+    cache: dict[int, bool] = _COMPLETE.setdefault(lm, {})
+    todo = sorted({int(i) for i in ids if int(i) not in cache})
+    if todo:
+        context = torch.tensor([prefix_ids(lm) + lm.tokenizer("This is", add_special_tokens=False).input_ids])
+        shared = lm.model(input_ids=context.to(lm.input_device), use_cache=True).past_key_values  # the context, run once
+        cont = torch.zeros(lm.vocab_size, dtype=torch.bool)
+        n = min(lm.vocab_size, len(tw.continues_word))
+        cont[:n] = torch.tensor(tw.continues_word[:n])
+        for s in range(0, len(todo), 512):
+            batch = todo[s : s + 512]
+            past = copy.deepcopy(shared)
+            past.batch_repeat_interleave(len(batch))
+            logits = lm.model(input_ids=torch.tensor(batch)[:, None].to(lm.input_device), past_key_values=past, use_cache=True).logits
+            p = torch.softmax(logits[:, -1].float(), dim=-1)  # (b, V)
+            p_cont = p[:, cont.to(p.device)].sum(-1)
+            cache.update(zip(batch, (p_cont < threshold).tolist(), strict=True))
+    return [cache[int(i)] for i in ids]

@@ -1,0 +1,135 @@
+"""SVD word dimensions and promoted words: the sign convention is checked with planted switches."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import FILLER, WORDS_A, WORDS_B, random_switch
+
+import lmswitch as ls
+from lmswitch.interpret import promoted_words, reference_hidden, reference_texts, svd_dimensions
+from lmswitch.words import complete_words, is_readable_word, token_words
+
+REFERENCE = [
+    "the kind one was at the sea with all of them",
+    "she had a warm cup and they were not there when it was cold",
+    "we are in the house of the one that was here",
+    "it is what you have and what i had for all",
+]
+
+
+def planted(lm, word: str, sign: float = 1.0, scale: float = 500.0) -> ls.Switch:
+    """W = sign · scale · u vᵀ: u = the output embedding of ``word``, v = the mean reference context."""
+    E = lm.head.weight.detach().float()
+    u = E[lm.tokenizer.convert_tokens_to_ids(word)]
+    v = reference_hidden(lm, REFERENCE).mean(0)
+    W = sign * scale * torch.outer(u / u.norm(), v / v.norm())
+    return ls.Switch(W=W, name=f"plant-{word}", model_name=lm.name, model_fingerprint=lm.fingerprint)
+
+
+def mean_logprob(lm, switch: ls.Switch, eps: float, word: str) -> float:
+    """Ground truth: the mean log-probability of ``word`` over the reference contexts, steered at ``eps``."""
+    target = lm.tokenizer.convert_tokens_to_ids(word)
+    ids = lm.tokenizer(REFERENCE, return_tensors="pt", padding=True)
+    with torch.no_grad(), ls.steer(lm, [(switch, eps)]):
+        logp = torch.log_softmax(lm.model(**ids).logits.float(), -1)[..., target]
+    return float(logp[ids.attention_mask.bool()].mean())
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_planted_direction_promotes_its_word_at_positive_eps(tiny_lm, sign):
+    word = "grief"
+    switch = planted(tiny_lm, word, sign)
+    truth_up = mean_logprob(tiny_lm, switch, 5.0, word) > mean_logprob(tiny_lm, switch, 0.0, word)
+    assert truth_up == (sign > 0)  # the plant does what we say it does
+
+    top = svd_dimensions(tiny_lm, switch, dims=1, words=5, reference=REFERENCE)["dimensions"][0]
+    promoted = [w["word"] for w in top["promoted"]]
+    suppressed = [w["word"] for w in top["suppressed"]]
+    assert (promoted[0] if truth_up else suppressed[0]) == word
+    assert word not in (suppressed if truth_up else promoted)
+    assert top["agreement"] > 0.5  # most reference contexts have v·c of the mean's sign (v is that mean)
+
+    overall = promoted_words(tiny_lm, switch, words=5, reference=REFERENCE)
+    assert (overall["promoted"] if truth_up else overall["suppressed"])[0]["word"] == word
+
+
+def test_rank_two_plant_gives_two_directions_in_order(gpt2_lm):
+    """Two planted directions with different strengths come out as dims 0 and 1, each with its own word."""
+    lm = gpt2_lm
+    E = lm.head.weight.detach().float()
+    C = reference_hidden(lm, REFERENCE)
+    v1 = C.mean(0) / C.mean(0).norm()
+    v2 = torch.randn(lm.hidden_size, generator=torch.Generator().manual_seed(0))
+    v2 = v2 - (v2 @ v1) * v1
+    v2 = v2 / v2.norm()
+    if (C @ v2).mean() < 0:
+        v2 = -v2
+    u1 = E[lm.tokenizer.convert_tokens_to_ids("love")]
+    u2 = E[lm.tokenizer.convert_tokens_to_ids("hate")]
+    u2 = u2 - (u2 @ u1) / (u1 @ u1) * u1  # orthogonal word sides keep the SVD exact
+    W = 900 * torch.outer(u1 / u1.norm(), v1) - 300 * torch.outer(u2 / u2.norm(), v2)
+    switch = ls.Switch(W=W, name="two", model_name=lm.name, model_fingerprint=lm.fingerprint)
+    d = svd_dimensions(lm, switch, dims=2, words=3, reference=REFERENCE)
+    first, second = d["dimensions"]
+    assert first["singular_value"] == pytest.approx(900, rel=1e-4) and second["singular_value"] == pytest.approx(300, rel=1e-4)
+    assert first["promoted"][0]["word"] == "love"
+    assert second["suppressed"][0]["word"] == "hate"  # the −300 direction pushes 'hate' down at positive eps
+    assert d["singular_values"][:2] == pytest.approx([900, 300], rel=1e-4)
+    assert sum(x["share"] for x in d["dimensions"]) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_word_lists_hold_only_readable_distinct_words(gpt2_lm):
+    d = svd_dimensions(gpt2_lm, random_switch(gpt2_lm, seed=0), dims=3, words=8, reference=REFERENCE)
+    for dim in d["dimensions"]:
+        words = [w["word"] for w in dim["promoted"] + dim["suppressed"]]
+        assert all(is_readable_word(w) for w in words)
+        assert len({w["word"].lower() for w in dim["promoted"]}) == len(dim["promoted"]) == 8
+        scores = [w["score"] for w in dim["promoted"]]
+        assert scores == sorted(scores, reverse=True)
+    valid = set(WORDS_A + WORDS_B + FILLER)
+    assert all(w["word"] in valid for dim in d["dimensions"] for w in dim["promoted"])
+
+
+@pytest.mark.parametrize(
+    ("surface", "ok"),
+    [
+        ("wonderful", True), ("Zürich", True), ("don't", True), ("well-known", True), ("日本語", True),
+        ("ok", False), ("x2", False), ("</", False), ("...", False), ("", False), ("\ufffd\ufffd\ufffd", False),
+        ("   ", False), ("123", False), ("_init", False), ("-ing", False),
+    ],
+)
+def test_readable_word_filter(surface, ok):
+    assert is_readable_word(surface) is ok
+
+
+def test_token_words_on_a_word_level_vocabulary(tokenizer):
+    tw = token_words(tokenizer)
+    assert tw.surface[tokenizer.convert_tokens_to_ids("happy")] == "happy"
+    assert tw.surface[tokenizer.convert_tokens_to_ids("of")] == ""  # too short
+    assert tw.surface[tokenizer.eos_token_id] == ""  # special tokens are never words
+    assert not any(tw.continues_word)  # no space markers: every token is a whole word
+    assert all(tw.starts_word[i] for i in tw.readable_ids())
+
+
+def test_word_level_tokens_are_complete_words(gpt2_lm):
+    ids = gpt2_lm.tokenizer.convert_tokens_to_ids(["happy", "grief"])
+    assert complete_words(gpt2_lm, ids) == [True, True]
+
+
+def test_bundled_reference_texts_are_varied():
+    texts = reference_texts()
+    assert len(texts) >= 30 and len({t.split()[0] for t in texts}) >= 15
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [(dict(dims=0), "dims"), (dict(dims=500), "dims"), (dict(words=0), "words"), (dict(reference=[" "]), "reference")])
+def test_bad_arguments_are_refused(gpt2_lm, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        svd_dimensions(gpt2_lm, random_switch(gpt2_lm, seed=0), **kwargs)
+
+
+def test_switch_for_another_model_is_refused(gpt2_lm, llama_lm):
+    with pytest.raises(ValueError, match="made for"):
+        svd_dimensions(llama_lm, random_switch(gpt2_lm, seed=0), reference=REFERENCE)
+    with pytest.raises(ValueError, match="made for"):
+        promoted_words(llama_lm, random_switch(gpt2_lm, seed=0), reference=REFERENCE)

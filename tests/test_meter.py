@@ -1,0 +1,101 @@
+"""Style meter: the likelihood curve against full forward passes, the optimum, and planted styles."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import random_switch
+
+import lmswitch as ls
+from lmswitch.meter import measure
+
+TEXT = "the kind and warm people smile with joy but the cold and cruel one was bitter"
+
+
+def strong_switch(lm, seed: int) -> ls.Switch:
+    return random_switch(lm, seed=seed, scale=50.0, eps_range=(-20.0, 20.0))
+
+
+def mean_loglik(lm, setting, text) -> float:
+    """Mean log-likelihood per predicted token from a full steered forward pass."""
+    ids = lm.tokenizer(text, return_tensors="pt").input_ids
+    with torch.no_grad(), ls.steer(lm, setting):
+        logp = torch.log_softmax(lm.model(ids).logits.float(), -1)
+    return float(logp[0, :-1].gather(1, ids[0, 1:, None]).mean())
+
+
+def test_curve_matches_full_forward_passes(tiny_lm):
+    switch = strong_switch(tiny_lm, 1)
+    r = measure(tiny_lm, switch, TEXT, grid=[-10.0, 0.0, 7.5])
+    row = r["switches"][0]
+    expected = [mean_loglik(tiny_lm, [(switch, e)], TEXT) for e in row["grid"]]
+    assert row["loglik"] == pytest.approx(expected, abs=1e-4)
+    assert r["base_loglik"] == pytest.approx(expected[1], abs=1e-4)
+    assert r["scored_tokens"] == r["tokens"] - 1
+
+
+def test_best_eps_is_the_maximum_of_a_fine_grid(gpt2_lm):
+    switch = strong_switch(gpt2_lm, 2)
+    fine = [x / 4 for x in range(-80, 81)]
+    r = measure(gpt2_lm, switch, TEXT, grid=fine)
+    row = r["switches"][0]
+    grid_best = max(zip(row["loglik"], row["grid"], strict=True))
+    assert abs(row["best_eps"] - grid_best[1]) <= 0.25 + 1e-6
+    assert r["best_loglik"] >= grid_best[0] - 1e-6
+    assert r["gain"] >= 0
+
+
+def sample(lm, setting, seed: int) -> str:
+    return ls.generate(lm, "the", setting, max_new_tokens=60, temperature=1.0, top_p=1.0, seed=seed)[0]
+
+
+@pytest.mark.parametrize("eps", [-12.0, 12.0])
+def test_text_written_at_an_eps_prefers_that_eps(gpt2_lm, eps):
+    """Text sampled from the model steered at ε is explained best near that ε (the MLE of ε)."""
+    switch = strong_switch(gpt2_lm, 3)
+    found = [measure(gpt2_lm, switch, "the " + sample(gpt2_lm, [(switch, eps)], seed))["switches"][0]["best_eps"] for seed in range(4)]
+    assert all((f > 0) == (eps > 0) for f in found), found
+    assert abs(sum(found) / len(found) - eps) < 6, found
+
+
+def test_two_switches_are_measured_jointly(gpt2_lm):
+    a, b = strong_switch(gpt2_lm, 4), strong_switch(gpt2_lm, 5)
+    a.name, b.name = "a", "b"
+    text = "the " + sample(gpt2_lm, [(a, 12.0), (b, -12.0)], seed=0)
+    r = measure(gpt2_lm, [a, b], text)
+    best = {row["name"]: row["best_eps"] for row in r["switches"]}
+    assert best["a"] > 0 > best["b"], best
+    assert r["switches"][0]["label"] == "positive" and r["switches"][1]["label"] == "negative"
+    assert len(r["switches"][0]["grid"]) == 21 and r["switches"][0]["grid"][0] == -20.0
+
+
+def test_optimum_stays_inside_the_bound(gpt2_lm):
+    switch = strong_switch(gpt2_lm, 3)
+    text = "the " + sample(gpt2_lm, [(switch, 20.0)], seed=0)
+    row = measure(gpt2_lm, switch, text, bound=2.0)["switches"][0]
+    assert -2.0 <= row["best_eps"] <= 2.0
+    assert row["at_bound"] == (abs(row["best_eps"]) > 1.99)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "match"),
+    [
+        (("",), {}, "empty"),
+        (("the\x00",), {}, "NUL"),
+        (("the",), {}, "single token"),
+        ((TEXT,), {"grid": []}, "grid"),
+        ((TEXT,), {"grid": [float("nan")]}, "grid"),
+        ((TEXT,), {"points": 1}, "points"),
+        ((TEXT,), {"bound": -1.0}, "bound"),
+    ],
+)
+def test_bad_input_is_refused(gpt2_lm, args, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        measure(gpt2_lm, strong_switch(gpt2_lm, 0), *args, **kwargs)
+
+
+def test_no_switch_or_wrong_model_is_refused(gpt2_lm, llama_lm):
+    with pytest.raises(ValueError, match="at least one switch"):
+        measure(gpt2_lm, [], TEXT)
+    with pytest.raises(ValueError, match="made for"):
+        measure(llama_lm, strong_switch(gpt2_lm, 0), TEXT)

@@ -1,0 +1,200 @@
+"""Highlighting: the exact span DP, Δ per token against full steered forward passes, offsets, token changes."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+from conftest import CONTEXT, random_switch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lmswitch as ls
+from lmswitch.spans import best_spans, highlight, token_changes
+
+
+def brute_force(scores: list[float], max_span: int, n_spans: int) -> float:
+    """Best total over every set of exactly min(n_spans, n) non-overlapping spans of length ≤ max_span."""
+    n = len(scores)
+    k = min(n_spans, n)
+    spans = [(a, b) for a in range(n) for b in range(a + 1, min(n, a + max_span) + 1)]
+    best = -math.inf
+    for combo in itertools.combinations(spans, k):
+        ordered = sorted(combo)
+        if all(ordered[i][1] <= ordered[i + 1][0] for i in range(k - 1)):
+            best = max(best, sum(sum(scores[a:b]) for a, b in ordered))
+    return best
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    scores=st.lists(st.floats(-10, 10, allow_nan=False, width=32), min_size=1, max_size=11),
+    max_span=st.integers(1, 4),
+    n_spans=st.integers(1, 3),
+)
+def test_dp_equals_brute_force(scores, max_span, n_spans):
+    spans = best_spans(scores, max_span, n_spans)
+    assert len(spans) == min(n_spans, len(scores))
+    for (a, b, total), nxt in zip(spans, spans[1:] + [(len(scores), None, None)], strict=True):
+        assert 0 <= a < b <= nxt[0] and b - a <= max_span
+        assert total == pytest.approx(sum(scores[a:b]), abs=1e-6)
+    assert sum(t for _, _, t in spans) == pytest.approx(brute_force(scores, max_span, n_spans), abs=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_planted_span_is_found(seed):
+    rng = np.random.default_rng(seed)
+    n, L = int(rng.integers(20, 200)), int(rng.integers(1, 8))
+    scores = rng.normal(0, 0.3, n)
+    start = int(rng.integers(0, n - L + 1))
+    scores[start : start + L] += 5.0
+    assert best_spans(scores.tolist(), max_span=L) == [(start, start + L, pytest.approx(scores[start : start + L].sum()))]
+
+
+def test_several_planted_spans_are_found():
+    scores = [0.0] * 40
+    for a in (3, 17, 30):
+        scores[a : a + 2] = [4.0, 4.0]
+    assert [(a, b) for a, b, _ in best_spans(scores, max_span=2, n_spans=3)] == [(3, 5), (17, 19), (30, 32)]
+
+
+@pytest.mark.parametrize("bad", [dict(max_span=0), dict(max_span=-1), dict(n_spans=0), dict(max_span=2.5)])
+def test_bad_span_arguments_are_refused(bad):
+    with pytest.raises(ValueError, match="max_span|n_spans"):
+        best_spans([1.0, 2.0], **bad)
+
+
+def test_non_finite_scores_are_refused():
+    with pytest.raises(ValueError, match="finite"):
+        best_spans([1.0, float("nan")])
+
+
+def _text(words: list[str]) -> str:
+    return " ".join(words)
+
+
+TEXT = "the kind and warm people smile with joy , but the cold and cruel one was bitter"
+
+
+def _deltas_by_forward(lm, setting, text):
+    """Δ_i from two full forward passes (no cached states): the reference for the lens code."""
+    ids = lm.tokenizer(text, return_tensors="pt").input_ids
+    with torch.no_grad():
+        base = torch.log_softmax(lm.model(ids).logits.float(), -1)
+        with ls.steer(lm, setting):
+            steered = torch.log_softmax(lm.model(ids).logits.float(), -1)
+    tgt = ids[0, 1:]
+    rows = torch.arange(len(tgt))
+    return [0.0] + (steered[0, rows, tgt] - base[0, rows, tgt]).tolist()
+
+
+def test_token_deltas_match_full_steered_forward(tiny_lm):
+    switch = random_switch(tiny_lm, seed=3, scale=2.0)
+    h = highlight(tiny_lm, switch, TEXT, eps=40.0)
+    expected = _deltas_by_forward(tiny_lm, [(switch, 40.0)], TEXT)
+    assert [t["delta"] for t in h["tokens"]] == pytest.approx(expected, abs=1e-4)
+    assert not h["tokens"][0]["scored"] and all(t["scored"] for t in h["tokens"][1:])
+    assert max(abs(x) for x in expected) > 1e-2  # the switch really changes something
+
+
+def test_planted_switch_highlights_the_promoted_word(gpt2_lm):
+    """W = u vᵀ with u the output embedding of 'cruel' and v the mean context → 'cruel' lights up."""
+    lm = gpt2_lm
+    target = lm.tokenizer.convert_tokens_to_ids("cruel")
+    E = lm.head.weight.detach()
+    ids = lm.tokenizer(TEXT, return_tensors="pt").input_ids
+    c = lm.final_hidden(ids)[0]
+    W = 2000 * torch.outer(E[target] / E[target].norm(), c.mean(0) / c.mean(0).norm())
+    switch = ls.Switch(W=W, name="cruel", model_name=lm.name, model_fingerprint=lm.fingerprint)
+    h = highlight(lm, switch, TEXT, eps=5.0, max_span=1)
+    assert h["spans"][0]["text"] == "cruel"
+    assert h["highlighted"] == [(TEXT[: TEXT.index("cruel")], None), ("cruel", "positive"), (TEXT[TEXT.index("cruel") + 5 :], None)]
+
+
+TRICKY = [
+    "  the kind 😀 one  ",
+    "héllo wörld — the 日本語 text\r\nwith\ttabs and ｆｕｌｌｗｉｄｔｈ",
+    "e\u0301 (combining accent) and the 👩‍👩‍👧 family, kind",
+    "mixed عربي and עברית with the kind one",
+]
+
+
+@pytest.mark.parametrize("text", TRICKY)
+def test_offsets_reassemble_the_exact_text(gpt2_lm, text):
+    switch = random_switch(gpt2_lm, seed=1, scale=0.5)
+    h = highlight(gpt2_lm, switch, text, n_spans=2, max_span=2)
+    assert "".join(t["text"] for t in h["tokens"]) == text
+    assert "".join(p for p, _ in h["highlighted"]) == text
+    assert "".join(p for p, _ in h["heatmap"]) == text
+    for s in h["spans"]:
+        assert text[s["start"] : s["end"]] == s["text"]
+    assert all(-1 <= v <= 1 for _, v in h["heatmap"])
+
+
+def test_long_text_is_scored_in_windows(gpt2_lm):
+    """A text longer than the context: every token still gets its exact Δ (each window has full context)."""
+    switch = random_switch(gpt2_lm, seed=2)
+    words = (TEXT.split() * 12)[: CONTEXT * 3]
+    text = _text(words)
+    h = highlight(gpt2_lm, switch, text, eps=20.0)
+    assert h["windows"] > 1 and len(h["tokens"]) == len(words)
+    assert all(math.isfinite(t["delta"]) for t in h["tokens"])
+    # the first window's tokens equal a direct forward pass on that prefix
+    head = _text(words[: CONTEXT - 1])
+    expected = _deltas_by_forward(gpt2_lm, [(switch, 20.0)], head)
+    assert [t["delta"] for t in h["tokens"][: len(expected)]] == pytest.approx(expected, abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("text", "kwargs", "match"),
+    [
+        ("", {}, "empty"),
+        ("   \n ", {}, "empty"),
+        ("the kind\x00 one", {}, "NUL"),
+        (TEXT, {"max_span": 0}, "max_span"),
+        (TEXT, {"n_spans": 0}, "n_spans"),
+        (TEXT, {"eps": float("nan")}, "eps"),
+        (TEXT, {"eps": 0.0}, "eps"),
+        (TEXT, {"eps": 5000.0}, "out of range"),
+    ],
+)
+def test_bad_highlight_input_is_refused(gpt2_lm, text, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        highlight(gpt2_lm, random_switch(gpt2_lm, seed=0), text, **kwargs)
+
+
+def test_switch_for_another_model_is_refused(gpt2_lm, llama_lm):
+    with pytest.raises(ValueError, match="made for"):
+        highlight(llama_lm, random_switch(gpt2_lm, seed=0), TEXT)
+
+
+def test_token_changes_match_forward_and_rank_alternatives(tiny_lm):
+    switch = random_switch(tiny_lm, seed=5, scale=2.0)
+    setting = [(switch, 40.0)]
+    rows = token_changes(tiny_lm, setting, TEXT, top=3, among=None)
+    assert "".join(r["text"] for r in rows) == TEXT
+    assert [r["delta"] for r in rows] == pytest.approx(_deltas_by_forward(tiny_lm, setting, TEXT), abs=1e-4)
+    for r in rows[1:]:
+        ups = [a["delta"] for a in r["promoted"]]
+        downs = [a["delta"] for a in r["demoted"]]
+        assert ups == sorted(ups, reverse=True) and downs == sorted(downs)
+        assert ups[0] >= r["delta"] >= downs[0] - 1e-6  # the chosen token lies within the extremes
+        assert r["logp_steered"] - r["logp_base"] == pytest.approx(r["delta"], abs=1e-5)
+
+
+def test_token_changes_with_zero_eps_change_nothing(gpt2_lm):
+    rows = token_changes(gpt2_lm, [(random_switch(gpt2_lm, seed=1), 0.0)], TEXT, prompt="she was")
+    assert all(r["delta"] == 0.0 for r in rows)
+    assert all(a["delta"] == 0.0 for r in rows for a in r["promoted"])
+
+
+def test_token_changes_condition_on_the_prompt(gpt2_lm):
+    """With a prompt, the first text token is scored, and its context is the prompt."""
+    switch = random_switch(gpt2_lm, seed=4, scale=2.0)
+    rows = token_changes(gpt2_lm, [(switch, 30.0)], "kind one", prompt="the warm")
+    assert rows[0]["scored"]
+    full = _deltas_by_forward(gpt2_lm, [(switch, 30.0)], "the warm kind one")
+    assert [r["delta"] for r in rows] == pytest.approx(full[2:], abs=1e-4)
