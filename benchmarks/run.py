@@ -13,6 +13,7 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from datetime import date
 from pathlib import Path
@@ -75,7 +76,7 @@ def _naive_train(lm: ls.LanguageModel, text: str, steps: int, lr: float, eps0: f
 
     def hook(_module, args):
         c = args[0]
-        return (c + eps0 * c @ W.T,)
+        return (c + eps0 * c @ W.T.to(c.dtype),)
 
     handle = lm.head.register_forward_pre_hook(hook)
     start = time.perf_counter()
@@ -151,15 +152,31 @@ def bench_lens(lm: ls.LanguageModel, switch: ls.Switch, repeats: int) -> dict:
         svd_dimensions(lm, switch, dims=10, words=20)
         promoted_words(lm, switch, words=20)
 
-    start = time.perf_counter()
-    words()
-    cold = time.perf_counter() - start
+    def first_call(lens_cache: Path | None) -> float:
+        """One call with the in-memory caches cleared; ``lens_cache`` replaces the on-disk lens cache."""
+        ls.interpret._REFERENCE_CACHE.clear()
+        ls.words._COMPLETE.clear()
+        saved = ls.interpret.cache_dir, ls.words.cache_dir
+        if lens_cache is not None:
+            ls.interpret.cache_dir = ls.words.cache_dir = lambda: lens_cache
+        try:
+            start = time.perf_counter()
+            words()
+            return time.perf_counter() - start
+        finally:
+            ls.interpret.cache_dir, ls.words.cache_dir = saved
+
+    with tempfile.TemporaryDirectory() as empty:
+        never = first_call(Path(empty))
+    words()  # fill the real on-disk cache for this switch
+    new_process = first_call(None)
     return {
         "highlight_tokens": n_tokens,
         "highlight_s": round(_median_time(lambda: highlight(lm, switch, text, eps=5.0), repeats), 3),
         "naive_two_forward_s": round(_median_time(naive, repeats), 3),
         "measure_s": round(_median_time(lambda: measure(lm, switch, text), repeats), 3),
-        "svd_words_first_call_s": round(cold, 3),
+        "svd_words_first_use_on_machine_s": round(never, 3),
+        "svd_words_new_process_s": round(new_process, 3),
         "svd_words_warm_s": round(_median_time(words, repeats), 3),
     }
 
@@ -181,6 +198,9 @@ def main() -> None:
     results["decode"] = bench_decode(lm, args.tokens, args.repeats)
     results["train"], switch = bench_train(lm, args.steps, args.naive_steps)
     results["lens"] = bench_lens(lm, switch, args.repeats)
+    if lm.model.dtype != torch.float32:  # the naive loop gains more from bf16 than the head-only steps: show both
+        del lm
+        results["train_float32"], _ = bench_train(ls.load_model(dtype="float32"), args.steps, args.naive_steps)
     if args.json:
         print(json.dumps(results, indent=2))
         return
@@ -191,9 +211,12 @@ def main() -> None:
     print(f"| decode {dc['decode_tokens']} tokens, 3 switches vs unsteered | {dc['three_switches_s']} s vs {dc['unsteered_s']} s → ratio {dc['ratio']} | ≤ 1.03 |")
     print(f"| train from a {tr['article_words']}-word article ({tr['tokens_train']} train / {tr['tokens_heldout']} held-out tokens, {tr['steps']} steps) | {tr['ours_s']} s wall, held-out gain {tr['heldout_gain_nats_per_token']} nats/token | ≤ 15 s |")
     print(f"| same steps, naive full forward/backward ({tr['naive_steps_run']} steps run, scaled) | {tr['naive_s_per_step']} s/step vs ours {tr['ours_s_per_step']} s/step → {tr['naive_total_s_for_same_steps']} s → ours {tr['speedup']}× faster | ≥ 10× |")
+    if "train_float32" in results:
+        t32 = results["train_float32"]
+        print(f"| the same two trainings with the model in float32 | ours {t32['ours_s']} s; naive {t32['naive_s_per_step']} s/step vs ours {t32['ours_s_per_step']} s/step → ours {t32['speedup']}× faster | ≥ 10× |")
     print(f"| highlight a {le['highlight_tokens']}-token text (one body pass + two heads, median) | {le['highlight_s']} s vs naive two full forward passes {le['naive_two_forward_s']} s | ≤ 1 s |")
     print(f"| style meter on the same text (curve of 21 points + optimum) | {le['measure_s']} s | — |")
-    print(f"| SVD + word lists (10 dims × 20 words per pole + promoted/suppressed) | first call {le['svd_words_first_call_s']} s (reference contexts, word checks), then {le['svd_words_warm_s']} s | ≤ 2 s |")
+    print(f"| SVD + word lists (10 dims × 20 words per pole + promoted/suppressed) | {le['svd_words_warm_s']} s warm; {le['svd_words_new_process_s']} s in a new process (states from the disk cache); {le['svd_words_first_use_on_machine_s']} s on first use on a machine (reference pass + word checks) | ≤ 2 s |")
 
 
 if __name__ == "__main__":

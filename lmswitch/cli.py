@@ -77,46 +77,60 @@ def _text_arg(args) -> str:
     return read_text_file(args.file) if args.file else args.text
 
 
+def _add_common_options(p: argparse.ArgumentParser, defaults: bool) -> None:
+    """--model/--dtype/--json, accepted before or after the subcommand (the subcommand's value wins)."""
+    d = (lambda value: value) if defaults else (lambda value: argparse.SUPPRESS)
+    p.add_argument("--model", default=d(None), help="model alias, local folder, .gguf file or cached hub id (default: embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--dtype", default=d("auto"), choices=["auto", "float32", "bfloat16", "float16"],
+                   help="model weights dtype (auto: bfloat16 where the hardware is fast at it)")
+    p.add_argument("--json", action="store_true", default=d(False), help="print machine-readable JSON")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m lmswitch", description="Steer language models with LM-Switch switches.")
-    parser.add_argument("--model", default=None, help="model alias, local folder, .gguf file or cached hub id (default: embedded SmolLM2-135M-Instruct)")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                        help="model weights dtype (auto: bfloat16 where the hardware is fast at it)")
-    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    _add_common_options(parser, defaults=True)
     sub = parser.add_subparsers(dest="command", required=True)
 
     info = sub.add_parser("info", help="show the model, or a switch file's card")
+    _add_common_options(info, defaults=False)
     info.add_argument("--switch", help="a .safetensors switch file to describe")
 
     train = sub.add_parser("train", help="train a switch from example texts")
+    _add_common_options(train, defaults=False)
     train.add_argument("--positive", required=True, help="text file: one example per line (or one document with --document)")
     train.add_argument("--negative", help="text file of contrasting examples")
     train.add_argument("--document", action="store_true", help="treat each file as one whole document")
     train.add_argument("--out", required=True, help="output .safetensors path")
     train.add_argument("--name", default=None)
     train.add_argument("--description", default="")
+    train.add_argument("--positive-label", default="positive", help="what +eps moves toward (e.g. non-toxic)")
+    train.add_argument("--negative-label", default="negative", help="what -eps moves toward (e.g. toxic)")
     train.add_argument("--steps", type=int, default=200)
     train.add_argument("--lr", type=float, default=1e-2)
     train.add_argument("--l2", type=float, default=0.0)
     train.add_argument("--seed", type=int, default=0)
 
     gen = sub.add_parser("generate", help="generate text with switches")
+    _add_common_options(gen, defaults=False)
     gen.add_argument("--prompt", required=True)
     gen.add_argument("--switch", action="append", default=[], type=_parse_switch_arg, metavar="S.safetensors=EPS", help="repeatable; EPS in eps0 units (default 5)")
     gen.add_argument("--samples", type=int, default=1)
     _add_generation_options(gen)
 
     sw = sub.add_parser("sweep", help="one prompt at several eps values of one switch, one batched call")
+    _add_common_options(sw, defaults=False)
     sw.add_argument("--prompt", required=True)
     sw.add_argument("--switch", required=True)
     sw.add_argument("--eps", type=_parse_eps_list, default=[-5.0, -3.0, 0.0, 3.0, 5.0])
     _add_generation_options(sw)
     svd = sub.add_parser("svd", help="a switch's SVD word dimensions and the words it promotes")
+    _add_common_options(svd, defaults=False)
     svd.add_argument("--switch", required=True)
     svd.add_argument("--dims", type=int, default=10)
     svd.add_argument("--words", type=int, default=20)
 
     hl = sub.add_parser("highlight", help="the most style-indicative span(s) of a text")
+    _add_common_options(hl, defaults=False)
     hl.add_argument("--switch", required=True)
     _add_text_options(hl)
     hl.add_argument("--eps", type=float, default=5.0, help="eps in eps0 units; negative finds the switch's negative side")
@@ -124,11 +138,13 @@ def build_parser() -> argparse.ArgumentParser:
     hl.add_argument("--spans", type=int, default=1, help="number of non-overlapping spans")
 
     me = sub.add_parser("measure", help="style meter: which eps of each switch explains a text best")
+    _add_common_options(me, defaults=False)
     me.add_argument("--switch", action="append", required=True, help="repeatable")
     _add_text_options(me)
     me.add_argument("--points", type=int, default=21, help="grid points per switch over its recommended range")
 
     demo = sub.add_parser("demo", help="train a sentiment switch from the shipped examples and show a sweep")
+    _add_common_options(demo, defaults=False)
     demo.add_argument("--prompt", default="My weekend was")
     demo.add_argument("--steps", type=int, default=100)
     return parser
@@ -175,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
                 bar.set_postfix(loss=f"{loss:.4f}")
 
             switch = train_switch(lm, positive, negative, name=args.name or Path(args.out).stem, description=args.description,
-                                  steps=args.steps, lr=args.lr, l2=args.l2, seed=args.seed, progress=progress)
+                                  positive_label=args.positive_label, negative_label=args.negative_label, steps=args.steps, lr=args.lr, l2=args.l2, seed=args.seed, progress=progress)
         switch.save(args.out)
         card = {k: v for k, v in switch.card.items() if "losses" not in k}
         gain = card["heldout_gain"]
@@ -230,7 +246,8 @@ def run(args: argparse.Namespace) -> int:
         lines = [f"{r['scored_tokens']} tokens; log-likelihood {r['base_loglik']:.4f} nats/token at eps 0, "
                  f"{r['best_loglik']:.4f} at the best eps (gain {r['gain']:+.4f})"]
         for row in r["switches"]:
-            lines.append(f"{row['name']}: best eps {row['best_eps']:+.2f} → {row['label'] or 'neutral'}"
+            lines.append(f"{row['name']}: best eps {row['best_eps']:+.2f} → {row['label'] or 'neutral'} "
+                         f"(evidence {row['evidence_nats']:.2f} nats)"
                          + ("  (at the edge of the range)" if row["at_bound"] else ""))
             lines += [f"  eps {x:+6.2f}  {y:.4f}" for x, y in zip(row["grid"], row["loglik"], strict=True)]
         _emit(args, r, "\n".join(lines))
@@ -245,6 +262,9 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     warnings.simplefilter("ignore", FutureWarning)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Loading weights" bars are noise on a command line
     try:
         return run(args)
     except (ValueError, FileNotFoundError) as err:  # SwitchFileError is a ValueError

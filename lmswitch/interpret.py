@@ -14,12 +14,16 @@ from the hidden states of real reference texts, not guessed.
 
 from __future__ import annotations
 
+import hashlib
+import os
+import tempfile
 import weakref
 from importlib import resources
 
 import torch
+from safetensors.torch import load_file, save_file
 
-from .models import LanguageModel
+from .models import LanguageModel, cache_dir
 from .scoring import encode_texts
 from .switch import Switch
 from .words import complete_words, token_words
@@ -37,16 +41,43 @@ def reference_texts() -> list[str]:
 
 
 def reference_hidden(lm: LanguageModel, texts: list[str] | None = None) -> torch.Tensor:
-    """Head inputs ``c`` over reference texts, ``(N, d)`` float32 (the bundled set is cached per model)."""
+    """Head inputs ``c`` over reference texts, ``(N, d)`` float32.
+
+    The bundled set's states are cached per model, in memory and on disk under
+    :func:`~lmswitch.models.cache_dir` (keyed by weights, dtype and text).
+    """
     if texts is None:
         cached = _REFERENCE_CACHE.get(lm)
         if cached is None:
-            cached = _REFERENCE_CACHE[lm] = reference_hidden(lm, reference_texts())
+            cached = _REFERENCE_CACHE[lm] = _bundled_reference_hidden(lm)
         return cached
     texts = [t for t in texts if isinstance(t, str) and t.strip()]
     if not texts:
         raise ValueError("give at least one non-empty reference text")
     return encode_texts(lm, texts, [0.0] * len(texts), chunk_tokens=512, block=32).hidden
+
+
+def _bundled_reference_hidden(lm: LanguageModel) -> torch.Tensor:
+    texts = reference_texts()
+    digest = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:12]
+    dtype = str(lm.model.dtype).removeprefix("torch.")
+    path = cache_dir() / "lens" / f"reference-{lm.fingerprint}-{dtype}-{digest}.safetensors"
+    try:
+        hidden = load_file(str(path))["hidden"]
+        if hidden.ndim == 2 and hidden.shape[1] == lm.hidden_size and torch.isfinite(hidden).all():
+            return hidden.to(lm.head.weight.device)
+    except (OSError, KeyError, RuntimeError, ValueError):
+        pass  # missing or damaged: recompute
+    hidden = reference_hidden(lm, texts)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as f:
+            tmp = f.name
+        save_file({"hidden": hidden.float().cpu().contiguous()}, tmp)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache only costs time
+    return hidden
 
 
 def _check_counts(dims: int, words: int) -> None:
@@ -65,28 +96,38 @@ def _word_table(lm: LanguageModel) -> tuple[torch.Tensor, list[str]]:
     return torch.tensor(ids), [tw.surface[i] for i in ids]
 
 
-def _top_words(lm: LanguageModel, scores: torch.Tensor, ids: torch.Tensor, surfaces: list[str], n: int, key: str) -> list[dict]:
-    """The ``n`` highest-scoring distinct whole words (case-insensitive; the best-scoring form is kept).
+def _top_words(lm: LanguageModel, rankings: torch.Tensor, ids: torch.Tensor, surfaces: list[str], n: int, key: str) -> list[list[dict]]:
+    """For each row of ``rankings`` (k, n_words): its ``n`` highest-scoring distinct whole words
+    (case-insensitive; the best-scoring form is kept).
 
-    Candidates are checked with :func:`~lmswitch.words.complete_words` a few at a
-    time in score order, so only the top of the ranking costs a model call.
+    Candidates are checked with :func:`~lmswitch.words.complete_words` in score
+    order, a little more than needed at a time and for all rows in one batched
+    call, so only the top of each ranking costs model time.
     """
-    out, seen = [], set()
-    order = torch.argsort(scores, descending=True).tolist()
-    pos = 0
-    while len(out) < n and pos < len(order):
-        batch = []
-        while len(batch) < n + n // 2 + 5 and pos < len(order):
-            j = order[pos]
-            pos += 1
-            if surfaces[j].lower() not in seen:
-                batch.append(j)
-        for j, whole in zip(batch, complete_words(lm, [int(ids[j]) for j in batch]), strict=True):
+    orders = torch.argsort(rankings, dim=1, descending=True).tolist()
+    outs: list[list[dict]] = [[] for _ in orders]
+    seen: list[set[str]] = [set() for _ in orders]
+    pos = [0] * len(orders)
+    while True:
+        pending: list[tuple[int, int]] = []  # (row, word index)
+        for r, order in enumerate(orders):
+            want = n - len(outs[r])
+            taken: set[str] = set()
+            while want > 0 and len(taken) < want + want // 2 + 5 and pos[r] < len(order):
+                j = order[pos[r]]
+                pos[r] += 1
+                w = surfaces[j].lower()
+                if w not in seen[r] and w not in taken:
+                    taken.add(w)
+                    pending.append((r, j))
+        if not pending:
+            return outs
+        whole = complete_words(lm, [int(ids[j]) for _, j in pending])
+        for (r, j), ok in zip(pending, whole, strict=True):
             w = surfaces[j]
-            if whole and w.lower() not in seen and len(out) < n:
-                seen.add(w.lower())
-                out.append({"word": w, key: round(float(scores[j]), 6)})
-    return out
+            if ok and w.lower() not in seen[r] and len(outs[r]) < n:
+                seen[r].add(w.lower())
+                outs[r].append({"word": w, key: round(float(rankings[r, j]), 6)})
 
 
 @torch.no_grad()
@@ -119,9 +160,10 @@ def svd_dimensions(lm: LanguageModel, switch: Switch, *, dims: int = 10, words: 
     E = lm.head.weight.detach()[ids].double().cpu()  # (n_words, d)
     proj = E @ U[:, :k].cpu()  # (n_words, k): e_vᵀ u_i
     total = float((S**2).sum()) or 1.0
+    oriented = (proj * sign.cpu()).T  # (k, n_words): positive = pushed up at positive ε
+    lists = _top_words(lm, torch.cat([oriented, -oriented]), ids, surfaces, words, "score")
     directions = []
     for i in range(k):
-        oriented = proj[:, i] * sign[i].cpu()
         directions.append({
             "index": i,
             "singular_value": float(S[i]),
@@ -129,8 +171,8 @@ def svd_dimensions(lm: LanguageModel, switch: Switch, *, dims: int = 10, words: 
             "flipped": bool(sign[i] < 0),
             "agreement": float(agreement[i]),
             "strength": float(S[i] * mean[i].abs() * switch.eps0),
-            "promoted": _top_words(lm, oriented, ids, surfaces, words, "score"),
-            "suppressed": _top_words(lm, -oriented, ids, surfaces, words, "score"),
+            "promoted": lists[i],
+            "suppressed": lists[k + i],
         })
     return {
         "switch": switch.name,
@@ -159,11 +201,12 @@ def promoted_words(lm: LanguageModel, switch: Switch, *, words: int = 20, refere
     ids, surfaces = _word_table(lm)
     E = lm.head.weight.detach()[ids].double().cpu()
     delta = E @ direction.cpu()
+    up, down = _top_words(lm, torch.stack([delta, -delta]), ids, surfaces, words, "delta")
     return {
         "switch": switch.name,
         "positive_label": switch.positive_label,
         "negative_label": switch.negative_label,
-        "promoted": _top_words(lm, delta, ids, surfaces, words, "delta"),
-        "suppressed": [{"word": w["word"], "delta": -w["delta"]} for w in _top_words(lm, -delta, ids, surfaces, words, "delta")],
+        "promoted": up,
+        "suppressed": [{"word": w["word"], "delta": -w["delta"]} for w in down],
         "reference_contexts": int(C.shape[0]),
     }

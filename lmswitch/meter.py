@@ -26,7 +26,14 @@ CACHE_FLOATS = 96 * 1024**2  # cache base and per-switch logit changes up to ~40
 
 
 class _Surface:
-    """Mean log-likelihood per scored token as a function of the ε vector (ε0 units), with its gradient."""
+    """Mean log-likelihood per scored token as a function of the ε vector (ε0 units).
+
+    :meth:`derivatives` returns the value, the exact gradient and the exact Hessian
+    in one pass over the cached logits (no autograd): with ``z = L0 + Σ ε_i D_i``
+    (before any soft-capping ``z ← cap·tanh(z/cap)``), ``∂f/∂ε_i`` is the mean over
+    tokens of ``z'_i[y] − E_p[z'_i]`` and ``∂²f/∂ε_i∂ε_j`` of
+    ``z''_ij[y] − E_p[z''_ij] − Cov_p(z'_i, z'_j)``.
+    """
 
     def __init__(self, lm: LanguageModel, hidden: torch.Tensor, targets: torch.Tensor, switches: Sequence[Switch]) -> None:
         self.lm, self.hidden, self.targets = lm, hidden, targets.to(hidden.device)
@@ -36,32 +43,68 @@ class _Surface:
         self.cached: list[tuple[torch.Tensor, list[torch.Tensor]]] | None = None
         if n * V * (1 + len(switches)) <= CACHE_FLOATS:
             self.cached = [self._chunk(s) for s in range(0, n, HEAD_CHUNK)]
+        self.evaluations = 0
+        self._memo: tuple[bytes, tuple[float, np.ndarray, np.ndarray]] | None = None
 
     def _chunk(self, s: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
         h = self.hidden[s : s + HEAD_CHUNK]
         # the raw head is linear, so raw logits at ε are L0 + Σ ε_i D_i exactly
-        return raw_logits(self.lm, h), [raw_logits(self.lm, h @ W.T) - self._bias() for W in self.Ws]
-
-    def _bias(self) -> torch.Tensor | float:
         bias = getattr(self.lm.head, "bias", None)
-        return 0.0 if bias is None else bias.float()
+        return raw_logits(self.lm, h), [raw_logits(self.lm, h @ W.T) - (0.0 if bias is None else bias.float()) for W in self.Ws]
 
-    def __call__(self, eps: np.ndarray, grad: bool = True) -> tuple[float, np.ndarray]:
-        e = torch.tensor(eps, dtype=torch.float32, device=self.hidden.device, requires_grad=grad)
-        total = torch.zeros((), dtype=torch.float64, device=self.hidden.device)
-        n = len(self.targets)
+    @torch.no_grad()
+    def value(self, eps: Sequence[float]) -> float:
+        total, n = 0.0, len(self.targets)
         for j, s in enumerate(range(0, n, HEAD_CHUNK)):
             L0, Ds = self.cached[j] if self.cached is not None else self._chunk(s)
-            logits = L0 + sum(e[i] * D for i, D in enumerate(Ds))
+            z = L0.clone()
+            for e, D in zip(eps, Ds, strict=True):
+                if e:
+                    z.add_(D, alpha=float(e))
             if self.cap:
-                logits = torch.tanh(logits / self.cap) * self.cap
+                z = torch.tanh(z / self.cap) * self.cap
             y = self.targets[s : s + HEAD_CHUNK, None]
-            total = total + (logits.gather(1, y)[:, 0] - torch.logsumexp(logits, dim=-1)).double().sum()
-        value = total / n
-        if not grad:
-            return float(value), np.zeros(len(eps))
-        value.backward()
-        return float(value.detach()), e.grad.double().cpu().numpy()
+            total += float((z.gather(1, y)[:, 0] - torch.logsumexp(z, dim=-1)).double().sum())
+        self.evaluations += 1
+        return total / n
+
+    @torch.no_grad()
+    def derivatives(self, eps: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        key = np.asarray(eps, dtype=np.float64).tobytes()
+        if self._memo is not None and self._memo[0] == key:
+            return self._memo[1]
+        k, n = len(self.Ws), len(self.targets)
+        f, g, H = 0.0, np.zeros(k), np.zeros((k, k))
+        for j, s in enumerate(range(0, n, HEAD_CHUNK)):
+            L0, Ds = self.cached[j] if self.cached is not None else self._chunk(s)
+            z = L0.clone()
+            for e, D in zip(eps, Ds, strict=True):
+                z.add_(D, alpha=float(e))
+            dz, d2 = Ds, None  # z'_i, and the factor of z''_ij = d2 · D_i D_j (soft-capping only)
+            if self.cap:
+                t = torch.tanh(z / self.cap)
+                slope = 1 - t * t
+                z = t * self.cap
+                dz = [slope * D for D in Ds]
+                d2 = -2.0 / self.cap * t * slope
+            y = self.targets[s : s + HEAD_CHUNK, None]
+            logp = z - torch.logsumexp(z, dim=-1, keepdim=True)
+            f += float(logp.gather(1, y).double().sum())
+            p = logp.exp_()  # (b, V)
+            mean = [(p * a).sum(-1) for a in dz]  # E_p[z'_i], (b,)
+            for a in range(k):
+                g[a] += float((dz[a].gather(1, y)[:, 0] - mean[a]).double().sum())
+                for b in range(a, k):
+                    cov = (p * dz[a] * dz[b]).sum(-1) - mean[a] * mean[b]
+                    h = -cov
+                    if d2 is not None:
+                        second = d2 * Ds[a] * Ds[b]
+                        h = h + second.gather(1, y)[:, 0] - (p * second).sum(-1)
+                    H[a, b] = H[b, a] = H[a, b] + float(h.double().sum())
+        self.evaluations += 1
+        out = (f / n, g / n, H / n)
+        self._memo = (key, out)
+        return out
 
 
 def _grid_for(switch: Switch, points: int) -> list[float]:
@@ -69,30 +112,51 @@ def _grid_for(switch: Switch, points: int) -> list[float]:
     return [float(x) for x in np.linspace(lo, hi, points)]
 
 
-@torch.no_grad()
 def _curves(surface: _Surface, switches: Sequence[Switch], grid: Sequence[float] | None, points: int) -> list[tuple[list[float], list[float]]]:
     out = []
     for i, s in enumerate(switches):
         xs = list(grid) if grid is not None else _grid_for(s, points)
         ys = []
         for x in xs:
-            eps = np.zeros(len(switches))
+            eps = [0.0] * len(switches)
             eps[i] = x
-            ys.append(surface(eps, grad=False)[0])
+            ys.append(surface.value(eps))
         out.append((xs, ys))
     return out
 
 
-def _maximise(surface: _Surface, bounds: list[tuple[float, float]], start: np.ndarray | None = None) -> np.ndarray:
-    x0 = np.zeros(len(bounds)) if start is None else start
+def _maximise(surface: _Surface, bounds: list[tuple[float, float]], fixed: dict[int, float] | None = None) -> np.ndarray:
+    """Maximise over the free coordinates within ``bounds`` (others held at ``fixed``), with exact derivatives."""
+    fixed = fixed or {}
+    size = len(surface.Ws)
+    free = [i for i in range(size) if i not in fixed]
 
-    def negative(eps: np.ndarray) -> tuple[float, np.ndarray]:
-        with torch.enable_grad():
-            value, grad = surface(eps)
-        return -value, -grad
+    def full(x: np.ndarray) -> np.ndarray:
+        eps = np.zeros(size)
+        eps[free] = x
+        for i, v in fixed.items():
+            eps[i] = v
+        return eps
 
-    result = scipy.optimize.minimize(negative, x0, jac=True, method="L-BFGS-B", bounds=bounds, options={"maxiter": 100})
-    return np.asarray(result.x, dtype=np.float64)
+    def fun(x):
+        f, g, _ = surface.derivatives(full(x))
+        return -f, -g[free]
+
+    def hess(x):
+        return -surface.derivatives(full(x))[2][np.ix_(free, free)]
+
+    x0 = np.clip(np.zeros(len(free)), [bounds[i][0] for i in free], [bounds[i][1] for i in free])
+    result = scipy.optimize.minimize(fun, x0, jac=True, hess=hess, method="trust-constr",
+                                     bounds=[bounds[i] for i in free], options={"maxiter": 60, "gtol": 1e-6, "xtol": 1e-5})
+    x = np.asarray(result.x, dtype=np.float64)
+    # trust-constr keeps iterates strictly inside the box: put coordinates that press on a bound onto it
+    g = surface.derivatives(full(x))[1][free]
+    for n, i in enumerate(free):
+        lo, hi = bounds[i]
+        tol = 1e-2 * (hi - lo)
+        if (x[n] >= hi - tol and g[n] > 0) or (x[n] <= lo + tol and g[n] < 0):
+            x[n] = hi if g[n] > 0 else lo
+    return full(x)
 
 
 def measure(
@@ -111,7 +175,9 @@ def measure(
       the switch's recommended range, or ``grid``);
     - ``best_eps``: the jointly best ε of every switch (L-BFGS-B within ±``bound``,
       default: each switch's recommended range), and ``best_eps_alone`` per switch;
-    - ``label``: the switch's positive or negative label by the sign of its best ε.
+    - ``label``: the switch's positive or negative label by the sign of its best ε;
+      ``evidence_nats``: how much more likely the text is at the switch's best ε
+      than at 0 (a log-likelihood ratio; below ~1 nat the sign means little).
 
     >>> r = measure(lm, [sentiment], "What a lovely, kind and generous host she was.")  # doctest: +SKIP
     >>> r["switches"][0]["best_eps"] > 0                                                  # doctest: +SKIP
@@ -143,14 +209,13 @@ def measure(
         raise ValueError("the text is a single token; the style meter needs at least two tokens")
     hidden, targets = enc.hidden[keep], torch.tensor(enc.ids, device=enc.hidden.device)[keep]
     surface = _Surface(lm, hidden, targets, switches)
-    base = surface(np.zeros(len(switches)), grad=False)[0]
+    base = surface.value([0.0] * len(switches))
     curves = _curves(surface, switches, grid, points)
     bounds = [(-bound, bound) if bound else (float(s.eps_range[0]), float(s.eps_range[1])) for s in switches]
-    alone = []
-    for i in range(len(switches)):
-        alone.append(float(_maximise(_Projected(surface, i, len(switches)), [bounds[i]])[0]))
-    best = _maximise(surface, bounds, start=np.array(alone)) if len(switches) > 1 else np.array(alone)
-    best_value = surface(best, grad=False)[0]
+    k = len(switches)
+    alone = [float(_maximise(surface, bounds, {j: 0.0 for j in range(k) if j != i})[i]) for i in range(k)]
+    best = _maximise(surface, bounds) if k > 1 else np.array(alone)
+    best_value = surface.value(best.tolist())
 
     rows = []
     for i, s in enumerate(switches):
@@ -164,6 +229,8 @@ def measure(
             "loglik": curves[i][1],
             "best_eps": round(b, 4),
             "best_eps_alone": round(alone[i], 4),
+            # log-likelihood ratio of the text at this switch's best eps (alone) vs eps 0, in nats: < ~1 is weak evidence
+            "evidence_nats": round(len(targets) * (surface.value([alone[i] if j == i else 0.0 for j in range(k)]) - base), 4),
             "at_bound": bool(min(abs(b - lo), abs(b - hi)) < 1e-3 * max(1.0, hi - lo)),
             "label": s.positive_label if b > 0 else s.negative_label if b < 0 else None,
         })
@@ -176,16 +243,3 @@ def measure(
         "gain": best_value - base,
         "switches": rows,
     }
-
-
-class _Projected:
-    """One coordinate of a surface, the others held at 0."""
-
-    def __init__(self, surface: _Surface, index: int, size: int) -> None:
-        self.surface, self.index, self.size = surface, index, size
-
-    def __call__(self, eps: np.ndarray, grad: bool = True) -> tuple[float, np.ndarray]:
-        full = np.zeros(self.size)
-        full[self.index] = eps[0]
-        value, g = self.surface(full, grad)
-        return value, g[self.index : self.index + 1]

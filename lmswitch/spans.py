@@ -58,7 +58,7 @@ def best_spans(scores: Sequence[float], max_span: int = 5, n_spans: int = 1) -> 
             best[j, i], take[j, i] = value, length
     spans, j, i = [], k, n
     while j > 0:
-        L = take[j, i]
+        L = int(take[j, i])
         if L == 0:
             i -= 1
             continue

@@ -10,15 +10,19 @@ which convention a tokenizer uses.
 from __future__ import annotations
 
 import copy
+import json
+import os
 import re
+import tempfile
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import torch
 
-from .models import LanguageModel
+from .models import LanguageModel, cache_dir
 from .scoring import prefix_ids
 
 SPACE_MARKERS = ("Ġ", "▁", " ")  # byte-level BPE, SentencePiece, plain space
@@ -86,14 +90,17 @@ def complete_words(lm: LanguageModel, ids: Sequence[int], threshold: float = 0.5
     whole word when the model itself, reading it alone, gives less than
     ``threshold`` probability to a next token that continues the same word (no
     space marker, starts with a letter or digit) after the neutral context
-    ``"This is"`` (a first position alone is a poor context). One batched forward pass per
-    call; results are cached per model. Word-level vocabularies have no
-    fragments, so every token is whole there.
+    ``"This is"`` (a first position alone is a poor context). One batched forward
+    pass per call; results are cached per model, in memory and on disk under
+    :func:`~lmswitch.models.cache_dir` (they depend only on the weights). Word-level
+    vocabularies have no fragments, so every token is whole there.
     """
     tw = token_words(lm.tokenizer)
     if not any(tw.continues_word):
         return [True] * len(ids)
-    cache: dict[int, bool] = _COMPLETE.setdefault(lm, {})
+    cache = _COMPLETE.get(lm)
+    if cache is None:
+        cache = _COMPLETE[lm] = _read_word_cache(lm)
     todo = sorted({int(i) for i in ids if int(i) not in cache})
     if todo:
         context = torch.tensor([prefix_ids(lm) + lm.tokenizer("This is", add_special_tokens=False).input_ids])
@@ -109,4 +116,28 @@ def complete_words(lm: LanguageModel, ids: Sequence[int], threshold: float = 0.5
             p = torch.softmax(logits[:, -1].float(), dim=-1)  # (b, V)
             p_cont = p[:, cont.to(p.device)].sum(-1)
             cache.update(zip(batch, (p_cont < threshold).tolist(), strict=True))
+        _write_word_cache(lm, cache)
     return [cache[int(i)] for i in ids]
+
+
+def _word_cache_path(lm: LanguageModel) -> Path:
+    return cache_dir() / "lens" / f"complete-words-{lm.fingerprint}.json"
+
+
+def _read_word_cache(lm: LanguageModel) -> dict[int, bool]:
+    try:
+        data = json.loads(_word_cache_path(lm).read_text())
+        return {int(k): bool(v) for k, v in data.items()}
+    except (OSError, ValueError, AttributeError):
+        return {}  # missing or damaged: recompute
+
+
+def _write_word_cache(lm: LanguageModel, cache: dict[int, bool]) -> None:
+    path = _word_cache_path(lm)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:
+            json.dump({str(k): v for k, v in sorted(cache.items())}, f)
+        os.replace(f.name, path)
+    except OSError:
+        pass  # a read-only cache only costs time

@@ -143,7 +143,6 @@ def make_lm(tokenizer) -> Callable[..., LanguageModel]:
 # --- the real embedded model (SmolLM2-135M-Instruct, installed offline by `make test`) -----------------
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "assets" / "examples"
-DATA = Path(__file__).resolve().parent / "data"
 
 
 @contextmanager

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import DATA, EXAMPLES, all_threads, lines
+from conftest import EXAMPLES, all_threads, lines
 from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
 
 import lmswitch as ls
@@ -53,9 +53,9 @@ def test_word_fragments_are_not_listed_as_words(lm):
 
 @pytest.fixture(scope="module")
 def detox(lm) -> ls.Switch:
-    """Paper convention: positive eps = less toxic. 40 + 40 project-written comments (tests/data)."""
+    """Paper convention: positive eps = less toxic. 40 + 40 project-written comments (assets/examples)."""
     with all_threads():
-        return ls.train_switch(lm, lines(DATA / "nontoxic.txt"), lines(DATA / "toxic.txt"), name="detox",
+        return ls.train_switch(lm, lines(EXAMPLES / "civil_comments.txt"), lines(EXAMPLES / "toxic_comments.txt"), name="detox",
                                positive_label="non-toxic", negative_label="toxic", seed=0)
 
 
