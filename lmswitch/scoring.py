@@ -22,11 +22,11 @@ HEAD_CHUNK = 256  # rows per head matmul: (256, V) float32 logits at a time
 def check_text(text: object, what: str = "text") -> str:
     """Validate a user text: a non-empty, non-binary string of reasonable size."""
     if not isinstance(text, str):
-        raise TypeError(f"the {what} must be a string; got {type(text).__name__}")
+        raise ValueError(f"the {what} is a {type(text).__name__}, not a string")
     if "\x00" in text:
         raise ValueError(f"the {what} contains NUL bytes; is it binary data?")
     if not text.strip():
-        raise ValueError(f"the {what} is empty; give some text to score")
+        raise ValueError(f"the {what} is empty or whitespace only; give some text")
     if len(text) > MAX_TEXT_CHARS:
         raise ValueError(f"the {what} has {len(text):,} characters; the limit is {MAX_TEXT_CHARS:,}; split it into parts")
     return text
@@ -167,6 +167,13 @@ def softcap(lm: LanguageModel, logits: torch.Tensor) -> torch.Tensor:
     return torch.tanh(logits / cap) * cap if cap else logits
 
 
+def head_logprobs(lm: LanguageModel, hidden: torch.Tensor, M: torch.Tensor | None = None) -> torch.Tensor:
+    """Next-token log-probabilities ``(n, V)`` from head inputs, steered by ``c → c + M c`` when ``M`` is given."""
+    if M is not None:
+        hidden = hidden + hidden @ M.to(hidden.device, hidden.dtype).T
+    return torch.log_softmax(softcap(lm, raw_logits(lm, hidden)), dim=-1)
+
+
 @torch.no_grad()
 def target_logprobs(lm: LanguageModel, hidden: torch.Tensor, targets: torch.Tensor, matrices: list[torch.Tensor | None]) -> torch.Tensor:
     """``log P(targets[i] | hidden[i])`` under each steering matrix, ``(len(matrices), n)`` float64.
@@ -179,8 +186,7 @@ def target_logprobs(lm: LanguageModel, hidden: torch.Tensor, targets: torch.Tens
         h = hidden[s : s + HEAD_CHUNK]
         y = targets[s : s + HEAD_CHUNK, None]
         for k, M in enumerate(matrices):
-            hk = h if M is None else h + h @ M.to(h.device, h.dtype).T
-            logp = torch.log_softmax(softcap(lm, raw_logits(lm, hk)), dim=-1)
+            logp = head_logprobs(lm, h, M)
             out[k, s : s + len(y)] = logp.gather(1, y)[:, 0].double().cpu()
     return out
 

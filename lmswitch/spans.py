@@ -16,11 +16,18 @@ import numpy as np
 import torch
 
 from .models import LanguageModel
-from .scoring import EncodedText, encode_text, raw_logits, softcap, target_logprobs
+from .scoring import EncodedText, encode_text, head_logprobs, target_logprobs
 from .steering import Setting, check_setting, steering_matrix
 from .switch import Switch
 
 Span = tuple[int, int, float]  # token range [start, end) and its summed score
+
+
+def _check_span_args(max_span: object, n_spans: object) -> None:
+    if not isinstance(max_span, int) or max_span < 1:
+        raise ValueError(f"max_span must be an integer ≥ 1 (tokens per span); got {max_span!r}")
+    if not isinstance(n_spans, int) or n_spans < 1:
+        raise ValueError(f"n_spans must be an integer ≥ 1; got {n_spans!r}")
 
 
 def best_spans(scores: Sequence[float], max_span: int = 5, n_spans: int = 1) -> list[Span]:
@@ -33,10 +40,7 @@ def best_spans(scores: Sequence[float], max_span: int = 5, n_spans: int = 1) -> 
     >>> best_spans([0.1, -2, 3, 1, -1, 2], max_span=2)
     [(2, 4, 4.0)]
     """
-    if not isinstance(max_span, int) or max_span < 1:
-        raise ValueError(f"max_span must be an integer ≥ 1; got {max_span!r}")
-    if not isinstance(n_spans, int) or n_spans < 1:
-        raise ValueError(f"n_spans must be an integer ≥ 1; got {n_spans!r}")
+    _check_span_args(max_span, n_spans)
     x = np.asarray(scores, dtype=np.float64)
     if x.ndim != 1 or not np.isfinite(x).all():
         raise ValueError("scores must be a flat sequence of finite numbers")
@@ -123,10 +127,7 @@ def highlight(
     """
     if not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps == 0:
         raise ValueError(f"eps must be a finite non-zero number (in eps0 units); got {eps!r}")
-    if not isinstance(max_span, int) or max_span < 1:
-        raise ValueError(f"max_span must be an integer ≥ 1 (tokens per span); got {max_span!r}")
-    if not isinstance(n_spans, int) or n_spans < 1:
-        raise ValueError(f"n_spans must be an integer ≥ 1; got {n_spans!r}")
+    _check_span_args(max_span, n_spans)  # before the model pass: fail fast
     setting = [(switch, float(eps))]
     check_setting(lm, setting)
     enc = encode_text(lm, text)
@@ -207,8 +208,8 @@ def token_changes(
     out: list[dict] = []
     for s in range(0, enc.n_tokens, 128):
         h = enc.hidden[s : s + 128]
-        lp0 = torch.log_softmax(softcap(lm, raw_logits(lm, h)), dim=-1)  # (b, V)
-        lp1 = lp0 if M is None else torch.log_softmax(softcap(lm, raw_logits(lm, h + h @ M.to(h.device, h.dtype).T)), dim=-1)
+        lp0 = head_logprobs(lm, h)  # (b, V)
+        lp1 = lp0 if M is None else head_logprobs(lm, h, M)
         change = lp1 - lp0  # (b, V) exact Δ log p
         if among is not None:
             k = min(among, change.shape[1])

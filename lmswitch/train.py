@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from .models import LanguageModel
-from .scoring import TokenStates, encode_texts
+from .scoring import TokenStates, check_text, encode_texts
 from .switch import Switch
 
 ProgressCallback = Callable[[int, int, float], None]  # (step, total, loss)
@@ -40,16 +40,7 @@ def _as_texts(texts: str | Sequence[str] | None, what: str) -> list[str]:
         return []
     if isinstance(texts, str):
         texts = [texts]
-    out = []
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise ValueError(f"{what} text #{i + 1} is a {type(text).__name__}, not a string")
-        if "\x00" in text:
-            raise ValueError(f"{what} text #{i + 1} contains NUL bytes; is it binary data?")
-        if not text.strip():
-            raise ValueError(f"{what} text #{i + 1} is empty or whitespace only; remove it")
-        out.append(text)
-    return out
+    return [check_text(text, f"{what} text #{i + 1}") for i, text in enumerate(texts)]
 
 
 def _split(data: TokenStates, n_texts: int, heldout: float, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
