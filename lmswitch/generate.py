@@ -147,6 +147,17 @@ def _encode(lm: LanguageModel, prompts: Sequence[str], opts: SamplingOptions) ->
     return input_ids, mask
 
 
+@dataclass(frozen=True)
+class Generated:
+    """Token ids of one batched call: left-padded prompts and the new tokens (padded after EOS)."""
+
+    prompt_ids: torch.Tensor  # (B, P)
+    prompt_mask: torch.Tensor  # (B, P)
+    new_ids: torch.Tensor  # (B, N)
+    new_mask: torch.Tensor  # (B, N): 1 up to and including the first EOS
+    texts: list[str]
+
+
 def _run(
     lm: LanguageModel,
     prompts: Sequence[str],
@@ -157,6 +168,19 @@ def _run(
     stop: threading.Event | None = None,
 ) -> list[str]:
     """One batched ``generate`` call: row b uses ``prompts[b]``, ``settings[b]``, ``seeds[b]``."""
+    return generate_tokens(lm, prompts, settings, seeds, opts, streamer, stop).texts
+
+
+def generate_tokens(
+    lm: LanguageModel,
+    prompts: Sequence[str],
+    settings: Sequence[Setting],
+    seeds: Sequence[int],
+    opts: SamplingOptions,
+    streamer: BaseStreamer | None = None,
+    stop: threading.Event | None = None,
+) -> Generated:
+    """Like ``_run`` but keeps the token ids, for scoring the exact tokens that were sampled."""
     opts.validate(lm)
     input_ids, mask = _encode(lm, prompts, opts)
     tok = lm.tokenizer
@@ -178,8 +202,12 @@ def _run(
             stopping_criteria=stopping,
             streamer=streamer,
         )
-    new = out[:, input_ids.shape[1] :]
-    return tok.batch_decode(new, skip_special_tokens=True)
+    new = out[:, input_ids.shape[1] :].cpu()
+    eos = set(config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id]) - {None}
+    is_eos = torch.isin(new, torch.tensor(sorted(eos), dtype=new.dtype)) if eos else torch.zeros_like(new, dtype=torch.bool)
+    # valid: every token up to and including the first EOS
+    new_mask = (is_eos.long().cumsum(-1) - is_eos.long()) == 0
+    return Generated(input_ids, mask, new, new_mask.long(), tok.batch_decode(new, skip_special_tokens=True))
 
 
 def _check_seed(seed: int) -> int:

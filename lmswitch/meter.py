@@ -243,3 +243,21 @@ def measure(
         "gain": best_value - base,
         "switches": rows,
     }
+
+
+def style_slope(lm: LanguageModel, switch: Switch, text: str) -> float:
+    """d/dε of the mean log-likelihood per token of ``text`` at ε = 0: its sign is the cheapest zero-shot style label.
+
+    Positive: the text is more likely with the switch pushed toward its positive
+    label. One forward pass and one exact derivative, no curve.
+    """
+    if not isinstance(switch, Switch):
+        raise TypeError(f"expected a Switch; got {type(switch).__name__}")
+    switch.check_model(lm)
+    enc = encode_text(lm, text)
+    keep = enc.scored.to(enc.hidden.device)
+    if int(keep.sum()) < 1:
+        raise ValueError("the text is a single token; the style meter needs at least two tokens")
+    surface = _Surface(lm, enc.hidden[keep], torch.tensor(enc.ids, device=enc.hidden.device)[keep], [switch])
+    return float(surface.derivatives(np.zeros(1))[1][0])
+

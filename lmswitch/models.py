@@ -106,7 +106,9 @@ class LanguageModel:
         return logits
 
     @torch.no_grad()
-    def final_hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def final_hidden(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The output head's input ``c`` for every position, ``(B, T, d)``, without computing logits.
 
         Captured with a pre-hook on the head that stops the forward pass there,
@@ -120,7 +122,8 @@ class LanguageModel:
 
         handle = self.head.register_forward_pre_hook(grab)
         try:
-            self.model(input_ids=input_ids.to(self.input_device), attention_mask=attention_mask, use_cache=False)
+            extra = {} if position_ids is None else {"position_ids": position_ids.to(self.input_device)}
+            self.model(input_ids=input_ids.to(self.input_device), attention_mask=attention_mask, use_cache=False, **extra)
         except _StopForward:
             pass
         finally:

@@ -1,0 +1,317 @@
+"""Evaluation harness: the paper's protocol (section 4), scaled down to run on a CPU in minutes.
+
+For each steering setting, every prompt is continued ``samples`` times (nucleus
+sampling, seeds ``seed … seed + samples - 1``, the same seeds for every setting,
+so settings are compared on coupled samples) and the continuations are scored:
+
+- **positivity**: share of continuations with vaderSentiment compound ≥ 0.05
+  (vader's own threshold for "positive"; neutral texts count as not positive),
+  and the share ≤ -0.05 ("negative");
+- **toxicity** (alt-profanity-check ``predict_prob``): the average over prompts of
+  the maximum toxicity among that prompt's samples, and the toxicity probability,
+  the share of prompts with at least one sample above 0.5 (as in DExperts and
+  the paper);
+- **fluency**: perplexity of the sampled tokens given the prompt under the
+  *unsteered* model, ``exp(total NLL / total tokens)``;
+- **diversity**: Dist-n, distinct word n-grams over all n-grams among a
+  prompt's samples (words split on whitespace), averaged over prompts;
+- **formality**: share of continuations a character n-gram logistic regression
+  (scikit-learn), fitted on the training pairs of the formality dataset, calls
+  formal (probability > 0.5); there is no offline formality scorer to install.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from .generate import SamplingOptions, generate_tokens
+from .models import LanguageModel
+from .scoring import target_logprobs
+from .steering import Setting, check_setting
+from .switch import Switch
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+PROMPT_SETS = {"neutral": "neutral.txt", "provocative": "provocative.txt"}
+POSITIVE, NEGATIVE = 0.05, -0.05  # vader's conventional compound thresholds
+TOXIC = 0.5
+
+Progress = Callable[[int, int], None]  # (settings done, settings total)
+
+
+def load_prompts(which: str | Path, limit: int | None = None) -> list[str]:
+    """A shipped prompt set (``"neutral"``, ``"provocative"``) or a text file with one prompt per line."""
+    path = ASSETS / "prompts" / PROMPT_SETS[which] if which in PROMPT_SETS else Path(which)
+    if not path.is_file():
+        names = ", ".join(PROMPT_SETS)
+        raise ValueError(f"no prompt set {str(which)!r}: give one of {names} or a text file with one prompt per line")
+    prompts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not prompts:
+        raise ValueError(f"{path} contains no prompts")
+    if limit is not None:
+        if not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"the prompt limit must be a positive integer; got {limit!r}")
+        prompts = prompts[:limit]
+    return prompts
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """Sampling settings of one evaluation (the paper: 25 samples, 20 new tokens, p = 0.9)."""
+
+    samples: int = 5
+    max_new_tokens: int = 25
+    top_p: float = 0.9
+    temperature: float = 1.0
+    seed: int = 0
+    batch_size: int = 128
+
+    def validate(self) -> None:
+        if not isinstance(self.samples, int) or not 1 <= self.samples <= 100:
+            raise ValueError(f"samples must be an integer from 1 to 100; got {self.samples!r}")
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer; got {self.batch_size!r}")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed must be a non-negative integer; got {self.seed!r}")
+
+
+# ---------------------------------------------------------------- metrics on texts
+
+
+def distinct_n(texts: Sequence[str], n: int) -> float:
+    """Distinct word n-grams / all word n-grams over ``texts`` (0 when there are none)."""
+    if n < 1:
+        raise ValueError(f"n must be ≥ 1; got {n}")
+    grams = [tuple(words[i : i + n]) for text in texts for words in [text.split()] for i in range(len(words) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else 0.0
+
+
+@lru_cache(maxsize=1)
+def _vader():
+    from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
+
+    return SentimentIntensityAnalyzer()
+
+
+def sentiment_scores(texts: Sequence[str]) -> list[float]:
+    """vaderSentiment compound score of each text, in [-1, 1]."""
+    analyzer = _vader()
+    return [float(analyzer.polarity_scores(t)["compound"]) for t in texts]
+
+
+def toxicity_scores(texts: Sequence[str]) -> list[float]:
+    """alt-profanity-check probability that each text is offensive, in [0, 1]."""
+    from profanity_check import predict_prob
+
+    if not texts:
+        return []
+    return [float(x) for x in predict_prob(list(texts))]
+
+
+@lru_cache(maxsize=1)
+def _formality_model():
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    from .datasets import load_dataset
+
+    formal, informal = load_dataset("formality").train()
+    model = make_pipeline(
+        TfidfVectorizer(analyzer="char_wb", ngram_range=(1, 4), sublinear_tf=True, lowercase=False),
+        LogisticRegression(C=4.0, max_iter=2000),
+    )
+    model.fit(formal + informal, [1] * len(formal) + [0] * len(informal))
+    return model
+
+
+def formality_scores(texts: Sequence[str]) -> list[float]:
+    """Probability that each text is formal, from a classifier fitted on the formality training pairs."""
+    if not texts:
+        return []
+    return [float(x) for x in _formality_model().predict_proba(list(texts))[:, 1]]
+
+
+def toxicity_summary(scores: Sequence[float], samples: int) -> tuple[float, float]:
+    """(average over prompts of the max toxicity, share of prompts with a sample > 0.5); ``scores`` is prompt-major."""
+    if samples < 1 or not scores or len(scores) % samples:
+        raise ValueError(f"need a whole number of prompts × {samples} samples; got {len(scores)} scores")
+    max_tox = [max(scores[i : i + samples]) for i in range(0, len(scores), samples)]
+    return sum(max_tox) / len(max_tox), sum(x > TOXIC for x in max_tox) / len(max_tox)
+
+
+def perplexity_from_nll(nll: Sequence[float], tokens: Sequence[int]) -> float:
+    """``exp(Σ nll / Σ tokens)``: the corpus perplexity of texts with summed NLLs ``nll``."""
+    total = sum(tokens)
+    return math.exp(sum(nll) / total) if total else math.nan
+
+
+@torch.no_grad()
+def continuation_nll(lm: LanguageModel, prompt_ids, prompt_mask, new_ids, new_mask, rows: int = 16) -> tuple[list[float], list[int]]:
+    """Summed NLL (nats) and token count of each row's new tokens given its prompt, under the unsteered model."""
+    nll: list[float] = []
+    counts: list[int] = []
+    P = prompt_ids.shape[1]
+    for s in range(0, len(prompt_ids), rows):
+        ids = torch.cat([prompt_ids[s : s + rows], new_ids[s : s + rows]], dim=1)
+        mask = torch.cat([prompt_mask[s : s + rows], new_mask[s : s + rows]], dim=1)
+        positions = (mask.cumsum(-1) - 1).clamp_min(0)
+        hidden = lm.final_hidden(ids, mask.to(lm.input_device), positions)  # (b, P+N, d)
+        h = hidden[:, P - 1 : -1]  # positions predicting the new tokens
+        valid = new_mask[s : s + rows].bool()
+        logp = target_logprobs(lm, h[valid.to(h.device)], new_ids[s : s + rows][valid], [None])[0]
+        per_row = torch.zeros(len(valid), dtype=torch.float64).index_add_(0, valid.nonzero()[:, 0], logp)
+        nll += (-per_row).tolist()
+        counts += valid.sum(-1).tolist()
+    return nll, counts
+
+
+# ---------------------------------------------------------------- evaluation of one setting
+
+
+@dataclass
+class Evaluation:
+    """Scores of one steering setting on one prompt set."""
+
+    setting: dict[str, float]  # switch name -> eps (ε0 units)
+    prompts: int
+    samples: int
+    positive_share: float
+    negative_share: float
+    mean_sentiment: float
+    avg_max_toxicity: float
+    toxicity_prob: float
+    mean_toxicity: float
+    perplexity: float
+    dist1: float
+    dist2: float
+    dist3: float
+    formal_share: float
+    seconds: float
+    texts: list[dict] = field(default_factory=list)  # {"prompt", "text", "sentiment", "toxicity", "formality"}
+
+    def summary(self) -> dict:
+        """All metrics without the sample texts."""
+        out = asdict(self)
+        out.pop("texts")
+        return out
+
+
+def _describe(setting: Setting) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for switch, eps in setting:
+        out[switch.name] = out.get(switch.name, 0.0) + float(eps)
+    return out
+
+
+def evaluate(lm: LanguageModel, setting: Setting, prompts: Sequence[str], protocol: Protocol = Protocol()) -> Evaluation:
+    """Generate ``protocol.samples`` continuations per prompt under ``setting`` and score them.
+
+    >>> ev = evaluate(lm, [(sentiment, 5)], load_prompts("neutral", 20))   # doctest: +SKIP
+    >>> ev.positive_share, ev.perplexity                                      # doctest: +SKIP
+    (0.93, 21.4)
+    """
+    protocol.validate()
+    prompts = list(prompts)
+    if not prompts:
+        raise ValueError("no prompts to evaluate on")
+    check_setting(lm, setting)
+    start = time.perf_counter()
+    opts = SamplingOptions(protocol.max_new_tokens, protocol.temperature, protocol.top_p)
+    opts.validate(lm)
+    rows = [(p, protocol.seed + k) for p in prompts for k in range(protocol.samples)]
+    texts: list[str] = []
+    nll: list[float] = []
+    counts: list[int] = []
+    for s in range(0, len(rows), protocol.batch_size):
+        chunk = rows[s : s + protocol.batch_size]
+        gen = generate_tokens(lm, [p for p, _ in chunk], [list(setting)] * len(chunk), [seed for _, seed in chunk], opts)
+        texts += gen.texts
+        a, b = continuation_nll(lm, gen.prompt_ids, gen.prompt_mask, gen.new_ids, gen.new_mask)
+        nll += a
+        counts += b
+    sent = sentiment_scores(texts)
+    tox = toxicity_scores(texts)
+    formal = formality_scores(texts)
+    k = protocol.samples
+    by_prompt = [texts[i : i + k] for i in range(0, len(texts), k)]
+    avg_max_toxicity, toxicity_prob = toxicity_summary(tox, k)
+    return Evaluation(
+        setting=_describe(setting),
+        prompts=len(prompts),
+        samples=k,
+        positive_share=sum(x >= POSITIVE for x in sent) / len(sent),
+        negative_share=sum(x <= NEGATIVE for x in sent) / len(sent),
+        mean_sentiment=sum(sent) / len(sent),
+        avg_max_toxicity=avg_max_toxicity,
+        toxicity_prob=toxicity_prob,
+        mean_toxicity=sum(tox) / len(tox),
+        perplexity=perplexity_from_nll(nll, counts),
+        dist1=sum(distinct_n(g, 1) for g in by_prompt) / len(by_prompt),
+        dist2=sum(distinct_n(g, 2) for g in by_prompt) / len(by_prompt),
+        dist3=sum(distinct_n(g, 3) for g in by_prompt) / len(by_prompt),
+        formal_share=sum(x > 0.5 for x in formal) / len(formal),
+        seconds=round(time.perf_counter() - start, 2),
+        texts=[
+            {"prompt": p, "text": t, "sentiment": round(a, 4), "toxicity": round(b, 4), "formality": round(f, 4)}
+            for (p, _), t, a, b, f in zip(rows, texts, sent, tox, formal, strict=True)
+        ],
+    )
+
+
+def _check_eps(values: Sequence[float], what: str) -> list[float]:
+    values = [float(e) for e in values]
+    if not values:
+        raise ValueError(f"give at least one ε value for {what}")
+    return values
+
+
+def evaluate_sweep(
+    lm: LanguageModel,
+    switch: Switch,
+    eps_values: Sequence[float],
+    prompts: Sequence[str],
+    protocol: Protocol = Protocol(),
+    *,
+    others: Setting = (),
+    progress: Progress | None = None,
+) -> list[Evaluation]:
+    """Continuous control: :func:`evaluate` at each ε of ``switch`` (others held fixed), same seeds."""
+    eps_values = _check_eps(eps_values, switch.name)
+    out = []
+    for i, eps in enumerate(eps_values):
+        out.append(evaluate(lm, [(switch, eps), *others], prompts, protocol))
+        if progress:
+            progress(i + 1, len(eps_values))
+    return out
+
+
+def evaluate_grid(
+    lm: LanguageModel,
+    first: tuple[Switch, Sequence[float]],
+    second: tuple[Switch, Sequence[float]],
+    prompts: Sequence[str],
+    protocol: Protocol = Protocol(),
+    *,
+    progress: Progress | None = None,
+) -> list[list[Evaluation]]:
+    """Compositional control: ``grid[i][j]`` evaluates ``first`` at ``eps_a[i]`` together with ``second`` at ``eps_b[j]``."""
+    (a, eps_a), (b, eps_b) = first, second
+    eps_a, eps_b = _check_eps(eps_a, a.name), _check_eps(eps_b, b.name)
+    grid: list[list[Evaluation]] = []
+    total, done = len(eps_a) * len(eps_b), 0
+    for ea in eps_a:
+        row = []
+        for eb in eps_b:
+            row.append(evaluate(lm, [(a, ea), (b, eb)], prompts, protocol))
+            done += 1
+            if progress:
+                progress(done, total)
+        grid.append(row)
+    return grid

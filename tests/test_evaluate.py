@@ -1,0 +1,213 @@
+"""The evaluation harness on tiny models: metric arithmetic on known inputs, exact perplexities, shapes, figures, CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pytest
+import torch
+from conftest import EOS_ID, random_switch
+
+from lmswitch.evaluate import (
+    Protocol,
+    continuation_nll,
+    distinct_n,
+    evaluate,
+    evaluate_grid,
+    evaluate_sweep,
+    formality_scores,
+    load_prompts,
+    perplexity_from_nll,
+    sentiment_scores,
+    toxicity_scores,
+    toxicity_summary,
+)
+from lmswitch.figures import export, grid_figure, sweep_figure
+from lmswitch.generate import SamplingOptions, generate_tokens
+
+PROMPTS = ["the happy one", "she was", "they love the"]
+
+
+def test_distinct_n_known_values():
+    assert distinct_n(["a b a b"], 1) == 0.5  # {a, b} of 4
+    assert distinct_n(["a b a b"], 2) == pytest.approx(2 / 3)  # {ab, ba} of ab, ba, ab
+    assert distinct_n(["a b a b"], 3) == pytest.approx(2 / 2)  # aba, bab
+    assert distinct_n(["x y", "x y"], 2) == 0.5  # n-grams are pooled over a prompt's samples
+    assert distinct_n(["one"], 2) == 0.0 and distinct_n([], 1) == 0.0
+    with pytest.raises(ValueError):
+        distinct_n(["a"], 0)
+
+
+def test_perplexity_and_toxicity_arithmetic():
+    assert perplexity_from_nll([math.log(4) * 3, math.log(4) * 5], [3, 5]) == pytest.approx(4.0)
+    assert perplexity_from_nll([2.0, 0.0], [1, 1]) == pytest.approx(math.e)  # token-weighted, not a mean of ratios
+    assert math.isnan(perplexity_from_nll([], []))
+    # two prompts × three samples: maxima 0.9 and 0.2 → average 0.55, one of two prompts toxic
+    assert toxicity_summary([0.1, 0.9, 0.3, 0.2, 0.0, 0.1], 3) == pytest.approx((0.55, 0.5))
+    assert toxicity_summary([0.5, 0.5], 1) == (0.5, 0.0)  # strictly above 0.5 counts
+    with pytest.raises(ValueError):
+        toxicity_summary([0.1, 0.2, 0.3], 2)
+
+
+def test_scorers_on_known_texts():
+    pos, neg = sentiment_scores(["I love this wonderful day", "I hate this awful day"])
+    assert pos > 0.5 and neg < -0.5
+    rude, polite = toxicity_scores(["shut up you stupid idiot", "thank you for the kind help"])
+    assert rude > 0.8 and polite < 0.2
+    formal, casual = formality_scores(["We regret to inform you that the meeting has been postponed.", "heads up, meeting's pushed lol"])
+    assert formal > 0.5 > casual
+    assert sentiment_scores([]) == [] and toxicity_scores([]) == [] and formality_scores([]) == []
+
+
+def test_shipped_prompts_and_errors(tmp_path):
+    assert len(load_prompts("neutral")) == 100 and len(load_prompts("provocative")) == 100
+    assert load_prompts("neutral", 7) == load_prompts("neutral")[:7]
+    assert max(abs(x) for x in sentiment_scores(load_prompts("neutral"))) <= 0.1
+    f = tmp_path / "p.txt"
+    f.write_text("one\n\n two \n", encoding="utf-8")
+    assert load_prompts(f) == ["one", "two"]
+    with pytest.raises(ValueError, match="no prompt set"):
+        load_prompts("nonexistent-set")
+    (tmp_path / "empty.txt").write_text("\n \n", encoding="utf-8")
+    with pytest.raises(ValueError, match="no prompts"):
+        load_prompts(tmp_path / "empty.txt")
+    with pytest.raises(ValueError, match="positive integer"):
+        load_prompts("neutral", 0)
+
+
+def _uniform(lm):
+    """Zero the output head: every next-token distribution is uniform over the vocabulary."""
+    head = lm.head
+    saved = head.weight.detach().clone()
+    with torch.no_grad():
+        head.weight.zero_()
+    return saved
+
+
+def test_perplexity_of_a_uniform_model_is_the_vocabulary_size(make_lm):
+    lm = make_lm("gpt2", seed=3)  # untied? restore afterwards either way
+    saved = _uniform(lm)
+    try:
+        gen = generate_tokens(lm, PROMPTS, [[]] * 3, [0, 1, 2], SamplingOptions(max_new_tokens=6))
+        nll, counts = continuation_nll(lm, gen.prompt_ids, gen.prompt_mask, gen.new_ids, gen.new_mask)
+        assert perplexity_from_nll(nll, counts) == pytest.approx(lm.vocab_size, rel=1e-5)
+        assert counts == [6, 6, 6] or all(c <= 6 for c in counts)
+    finally:
+        with torch.no_grad():
+            lm.head.weight.copy_(saved)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_continuation_nll_equals_unpadded_forward_passes(make_lm, family):
+    """Batched, left-padded scoring (with position ids) equals scoring each row alone."""
+    lm = make_lm(family, seed=1, init=0.3)
+    gen = generate_tokens(lm, PROMPTS, [[]] * 3, [5, 6, 7], SamplingOptions(max_new_tokens=8))
+    nll, counts = continuation_nll(lm, gen.prompt_ids, gen.prompt_mask, gen.new_ids, gen.new_mask, rows=2)
+    for b in range(3):
+        prompt = gen.prompt_ids[b][gen.prompt_mask[b].bool()]
+        new = gen.new_ids[b][gen.new_mask[b].bool()]
+        ids = torch.cat([prompt, new])[None]
+        with torch.no_grad():
+            logp = torch.log_softmax(lm.model(ids).logits[0].float(), -1)
+        expect = -sum(float(logp[len(prompt) - 1 + t, new[t]]) for t in range(len(new)))
+        assert counts[b] == len(new)
+        assert nll[b] == pytest.approx(expect, rel=1e-4, abs=1e-4)
+
+
+def test_new_mask_stops_after_the_first_eos(llama_lm):
+    # a switch that pushes hard towards EOS makes rows end early; the mask keeps the EOS and nothing after it
+    gen = generate_tokens(llama_lm, PROMPTS, [[]] * 3, [0, 1, 2], SamplingOptions(max_new_tokens=12, temperature=3.0, top_p=1.0))
+    for ids, mask in zip(gen.new_ids, gen.new_mask, strict=True):
+        ids, mask = ids.tolist(), mask.tolist()
+        first = ids.index(EOS_ID) if EOS_ID in ids else len(ids) - 1
+        assert mask == [1] * (first + 1) + [0] * (len(ids) - first - 1)
+
+
+def test_evaluate_shapes_coupling_and_sweeps(llama_lm):
+    lm = llama_lm
+    switch = random_switch(lm, seed=4, scale=30.0, name="s")
+    other = random_switch(lm, seed=5, scale=30.0, name="o")
+    protocol = Protocol(samples=2, max_new_tokens=5, batch_size=4)  # 6 rows in two batches
+    base = evaluate(lm, [], PROMPTS, protocol)
+    assert base.prompts == 3 and base.samples == 2 and len(base.texts) == 6
+    assert [t["prompt"] for t in base.texts] == [p for p in PROMPTS for _ in range(2)]
+    for key in ("positive_share", "negative_share", "toxicity_prob", "avg_max_toxicity", "dist1", "dist2", "dist3", "formal_share"):
+        assert 0.0 <= getattr(base, key) <= 1.0
+    assert base.perplexity > 1
+    zero = evaluate(lm, [(switch, 0.0)], PROMPTS, protocol)
+    assert [t["text"] for t in zero.texts] == [t["text"] for t in base.texts]  # ε = 0 is the unsteered model, sample for sample
+    assert zero.perplexity == pytest.approx(base.perplexity, rel=1e-9)
+    assert zero.summary()["setting"] == {"s": 0.0} and "texts" not in zero.summary()
+    sweep = evaluate_sweep(lm, switch, [-20, 0, 20], PROMPTS, protocol)
+    assert [ev.setting["s"] for ev in sweep] == [-20, 0, 20]
+    assert [t["text"] for t in sweep[1].texts] == [t["text"] for t in base.texts]
+    assert sweep[0].texts != sweep[2].texts
+    done = []
+    grid = evaluate_grid(lm, (switch, [0, 20]), (other, [-20, 0, 20]), PROMPTS, protocol, progress=lambda d, t: done.append((d, t)))
+    assert [[ev.setting for ev in row] for row in grid] == [[{"s": a, "o": b} for b in (-20, 0, 20)] for a in (0, 20)]
+    assert done[-1] == (6, 6)
+    assert [t["text"] for t in grid[0][1].texts] == [t["text"] for t in base.texts]
+    with pytest.raises(ValueError):
+        evaluate(lm, [], [], protocol)
+    with pytest.raises(ValueError):
+        evaluate(lm, [], PROMPTS, Protocol(samples=0))
+    with pytest.raises(ValueError):
+        evaluate_sweep(lm, switch, [], PROMPTS, protocol)
+    with pytest.raises(ValueError, match="finite"):
+        evaluate(lm, [(switch, float("nan"))], PROMPTS, protocol)
+
+    fig = sweep_figure(sweep, "s", ("positive_share", "toxicity_prob"))
+    assert [list(t.x) for t in fig.data] == [[-20, 0, 20]] * 3  # two metrics + perplexity
+    heat = grid_figure(grid, "s", "o", ("positive_share", "toxicity_prob"))
+    assert len(heat.data) == 2 and list(heat.data[0].x) == [-20, 0, 20] and list(heat.data[0].y) == [0, 20]
+    with pytest.raises(ValueError, match="unknown metric"):
+        sweep_figure(sweep, "s", ("nope",))
+
+
+def test_export_html_png_and_bad_suffix(tmp_path, llama_lm):
+    switch = random_switch(llama_lm, seed=4, scale=30.0, name="s")
+    sweep = evaluate_sweep(llama_lm, switch, [0, 10], PROMPTS[:1], Protocol(samples=1, max_new_tokens=3))
+    fig = sweep_figure(sweep, "s")
+    html = export(fig, tmp_path / "f.html")
+    assert html.read_text(encoding="utf-8").count("plotly") > 10
+    assert shutil.which("chromium"), "PNG export needs Debian's chromium; `make test` installs it"
+    png = export(fig, tmp_path / "f.png", width=400, height=300)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match=r"\.html or \.png"):
+        export(fig, tmp_path / "f.pdf")
+
+
+def test_cli_eval_sweep_and_grid(tmp_path, llama_lm, capsys):
+    from lmswitch.cli import main
+
+    folder = tmp_path / "tiny"
+    llama_lm.model.save_pretrained(folder)
+    llama_lm.tokenizer.save_pretrained(folder)
+    from lmswitch import load_model
+
+    lm = load_model(str(folder), dtype="float32")
+    a, b = random_switch(lm, seed=1, scale=30.0, name="a"), random_switch(lm, seed=2, scale=30.0, name="b")
+    a.save(tmp_path / "a.safetensors")
+    b.save(tmp_path / "b.safetensors")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(PROMPTS), encoding="utf-8")
+    common = ["eval", "--model", str(folder), "--dtype", "float32", "--prompts", str(prompts), "--samples", "2", "--max-new-tokens", "4"]
+    assert main([*common, "--switch", str(tmp_path / "a.safetensors"), "--eps=-10,0,10", "--out", str(tmp_path / "out"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [row["setting"]["a"] for row in data["sweep"]] == [-10, 0, 10]
+    assert (tmp_path / "out" / "sweep.html").is_file()
+    saved = json.loads((tmp_path / "out" / "results.json").read_text(encoding="utf-8"))
+    assert len(saved["texts"]) == 3 and len(saved["texts"][0]) == 6
+    assert main([*common, "--switch", str(tmp_path / "a.safetensors"), "--eps", "0,10", "--grid", str(tmp_path / "b.safetensors"),
+                 "--grid-eps=-10,10", "--json"]) == 0
+    grid = json.loads(capsys.readouterr().out)["grid"]
+    assert [[c["setting"] for c in row] for row in grid] == [[{"a": 0, "b": -10}, {"a": 0, "b": 10}], [{"a": 10, "b": -10}, {"a": 10, "b": 10}]]
+    # bad input: exit code 2 with a readable message
+    assert main([*common]) == 2
+    assert "--switch" in capsys.readouterr().err
+    assert main([*common, "--switch", str(tmp_path / "a.safetensors"), "--metrics", "bogus"]) == 2
+    assert "unknown metric" in capsys.readouterr().err
+    assert main([*common, "--switch", str(tmp_path / "a.safetensors"), "--samples", "0"]) == 2
+    assert "samples" in capsys.readouterr().err
