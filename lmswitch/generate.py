@@ -71,16 +71,32 @@ class CoupledSampler(LogitsProcessor):
         else:
             logp = torch.log_softmax(logits / self.temperature, dim=-1)
             if self.top_p < 1:
-                sorted_logp, order = logp.sort(dim=-1, descending=True)
-                cum = sorted_logp.exp().cumsum(-1)
-                drop_sorted = (cum - sorted_logp.exp()) >= self.top_p  # keep the smallest prefix reaching top_p
-                drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-                logp = logp.masked_fill(drop, -math.inf)
-            gumbel = -torch.log(-torch.log(noise.clamp_min(1e-20)))
-            choice = (logp + gumbel).argmax(-1)
+                top_logp, top_idx = self._nucleus_candidates(logp)
+                top_p = top_logp.exp()
+                keep = (top_p.cumsum(-1) - top_p) < self.top_p  # the smallest prefix reaching top_p
+                gumbel = -torch.log(-torch.log(noise.gather(1, top_idx).clamp_min(1e-20)))
+                best = (top_logp + gumbel).masked_fill(~keep, -math.inf).argmax(-1, keepdim=True)
+                choice = top_idx.gather(1, best)[:, 0]
+            else:
+                gumbel = -torch.log(-torch.log(noise.clamp_min(1e-20)))
+                choice = (logp + gumbel).argmax(-1)
         out = torch.full_like(scores, -math.inf)
         out[torch.arange(B), choice] = 0.0
         return out
+
+    def _nucleus_candidates(self, logp: torch.Tensor, k: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+        """The top-k log-probabilities (descending) and ids, with k grown until every row's top-k holds top_p.
+
+        A full sort of the vocabulary per row and step would cost ~10× more; the
+        nucleus is almost always far smaller than the vocabulary.
+        """
+        V = logp.shape[-1]
+        while True:
+            k = min(k, V)
+            top_logp, top_idx = logp.topk(k, dim=-1)
+            if k == V or bool((top_logp.exp().sum(-1) >= self.top_p).all()):
+                return top_logp, top_idx
+            k *= 4
 
 
 class _RowStreamer(BaseStreamer):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 
@@ -11,6 +12,7 @@ import torch
 from conftest import CONTEXT, random_switch
 
 from lmswitch import generate, stream_generate, sweep
+from lmswitch.generate import CoupledSampler
 from lmswitch.steering import active_hook_count
 
 PROMPT = "the happy one was in a"
@@ -209,3 +211,19 @@ def test_bad_eps_is_refused_before_generating(tiny_lm):
         sweep(tiny_lm, PROMPT, s, [0.0, 5000.0])
     with pytest.raises(ValueError, match="no prompt"):
         generate(tiny_lm, [], [])
+
+
+@pytest.mark.parametrize("spread", [0.1, 3.0, 30.0])  # flat distributions need k to grow past 256
+def test_nucleus_sampler_equals_a_full_sort(spread):
+    """The top-k nucleus shortcut picks exactly the token the textbook full-sort nucleus sampler picks."""
+    V, B = 5000, 16
+    logits = torch.randn(B, V, generator=torch.Generator().manual_seed(1)) * spread
+    fast = CoupledSampler(list(range(B)), temperature=0.8, top_p=0.9)
+    got = fast(None, logits).argmax(-1)
+    noise = torch.stack([torch.rand(V, generator=torch.Generator().manual_seed(b)) for b in range(B)])
+    logp = torch.log_softmax(logits / 0.8, dim=-1)
+    sorted_logp, order = logp.sort(dim=-1, descending=True)
+    cum = sorted_logp.exp().cumsum(-1)
+    drop = torch.zeros(B, V, dtype=torch.bool).scatter(-1, order, (cum - sorted_logp.exp()) >= 0.9)
+    expect = (logp.masked_fill(drop, -math.inf) - torch.log(-torch.log(noise))).argmax(-1)
+    assert torch.equal(got, expect)
