@@ -117,6 +117,7 @@ def train_switch(
     min_steps: int | None = None,
     chunk_tokens: int = 512,
     seed: int = 0,
+    rank: int | None = None,
     matmul_dtype: torch.dtype = torch.bfloat16,
     progress: ProgressCallback | None = None,
     cancel: threading.Event | Callable[[], bool] | None = None,
@@ -126,6 +127,10 @@ def train_switch(
     ``positive``/``negative`` are lists of texts (sentences or whole documents) or a
     single document string. ``labels`` optionally gives a graded label in [-1, 1]
     for every text, positives first then negatives.
+
+    ``rank`` keeps only the top singular directions of the trained ``W`` (its
+    "word dimensions"): the small ones mostly hold noise fitted to the training
+    texts, and dropping them lets stronger ε steer with less loss of fluency.
 
     Early stopping: after ``min_steps`` (default: half of ``steps``) training stops
     once the held-out loss has not improved for ``patience`` evaluations, and the
@@ -156,6 +161,8 @@ def train_switch(
     for label, value, lo, hi in (("lr", lr, 0, 1), ("eps0", eps0, 0, 1), ("l2", l2, -1e-12, 1e6)):
         if not (isinstance(value, (int, float)) and math.isfinite(value) and lo < value <= hi):
             raise ValueError(f"{label} must be a finite number in ({lo:g}, {hi:g}]; got {value!r}")
+    if rank is not None and (not isinstance(rank, int) or not 1 <= rank <= lm.hidden_size):
+        raise ValueError(f"rank must be an integer from 1 to the hidden size {lm.hidden_size}; got {rank!r}")
     if not 0 <= heldout < 0.5:
         raise ValueError(f"heldout must be a fraction in [0, 0.5); got {heldout!r}")
     if not isinstance(batch_tokens, int) or batch_tokens < 16:
@@ -179,8 +186,11 @@ def train_switch(
     cap = getattr(lm.model.config.get_text_config(), "final_logit_softcapping", None)
     use_dummy = len(set(text_labels)) > 1
 
+    E32 = E.float()  # converted once: base logits are recomputed per batch when they are not cached
+    bias32 = None if head.bias is None else head.bias.float()
+
     def base_logits(h: torch.Tensor) -> torch.Tensor:  # raw head output, before any soft-capping
-        return F.linear(h, E.float(), None if head.bias is None else head.bias.float())
+        return F.linear(h, E32, bias32)
 
     def split(mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
         m = mask.to(device)
@@ -194,7 +204,8 @@ def train_switch(
     L0h = base_logits(Ch) if len(Ch) and Ch.shape[0] * E.shape[0] <= 256 * 1024**2 else None
 
     d = E.shape[1]
-    W = (torch.randn(d, d, generator=generator) * math.sqrt(1e-3)).to(device).requires_grad_()
+    # zero start: a random start would leave untrained noise in W that steering then amplifies
+    W = torch.zeros(d, d, device=device, requires_grad=True)
     Wd = torch.zeros(d, d, device=device, requires_grad=use_dummy)
     params = [W, Wd] if use_dummy else [W]
     opt = torch.optim.Adam(params, lr=lr)
@@ -254,6 +265,9 @@ def train_switch(
     if not len(Ch) or not held_curve:
         best = (math.nan, step, W.detach().clone(), Wd.detach().clone())
     _, best_step, W_best, Wd_best = best
+    if rank is not None and rank < d:
+        U, S, Vh = torch.linalg.svd(W_best.float())
+        W_best = (U[:, :rank] * S[:rank]) @ Vh[:rank]
     with torch.no_grad():
         W.copy_(W_best)
         Wd.copy_(Wd_best)
@@ -274,6 +288,7 @@ def train_switch(
         "lr": lr,
         "l2": l2,
         "seed": seed,
+        "rank": rank,
         "batch_tokens": batch_tokens,
         "min_steps": min_steps,
         "dummy_steer": use_dummy,
