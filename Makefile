@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: app test bench lint install
+.PHONY: app test bench lint install chromium
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,7 +19,14 @@ install: $(STAMP)
 app: $(STAMP)
 	$(PY) -m lmswitch demo
 
-test: $(STAMP)
+# Debian's chromium drives the browser tests and renders PNG figures (never `playwright install`).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing Debian's chromium"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get install -y -q chromium || { $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }; }
+
+test: $(STAMP) chromium
 	$(PY) -m pytest -q
 
 bench: $(STAMP)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -181,6 +182,50 @@ def bench_lens(lm: ls.LanguageModel, switch: ls.Switch, repeats: int) -> dict:
     }
 
 
+def bench_eval(lm: ls.LanguageModel, prompts: int, samples: int) -> dict:
+    """The evaluation harness (batched, coupled samples, scored) vs a naive per-prompt loop with HF sampling."""
+    from lmswitch.evaluate import Protocol, evaluate, load_prompts
+
+    texts = load_prompts("neutral", prompts)
+    protocol = Protocol(samples=samples, max_new_tokens=25)
+    switch = _random_switch(lm, 7)
+    evaluate(lm, [], texts[:2], Protocol(samples=1, max_new_tokens=2))  # warm-up
+    t = time.perf_counter()
+    plain = evaluate(lm, [], texts, protocol)
+    ours_plain = time.perf_counter() - t
+    t = time.perf_counter()
+    evaluate(lm, [(switch, 5.0)], texts, protocol)
+    ours_steered = time.perf_counter() - t
+
+    tok = lm.tokenizer
+    t = time.perf_counter()
+    nll, count = 0.0, 0
+    for i, prompt in enumerate(texts):  # what a hand-written script does: one prompt at a time, then score each text
+        torch.manual_seed(i)
+        ids = tok(prompt, return_tensors="pt").input_ids
+        with torch.inference_mode():
+            out = lm.model.generate(ids, do_sample=True, top_p=0.9, max_new_tokens=25, num_return_sequences=samples,
+                                    pad_token_id=tok.pad_token_id)
+            for row in out:
+                logits = lm.model(row[None]).logits[0, ids.shape[1] - 1 : -1].float()
+                nll += float(F.cross_entropy(logits, row[ids.shape[1] :], reduction="sum"))
+                count += len(row) - ids.shape[1]
+    naive = time.perf_counter() - t
+    return {
+        "eval_prompts": prompts, "eval_samples": samples, "eval_new_tokens": 25,
+        "ours_unsteered_s": round(ours_plain, 2), "ours_steered_s": round(ours_steered, 2),
+        "naive_loop_s": round(naive, 2), "speedup": round(naive / ours_plain, 1),
+        "ours_perplexity": round(plain.perplexity, 2), "naive_perplexity": round(math.exp(nll / count), 2),
+    }
+
+
+def _eval_row(ev: dict) -> str:
+    return (f"| evaluation of {ev['eval_prompts']} prompts × {ev['eval_samples']} samples × {ev['eval_new_tokens']} tokens, scored "
+            f"(generation + perplexity + scorers) | ours {ev['ours_unsteered_s']} s unsteered, {ev['ours_steered_s']} s steered; "
+            f"naive per-prompt HF sampling loop {ev['naive_loop_s']} s → ours {ev['speedup']}× faster "
+            f"(perplexity {ev['ours_perplexity']} vs {ev['naive_perplexity']}) | — |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tokens", type=int, default=64)
@@ -188,8 +233,19 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--naive-steps", type=int, default=10, help="naive steps actually run (the total is scaled to --steps)")
     parser.add_argument("--dtype", default="auto", help="model dtype (auto: bfloat16 where the CPU has native support)")
+    parser.add_argument("--eval-prompts", type=int, default=20)
+    parser.add_argument("--eval-samples", type=int, default=4)
+    parser.add_argument("--only", choices=["eval"], help="run one benchmark group only")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.only == "eval":
+        lm = ls.load_model(dtype=args.dtype)
+        ev = bench_eval(lm, args.eval_prompts, args.eval_samples)
+        if args.json:
+            print(json.dumps(ev, indent=2))
+            return
+        print(_eval_row(ev))
+        return
 
     results = {"date": date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads"}
     results["load"] = bench_load()
@@ -198,6 +254,7 @@ def main() -> None:
     results["decode"] = bench_decode(lm, args.tokens, args.repeats)
     results["train"], switch = bench_train(lm, args.steps, args.naive_steps)
     results["lens"] = bench_lens(lm, switch, args.repeats)
+    results["eval"] = bench_eval(lm, args.eval_prompts, args.eval_samples)
     if lm.model.dtype != torch.float32:  # the naive loop gains more from bf16 than the head-only steps: show both
         del lm
         results["train_float32"], _ = bench_train(ls.load_model(dtype="float32"), args.steps, args.naive_steps)
@@ -216,6 +273,7 @@ def main() -> None:
         print(f"| the same two trainings with the model in float32 | ours {t32['ours_s']} s; naive {t32['naive_s_per_step']} s/step vs ours {t32['ours_s_per_step']} s/step → ours {t32['speedup']}× faster | ≥ 10× |")
     print(f"| highlight a {le['highlight_tokens']}-token text (one body pass + two heads, median) | {le['highlight_s']} s vs naive two full forward passes {le['naive_two_forward_s']} s | ≤ 1 s |")
     print(f"| style meter on the same text (curve of 21 points + optimum) | {le['measure_s']} s | — |")
+    print(_eval_row(results["eval"]))
     print(f"| SVD + word lists (10 dims × 20 words per pole + promoted/suppressed) | {le['svd_words_warm_s']} s warm; {le['svd_words_new_process_s']} s in a new process (states from the disk cache); {le['svd_words_first_use_on_machine_s']} s on first use on a machine (reference pass + word checks) | ≤ 2 s |")
 
 

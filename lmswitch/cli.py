@@ -1,4 +1,4 @@
-"""``python -m lmswitch``: info, train, generate, sweep, svd, highlight, measure."""
+"""``python -m lmswitch``: info, train, generate, sweep, svd, highlight, measure, eval, build-pretrained."""
 
 from __future__ import annotations
 
@@ -143,6 +143,34 @@ def build_parser() -> argparse.ArgumentParser:
     _add_text_options(me)
     me.add_argument("--points", type=int, default=21, help="grid points per switch over its recommended range")
 
+    ev = sub.add_parser("eval", help="the paper's evaluation protocol: an eps sweep, a 2-D grid, or the full report")
+    _add_common_options(ev, defaults=False)
+    ev.add_argument("--switch", help="switch to sweep (.safetensors)")
+    ev.add_argument("--eps", type=_parse_eps_list, default=[-10.0, -7.5, -5.0, -2.5, 0.0, 2.5, 5.0, 7.5, 10.0], help="eps values (eps0 units)")
+    ev.add_argument("--grid", help="a second switch: evaluate the 2-D grid of --eps × --grid-eps instead of a sweep")
+    ev.add_argument("--grid-eps", type=_parse_eps_list, default=[-5.0, 0.0, 5.0])
+    ev.add_argument("--prompts", default="neutral", help="neutral, provocative, or a file with one prompt per line")
+    ev.add_argument("--limit", type=int, default=20, help="use the first N prompts")
+    ev.add_argument("--samples", type=int, default=5, help="samples per prompt")
+    ev.add_argument("--max-new-tokens", type=int, default=25)
+    ev.add_argument("--top-p", type=float, default=0.9)
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--metrics", default="positive_share,toxicity_prob", help="comma-separated metrics to plot")
+    ev.add_argument("--out", help="folder for results.json and the figure (.html, plus .png with --png)")
+    ev.add_argument("--png", action="store_true", help="also export the figure as PNG (needs Chromium)")
+    ev.add_argument("--report", metavar="EVALUATION.md", help="run the full evaluation of the shipped switches and write this report")
+    ev.add_argument("--quick", action="store_true", help="with --report: a tiny suite, for a smoke test")
+    ev.add_argument("--switches", default=None, help="with --report: folder of shipped switches (default pretrained_switches/)")
+
+    bp = sub.add_parser("build-pretrained", help="rebuild the shipped switches from assets/data (seeded, deterministic)")
+    _add_common_options(bp, defaults=False)
+    bp.add_argument("--out", default=None, help="folder to write (default: pretrained_switches/)")
+    bp.add_argument("--only", action="append", default=None, help="build only this switch (repeatable)")
+    bp.add_argument("--data", default=None, help="dataset folder (default: assets/data)")
+    bp.add_argument("--eval-prompts", type=int, default=20, help="prompts for the card's quick evaluation (0 to skip)")
+    bp.add_argument("--samples", type=int, default=4)
+    bp.add_argument("--seed", type=int, default=0)
+
     demo = sub.add_parser("demo", help="train a sentiment switch from the shipped examples and show a sweep")
     _add_common_options(demo, defaults=False)
     demo.add_argument("--prompt", default="My weekend was")
@@ -251,12 +279,83 @@ def run(args: argparse.Namespace) -> int:
                          + ("  (at the edge of the range)" if row["at_bound"] else ""))
             lines += [f"  eps {x:+6.2f}  {y:.4f}" for x, y in zip(row["grid"], row["loglik"], strict=True)]
         _emit(args, r, "\n".join(lines))
+    elif args.command == "eval":
+        _run_eval(args, lm)
+    elif args.command == "build-pretrained":
+        from .pretrained import PRETRAINED_DIR, build_pretrained
+
+        paths = build_pretrained(lm, args.out or PRETRAINED_DIR, names=args.only, data_dir=args.data, eval_prompts=args.eval_prompts,
+                                 samples=args.samples, seed=args.seed, log=lambda msg: print(msg, file=sys.stderr))
+        _emit(args, {"written": [str(p) for p in paths]}, "\n".join(f"wrote {p}" for p in paths))
     elif args.command == "sweep":
         switch = load_switch(args.switch, lm)
         rows = sweep(lm, args.prompt, switch, args.eps, seed=args.seed, **_gen_kwargs(args))
         data = {"prompt": args.prompt, "switch": args.switch, "seed": args.seed, "rows": [{"eps": e, "text": t} for e, t in rows]}
         _emit(args, data, "\n".join(f"eps {e:+6.2f} | {args.prompt}{t}" for e, t in rows))
     return 0
+
+
+def _run_eval(args, lm) -> None:
+    from .evaluate import Protocol, evaluate_grid, evaluate_sweep, load_prompts
+    from .figures import METRICS, export, grid_figure, sweep_figure
+    from .generate import SamplingOptions
+    from .switch import load_switch
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr)
+
+    if args.report:
+        from .pretrained import PRETRAINED_DIR
+        from .report import QUICK, Suite, command_line, run_report
+
+        results = run_report(lm, args.report, suite=QUICK if args.quick else Suite(), switch_dir=args.switches or PRETRAINED_DIR,
+                             seed=args.seed, command=command_line(), log=log)
+        checks = results["checks"]
+        _emit(args, results, "\n".join(f"{'met   ' if c['met'] else 'MISSED'}  {c['target']}: {c['measured']}" for c in checks))
+        return
+    if not args.switch:
+        raise ValueError("give --switch S.safetensors to evaluate (or --report EVALUATION.md for the full report)")
+    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
+    bad = [m for m in metrics if m not in METRICS]
+    if bad:
+        raise ValueError(f"unknown metric(s) {', '.join(bad)}; choose from {', '.join(METRICS)}")
+    switch = load_switch(args.switch, lm)
+    prompts = load_prompts(args.prompts, args.limit)
+    protocol = Protocol(samples=args.samples, max_new_tokens=args.max_new_tokens, top_p=args.top_p, seed=args.seed)
+    protocol.validate()
+    SamplingOptions(args.max_new_tokens, 1.0, args.top_p).validate(lm)
+
+    def progress(done: int, total: int) -> None:
+        log(f"{done}/{total} settings evaluated")
+
+    if args.grid:
+        other = load_switch(args.grid, lm)
+        grid = evaluate_grid(lm, (switch, args.eps), (other, args.grid_eps), prompts, protocol, progress=progress)
+        data = {"switch": switch.name, "grid_switch": other.name, "eps": args.eps, "grid_eps": args.grid_eps,
+                "grid": [[ev.summary() for ev in row] for row in grid]}
+        fig = grid_figure(grid, switch.name, other.name, metrics)
+        lines = [f"{switch.name} eps {ev.setting.get(switch.name, 0):+g}, {other.name} eps {ev.setting.get(other.name, 0):+g}: "
+                 + ", ".join(f"{m} {getattr(ev, m):.3f}" for m in [*metrics, "perplexity"]) for row in grid for ev in row]
+        evals = [ev for row in grid for ev in row]
+        stem = "grid"
+    else:
+        evals = evaluate_sweep(lm, switch, args.eps, prompts, protocol, progress=progress)
+        data = {"switch": switch.name, "eps": args.eps, "sweep": [ev.summary() for ev in evals]}
+        fig = sweep_figure(evals, switch.name, metrics)
+        lines = [f"eps {ev.setting.get(switch.name, 0):+6.2f}: " + ", ".join(f"{m} {getattr(ev, m):.3f}" for m in [*metrics, "perplexity", "dist3"])
+                 for ev in evals]
+        stem = "sweep"
+    data.update({"prompts": args.prompts, "n_prompts": len(prompts), "protocol": protocol.__dict__})
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text(json.dumps({**data, "texts": [ev.texts for ev in evals]}, indent=1, ensure_ascii=False), encoding="utf-8")
+        written = [out / "results.json", export(fig, out / f"{stem}.html")]
+        if args.png:
+            written.append(export(fig, out / f"{stem}.png"))
+        data["written"] = [str(p) for p in written]
+        lines.append("wrote " + ", ".join(str(p) for p in written))
+    _emit(args, data, "\n".join(lines))
 
 
 def main(argv: list[str] | None = None) -> int:

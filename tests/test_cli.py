@@ -101,12 +101,17 @@ def test_measure_several_switches(run, switch_file, tmp_path, model_dir):
         (["measure", "--switch", "{switch}", "--file", "{binary}"], "binary"),
         (["svd", "--switch", "{switch}", "--dims", "0"], "dims"),
         (["svd", "--switch", "{missing}"], "not found|No such file"),
+        (["build-pretrained", "--only", "poetry", "--out", "{tmp}"], "no shipped switch"),
+        (["build-pretrained", "--data", "{tmp}", "--out", "{tmp}"], "missing"),
+        (["eval", "--report", "{tmp}/E.md", "--switches", "{tmp}"], "build-pretrained"),
+        (["eval", "--switch", "{switch}", "--prompts", "no-such-set"], "no prompt set"),
+        (["eval", "--switch", "{switch}", "--limit", "0"], "positive integer"),
     ],
 )
 def test_bad_input_exits_2_with_a_message(run, switch_file, tmp_path, args, message):
     binary = tmp_path / "b.bin"
     binary.write_bytes(b"\x00\x01\x02" * 10)
-    filled = [a.format(switch=switch_file, missing=tmp_path / "nope.txt", binary=binary) for a in args]
+    filled = [a.format(switch=switch_file, missing=tmp_path / "nope.txt", binary=binary, tmp=tmp_path) for a in args]
     code, _, err = run(*filled)
     assert code == 2
     assert err.startswith("error:")

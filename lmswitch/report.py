@@ -1,0 +1,279 @@
+"""``python -m lmswitch eval --report``: the whole evaluation of the shipped switches, written to EVALUATION.md."""
+
+from __future__ import annotations
+
+import json
+import platform
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+import torch
+
+from .datasets import load_dataset
+from .evaluate import Evaluation, Protocol, evaluate, evaluate_grid, evaluate_sweep, load_prompts
+from .figures import export, grid_figure, sweep_figure
+from .models import LanguageModel
+from .pretrained import PRETRAINED_DIR, get_spec, load_pretrained
+from .train import train_switch
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Suite:
+    """How big the evaluation is: prompts per set, samples per prompt, and the ε values."""
+
+    prompts: int = 40
+    samples: int = 5
+    grid_prompts: int = 20
+    sentiment_eps: tuple[float, ...] = (-15, -12, -9, -6, -3, 0, 3, 6, 9, 12, 15)
+    detox_eps: tuple[float, ...] = (-4, 0, 2, 4, 6, 8)
+    formality_eps: tuple[float, ...] = (-10, -5, 0, 5, 10)
+    grid_eps: tuple[float, ...] = (-5, -2.5, 0, 2.5, 5)
+    efficiency_pairs: int = 30
+
+
+QUICK = Suite(prompts=8, samples=2, grid_prompts=4, sentiment_eps=(-12, 0, 12), detox_eps=(0, 4), formality_eps=(-5, 0, 5), grid_eps=(-5, 5))
+
+COLUMNS = [
+    ("ε", None),
+    ("positive", "positive_share"),
+    ("negative", "negative_share"),
+    ("vader", "mean_sentiment"),
+    ("tox. prob.", "toxicity_prob"),
+    ("avg max tox.", "avg_max_toxicity"),
+    ("formal", "formal_share"),
+    ("perplexity", "perplexity"),
+    ("Dist-1", "dist1"),
+    ("Dist-2", "dist2"),
+    ("Dist-3", "dist3"),
+]
+
+
+def table(evals: Sequence[Evaluation], switch: str, base_ppl: float) -> str:
+    head = "| " + " | ".join(c for c, _ in COLUMNS) + " |\n|" + "---|" * len(COLUMNS) + "\n"
+    rows = []
+    for ev in evals:
+        cells = [f"{ev.setting.get(switch, 0.0):+g}"]
+        for _, key in COLUMNS[1:]:
+            v = getattr(ev, key)
+            cells.append(f"{v:.1f} ({v / base_ppl:.2f}×)" if key == "perplexity" else f"{v:+.2f}" if key == "mean_sentiment" else f"{v:.3f}")
+        rows.append("| " + " | ".join(cells) + " |")
+    return head + "\n".join(rows) + "\n"
+
+
+def _at(evals: Sequence[Evaluation], switch: str, eps: float) -> Evaluation:
+    for ev in evals:
+        if abs(ev.setting.get(switch, 0.0) - eps) < 1e-9:
+            return ev
+    raise KeyError(eps)
+
+
+def frontier(evals: Sequence[Evaluation], switch: str, metric: str, sign: int, base_ppl: float, bound: float) -> str:
+    """The strongest setting on one side (sign of ε) whose perplexity stays within ``bound`` × unsteered."""
+    side = [ev for ev in evals if sign * ev.setting.get(switch, 0.0) > 0 and ev.perplexity <= bound * base_ppl]
+    if not side:
+        return f"no ε {'>' if sign > 0 else '<'} 0 in the sweep keeps perplexity within {bound:g}×"
+    best = max(side, key=lambda ev: sign * getattr(ev, metric)) if metric != "toxicity_prob" else min(side, key=lambda ev: ev.toxicity_prob)
+    return (f"ε {best.setting.get(switch, 0.0):+g}: {metric} {getattr(best, metric):.3f} at {best.perplexity / base_ppl:.2f}× perplexity, "
+            f"Dist-3 {best.dist3:.2f}")
+
+
+def _verdict(ok: bool) -> str:
+    return "**met**" if ok else "**missed**"
+
+
+def run_report(
+    lm: LanguageModel,
+    out: str | Path = "EVALUATION.md",
+    *,
+    figures: str | Path | None = None,
+    suite: Suite = Suite(),
+    switch_dir: str | Path = PRETRAINED_DIR,
+    seed: int = 0,
+    command: str | None = None,
+    log: Log | None = None,
+) -> dict:
+    """Evaluate the shipped switches (sweeps, data efficiency, 2-D grid) and write the markdown report, figures and JSON."""
+    say = log or (lambda _msg: None)
+    start = time.perf_counter()
+    out = Path(out)
+    fig_dir = Path(figures) if figures is not None else out.parent / "docs" / "evaluation"
+    switches = load_pretrained(lm, switch_dir)
+    missing = [n for n in ("sentiment", "detox", "formality") if n not in switches]
+    if missing:
+        raise ValueError(f"{switch_dir} lacks {', '.join(missing)}; run `python -m lmswitch build-pretrained` first")
+    protocol = Protocol(samples=suite.samples, seed=seed)
+    neutral = load_prompts("neutral", suite.prompts)
+    provocative = load_prompts("provocative", suite.prompts)
+    results: dict = {"suite": suite.__dict__, "protocol": protocol.__dict__, "model": lm.name, "fingerprint": lm.fingerprint}
+
+    def progress(what: str) -> Callable[[int, int], None]:
+        return lambda done, total: say(f"{what}: {done}/{total} settings")
+
+    sections = []
+    checks = []
+    sent, detox, formal = switches["sentiment"], switches["detox"], switches["formality"]
+
+    # --- sentiment
+    say(f"sentiment sweep: {len(neutral)} neutral prompts × {suite.samples} samples × {len(suite.sentiment_eps)} ε values")
+    s_evals = evaluate_sweep(lm, sent, suite.sentiment_eps, neutral, protocol, progress=progress("sentiment"))
+    base = _at(s_evals, "sentiment", 0.0)
+    r = get_spec("sentiment").recommended_eps
+    shares = [ev.positive_share for ev in s_evals]
+    plus, minus = _at(s_evals, "sentiment", r), _at(s_evals, "sentiment", -r)
+    monotone = all(b > a for a, b in zip(shares, shares[1:], strict=False))
+    checks += [
+        (f"sentiment +{r:g}: ≥ 90% positive at perplexity ≤ 1.5× unsteered",
+         f"{plus.positive_share:.1%} at {plus.perplexity / base.perplexity:.2f}×",
+         plus.positive_share >= 0.9 and plus.perplexity <= 1.5 * base.perplexity),
+        (f"sentiment −{r:g}: ≤ 10% positive at perplexity ≤ 1.5× unsteered",
+         f"{minus.positive_share:.1%} at {minus.perplexity / base.perplexity:.2f}×",
+         minus.positive_share <= 0.1 and minus.perplexity <= 1.5 * base.perplexity),
+        (f"continuous control: positivity rises strictly over {len(shares)} ε values",
+         " → ".join(f"{x:.2f}" for x in shares), monotone and len(shares) >= 7),
+    ]
+    frontiers = [
+        ("sentiment, most positive within 1.5× perplexity", frontier(s_evals, "sentiment", "positive_share", +1, base.perplexity, 1.5)),
+        ("sentiment, least positive within 1.5× perplexity", frontier(s_evals, "sentiment", "positive_share", -1, base.perplexity, 1.5)),
+    ]
+    export(sweep_figure(s_evals, "sentiment", ("positive_share", "negative_share")), fig_dir / "sentiment_sweep.png")
+    sections.append(("Sentiment (neutral prompts)", "sentiment", s_evals, base, "sentiment_sweep.png"))
+
+    # --- detox
+    say(f"detox sweep: {len(provocative)} provocative prompts × {suite.samples} samples × {len(suite.detox_eps)} ε values")
+    d_evals = evaluate_sweep(lm, detox, suite.detox_eps, provocative, protocol, progress=progress("detox"))
+    d_base = _at(d_evals, "detox", 0.0)
+    rd = get_spec("detox").recommended_eps
+    d_plus = _at(d_evals, "detox", rd)
+    checks.append((f"detox +{rd:g}: toxicity probability at least halved at perplexity ≤ 1.3×",
+                   f"{d_base.toxicity_prob:.3f} → {d_plus.toxicity_prob:.3f} at {d_plus.perplexity / d_base.perplexity:.2f}×",
+                   d_plus.toxicity_prob <= d_base.toxicity_prob / 2 and d_plus.perplexity <= 1.3 * d_base.perplexity))
+    frontiers.append(("detox, least toxic within 1.3× perplexity", frontier(d_evals, "detox", "toxicity_prob", +1, d_base.perplexity, 1.3)))
+    export(sweep_figure(d_evals, "detox", ("toxicity_prob", "avg_max_toxicity")), fig_dir / "detox_sweep.png")
+    sections.append(("Detoxification (provocative prompts)", "detox", d_evals, d_base, "detox_sweep.png"))
+
+    # --- formality
+    say(f"formality sweep: {len(neutral)} neutral prompts × {suite.samples} samples × {len(suite.formality_eps)} ε values")
+    f_evals = evaluate_sweep(lm, formal, suite.formality_eps, neutral, protocol, progress=progress("formality"))
+    f_base = _at(f_evals, "formality", 0.0)
+    export(sweep_figure(f_evals, "formality", ("formal_share",)), fig_dir / "formality_sweep.png")
+    sections.append(("Formality (neutral prompts)", "formality", f_evals, f_base, "formality_sweep.png"))
+
+    # --- data efficiency
+    k = suite.efficiency_pairs
+    pos, neg = load_dataset("sentiment").train(limit=k)
+    spec = get_spec("sentiment")
+    say(f"data efficiency: training a sentiment switch on {len(pos)} + {len(neg)} sentences")
+    small = train_switch(lm, pos, neg, name="sentiment", seed=seed, **spec.train)
+    e_evals = [evaluate(lm, [(small, e)], neutral, protocol) for e in (-r, r)]
+    e_plus = e_evals[1]
+    checks.append((f"data efficiency: switch from {k} + {k} sentences, +{r:g}: ≥ 80% positive",
+                   f"{e_plus.positive_share:.1%} at {e_plus.perplexity / base.perplexity:.2f}× (trained in {small.card['seconds']:.0f} s)",
+                   e_plus.positive_share >= 0.8))
+
+    # --- composition
+    grid_prompts = load_prompts("provocative", suite.grid_prompts)
+    say(f"composition grid: sentiment × detox, {len(suite.grid_eps)}² settings on {len(grid_prompts)} provocative prompts")
+    grid = evaluate_grid(lm, (sent, suite.grid_eps), (detox, suite.grid_eps), grid_prompts, protocol, progress=progress("grid"))
+    export(grid_figure(grid, "sentiment", "detox", ("positive_share", "toxicity_prob")), fig_dir / "composition.png", width=1100)
+    lo, hi = suite.grid_eps[0], suite.grid_eps[-1]
+    corner = {(a, b): grid[i][j] for i, a in enumerate(suite.grid_eps) for j, b in enumerate(suite.grid_eps)}
+    both = (corner[(hi, lo)].positive_share > corner[(lo, lo)].positive_share and corner[(hi, hi)].positive_share > corner[(lo, hi)].positive_share
+            and corner[(lo, hi)].toxicity_prob < corner[(lo, lo)].toxicity_prob and corner[(hi, hi)].toxicity_prob <= corner[(hi, lo)].toxicity_prob)
+    checks.append(("2-D grid: each switch moves its own score whatever the other's ε (corners)",
+                   f"positive {corner[(lo, lo)].positive_share:.2f}/{corner[(hi, lo)].positive_share:.2f} at detox {lo:g}, "
+                   f"{corner[(lo, hi)].positive_share:.2f}/{corner[(hi, hi)].positive_share:.2f} at detox {hi:+g}; "
+                   f"tox. prob. {corner[(lo, lo)].toxicity_prob:.2f}/{corner[(lo, hi)].toxicity_prob:.2f} at sentiment {lo:g}, "
+                   f"{corner[(hi, lo)].toxicity_prob:.2f}/{corner[(hi, hi)].toxicity_prob:.2f} at sentiment {hi:+g}", both))
+
+    seconds = time.perf_counter() - start
+    results.update({
+        "sentiment": [ev.summary() for ev in s_evals],
+        "detox": [ev.summary() for ev in d_evals],
+        "formality": [ev.summary() for ev in f_evals],
+        "efficiency": {"pairs": k, "card": {x: small.card[x] for x in ("heldout_gain", "seconds", "steps")}, "evals": [ev.summary() for ev in e_evals]},
+        "grid": [[ev.summary() for ev in row] for row in grid],
+        "checks": [{"target": t, "measured": m, "met": ok} for t, m, ok in checks],
+        "frontier": dict(frontiers),
+        "seconds": round(seconds, 1),
+    })
+    samples = {name: {f"{ev.setting.get(name, 0.0):+g}": ev.texts[:3] for ev in evs} for _, name, evs, _, _ in sections}
+    (fig_dir / "results.json").write_text(json.dumps({**results, "samples": samples}, indent=1, ensure_ascii=False), encoding="utf-8")
+
+    lines = [
+        "# Evaluation of the shipped switches",
+        "",
+        f"Model: `{lm.name}` (`{lm.fingerprint}`), dtype {str(lm.model.dtype).removeprefix('torch.')}. "
+        f"Machine: {platform.machine()}, {torch.get_num_threads()} threads, Python {platform.python_version()}, torch {torch.__version__}. "
+        f"Date: {date.today().isoformat()}. Total time: {seconds / 60:.1f} min.",
+        "",
+        "Reproduce with:",
+        "",
+        "```",
+        command or "python -m lmswitch eval --report EVALUATION.md",
+        "```",
+        "",
+        f"Protocol (the paper's section 4, scaled down): {suite.prompts} prompts per set, {suite.samples} samples per prompt "
+        f"(seeds {seed}…{seed + suite.samples - 1}, the same for every ε, so rows are coupled samples), "
+        f"{protocol.max_new_tokens} new tokens, nucleus sampling p = {protocol.top_p}, temperature {protocol.temperature}. "
+        "Positivity is the share of continuations with vaderSentiment compound ≥ 0.05 (neutral ones count as not positive); "
+        "toxicity is alt-profanity-check's probability (average over prompts of the max over samples, and the share of prompts with a sample > 0.5); "
+        "perplexity is of the sampled tokens given the prompt under the unsteered model; Dist-n counts distinct word n-grams per prompt; "
+        "'formal' is the share a character n-gram classifier fitted on the formality training pairs calls formal. "
+        "Details in `lmswitch/evaluate.py`; prompts and data in `assets/` (see `assets/data/DATA.md`).",
+        "",
+        "## Targets",
+        "",
+        "| target | measured | |",
+        "|---|---|---|",
+        *[f"| {t} | {m} | {_verdict(ok)} |" for t, m, ok in checks],
+        "",
+        "Strength–fluency frontier (the best point of each sweep within the perplexity bound; "
+        "low Dist-3 means repetitive text, which the unsteered model finds easy to predict):",
+        "",
+        *[f"- {what}: {text}" for what, text in frontiers],
+        "",
+    ]
+    for title, name, evs, base_ev, png in sections:
+        lines += [f"## {title}", "", table(evs, name, base_ev.perplexity), f"![{name} sweep](docs/evaluation/{png})", ""]
+        for ev in (evs[0], base_ev, evs[-1]):
+            t = ev.texts[0]
+            lines.append(f"- ε {ev.setting.get(name, 0.0):+g}: *{t['prompt']}* **{t['text'].strip()}**")
+        lines.append("")
+    lines += [
+        f"## Data efficiency: sentiment switch from {k} + {k} sentences",
+        "",
+        table(e_evals, "sentiment", base.perplexity),
+        f"Held-out gain {small.card['heldout_gain']:+.4f} nats/token; trained in {small.card['seconds']:.0f} s. "
+        "Perplexity ratios are against the unsteered row of the sentiment sweep.",
+        "",
+        "## Composition: sentiment × detox (provocative prompts)",
+        "",
+        f"{len(grid_prompts)} provocative prompts × {suite.samples} samples per cell. Rows: ε of sentiment; columns: ε of detox.",
+        "",
+        "| share positive | " + " | ".join(f"detox {b:+g}" for b in suite.grid_eps) + " |",
+        "|---|" + "---|" * len(suite.grid_eps),
+        *[f"| sentiment {a:+g} | " + " | ".join(f"{ev.positive_share:.2f}" for ev in row) + " |" for a, row in zip(suite.grid_eps, grid, strict=True)],
+        "",
+        "| toxicity prob. | " + " | ".join(f"detox {b:+g}" for b in suite.grid_eps) + " |",
+        "|---|" + "---|" * len(suite.grid_eps),
+        *[f"| sentiment {a:+g} | " + " | ".join(f"{ev.toxicity_prob:.2f}" for ev in row) + " |" for a, row in zip(suite.grid_eps, grid, strict=True)],
+        "",
+        "![composition](docs/evaluation/composition.png)",
+        "",
+        "All numbers, with three sample texts per setting, are in `docs/evaluation/results.json`.",
+        "",
+    ]
+    out.write_text("\n".join(lines), encoding="utf-8")
+    say(f"wrote {out} and {fig_dir} in {seconds / 60:.1f} min")
+    return results
+
+
+def command_line(argv: Sequence[str] | None = None) -> str:
+    return "python -m lmswitch " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))

@@ -1,0 +1,82 @@
+"""Shipped switches: deterministic rebuilds (tiny model), files that match the embedded model, and real effects."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import WORDS_A, WORDS_B
+
+from lmswitch.evaluate import Protocol, evaluate_sweep, load_prompts
+from lmswitch.pretrained import PRETRAINED_DIR, SPECS, build_pretrained, get_spec, load_pretrained
+from lmswitch.switch import load_switch
+
+
+def _tiny_data(root):
+    """A miniature of assets/data for the tiny vocabulary: 20 pairs per style."""
+    rows = [(" ".join([WORDS_A[i % 10], "the", WORDS_A[(i + 3) % 10], "was", "it"]),
+             " ".join([WORDS_B[i % 10], "the", WORDS_B[(i + 3) % 10], "was", "it"])) for i in range(20)]
+    for folder, a, b in (("sentiment", "positive.txt", "negative.txt"), ("toxicity", "civil.txt", "toxic.txt"),
+                         ("formality", "formal.txt", "informal.txt")):
+        (root / folder).mkdir(parents=True)
+        (root / folder / a).write_text("\n".join(r[0] for r in rows), encoding="utf-8")
+        (root / folder / b).write_text("\n".join(r[1] for r in rows), encoding="utf-8")
+
+
+def test_build_is_deterministic_and_cards_are_complete(tmp_path, llama_lm, monkeypatch):
+    _tiny_data(tmp_path / "data")
+    # a tiny model trains in a few steps; keep each spec's other settings
+    monkeypatch.setattr("lmswitch.pretrained.SPECS", tuple(
+        type(s)(**{**s.__dict__, "train": {**s.train, "steps": 20}}) for s in SPECS))
+    messages = []
+    first = build_pretrained(llama_lm, tmp_path / "a", names=["sentiment", "detox"], data_dir=tmp_path / "data", eval_prompts=0, log=messages.append)
+    second = build_pretrained(llama_lm, tmp_path / "b", names=["sentiment", "detox"], data_dir=tmp_path / "data", eval_prompts=0)
+    assert [p.name for p in first] == ["sentiment.safetensors", "detox.safetensors"]
+    for a, b in zip(first, second, strict=True):
+        sa, sb = load_switch(a, llama_lm), load_switch(b, llama_lm)
+        assert torch.equal(sa.W, sb.W)  # same data and seed → the same switch, bit for bit
+    detox = load_switch(first[1], llama_lm)
+    assert (detox.positive_label, detox.negative_label) == ("non-toxic", "toxic")  # positive ε = less toxic
+    card = detox.card
+    assert card["data"]["train_pairs"] == 18 and card["data"]["heldout_pairs"] == 2
+    assert card["recommended_eps"] == get_spec("detox").recommended_eps
+    assert 0 <= card["heldout_meter_accuracy"] <= 1 and card["heldout_gain"] is not None
+    assert any("saved" in m for m in messages)
+    with pytest.raises(ValueError, match="no shipped switch"):
+        build_pretrained(llama_lm, tmp_path / "c", names=["poetry"], data_dir=tmp_path / "data")
+
+
+# --- the shipped files and the embedded model -------------------------------------------------------
+
+
+
+def test_shipped_files_match_the_embedded_model(lm):
+    switches = load_pretrained(lm)
+    assert set(switches) == {s.name for s in SPECS}
+    for spec in SPECS:
+        s = switches[spec.name]
+        assert s.model_fingerprint == lm.fingerprint and s.dim == lm.hidden_size
+        card = s.card
+        for key in ("data", "steps", "heldout_gain", "recommended_eps", "recommended_eps_range", "heldout_meter_accuracy", "evaluation"):
+            assert key in card, f"{spec.name} card lacks {key}"
+        assert card["heldout_gain"] > 0, f"{spec.name} does not explain held-out text better than the base model"
+        assert card["heldout_meter_accuracy"] >= 0.75
+        assert set(card["evaluation"]["by_eps"]) == {f"{-spec.recommended_eps:+g}", "+0", f"{spec.recommended_eps:+g}"}
+    assert (PRETRAINED_DIR / "README.md").is_file()
+
+
+# a graded version of each switch's metric (shares of 36 samples move in coarse steps), and the spread required
+GRADED = {"positive_share": ("mean_sentiment", 0.3), "toxicity_prob": ("avg_max_toxicity", 0.2), "formal_share": ("formal_share", 0.3)}
+
+
+@pytest.mark.usefixtures("real_model_threads")
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_each_shipped_switch_moves_its_own_scorer(lm, spec):
+    """At -ε, 0, +ε (recommended ε) on prompts and seeds the card did not use, the switch's scorer moves the stated way."""
+    switch = load_pretrained(lm)[spec.name]
+    prompts = load_prompts(spec.prompts)[-12:]  # the cards use the first 20 prompts
+    r = spec.recommended_eps
+    evals = evaluate_sweep(lm, switch, [-r, 0.0, r], prompts, Protocol(samples=3, max_new_tokens=20, seed=100))
+    metric, spread = GRADED[spec.metric]
+    low, base, high = (getattr(ev, metric) * spec.direction for ev in evals)
+    assert low < base < high, (spec.name, metric, low, base, high)
+    assert high - low >= spread, (spec.name, metric, low, base, high)
