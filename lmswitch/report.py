@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from .datasets import load_dataset
-from .evaluate import Evaluation, Protocol, evaluate, evaluate_grid, evaluate_sweep, load_prompts
+from .evaluate import Evaluation, Protocol, evaluate_grid, evaluate_sweep, load_prompts
 from .figures import export, grid_figure, sweep_figure
 from .models import LanguageModel
 from .pretrained import PRETRAINED_DIR, get_spec, load_pretrained
@@ -36,9 +36,10 @@ class Suite:
     formality_eps: tuple[float, ...] = (-10, -5, 0, 5, 10)
     grid_eps: tuple[float, ...] = (-5, -2.5, 0, 2.5, 5)
     efficiency_pairs: int = 30
+    efficiency_eps: tuple[float, ...] = (-5, 3, 5, 8)
 
 
-QUICK = Suite(prompts=8, samples=2, grid_prompts=4, sentiment_eps=(-12, 0, 12), detox_eps=(0, 4), formality_eps=(-5, 0, 5), grid_eps=(-5, 5))
+QUICK = Suite(prompts=8, samples=2, grid_prompts=4, sentiment_eps=(-12, 0, 12), detox_eps=(0, 4), formality_eps=(-5, 0, 5), grid_eps=(-5, 5), efficiency_eps=(-5, 5))
 
 COLUMNS = [
     ("ε", None),
@@ -74,11 +75,17 @@ def _at(evals: Sequence[Evaluation], switch: str, eps: float) -> Evaluation:
     raise KeyError(eps)
 
 
-def frontier(evals: Sequence[Evaluation], switch: str, metric: str, sign: int, base_ppl: float, bound: float) -> str:
-    """The strongest setting on one side (sign of ε) whose perplexity stays within ``bound`` × unsteered."""
-    side = [ev for ev in evals if sign * ev.setting.get(switch, 0.0) > 0 and ev.perplexity <= bound * base_ppl]
+DIVERSE = 0.9  # a setting counts as non-repetitive when its Dist-3 keeps 90% of the unsteered Dist-3
+
+
+def frontier(evals: Sequence[Evaluation], switch: str, metric: str, sign: int, base: Evaluation, bound: float, diverse: bool = False) -> str:
+    """The strongest setting on one side (sign of ε) whose perplexity stays within ``bound`` × unsteered
+    (and, with ``diverse``, whose Dist-3 stays within :data:`DIVERSE` of the unsteered one)."""
+    side = [ev for ev in evals if sign * ev.setting.get(switch, 0.0) > 0 and ev.perplexity <= bound * base.perplexity
+            and (not diverse or ev.dist3 >= DIVERSE * base.dist3)]
     if not side:
-        return f"no ε {'>' if sign > 0 else '<'} 0 in the sweep keeps perplexity within {bound:g}×"
+        return f"no ε {'>' if sign > 0 else '<'} 0 in the sweep meets the bound"
+    base_ppl = base.perplexity
     best = max(side, key=lambda ev: sign * getattr(ev, metric)) if metric != "toxicity_prob" else min(side, key=lambda ev: ev.toxicity_prob)
     return (f"ε {best.setting.get(switch, 0.0):+g}: {metric} {getattr(best, metric):.3f} at {best.perplexity / base_ppl:.2f}× perplexity, "
             f"Dist-3 {best.dist3:.2f}")
@@ -130,17 +137,21 @@ def run_report(
     monotone = all(b > a for a, b in zip(shares, shares[1:], strict=False))
     checks += [
         (f"sentiment +{r:g}: ≥ 90% positive at perplexity ≤ 1.5× unsteered",
-         f"{plus.positive_share:.1%} at {plus.perplexity / base.perplexity:.2f}×",
+         f"{plus.positive_share:.1%} at {plus.perplexity / base.perplexity:.2f}× (Dist-3 {plus.dist3:.2f} vs {base.dist3:.2f} unsteered)",
          plus.positive_share >= 0.9 and plus.perplexity <= 1.5 * base.perplexity),
         (f"sentiment −{r:g}: ≤ 10% positive at perplexity ≤ 1.5× unsteered",
-         f"{minus.positive_share:.1%} at {minus.perplexity / base.perplexity:.2f}×",
+         f"{minus.positive_share:.1%} at {minus.perplexity / base.perplexity:.2f}× (Dist-3 {minus.dist3:.2f})",
          minus.positive_share <= 0.1 and minus.perplexity <= 1.5 * base.perplexity),
         (f"continuous control: positivity rises strictly over {len(shares)} ε values",
          " → ".join(f"{x:.2f}" for x in shares), monotone and len(shares) >= 7),
     ]
     frontiers = [
-        ("sentiment, most positive within 1.5× perplexity", frontier(s_evals, "sentiment", "positive_share", +1, base.perplexity, 1.5)),
-        ("sentiment, least positive within 1.5× perplexity", frontier(s_evals, "sentiment", "positive_share", -1, base.perplexity, 1.5)),
+        ("sentiment, most positive within 1.5× perplexity", frontier(s_evals, "sentiment", "positive_share", +1, base, 1.5)),
+        ("sentiment, most positive within 1.5× perplexity and without repetition (Dist-3 ≥ 90% of unsteered)",
+         frontier(s_evals, "sentiment", "positive_share", +1, base, 1.5, diverse=True)),
+        ("sentiment, least positive within 1.5× perplexity", frontier(s_evals, "sentiment", "positive_share", -1, base, 1.5)),
+        ("sentiment, least positive within 1.5× perplexity and without repetition",
+         frontier(s_evals, "sentiment", "positive_share", -1, base, 1.5, diverse=True)),
     ]
     export(sweep_figure(s_evals, "sentiment", ("positive_share", "negative_share")), fig_dir / "sentiment_sweep.png")
     sections.append(("Sentiment (neutral prompts)", "sentiment", s_evals, base, "sentiment_sweep.png"))
@@ -152,9 +163,9 @@ def run_report(
     rd = get_spec("detox").recommended_eps
     d_plus = _at(d_evals, "detox", rd)
     checks.append((f"detox +{rd:g}: toxicity probability at least halved at perplexity ≤ 1.3×",
-                   f"{d_base.toxicity_prob:.3f} → {d_plus.toxicity_prob:.3f} at {d_plus.perplexity / d_base.perplexity:.2f}×",
+                   f"{d_base.toxicity_prob:.3f} → {d_plus.toxicity_prob:.3f} at {d_plus.perplexity / d_base.perplexity:.2f}× (Dist-3 {d_plus.dist3:.2f})",
                    d_plus.toxicity_prob <= d_base.toxicity_prob / 2 and d_plus.perplexity <= 1.3 * d_base.perplexity))
-    frontiers.append(("detox, least toxic within 1.3× perplexity", frontier(d_evals, "detox", "toxicity_prob", +1, d_base.perplexity, 1.3)))
+    frontiers.append(("detox, least toxic within 1.3× perplexity", frontier(d_evals, "detox", "toxicity_prob", +1, d_base, 1.3)))
     export(sweep_figure(d_evals, "detox", ("toxicity_prob", "avg_max_toxicity")), fig_dir / "detox_sweep.png")
     sections.append(("Detoxification (provocative prompts)", "detox", d_evals, d_base, "detox_sweep.png"))
 
@@ -168,13 +179,15 @@ def run_report(
     # --- data efficiency
     k = suite.efficiency_pairs
     pos, neg = load_dataset("sentiment").train(limit=k)
-    spec = get_spec("sentiment")
-    say(f"data efficiency: training a sentiment switch on {len(pos)} + {len(neg)} sentences")
-    small = train_switch(lm, pos, neg, name="sentiment", seed=seed, **spec.train)
-    e_evals = [evaluate(lm, [(small, e)], neutral, protocol) for e in (-r, r)]
-    e_plus = e_evals[1]
-    checks.append((f"data efficiency: switch from {k} + {k} sentences, +{r:g}: ≥ 80% positive",
-                   f"{e_plus.positive_share:.1%} at {e_plus.perplexity / base.perplexity:.2f}× (trained in {small.card['seconds']:.0f} s)",
+    say(f"data efficiency: training a sentiment switch on {len(pos)} + {len(neg)} sentences with the default settings")
+    # what a user gets from a few sentences: train_switch's defaults (the shipped switches' settings are tuned for 324 pairs)
+    small = train_switch(lm, pos, neg, name="sentiment", seed=seed)
+    e_evals = evaluate_sweep(lm, small, suite.efficiency_eps, neutral, protocol)
+    e_plus = max((ev for ev in e_evals if ev.setting["sentiment"] > 0), key=lambda ev: ev.positive_share)
+    checks.append((f"data efficiency: switch from {k} + {k} sentences reaches ≥ 80% positive (best of ε "
+                   + ", ".join(f"{e:+g}" for e in suite.efficiency_eps if e > 0) + ")",
+                   f"{e_plus.positive_share:.1%} at ε {e_plus.setting['sentiment']:+g}, {e_plus.perplexity / base.perplexity:.2f}× perplexity "
+                   f"(Dist-3 {e_plus.dist3:.2f}; trained in {small.card['seconds']:.0f} s)",
                    e_plus.positive_share >= 0.8))
 
     # --- composition
@@ -234,8 +247,10 @@ def run_report(
         "|---|---|---|",
         *[f"| {t} | {m} | {_verdict(ok)} |" for t, m, ok in checks],
         "",
-        "Strength–fluency frontier (the best point of each sweep within the perplexity bound; "
-        "low Dist-3 means repetitive text, which the unsteered model finds easy to predict):",
+        "A target met with a Dist-3 far below the unsteered one is met by repetition (\"great great great\"), which the "
+        "unsteered model finds easy to predict, so perplexity does not catch it; read those rows with the sample texts below.",
+        "",
+        "Strength–fluency frontier (the best point of each sweep within the perplexity bound):",
         "",
         *[f"- {what}: {text}" for what, text in frontiers],
         "",
@@ -250,6 +265,7 @@ def run_report(
         f"## Data efficiency: sentiment switch from {k} + {k} sentences",
         "",
         table(e_evals, "sentiment", base.perplexity),
+        f"Trained with `train_switch`'s defaults (lr {small.card['lr']:g}, {small.card['steps']} steps, full rank). "
         f"Held-out gain {small.card['heldout_gain']:+.4f} nats/token; trained in {small.card['seconds']:.0f} s. "
         "Perplexity ratios are against the unsteered row of the sentiment sweep.",
         "",

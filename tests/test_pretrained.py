@@ -80,3 +80,28 @@ def test_each_shipped_switch_moves_its_own_scorer(lm, spec):
     low, base, high = (getattr(ev, metric) * spec.direction for ev in evals)
     assert low < base < high, (spec.name, metric, low, base, high)
     assert high - low >= spread, (spec.name, metric, low, base, high)
+
+
+def test_report_end_to_end_on_a_tiny_model(tmp_path, llama_lm, monkeypatch):
+    """The report runs every section, writes figures, JSON and a targets table whose verdicts match its numbers."""
+    import json
+
+    from lmswitch.report import QUICK, run_report
+
+    _tiny_data(tmp_path / "data")
+    monkeypatch.setattr("lmswitch.pretrained.SPECS", tuple(type(s)(**{**s.__dict__, "train": {**s.train, "steps": 10}}) for s in SPECS))
+    build_pretrained(llama_lm, tmp_path / "switches", data_dir=tmp_path / "data", eval_prompts=0)
+    assert (tmp_path / "switches" / "README.md").read_text(encoding="utf-8").count(".safetensors`") == 3
+    results = run_report(llama_lm, tmp_path / "EVALUATION.md", figures=tmp_path / "fig", suite=QUICK, switch_dir=tmp_path / "switches",
+                         command="python -m lmswitch eval --report EVALUATION.md --quick")
+    text = (tmp_path / "EVALUATION.md").read_text(encoding="utf-8")
+    assert "python -m lmswitch eval --report EVALUATION.md --quick" in text
+    for check in results["checks"]:
+        assert f"| {check['target']} | {check['measured']} | {'**met**' if check['met'] else '**missed**'} |" in text
+    assert len(results["sentiment"]) == len(QUICK.sentiment_eps) and len(results["grid"]) == len(QUICK.grid_eps)
+    for png in ("sentiment_sweep.png", "detox_sweep.png", "formality_sweep.png", "composition.png"):
+        assert (tmp_path / "fig" / png).read_bytes()[:4] == b"\x89PNG"
+    saved = json.loads((tmp_path / "fig" / "results.json").read_text(encoding="utf-8"))
+    assert saved["checks"] == results["checks"]
+    with pytest.raises(ValueError, match="build-pretrained"):
+        run_report(llama_lm, tmp_path / "E2.md", suite=QUICK, switch_dir=tmp_path / "data")
