@@ -88,7 +88,9 @@ class CoupledSampler(LogitsProcessor):
         """The top-k log-probabilities (descending) and ids, with k grown until every row's top-k holds top_p.
 
         A full sort of the vocabulary per row and step would cost ~10× more; the
-        nucleus is almost always far smaller than the vocabulary.
+        nucleus is almost always far smaller than the vocabulary. (Growing k per
+        row would be faster still, but tokens with exactly equal probability at the
+        nucleus edge can then come out in another order, which changes samples.)
         """
         V = logp.shape[-1]
         while True:
@@ -174,19 +176,6 @@ class Generated:
     texts: list[str]
 
 
-def _run(
-    lm: LanguageModel,
-    prompts: Sequence[str],
-    settings: Sequence[Setting],
-    seeds: Sequence[int],
-    opts: SamplingOptions,
-    streamer: BaseStreamer | None = None,
-    stop: threading.Event | None = None,
-) -> list[str]:
-    """One batched ``generate`` call: row b uses ``prompts[b]``, ``settings[b]``, ``seeds[b]``."""
-    return generate_tokens(lm, prompts, settings, seeds, opts, streamer, stop).texts
-
-
 def generate_tokens(
     lm: LanguageModel,
     prompts: Sequence[str],
@@ -196,7 +185,10 @@ def generate_tokens(
     streamer: BaseStreamer | None = None,
     stop: threading.Event | None = None,
 ) -> Generated:
-    """Like ``_run`` but keeps the token ids, for scoring the exact tokens that were sampled."""
+    """One batched ``generate`` call: row b uses ``prompts[b]``, ``settings[b]``, ``seeds[b]``.
+
+    Keeps the token ids as well as the texts, for scoring the exact tokens that were sampled.
+    """
     opts.validate(lm)
     input_ids, mask = _encode(lm, prompts, opts)
     tok = lm.tokenizer
@@ -261,7 +253,7 @@ def generate(
     rows = [p for p in prompts for _ in range(samples)]
     seeds = [seed + k for _ in prompts for k in range(samples)]
     opts = SamplingOptions(max_new_tokens, temperature, top_p, chat)
-    return _run(lm, rows, [list(switches)] * len(rows), seeds, opts)
+    return generate_tokens(lm, rows, [list(switches)] * len(rows), seeds, opts).texts
 
 
 def sweep(
@@ -290,7 +282,7 @@ def sweep(
     _check_seed(seed)
     settings = [[(switch, e), *others] for e in eps_values]
     opts = SamplingOptions(max_new_tokens, temperature, top_p, chat)
-    texts = _run(lm, [prompt] * len(eps_values), settings, [seed] * len(eps_values), opts)
+    texts = generate_tokens(lm, [prompt] * len(eps_values), settings, [seed] * len(eps_values), opts).texts
     return list(zip(eps_values, texts, strict=False))
 
 
@@ -320,7 +312,7 @@ def stream_rows(
 
     def work() -> None:
         try:
-            _run(lm, [prompt] * len(settings), settings, [seed] * len(settings), opts, _RowStreamer(lm.tokenizer, len(settings), out), stop)
+            generate_tokens(lm, [prompt] * len(settings), settings, [seed] * len(settings), opts, _RowStreamer(lm.tokenizer, len(settings), out), stop)
         except BaseException as err:  # handed to the consumer
             out.put(err)
         finally:
