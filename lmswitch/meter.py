@@ -159,6 +159,15 @@ def _maximise(surface: _Surface, bounds: list[tuple[float, float]], fixed: dict[
     return full(x)
 
 
+def _scored_states(lm: LanguageModel, text: str) -> tuple:
+    """(encoded text, head inputs, targets) of the text's scored tokens, from one body pass."""
+    enc = encode_text(lm, text)
+    keep = enc.scored.to(enc.hidden.device)
+    if int(keep.sum()) < 1:
+        raise ValueError("the text is a single token; the style meter needs at least two tokens")
+    return enc, enc.hidden[keep], torch.tensor(enc.ids, device=enc.hidden.device)[keep]
+
+
 def measure(
     lm: LanguageModel,
     switches: Switch | Sequence[Switch],
@@ -203,11 +212,7 @@ def measure(
     if bound is not None and not (isinstance(bound, (int, float)) and math.isfinite(bound) and 0 < bound <= 1000):
         raise ValueError(f"bound must be a number in (0, 1000]; got {bound!r}")
 
-    enc = encode_text(lm, text)
-    keep = enc.scored.to(enc.hidden.device)
-    if int(keep.sum()) < 1:
-        raise ValueError("the text is a single token; the style meter needs at least two tokens")
-    hidden, targets = enc.hidden[keep], torch.tensor(enc.ids, device=enc.hidden.device)[keep]
+    enc, hidden, targets = _scored_states(lm, text)
     surface = _Surface(lm, hidden, targets, switches)
     base = surface.value([0.0] * len(switches))
     curves = _curves(surface, switches, grid, points)
@@ -254,10 +259,7 @@ def style_slope(lm: LanguageModel, switch: Switch, text: str) -> float:
     if not isinstance(switch, Switch):
         raise TypeError(f"expected a Switch; got {type(switch).__name__}")
     switch.check_model(lm)
-    enc = encode_text(lm, text)
-    keep = enc.scored.to(enc.hidden.device)
-    if int(keep.sum()) < 1:
-        raise ValueError("the text is a single token; the style meter needs at least two tokens")
-    surface = _Surface(lm, enc.hidden[keep], torch.tensor(enc.ids, device=enc.hidden.device)[keep], [switch])
+    _, hidden, targets = _scored_states(lm, text)
+    surface = _Surface(lm, hidden, targets, [switch])
     return float(surface.derivatives(np.zeros(1))[1][0])
 

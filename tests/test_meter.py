@@ -99,3 +99,17 @@ def test_no_switch_or_wrong_model_is_refused(gpt2_lm, llama_lm):
         measure(gpt2_lm, [], TEXT)
     with pytest.raises(ValueError, match="made for"):
         measure(llama_lm, strong_switch(gpt2_lm, 0), TEXT)
+
+
+def test_style_slope_is_the_derivative_of_the_curve_at_zero(llama_lm):
+    from lmswitch.meter import style_slope
+
+    s = random_switch(llama_lm, seed=31, scale=20.0)
+    text = "the kind and warm one was happy with the sweet smile"
+    h = 0.05  # central differences: O(h²) curvature error, and float32 curve values need a step this wide
+    curve = measure(llama_lm, [s], text, grid=[-h, h])["switches"][0]["loglik"]
+    slope = style_slope(llama_lm, s, text)
+    assert slope == pytest.approx((curve[1] - curve[0]) / (2 * h), rel=1e-2)
+    assert abs(slope) > 1e-4
+    with pytest.raises(ValueError, match="two tokens"):
+        style_slope(llama_lm, s, "the")
