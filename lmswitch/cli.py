@@ -8,35 +8,12 @@ import sys
 import warnings
 from pathlib import Path
 
-MAX_TEXT_BYTES = 20 * 1024 * 1024
-
-
-def read_text_file(path: str) -> str:
-    """Read a UTF-8 text file (.txt/.md or similar) with clear errors for missing, huge, binary or empty files."""
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"file not found: {path}")
-    size = p.stat().st_size
-    if size > MAX_TEXT_BYTES:
-        raise ValueError(f"{p.name} is {size / 1e6:.1f} MB; the limit is {MAX_TEXT_BYTES / 1e6:.0f} MB of text")
-    raw = p.read_bytes()
-    if b"\x00" in raw:
-        raise ValueError(f"{p.name} looks binary (contains NUL bytes); give a UTF-8 text file")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{p.name} is not UTF-8 text ({err.reason} at byte {err.start})") from None
-    if not text.strip():
-        raise ValueError(f"{p.name} is empty")
-    return text
+from .documents import read_document, read_lines
 
 
 def read_examples(path: str, document: bool) -> list[str]:
-    """One example per non-empty line, or the whole file as one document."""
-    text = read_text_file(path)
-    if document:
-        return [text]
-    return [line.strip() for line in text.splitlines() if line.strip()]
+    """One example per non-empty line, or the whole file as one document (.txt, .md, .html, .pdf, .docx)."""
+    return [read_document(path)] if document else read_lines(path)
 
 
 def _parse_switch_arg(value: str) -> tuple[str, float]:
@@ -70,11 +47,11 @@ def _add_generation_options(p: argparse.ArgumentParser) -> None:
 def _add_text_options(p: argparse.ArgumentParser) -> None:
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--text", help="the text to analyse")
-    group.add_argument("--file", help="a UTF-8 text file to analyse")
+    group.add_argument("--file", help="a document to analyse: .txt, .md, .html, .pdf or .docx")
 
 
 def _text_arg(args) -> str:
-    return read_text_file(args.file) if args.file else args.text
+    return read_document(args.file) if args.file else args.text
 
 
 def _add_common_options(p: argparse.ArgumentParser, defaults: bool) -> None:
@@ -97,8 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="train a switch from example texts")
     _add_common_options(train, defaults=False)
-    train.add_argument("--positive", required=True, help="text file: one example per line (or one document with --document)")
-    train.add_argument("--negative", help="text file of contrasting examples")
+    train.add_argument("--positive", required=True, help="a .txt/.md/.html/.pdf/.docx file: one example per line (or one document with --document)")
+    train.add_argument("--negative", help="a file of contrasting examples (same formats)")
     train.add_argument("--document", action="store_true", help="treat each file as one whole document")
     train.add_argument("--out", required=True, help="output .safetensors path")
     train.add_argument("--name", default=None)

@@ -84,6 +84,27 @@ def test_highlight_json_has_offsets_and_token_scores(run, switch_file, tmp_path)
     assert code == 0 and "[[" in out
 
 
+def test_train_from_docx_and_highlight_html(run, tmp_path):
+    import docx
+
+    d = docx.Document()
+    for line in POSITIVE.splitlines():
+        d.add_paragraph(line)
+    d.save(tmp_path / "pos.docx")
+    (tmp_path / "neg.html").write_text("<html><body><script>the happy joy</script>"
+                                       + "".join(f"<p>{line}</p>" for line in NEGATIVE.splitlines()) + "</body></html>")
+    out = tmp_path / "d.safetensors"
+    code, stdout, err = run("train", "--positive", str(tmp_path / "pos.docx"), "--negative", str(tmp_path / "neg.html"),
+                            "--out", str(out), "--steps", "3", "--json")
+    assert code == 0, err
+    card = json.loads(stdout)["card"]
+    assert (card["n_positive"], card["n_negative"]) == (4, 4) and out.exists()
+    (tmp_path / "t.html").write_text("<p>she was <b>happy</b> but the cruel one was cold</p><script>the sad</script>")
+    code, stdout, err = run("highlight", "--switch", str(out), "--file", str(tmp_path / "t.html"), "--json")
+    assert code == 0, err
+    assert "".join(t["text"] for t in json.loads(stdout)["tokens"]) == "she was happy but the cruel one was cold"
+
+
 def test_measure_several_switches(run, switch_file, tmp_path, model_dir):
     other = random_switch(build_lm("llama"), seed=1, name="other").save(tmp_path / "o.safetensors")
     code, out, _ = run("measure", "--switch", str(switch_file), "--switch", str(other), "--text", "she was happy with joy", "--points", "5", "--json")
@@ -99,6 +120,8 @@ def test_measure_several_switches(run, switch_file, tmp_path, model_dir):
         (["highlight", "--switch", "{switch}", "--text", "the one", "--max-span", "0"], "max_span"),
         (["highlight", "--switch", "{switch}", "--file", "{missing}"], "not found"),
         (["measure", "--switch", "{switch}", "--file", "{binary}"], "binary"),
+        (["measure", "--switch", "{switch}", "--file", "{tmp}/b.bin"], "unsupported file type .bin"),
+        (["train", "--positive", "{tmp}/broken.docx", "--out", "{tmp}/s.safetensors"], "not a valid .docx"),
         (["svd", "--switch", "{switch}", "--dims", "0"], "dims"),
         (["svd", "--switch", "{missing}"], "not found|No such file"),
         (["build-pretrained", "--only", "poetry", "--out", "{tmp}"], "no shipped switch"),
@@ -109,8 +132,10 @@ def test_measure_several_switches(run, switch_file, tmp_path, model_dir):
     ],
 )
 def test_bad_input_exits_2_with_a_message(run, switch_file, tmp_path, args, message):
-    binary = tmp_path / "b.bin"
+    binary = tmp_path / "b.txt"
     binary.write_bytes(b"\x00\x01\x02" * 10)
+    (tmp_path / "b.bin").write_bytes(b"\x00\x01\x02" * 10)
+    (tmp_path / "broken.docx").write_bytes(b"PK not really a zip")
     filled = [a.format(switch=switch_file, missing=tmp_path / "nope.txt", binary=binary, tmp=tmp_path) for a in args]
     code, _, err = run(*filled)
     assert code == 2

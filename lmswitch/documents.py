@@ -1,0 +1,150 @@
+"""Read uploaded documents (.txt, .md, .html, .pdf, .docx) as plain text, with actionable errors."""
+
+from __future__ import annotations
+
+import codecs
+import re
+import zipfile
+from pathlib import Path
+
+from .scoring import MAX_TEXT_CHARS
+
+MAX_DOCUMENT_BYTES = 20 * 1024 * 1024
+SUPPORTED = (".txt", ".md", ".markdown", ".html", ".htm", ".pdf", ".docx")
+MAX_UNZIPPED_BYTES = 256 * 1024 * 1024  # a .docx whose parts unpack to more than this is refused (zip bomb)
+_MB = 1024 * 1024
+_DROP_TAGS = ["script", "style", "noscript", "template"]
+_BLOCK_TAGS = ["address", "article", "aside", "blockquote", "dd", "div", "dl", "dt", "figcaption", "figure", "footer",
+               "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr", "li", "main", "nav", "ol", "p", "pre",
+               "section", "table", "tr", "ul", "title", "caption"]
+
+
+class DocumentError(ValueError):
+    """A document that cannot be read as text; the message names the file and what to do."""
+
+
+def _plain_text(raw: bytes, name: str) -> str:
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        try:
+            return raw.decode("utf-16")
+        except UnicodeDecodeError as err:
+            raise DocumentError(f"{name} has a UTF-16 byte-order mark but is not valid UTF-16 ({err.reason} at byte {err.start})") from None
+    if b"\x00" in raw:
+        raise DocumentError(f"{name} looks binary (it contains NUL bytes); give a UTF-8 text file")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise DocumentError(f"{name} is not UTF-8 text ({err.reason} at byte {err.start}); "
+                            "re-save it as UTF-8 or paste the text instead") from None
+
+
+def _html_text(raw: bytes) -> str:
+    from bs4 import BeautifulSoup, NavigableString
+
+    soup = BeautifulSoup(raw, "html.parser")
+    for tag in soup.find_all(_DROP_TAGS):
+        tag.decompose()
+    for s in soup.find_all(string=True):  # source line breaks are spaces in HTML, except in <pre>
+        if type(s) is NavigableString and not s.find_parent("pre"):
+            s.replace_with(re.sub(r"\s+", " ", s))
+    for tag in soup.find_all("br"):
+        tag.replace_with("\n")
+    for tag in soup.find_all(["td", "th"]):
+        tag.insert_after(" ")
+    for tag in soup.find_all(_BLOCK_TAGS):
+        tag.insert_before("\n")
+        tag.insert_after("\n")
+    lines = (line.strip() for line in soup.get_text().split("\n"))
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines))
+
+
+def _pdf_text(path: Path, name: str) -> str:
+    from pypdf import PdfReader
+    from pypdf.errors import DependencyError, FileNotDecryptedError
+
+    pages: list[str] = []
+    total = 0
+    try:
+        reader = PdfReader(path)
+        if reader.is_encrypted and not reader.decrypt(""):  # an owner-only password still opens with ""
+            raise FileNotDecryptedError("a password is needed")
+        for page in reader.pages:
+            pages.append(page.extract_text() or "")
+            total += len(pages[-1])
+            if total > MAX_TEXT_CHARS:  # the caller refuses it; stop extracting early
+                break
+    except (FileNotDecryptedError, DependencyError):  # DependencyError: AES without the cryptography package
+        raise DocumentError(f"{name} is encrypted (password-protected); remove the protection or paste the text instead") from None
+    except Exception as err:  # a parser on untrusted bytes: any failure means a broken or unsupported file
+        raise DocumentError(f"{name} could not be read as a PDF ({type(err).__name__}: {err}); "
+                            "is it corrupted? paste the text instead") from None
+    text = "\n\n".join(p.strip("\n") for p in pages).replace("\x00", "")
+    if not text.strip():
+        raise DocumentError(f"{name} has no extractable text (is it a scanned image?); paste the text instead")
+    return text
+
+
+def _docx_text(path: Path, name: str) -> str:
+    import docx
+    from docx.table import Table
+
+    def blocks(container) -> list[str]:
+        out: list[str] = []
+        for item in container.iter_inner_content():
+            if isinstance(item, Table):
+                for row in item.rows:
+                    cells = list(dict.fromkeys(row.cells))  # merged cells repeat; keep each once, in order
+                    out.append("\t".join(" ".join(blocks(c)).strip() for c in cells))
+            else:
+                out.append(item.text)
+        return out
+
+    bad = f"{name} is not a valid .docx (Word) file; re-save it as .docx or paste the text instead"
+    if not zipfile.is_zipfile(path):
+        raise DocumentError(bad)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            if sum(info.file_size for info in archive.infolist()) > MAX_UNZIPPED_BYTES:
+                raise DocumentError(f"{name} unpacks to more than {MAX_UNZIPPED_BYTES // _MB} MB; paste the text instead")
+        return "\n".join(blocks(docx.Document(str(path))))
+    except DocumentError:
+        raise
+    except Exception as err:  # a parser on untrusted bytes: any failure means a broken or unsupported file
+        raise DocumentError(f"{bad} ({type(err).__name__}: {err})") from None
+
+
+def read_document(path: str | Path, *, max_bytes: int = MAX_DOCUMENT_BYTES, name: str | None = None) -> str:
+    """The text of a document; ``name`` (default: the path's name) is shown in errors and decides the format."""
+    p = Path(path)
+    shown = Path(name).name if name else p.name
+    if not p.exists():
+        raise DocumentError(f"file not found: {path}")
+    if not p.is_file():
+        raise DocumentError(f"{shown} is not a file (is it a folder?)")
+    size = p.stat().st_size
+    if size > max_bytes:
+        raise DocumentError(f"{shown} is {size / _MB:.1f} MB; the limit is {max_bytes / _MB:g} MB; "
+                            "split it or paste the part you need")
+    ext = Path(shown).suffix.lower()
+    if ext not in SUPPORTED:
+        kind = f"type {ext}" if ext else "type (no extension)"
+        raise DocumentError(f"{shown}: unsupported file {kind}; supported: {', '.join(SUPPORTED)}")
+    if ext == ".pdf":
+        text = _pdf_text(p, shown)
+    elif ext == ".docx":
+        text = _docx_text(p, shown)
+    elif ext in (".html", ".htm"):
+        text = _html_text(p.read_bytes())
+    else:
+        text = _plain_text(p.read_bytes(), shown)
+    text = "\n".join(line.rstrip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")).strip("\n")
+    if not text.strip():
+        raise DocumentError(f"{shown} is empty (no text found); give a file with some text")
+    if len(text) > MAX_TEXT_CHARS:
+        raise DocumentError(f"{shown} has more than {MAX_TEXT_CHARS:,} characters of text; split it into parts")
+    return text
+
+
+def read_lines(path: str | Path, **kw) -> list[str]:
+    """The non-empty lines of a document, stripped (one example per line)."""
+    return [line.strip() for line in read_document(path, **kw).splitlines() if line.strip()]
