@@ -33,7 +33,7 @@ import torch
 
 from .generate import SamplingOptions, generate_tokens
 from .models import LanguageModel
-from .scoring import target_logprobs
+from .scoring import encode_text, target_logprobs
 from .steering import Setting, check_setting
 from .switch import Switch
 
@@ -42,7 +42,7 @@ PROMPT_SETS = {"neutral": "neutral.txt", "provocative": "provocative.txt"}
 POSITIVE, NEGATIVE = 0.05, -0.05  # vader's conventional compound thresholds
 TOXIC = 0.5
 
-Progress = Callable[[int, int], None]  # (settings done, settings total)
+Progress = Callable[[int, int], None]  # (done, total): rows in evaluate_settings, settings in sweeps and grids
 
 
 def load_prompts(which: str | Path, limit: int | None = None) -> list[str]:
@@ -172,7 +172,38 @@ def continuation_nll(lm: LanguageModel, prompt_ids, prompt_mask, new_ids, new_ma
     return nll, counts
 
 
-# ---------------------------------------------------------------- evaluation of one setting
+@torch.no_grad()
+def text_scores(lm: LanguageModel, prompt: str, texts: Sequence[str], *, chat: bool = False) -> list[dict]:
+    """Scores of each text as a continuation of ``prompt``, to show under generated outputs.
+
+    Per text: ``sentiment`` (vader compound), ``toxicity`` (profanity probability),
+    ``tokens`` (the text's token count) and ``perplexity``, ``exp`` of the mean NLL
+    of the text's tokens given the prompt (chat-templated with ``chat``), or None for
+    an empty text. Perplexity is computed under whatever steering is active: call
+    it outside ``steer(...)`` blocks for the unsteered model's perplexity.
+    """
+    texts = list(texts)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ValueError(f"text #{i + 1} is a {type(text).__name__}, not a string")
+    sent = sentiment_scores(texts)
+    tox = toxicity_scores(texts)
+    out = []
+    for text, a, b in zip(texts, sent, tox, strict=True):
+        perplexity, tokens = None, 0
+        if text.strip():
+            enc = encode_text(lm, text, prompt=prompt, chat=chat)
+            tokens = enc.n_tokens
+            keep = enc.scored.to(enc.hidden.device)
+            if int(keep.sum()):
+                ids = torch.tensor(enc.ids, device=enc.hidden.device)[keep]
+                logp = target_logprobs(lm, enc.hidden[keep], ids, [None])[0]
+                perplexity = math.exp(-float(logp.mean()))
+        out.append({"sentiment": a, "toxicity": b, "perplexity": perplexity, "tokens": tokens})
+    return out
+
+
+# ---------------------------------------------------------------- evaluation of steering settings
 
 
 @dataclass
@@ -210,42 +241,25 @@ def _describe(setting: Setting) -> dict[str, float]:
     return out
 
 
-def evaluate(lm: LanguageModel, setting: Setting, prompts: Sequence[str], protocol: Protocol = Protocol()) -> Evaluation:
-    """Generate ``protocol.samples`` continuations per prompt under ``setting`` and score them.
-
-    >>> ev = evaluate(lm, [(sentiment, 5)], load_prompts("neutral", 20))   # doctest: +SKIP
-    >>> ev.positive_share, ev.perplexity                                      # doctest: +SKIP
-    (0.93, 21.4)
-    """
-    protocol.validate()
-    prompts = list(prompts)
-    if not prompts:
-        raise ValueError("no prompts to evaluate on")
-    check_setting(lm, setting)
-    start = time.perf_counter()
-    opts = SamplingOptions(protocol.max_new_tokens, protocol.temperature, protocol.top_p)
-    opts.validate(lm)
-    rows = [(p, protocol.seed + k) for p in prompts for k in range(protocol.samples)]
-    texts: list[str] = []
-    nll: list[float] = []
-    counts: list[int] = []
-    for s in range(0, len(rows), protocol.batch_size):
-        chunk = rows[s : s + protocol.batch_size]
-        gen = generate_tokens(lm, [p for p, _ in chunk], [list(setting)] * len(chunk), [seed for _, seed in chunk], opts)
-        texts += gen.texts
-        a, b = continuation_nll(lm, gen.prompt_ids, gen.prompt_mask, gen.new_ids, gen.new_mask)
-        nll += a
-        counts += b
-    sent = sentiment_scores(texts)
-    tox = toxicity_scores(texts)
-    formal = formality_scores(texts)
-    k = protocol.samples
-    by_prompt = [texts[i : i + k] for i in range(0, len(texts), k)]
-    avg_max_toxicity, toxicity_prob = toxicity_summary(tox, k)
+def _summarise(
+    setting: Setting,
+    rows: Sequence[tuple[str, int]],
+    texts: list[str],
+    nll: list[float],
+    counts: list[int],
+    sent: list[float],
+    tox: list[float],
+    formal: list[float],
+    samples: int,
+    seconds: float,
+) -> Evaluation:
+    """The metrics of one setting from its prompt-major rows (prompt, seed) and their texts and scores."""
+    by_prompt = [texts[i : i + samples] for i in range(0, len(texts), samples)]
+    avg_max_toxicity, toxicity_prob = toxicity_summary(tox, samples)
     return Evaluation(
         setting=_describe(setting),
-        prompts=len(prompts),
-        samples=k,
+        prompts=len(by_prompt),
+        samples=samples,
         positive_share=sum(x >= POSITIVE for x in sent) / len(sent),
         negative_share=sum(x <= NEGATIVE for x in sent) / len(sent),
         mean_sentiment=sum(sent) / len(sent),
@@ -257,12 +271,92 @@ def evaluate(lm: LanguageModel, setting: Setting, prompts: Sequence[str], protoc
         dist2=sum(distinct_n(g, 2) for g in by_prompt) / len(by_prompt),
         dist3=sum(distinct_n(g, 3) for g in by_prompt) / len(by_prompt),
         formal_share=sum(x > 0.5 for x in formal) / len(formal),
-        seconds=round(time.perf_counter() - start, 2),
+        seconds=round(seconds, 2),
         texts=[
             {"prompt": p, "text": t, "sentiment": round(a, 4), "toxicity": round(b, 4), "formality": round(f, 4)}
             for (p, _), t, a, b, f in zip(rows, texts, sent, tox, formal, strict=True)
         ],
     )
+
+
+def evaluate_settings(
+    lm: LanguageModel,
+    settings: Sequence[Setting],
+    prompts: Sequence[str],
+    protocol: Protocol = Protocol(),
+    *,
+    progress: Progress | None = None,
+) -> list[Evaluation]:
+    """:func:`evaluate` for several settings at once, one :class:`Evaluation` per setting, in order.
+
+    All rows (settings × prompts × samples, setting-major) are sampled together in
+    batched :func:`~lmswitch.generate.generate_tokens` calls of ``protocol.batch_size``
+    rows, each row with its own setting; every setting uses the same seeds, so the
+    settings are compared on coupled samples. ``progress(done_rows, total_rows)`` is
+    called after each batch. ``seconds`` of each evaluation is the total wall time
+    divided by the number of settings.
+    """
+    protocol.validate()
+    prompts = list(prompts)
+    if not prompts:
+        raise ValueError("no prompts to evaluate on")
+    settings = [list(s) for s in settings]
+    if not settings:
+        raise ValueError("give at least one steering setting to evaluate (an empty setting [] is the unsteered model)")
+    for setting in settings:
+        check_setting(lm, setting)
+    start = time.perf_counter()
+    opts = SamplingOptions(protocol.max_new_tokens, protocol.temperature, protocol.top_p)
+    opts.validate(lm)
+    rows = [(p, protocol.seed + k) for p in prompts for k in range(protocol.samples)]  # the rows of one setting
+    every = [(i, p, seed) for i in range(len(settings)) for p, seed in rows]
+    texts: list[str] = []
+    nll: list[float] = []
+    counts: list[int] = []
+    for s in range(0, len(every), protocol.batch_size):
+        chunk = every[s : s + protocol.batch_size]
+        gen = generate_tokens(lm, [p for _, p, _ in chunk], [settings[i] for i, _, _ in chunk], [seed for _, _, seed in chunk], opts)
+        texts += gen.texts
+        a, b = continuation_nll(lm, gen.prompt_ids, gen.prompt_mask, gen.new_ids, gen.new_mask)
+        nll += a
+        counts += b
+        if progress:
+            progress(s + len(chunk), len(every))
+    sent = sentiment_scores(texts)
+    tox = toxicity_scores(texts)
+    formal = formality_scores(texts)
+    seconds = (time.perf_counter() - start) / len(settings)
+    n = len(rows)
+    return [
+        _summarise(setting, rows, *(x[i * n : (i + 1) * n] for x in (texts, nll, counts, sent, tox, formal)), protocol.samples, seconds)
+        for i, setting in enumerate(settings)
+    ]
+
+
+def evaluate(lm: LanguageModel, setting: Setting, prompts: Sequence[str], protocol: Protocol = Protocol()) -> Evaluation:
+    """Generate ``protocol.samples`` continuations per prompt under ``setting`` and score them.
+
+    >>> ev = evaluate(lm, [(sentiment, 5)], load_prompts("neutral", 20))   # doctest: +SKIP
+    >>> ev.positive_share, ev.perplexity                                      # doctest: +SKIP
+    (0.93, 21.4)
+    """
+    return evaluate_settings(lm, [setting], prompts, protocol)[0]
+
+
+def _per_setting(progress: Progress | None, settings: int, prompts: Sequence[str], protocol: Protocol) -> Progress | None:
+    """Turn row progress of :func:`evaluate_settings` into ``progress(settings done, settings total)``, called when it grows."""
+    if progress is None:
+        return None
+    per = max(1, len(prompts) * protocol.samples)
+    last = [0]
+
+    def report(done_rows: int, total_rows: int) -> None:
+        done = done_rows // per
+        if done > last[0]:
+            last[0] = done
+            progress(done, settings)
+
+    return report
 
 
 def _check_eps(values: Sequence[float], what: str) -> list[float]:
@@ -282,14 +376,15 @@ def evaluate_sweep(
     others: Setting = (),
     progress: Progress | None = None,
 ) -> list[Evaluation]:
-    """Continuous control: :func:`evaluate` at each ε of ``switch`` (others held fixed), same seeds."""
+    """Continuous control: :func:`evaluate` at each ε of ``switch`` (others held fixed), same seeds.
+
+    All ε values are sampled together (:func:`evaluate_settings`); ``progress(done, total)``
+    counts settings (ε values) whose samples are all generated.
+    """
     eps_values = _check_eps(eps_values, switch.name)
-    out = []
-    for i, eps in enumerate(eps_values):
-        out.append(evaluate(lm, [(switch, eps), *others], prompts, protocol))
-        if progress:
-            progress(i + 1, len(eps_values))
-    return out
+    prompts = list(prompts)
+    settings = [[(switch, eps), *others] for eps in eps_values]
+    return evaluate_settings(lm, settings, prompts, protocol, progress=_per_setting(progress, len(settings), prompts, protocol))
 
 
 def evaluate_grid(
@@ -301,17 +396,14 @@ def evaluate_grid(
     *,
     progress: Progress | None = None,
 ) -> list[list[Evaluation]]:
-    """Compositional control: ``grid[i][j]`` evaluates ``first`` at ``eps_a[i]`` together with ``second`` at ``eps_b[j]``."""
+    """Compositional control: ``grid[i][j]`` evaluates ``first`` at ``eps_a[i]`` together with ``second`` at ``eps_b[j]``.
+
+    All cells are sampled together (:func:`evaluate_settings`); ``progress(done, total)``
+    counts cells whose samples are all generated.
+    """
     (a, eps_a), (b, eps_b) = first, second
     eps_a, eps_b = _check_eps(eps_a, a.name), _check_eps(eps_b, b.name)
-    grid: list[list[Evaluation]] = []
-    total, done = len(eps_a) * len(eps_b), 0
-    for ea in eps_a:
-        row = []
-        for eb in eps_b:
-            row.append(evaluate(lm, [(a, ea), (b, eb)], prompts, protocol))
-            done += 1
-            if progress:
-                progress(done, total)
-        grid.append(row)
-    return grid
+    prompts = list(prompts)
+    settings = [[(a, ea), (b, eb)] for ea in eps_a for eb in eps_b]
+    flat = evaluate_settings(lm, settings, prompts, protocol, progress=_per_setting(progress, len(settings), prompts, protocol))
+    return [flat[i * len(eps_b) : (i + 1) * len(eps_b)] for i in range(len(eps_a))]

@@ -7,6 +7,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -19,6 +20,7 @@ METRICS: dict[str, tuple[str, tuple[float, float] | None]] = {
     "mean_sentiment": ("mean vader compound", (-1, 1)),
     "toxicity_prob": ("toxicity probability", (0, 1)),
     "avg_max_toxicity": ("average max toxicity", (0, 1)),
+    "mean_toxicity": ("mean toxicity (profanity-check)", (0, 1)),
     "formal_share": ("share formal", (0, 1)),
     "perplexity": ("perplexity (unsteered model)", None),
     "dist3": ("Dist-3", (0, 1)),
@@ -74,6 +76,103 @@ def grid_figure(grid: Sequence[Sequence[Evaluation]], first: str, second: str, m
         fig.update_xaxes(title_text=f"ε of {second}", row=1, col=k + 1)
         fig.update_yaxes(title_text=f"ε of {first}", row=1, col=k + 1)
     fig.update_layout(title=f"composition: '{first}' × '{second}'", template="plotly_white", margin={"t": 70})
+    return fig
+
+
+def loss_figure(train_losses: Sequence[float], heldout: Sequence[tuple[int, float]] = (), total_steps: int | None = None) -> go.Figure:
+    """Training loss per step (line) and held-out loss (markers) vs step.
+
+    With ``total_steps`` the x axis is fixed to [1, total_steps], so a curve redrawn
+    during training does not rescale on every update. No losses yet: just the axes.
+    """
+    if total_steps is not None and (not isinstance(total_steps, int) or total_steps < 1):
+        raise ValueError(f"total_steps must be a positive integer or None; got {total_steps!r}")
+    fig = go.Figure()
+    if len(train_losses):
+        fig.add_trace(go.Scatter(x=list(range(1, len(train_losses) + 1)), y=[float(x) for x in train_losses], mode="lines",
+                                 name="training loss (minibatch)"))
+    if len(heldout):
+        fig.add_trace(go.Scatter(x=[int(s) for s, _ in heldout], y=[float(h) for _, h in heldout], mode="markers",
+                                 name="held-out loss", marker={"size": 8, "color": "#d62728"}))
+    fig.update_layout(title="training loss", xaxis_title="step", yaxis_title="loss (nats per token)", template="plotly_white",
+                      legend={"orientation": "h", "y": -0.2}, margin={"t": 50})
+    if total_steps is not None:
+        fig.update_xaxes(range=[1, max(total_steps, 2)])
+    return fig
+
+
+def spectrum_figure(singular_values: Sequence[float], top: int = 40) -> go.Figure:
+    """The ``top`` largest singular values of ``W`` (bars) and their cumulative share of ‖W‖² = Σσ² (right axis)."""
+    if not isinstance(top, int) or top < 1:
+        raise ValueError(f"top must be a positive integer; got {top!r}")
+    values = sorted((float(x) for x in singular_values), reverse=True)
+    if not values:
+        raise ValueError("no singular values to plot")
+    total = sum(x * x for x in values)
+    shown = values[:top]
+    cumulative, acc = [], 0.0
+    for x in shown:
+        acc += x * x
+        cumulative.append(acc / total if total else 0.0)
+    index = list(range(1, len(shown) + 1))
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_trace(go.Bar(x=index, y=shown, name="singular value σ"))
+    fig.add_trace(go.Scatter(x=index, y=cumulative, mode="lines+markers", name="cumulative share of ‖W‖² (σ²)",
+                             line={"color": "gray", "dash": "dot"}), secondary_y=True)
+    fig.update_layout(title=f"spectrum of W: top {len(shown)} of {len(values)} directions", xaxis_title="direction",
+                      template="plotly_white", legend={"orientation": "h", "y": -0.2}, margin={"t": 50})
+    fig.update_yaxes(title_text="singular value σ", secondary_y=False)
+    fig.update_yaxes(title_text="cumulative share of ‖W‖²", range=[0, 1.02], secondary_y=True)
+    return fig
+
+
+WORD_GROUP_COLORS = {"promoted 1": "#2ca02c", "suppressed 1": "#d62728", "promoted 2": "#1f77b4", "suppressed 2": "#ff7f0e"}
+
+
+def word_map_figure(data: dict) -> go.Figure:
+    """Scatter of :func:`~lmswitch.interpret.word_map` points, one trace per non-empty group, labelled with the words."""
+    fig = go.Figure()
+    for group, color in WORD_GROUP_COLORS.items():
+        points = [p for p in data["points"] if p["group"] == group]
+        if points:
+            fig.add_trace(go.Scatter(
+                x=[p["x"] for p in points], y=[p["y"] for p in points], text=[p["word"] for p in points], mode="markers+text",
+                textposition="top center", name=group, marker={"color": color, "size": 7},
+                hovertemplate="%{text}<br>x=%{x:.3f}<br>y=%{y:.3f}<extra>" + group + "</extra>",
+            ))
+    sigma = [ax["singular_value"] for ax in data["axes"]]
+    fig.add_hline(y=0, line={"color": "lightgray", "width": 1})
+    fig.add_vline(x=0, line={"color": "lightgray", "width": 1})
+    fig.update_layout(
+        title=f"words of '{data['switch']}' on its top two directions (positive = pushed up at ε > 0)",
+        xaxis_title=f"direction 1 (σ={sigma[0]:.3g})", yaxis_title=f"direction 2 (σ={sigma[1]:.3g})",
+        template="plotly_white", legend={"orientation": "h", "y": -0.2}, margin={"t": 50},
+    )
+    return fig
+
+
+def meter_figure(result: dict) -> go.Figure:
+    """Style meter curves: mean log-likelihood per token vs ε, one line per switch, a marker at its best ε (alone)."""
+    if not result.get("switches"):
+        raise ValueError("no switches in the meter result to plot")
+    fig = go.Figure()
+    palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
+    for i, row in enumerate(result["switches"]):
+        color = palette[i % len(palette)]
+        best = float(row["best_eps_alone"])
+        name = f"{row['name']} (best ε {best:+.2f})"
+        xs, ys = [float(x) for x in row["grid"]], [float(y) for y in row["loglik"]]
+        order = np.argsort(xs)
+        at_best = float(np.interp(best, np.asarray(xs)[order], np.asarray(ys)[order]))
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name, legendgroup=row["name"], line={"color": color}))
+        fig.add_trace(go.Scatter(
+            x=[best], y=[at_best], mode="markers", name=f"best ε of {row['name']}", legendgroup=row["name"], showlegend=False,
+            marker={"color": color, "size": 11, "symbol": "star"},
+            hovertemplate=f"{row['name']}: best ε %{{x:+.2f}}<br>{row.get('evidence_nats', 0):.2f} nats of evidence<extra></extra>",
+        ))
+    fig.update_layout(title="style meter: how well each ε explains the text", xaxis_title="ε (ε0 units)",
+                      yaxis_title="mean log-likelihood per token (nats)", template="plotly_white",
+                      legend={"orientation": "h", "y": -0.2}, margin={"t": 50})
     return fig
 
 

@@ -18,6 +18,7 @@ import hashlib
 import os
 import tempfile
 import weakref
+from dataclasses import dataclass
 from importlib import resources
 
 import torch
@@ -96,16 +97,16 @@ def _word_table(lm: LanguageModel) -> tuple[torch.Tensor, list[str]]:
     return torch.tensor(ids), [tw.surface[i] for i in ids]
 
 
-def _top_words(lm: LanguageModel, rankings: torch.Tensor, ids: torch.Tensor, surfaces: list[str], n: int, key: str) -> list[list[dict]]:
-    """For each row of ``rankings`` (k, n_words): its ``n`` highest-scoring distinct whole words
-    (case-insensitive; the best-scoring form is kept).
+def _top_words(lm: LanguageModel, rankings: torch.Tensor, ids: torch.Tensor, surfaces: list[str], n: int) -> list[list[int]]:
+    """For each row of ``rankings`` (k, n_words): the word-table indices of its ``n`` highest-scoring
+    distinct whole words (case-insensitive; the best-scoring form is kept), best first.
 
     Candidates are checked with :func:`~lmswitch.words.complete_words` in score
     order, a little more than needed at a time and for all rows in one batched
     call, so only the top of each ranking costs model time.
     """
     orders = torch.argsort(rankings, dim=1, descending=True).tolist()
-    outs: list[list[dict]] = [[] for _ in orders]
+    outs: list[list[int]] = [[] for _ in orders]
     seen: list[set[str]] = [set() for _ in orders]
     pos = [0] * len(orders)
     while True:
@@ -124,10 +125,48 @@ def _top_words(lm: LanguageModel, rankings: torch.Tensor, ids: torch.Tensor, sur
             return outs
         whole = complete_words(lm, [int(ids[j]) for _, j in pending])
         for (r, j), ok in zip(pending, whole, strict=True):
-            w = surfaces[j]
-            if ok and w.lower() not in seen[r] and len(outs[r]) < n:
-                seen[r].add(w.lower())
-                outs[r].append({"word": w, key: round(float(rankings[r, j]), 6)})
+            w = surfaces[j].lower()
+            if ok and w not in seen[r] and len(outs[r]) < n:
+                seen[r].add(w)
+                outs[r].append(j)
+
+
+def _listed(rankings: torch.Tensor, surfaces: list[str], rows: list[list[int]], key: str) -> list[list[dict]]:
+    """``{"word", key: score}`` entries of the indices :func:`_top_words` chose, score rounded to 6 places."""
+    return [[{"word": surfaces[j], key: round(float(rankings[r, j]), 6)} for j in row] for r, row in enumerate(rows)]
+
+
+@dataclass
+class _Directions:
+    """The switch's top singular directions, oriented by the reference contexts."""
+
+    S: torch.Tensor  # (d,) all singular values, descending
+    sign: torch.Tensor  # (k,) +1, or -1 where positive ε raises the −u pole
+    mean: torch.Tensor  # (k,) mean context term v_iᵀ c over the reference
+    agreement: torch.Tensor  # (k,) share of reference contexts where the direction acts that way round
+    oriented: torch.Tensor  # (k, n_words): e_vᵀ u_i · sign_i, positive = pushed up at positive ε
+    ids: torch.Tensor  # (n_words,) token ids of the word table
+    surfaces: list[str]
+    contexts: int  # reference contexts used
+
+
+def _directions(lm: LanguageModel, switch: Switch, k: int, reference: list[str] | None) -> _Directions:
+    """SVD of ``W`` and the orientation of its top ``k`` directions (see the module docstring)."""
+    switch.check_model(lm)
+    W = switch.W.double()
+    U, S, Vh = torch.linalg.svd(W)  # W = U diag(S) Vh; columns of U: word side, rows of Vh: context side
+    k = min(k, len(S))
+    C = reference_hidden(lm, reference).double().to(W.device)  # (N, d)
+    a = C @ Vh[:k].T  # (N, k): context terms v_iᵀ c
+    mean = a.mean(0)
+    sign = torch.where(mean < 0, -1.0, 1.0).double()
+    agreement = ((a * sign) > 0).double().mean(0)
+    ids, surfaces = _word_table(lm)
+    E = lm.head.weight.detach()[ids].double().cpu()  # (n_words, d)
+    proj = E @ U[:, :k].cpu()  # (n_words, k): e_vᵀ u_i
+    oriented = (proj * sign.cpu()).T  # (k, n_words)
+    return _Directions(S=S, sign=sign, mean=mean, agreement=agreement, oriented=oriented, ids=ids, surfaces=surfaces,
+                       contexts=int(C.shape[0]))
 
 
 @torch.no_grad()
@@ -146,31 +185,20 @@ def svd_dimensions(lm: LanguageModel, switch: Switch, *, dims: int = 10, words: 
     ['wonderful', 'great', 'love']
     """
     _check_counts(dims, words)
-    switch.check_model(lm)
-    W = switch.W.double()
-    U, S, Vh = torch.linalg.svd(W)  # W = U diag(S) Vh; columns of U: word side, rows of Vh: context side
-    k = min(dims, len(S))
-    C = reference_hidden(lm, reference).double().to(W.device)  # (N, d)
-    a = C @ Vh[:k].T  # (N, k): context terms v_iᵀ c
-    mean = a.mean(0)
-    sign = torch.where(mean < 0, -1.0, 1.0).double()
-    agreement = ((a * sign) > 0).double().mean(0)
-
-    ids, surfaces = _word_table(lm)
-    E = lm.head.weight.detach()[ids].double().cpu()  # (n_words, d)
-    proj = E @ U[:, :k].cpu()  # (n_words, k): e_vᵀ u_i
+    dirs = _directions(lm, switch, dims, reference)
+    S, k = dirs.S, len(dirs.sign)
     total = float((S**2).sum()) or 1.0
-    oriented = (proj * sign.cpu()).T  # (k, n_words): positive = pushed up at positive ε
-    lists = _top_words(lm, torch.cat([oriented, -oriented]), ids, surfaces, words, "score")
+    rankings = torch.cat([dirs.oriented, -dirs.oriented])
+    lists = _listed(rankings, dirs.surfaces, _top_words(lm, rankings, dirs.ids, dirs.surfaces, words), "score")
     directions = []
     for i in range(k):
         directions.append({
             "index": i,
             "singular_value": float(S[i]),
             "share": float(S[i] ** 2) / total,
-            "flipped": bool(sign[i] < 0),
-            "agreement": float(agreement[i]),
-            "strength": float(S[i] * mean[i].abs() * switch.eps0),
+            "flipped": bool(dirs.sign[i] < 0),
+            "agreement": float(dirs.agreement[i]),
+            "strength": float(S[i] * dirs.mean[i].abs() * switch.eps0),
             "promoted": lists[i],
             "suppressed": lists[k + i],
         })
@@ -180,7 +208,7 @@ def svd_dimensions(lm: LanguageModel, switch: Switch, *, dims: int = 10, words: 
         "negative_label": switch.negative_label,
         "singular_values": S.tolist(),
         "dimensions": directions,
-        "reference_contexts": int(C.shape[0]),
+        "reference_contexts": dirs.contexts,
     }
 
 
@@ -201,7 +229,8 @@ def promoted_words(lm: LanguageModel, switch: Switch, *, words: int = 20, refere
     ids, surfaces = _word_table(lm)
     E = lm.head.weight.detach()[ids].double().cpu()
     delta = E @ direction.cpu()
-    up, down = _top_words(lm, torch.stack([delta, -delta]), ids, surfaces, words, "delta")
+    rankings = torch.stack([delta, -delta])
+    up, down = _listed(rankings, surfaces, _top_words(lm, rankings, ids, surfaces, words), "delta")
     return {
         "switch": switch.name,
         "positive_label": switch.positive_label,
@@ -209,4 +238,63 @@ def promoted_words(lm: LanguageModel, switch: Switch, *, words: int = 20, refere
         "promoted": up,
         "suppressed": [{"word": w["word"], "delta": -w["delta"]} for w in down],
         "reference_contexts": int(C.shape[0]),
+    }
+
+
+NULL_DIRECTION = 1e-5  # a singular value below this share of the largest one is numerical noise, not a direction
+GROUPS = ("promoted 1", "suppressed 1", "promoted 2", "suppressed 2")
+
+
+@torch.no_grad()
+def word_map(lm: LanguageModel, switch: Switch, *, words: int = 15, reference: list[str] | None = None) -> dict:
+    """Words placed on the switch's top two SVD directions, for a scatter plot.
+
+    The points are the top ``words`` promoted and suppressed words of directions 0
+    and 1, oriented as :func:`svd_dimensions` orients them: ``x`` is a word's score
+    on direction 0 and ``y`` on direction 1 (``e_vᵀ u_i``, signed so that positive
+    means pushed up at positive ε). A word on several lists appears once, in the
+    first of the groups ``promoted 1``, ``suppressed 1``, ``promoted 2``,
+    ``suppressed 2``. A direction whose singular value is numerically zero (a
+    rank-1 switch's second) lists no words and puts every ``y`` at 0.
+    """
+    _check_counts(2, words)
+    dirs = _directions(lm, switch, 2, reference)
+    S = dirs.S
+    if float(S[0]) == 0.0:
+        raise ValueError(f"switch '{switch.name}' is all zeros: it has no directions to map; train it or load another")
+    live = [i < len(dirs.sign) and float(S[i]) > NULL_DIRECTION * float(S[0]) for i in range(2)]
+    k = len(dirs.sign)
+    rankings = torch.cat([dirs.oriented, -dirs.oriented])  # rows: promoted 0..k-1, then suppressed 0..k-1
+    chosen = _top_words(lm, rankings, dirs.ids, dirs.surfaces, words)
+    points: list[dict] = []
+    seen: set[str] = set()
+    for i in range(2):
+        if not live[i]:
+            continue
+        for group, row in ((GROUPS[2 * i], chosen[i]), (GROUPS[2 * i + 1], chosen[k + i])):
+            for j in row:
+                word = dirs.surfaces[j]
+                if word.lower() in seen:
+                    continue
+                seen.add(word.lower())
+                x = round(float(dirs.oriented[0, j]), 6)
+                y = round(float(dirs.oriented[1, j]), 6) if live[1] else 0.0
+                points.append({"word": word, "x": x, "y": y, "group": group})
+    total = float((S**2).sum())
+    axes = [
+        {
+            "index": i,
+            "singular_value": float(S[i]) if i < len(S) else 0.0,
+            "share": float(S[i] ** 2) / total if i < len(S) else 0.0,
+            "flipped": bool(live[i] and dirs.sign[i] < 0),
+        }
+        for i in range(2)
+    ]
+    return {
+        "switch": switch.name,
+        "positive_label": switch.positive_label,
+        "negative_label": switch.negative_label,
+        "axes": axes,
+        "points": points,
+        "reference_contexts": dirs.contexts,
     }

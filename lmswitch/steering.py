@@ -53,10 +53,16 @@ def steering_matrix(setting: Setting) -> torch.Tensor | None:
 
 
 class _Steer:
-    """The matrices for one ``steer`` block: (d, d) for all rows, or (B, d, d) for per-row settings."""
+    """The matrices for one ``steer`` block: (d, d) for all rows, or (U, d, d) distinct ones with a group per row.
 
-    def __init__(self, matrix: torch.Tensor) -> None:
+    Per-row steering keeps each distinct setting's matrix once (``groups[b]`` indexes
+    it, -1 = unsteered), so a batch of 128 rows over a few settings costs a few
+    (d, d) matrices, not 128, and each group is one ordinary matmul.
+    """
+
+    def __init__(self, matrix: torch.Tensor, groups: torch.Tensor | None = None) -> None:
         self.matrix = matrix
+        self.groups = groups
         self._by_device: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
 
     def apply(self, c: torch.Tensor) -> torch.Tensor:
@@ -66,15 +72,19 @@ class _Steer:
             M = self._by_device[key] = self.matrix.to(c.device, c.dtype)
         if M.ndim == 2:
             return c + c @ M.T  # (B, T, d) @ (d, d)
+        groups = self.groups
         rows = c.shape[0]
-        if rows != M.shape[0]:
-            if rows % M.shape[0]:
-                raise ValueError(f"per-row steering was given for {M.shape[0]} rows but the batch has {rows}")
-            M = M.repeat_interleave(rows // M.shape[0], dim=0)
-        squeeze = c.ndim == 2
-        h = c.unsqueeze(1) if squeeze else c  # (B, T, d)
-        out = h + torch.matmul(h, M.transpose(1, 2))  # (B, T, d) @ (B, d, d)
-        return out.squeeze(1) if squeeze else out
+        if rows != len(groups):
+            if rows % len(groups):
+                raise ValueError(f"per-row steering was given for {len(groups)} rows but the batch has {rows}")
+            groups = groups.repeat_interleave(rows // len(groups))
+        out = c.clone()
+        for u in range(M.shape[0]):
+            idx = (groups == u).nonzero().squeeze(1).to(c.device)
+            if idx.numel():
+                h = c[idx]
+                out[idx] = h + h @ M[u].T
+        return out
 
 
 _ACTIVE: ContextVar[dict[int, _Steer] | None] = ContextVar("lmswitch_active_steering", default=None)
@@ -139,12 +149,19 @@ def steer_rows(lm: LanguageModel, settings: Sequence[Setting]) -> Iterator[None]
         raise ValueError("steer_rows needs at least one row setting")
     for setting in settings:
         check_setting(lm, setting)
-    matrices = [steering_matrix(s) for s in settings]
-    if all(m is None for m in matrices):
-        steer_obj = None
-    else:
-        d = lm.hidden_size
-        steer_obj = _Steer(torch.stack([m if m is not None else torch.zeros(d, d) for m in matrices]))
+    distinct: dict[tuple, int] = {}
+    matrices: list[torch.Tensor] = []
+    groups = []
+    for setting in settings:
+        key = tuple((id(s), float(e)) for s, e in setting if e != 0)
+        if not key:
+            groups.append(-1)
+            continue
+        if key not in distinct:
+            distinct[key] = len(matrices)
+            matrices.append(steering_matrix(setting))
+        groups.append(distinct[key])
+    steer_obj = _Steer(torch.stack(matrices), torch.tensor(groups)) if matrices else None
     with _activate(lm, steer_obj):
         yield
 

@@ -313,3 +313,51 @@ def train_switch(
         model_fingerprint=lm.fingerprint,
         card=card,
     )
+
+
+LITTLE_TEXT_TOKENS = 300  # below this many training tokens a d × d switch mostly memorises its examples
+CLEAR_GAIN = 0.01  # nats/token of held-out gain that marks a switch which generalises (shipped switches: 0.02–0.09)
+
+
+def data_advice(card: dict) -> str:
+    """A one- or two-sentence hint, from a trained switch's card, on whether its training data sufficed.
+
+    Reads ``tokens_train``, ``tokens_heldout``, ``heldout_gain`` (nats per token;
+    None without a held-out split) and ``stopped_early``. A card with no training
+    record (a switch not made by :func:`train_switch`) gets a plain note.
+    """
+    if not isinstance(card, dict):
+        raise ValueError(f"data_advice needs a switch's card (a dict, switch.card); got {type(card).__name__}")
+    if card.get("tokens_train") is None:
+        return "This switch's card has no training record, so there is no data advice for it."
+    n = int(card["tokens_train"])
+    held = int(card.get("tokens_heldout") or 0)
+    gain = card.get("heldout_gain")
+    gain = float(gain) if isinstance(gain, (int, float)) and math.isfinite(gain) and held else None
+    measured = f" (held-out gain {gain:+.3f} nats/token on {held:,} tokens)" if gain is not None else ""
+    if n < LITTLE_TEXT_TOKENS:
+        return (
+            f"Very little text: {n:,} training tokens{measured}, so the switch mostly memorises these examples. "
+            f"Add more examples (a few thousand tokens, say 30+ sentences per side) for a reliable switch."
+        )
+    if gain is None:
+        return (
+            f"No held-out split, so whether {n:,} training tokens are enough cannot be measured. "
+            f"Train with a held-out fraction (heldout=0.15, the default) to check that the switch generalises."
+        )
+    if gain <= 0:
+        fewer = "a lower learning rate" if card.get("stopped_early") else "fewer steps or a lower learning rate"
+        return (
+            f"Held-out gain {gain:+.3f} nats/token on {held:,} tokens: the switch memorised its {n:,} training tokens "
+            f"instead of learning the style. Add more varied text, or train with {fewer}; generation may still move "
+            f"in the intended direction."
+        )
+    if gain < CLEAR_GAIN:
+        return (
+            f"Small held-out gain {gain:+.3f} nats/token ({n:,} training, {held:,} held-out tokens): the switch "
+            f"generalises a little. More varied text would make it more reliable."
+        )
+    return (
+        f"Enough data: held-out gain {gain:+.3f} nats/token on {held:,} held-out tokens ({n:,} training tokens), "
+        f"so the switch explains text it never saw."
+    )

@@ -16,16 +16,19 @@ from lmswitch.evaluate import (
     distinct_n,
     evaluate,
     evaluate_grid,
+    evaluate_settings,
     evaluate_sweep,
     formality_scores,
     load_prompts,
     perplexity_from_nll,
     sentiment_scores,
+    text_scores,
     toxicity_scores,
     toxicity_summary,
 )
-from lmswitch.figures import export, grid_figure, sweep_figure
+from lmswitch.figures import export, grid_figure, loss_figure, meter_figure, spectrum_figure, sweep_figure, word_map_figure
 from lmswitch.generate import SamplingOptions, generate_tokens
+from lmswitch.spans import token_changes
 
 PROMPTS = ["the happy one", "she was", "they love the"]
 
@@ -211,3 +214,145 @@ def test_cli_eval_sweep_and_grid(tmp_path, llama_lm, capsys):
     assert "unknown metric" in capsys.readouterr().err
     assert main([*common, "--switch", str(tmp_path / "a.safetensors"), "--samples", "0"]) == 2
     assert "samples" in capsys.readouterr().err
+
+
+def _same_evaluation(a, b) -> None:
+    assert [(t["prompt"], t["text"]) for t in a.texts] == [(t["prompt"], t["text"]) for t in b.texts]
+    assert a.setting == b.setting and (a.prompts, a.samples) == (b.prompts, b.samples)
+    x, y = a.summary(), b.summary()
+    for key in x:
+        if key not in ("setting", "seconds"):
+            assert x[key] == pytest.approx(y[key], abs=1e-6), key
+    for s, t in zip(a.texts, b.texts, strict=True):
+        for key in ("sentiment", "toxicity", "formality"):
+            assert s[key] == pytest.approx(t[key], abs=1e-6)
+
+
+def test_evaluate_settings_equals_separate_evaluations(llama_lm):
+    """Sampling several settings in shared batches gives each setting exactly its own evaluation."""
+    lm = llama_lm
+    a = random_switch(lm, seed=4, scale=30.0, name="a")
+    b = random_switch(lm, seed=5, scale=30.0, name="b")
+    settings = [[(a, 15.0)], [], [(a, -10.0), (b, 20.0)]]
+    protocol = Protocol(samples=2, max_new_tokens=6, batch_size=4)  # 18 rows in 5 batches, most mixing settings
+    rows: list[tuple[int, int]] = []
+    together = evaluate_settings(lm, settings, PROMPTS, protocol, progress=lambda d, t: rows.append((d, t)))
+    assert rows == [(4, 18), (8, 18), (12, 18), (16, 18), (18, 18)]
+    alone = [evaluate(lm, s, PROMPTS, protocol) for s in settings]
+    assert [ev.setting for ev in together] == [{"a": 15.0}, {}, {"a": -10.0, "b": 20.0}]
+    for x, y in zip(together, alone, strict=True):
+        _same_evaluation(x, y)
+    assert together[0].texts != together[2].texts  # the settings do differ
+    (single,) = evaluate_settings(lm, [settings[2]], PROMPTS, protocol)
+    _same_evaluation(single, alone[2])
+    assert single.perplexity == alone[2].perplexity and single.texts == alone[2].texts  # one code path: exactly equal
+    with pytest.raises(ValueError, match="at least one steering setting"):
+        evaluate_settings(lm, [], PROMPTS, protocol)
+    with pytest.raises(ValueError, match="finite"):
+        evaluate_settings(lm, [[], [(a, float("inf"))]], PROMPTS, protocol)
+
+
+def test_sweep_progress_counts_settings(llama_lm):
+    switch = random_switch(llama_lm, seed=4, scale=30.0, name="s")
+    done = []
+    evaluate_sweep(llama_lm, switch, [-5, 0, 5], PROMPTS[:2], Protocol(samples=1, max_new_tokens=3, batch_size=3),
+                   progress=lambda d, t: done.append((d, t)))
+    assert done == [(1, 3), (3, 3)]  # 2 rows per setting, batches of 3 rows: the second batch completes settings 2 and 3
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_text_scores_perplexity_matches_token_changes(make_lm, family):
+    lm = make_lm(family, seed=1, init=0.3)
+    prompt = "the happy one"
+    texts = ["was kind to all of them", "", "sad"]
+    out = text_scores(lm, prompt, texts)
+    assert [set(r) for r in out] == [{"sentiment", "toxicity", "perplexity", "tokens"}] * 3
+    for text, row in zip(texts, out, strict=True):
+        assert row["sentiment"] == pytest.approx(sentiment_scores([text])[0])
+        assert row["toxicity"] == pytest.approx(toxicity_scores([text])[0])
+        if not text:
+            assert row["perplexity"] is None and row["tokens"] == 0
+            continue
+        steps = token_changes(lm, [], text, prompt=prompt)
+        logp = [t["logp_base"] for t in steps if t["scored"]]
+        assert row["tokens"] == len(steps) == len(text.split()) == len(logp)  # after a prompt every token is scored
+        assert row["perplexity"] == pytest.approx(math.exp(-sum(logp) / len(logp)), rel=1e-6)
+    assert text_scores(lm, prompt, []) == []
+
+
+def test_loss_figure():
+    fig = loss_figure([3.0, 2.5, 2.2], [(2, 2.8), (3, 2.6)], total_steps=10)
+    assert len(fig.data) == 2
+    assert list(fig.data[0].x) == [1, 2, 3] and list(fig.data[0].y) == [3.0, 2.5, 2.2] and fig.data[0].mode == "lines"
+    assert list(fig.data[1].x) == [2, 3] and list(fig.data[1].y) == [2.8, 2.6] and fig.data[1].mode == "markers"
+    assert list(fig.layout.xaxis.range) == [1, 10]
+    assert fig.layout.xaxis.title.text == "step" and "nats" in fig.layout.yaxis.title.text
+    empty = loss_figure([])
+    assert len(empty.data) == 0 and empty.layout.xaxis.title.text == "step" and empty.layout.xaxis.range is None
+    assert len(loss_figure([1.0]).data) == 1
+    with pytest.raises(ValueError, match="total_steps"):
+        loss_figure([1.0], total_steps=0)
+
+
+def test_spectrum_figure():
+    fig = spectrum_figure([1.0, 3.0, 2.0, 0.0], top=2)  # sorted: 3, 2, 1, 0; Σσ² = 14
+    assert len(fig.data) == 2 and fig.data[0].type == "bar"
+    assert list(fig.data[0].x) == [1, 2] and list(fig.data[0].y) == [3.0, 2.0]
+    assert list(fig.data[1].y) == pytest.approx([9 / 14, 13 / 14])
+    assert fig.data[1].yaxis == "y2"
+    assert list(spectrum_figure([2.0, 1.0]).data[1].y) == pytest.approx([0.8, 1.0])
+    with pytest.raises(ValueError, match="no singular values"):
+        spectrum_figure([])
+    with pytest.raises(ValueError, match="top"):
+        spectrum_figure([1.0], top=0)
+
+
+def test_word_map_figure():
+    data = {
+        "switch": "s", "positive_label": "p", "negative_label": "n",
+        "axes": [{"index": 0, "singular_value": 12.345, "flipped": False}, {"index": 1, "singular_value": 0.5, "flipped": True}],
+        "points": [
+            {"word": "love", "x": 1.0, "y": 0.1, "group": "promoted 1"},
+            {"word": "joy", "x": 0.8, "y": 0.0, "group": "promoted 1"},
+            {"word": "hate", "x": -1.0, "y": 0.2, "group": "suppressed 1"},
+            {"word": "cold", "x": 0.1, "y": -0.9, "group": "suppressed 2"},
+        ],
+    }
+    fig = word_map_figure(data)
+    assert [t.name for t in fig.data] == ["promoted 1", "suppressed 1", "suppressed 2"]  # empty groups get no trace
+    assert list(fig.data[0].x) == [1.0, 0.8] and list(fig.data[0].y) == [0.1, 0.0] and list(fig.data[0].text) == ["love", "joy"]
+    assert list(fig.data[2].text) == ["cold"] and "text" in fig.data[0].mode
+    assert fig.layout.xaxis.title.text == "direction 1 (σ=12.3)" and fig.layout.yaxis.title.text == "direction 2 (σ=0.5)"
+
+
+def test_meter_figure():
+    result = {"switches": [
+        {"name": "a", "grid": [-2.0, 0.0, 2.0], "loglik": [-3.0, -2.0, -2.5], "best_eps": 0.5, "best_eps_alone": 1.0,
+         "evidence_nats": 0.7, "label": "positive"},
+        {"name": "b", "grid": [-2.0, 0.0, 2.0], "loglik": [-2.2, -2.1, -2.6], "best_eps": -1.0, "best_eps_alone": -1.0,
+         "evidence_nats": 0.1, "label": "negative"},
+    ]}
+    fig = meter_figure(result)
+    assert len(fig.data) == 4  # a line and a best-ε marker per switch
+    line, marker = fig.data[0], fig.data[1]
+    assert list(line.x) == [-2.0, 0.0, 2.0] and list(line.y) == [-3.0, -2.0, -2.5]
+    assert list(marker.x) == [1.0] and list(marker.y) == pytest.approx([-2.25])  # interpolated between ε 0 and 2
+    assert list(fig.data[3].y) == pytest.approx([-2.15])
+    assert "a" in line.name and "+1.00" in line.name and "-1.00" in fig.data[2].name
+    assert marker.showlegend is False
+    assert "ε" in fig.layout.xaxis.title.text and "nats" in fig.layout.yaxis.title.text
+    with pytest.raises(ValueError, match="no switches"):
+        meter_figure({"switches": []})
+
+
+def test_figures_accept_real_word_map_and_meter_results(gpt2_lm):
+    from lmswitch.interpret import word_map
+    from lmswitch.meter import measure
+
+    switch = random_switch(gpt2_lm, seed=0, scale=30.0, name="r")
+    data = word_map(gpt2_lm, switch, words=3, reference=["the kind one was at the sea with all of them"])
+    fig = word_map_figure(data)
+    assert sum(len(t.x) for t in fig.data) == len(data["points"]) and len(fig.data) >= 2
+    result = measure(gpt2_lm, [switch], "the happy one was kind to all of them", points=5)
+    fig = meter_figure(result)
+    assert len(fig.data) == 2 and list(fig.data[0].x) == result["switches"][0]["grid"]

@@ -7,7 +7,7 @@ import torch
 from conftest import FILLER, WORDS_A, WORDS_B, random_switch
 
 import lmswitch as ls
-from lmswitch.interpret import promoted_words, reference_hidden, reference_texts, svd_dimensions
+from lmswitch.interpret import promoted_words, reference_hidden, reference_texts, svd_dimensions, word_map
 from lmswitch.words import complete_words, is_readable_word, token_words
 
 REFERENCE = [
@@ -54,9 +54,8 @@ def test_planted_direction_promotes_its_word_at_positive_eps(tiny_lm, sign):
     assert (overall["promoted"] if truth_up else overall["suppressed"])[0]["word"] == word
 
 
-def test_rank_two_plant_gives_two_directions_in_order(gpt2_lm):
-    """Two planted directions with different strengths come out as dims 0 and 1, each with its own word."""
-    lm = gpt2_lm
+def rank_two(lm) -> ls.Switch:
+    """W = 900 u1 v1ᵀ − 300 u2 v2ᵀ: word sides from 'love' and 'hate' (made orthogonal), context sides from the reference."""
     E = lm.head.weight.detach().float()
     C = reference_hidden(lm, REFERENCE)
     v1 = C.mean(0) / C.mean(0).norm()
@@ -69,8 +68,13 @@ def test_rank_two_plant_gives_two_directions_in_order(gpt2_lm):
     u2 = E[lm.tokenizer.convert_tokens_to_ids("hate")]
     u2 = u2 - (u2 @ u1) / (u1 @ u1) * u1  # orthogonal word sides keep the SVD exact
     W = 900 * torch.outer(u1 / u1.norm(), v1) - 300 * torch.outer(u2 / u2.norm(), v2)
-    switch = ls.Switch(W=W, name="two", model_name=lm.name, model_fingerprint=lm.fingerprint)
-    d = svd_dimensions(lm, switch, dims=2, words=3, reference=REFERENCE)
+    return ls.Switch(W=W, name="two", model_name=lm.name, model_fingerprint=lm.fingerprint)
+
+
+def test_rank_two_plant_gives_two_directions_in_order(gpt2_lm):
+    """Two planted directions with different strengths come out as dims 0 and 1, each with its own word."""
+    lm = gpt2_lm
+    d = svd_dimensions(lm, rank_two(lm), dims=2, words=3, reference=REFERENCE)
     first, second = d["dimensions"]
     assert first["singular_value"] == pytest.approx(900, rel=1e-4) and second["singular_value"] == pytest.approx(300, rel=1e-4)
     assert first["promoted"][0]["word"] == "love"
@@ -133,3 +137,48 @@ def test_switch_for_another_model_is_refused(gpt2_lm, llama_lm):
         svd_dimensions(llama_lm, random_switch(gpt2_lm, seed=0), reference=REFERENCE)
     with pytest.raises(ValueError, match="made for"):
         promoted_words(llama_lm, random_switch(gpt2_lm, seed=0), reference=REFERENCE)
+
+
+def test_word_map_puts_planted_words_at_the_extremes(gpt2_lm):
+    lm = gpt2_lm
+    switch = rank_two(lm)
+    m = word_map(lm, switch, words=4, reference=REFERENCE)
+    assert (m["switch"], m["positive_label"], m["negative_label"]) == ("two", "positive", "negative")
+    assert [a["index"] for a in m["axes"]] == [0, 1]
+    assert [a["singular_value"] for a in m["axes"]] == pytest.approx([900, 300], rel=1e-4)
+    points = {p["word"]: p for p in m["points"]}
+    assert len(points) == len(m["points"])  # each word once
+    assert {p["group"] for p in m["points"]} <= {"promoted 1", "suppressed 1", "promoted 2", "suppressed 2"}
+    assert max(m["points"], key=lambda p: p["x"])["word"] == "love" and points["love"]["group"] == "promoted 1"
+    assert min(m["points"], key=lambda p: p["y"])["word"] == "hate"  # −300: 'hate' is pushed down at positive ε
+    # x is the oriented score svd_dimensions reports on direction 0 (suppressed words: minus their score)
+    d = svd_dimensions(lm, switch, dims=2, words=4, reference=REFERENCE)["dimensions"]
+    for w in d[0]["promoted"]:
+        assert points[w["word"]]["x"] == w["score"]
+    for w in d[0]["suppressed"]:
+        assert points[w["word"]]["x"] == -w["score"]
+    for w in d[1]["promoted"]:
+        assert points[w["word"]]["y"] == w["score"]
+    # every listed word is present; a word on two lists keeps its first group
+    listed = [(w["word"], g) for g, ws in (("promoted 1", d[0]["promoted"]), ("suppressed 1", d[0]["suppressed"]),
+                                            ("promoted 2", d[1]["promoted"]), ("suppressed 2", d[1]["suppressed"])) for w in ws]
+    first: dict[str, str] = {}
+    for word, group in listed:
+        first.setdefault(word, group)
+    assert {w: p["group"] for w, p in points.items()} == first
+    assert m["axes"][0]["flipped"] == d[0]["flipped"] and m["axes"][1]["flipped"] == d[1]["flipped"]
+
+
+def test_word_map_of_a_rank_one_switch(llama_lm):
+    switch = planted(llama_lm, "grief", -1.0)
+    m = word_map(llama_lm, switch, words=5, reference=REFERENCE)
+    assert m["axes"][1]["singular_value"] < 1e-3 * m["axes"][0]["singular_value"]
+    assert all(p["y"] == 0.0 for p in m["points"])
+    assert {p["group"] for p in m["points"]} == {"promoted 1", "suppressed 1"}
+    assert len(m["points"]) == 10
+    assert min(m["points"], key=lambda p: p["x"])["word"] == "grief"  # sign −1: grief is pushed down at positive ε
+    zero = ls.Switch(W=torch.zeros_like(switch.W), name="zero", model_name=llama_lm.name, model_fingerprint=llama_lm.fingerprint)
+    with pytest.raises(ValueError, match="all zeros"):
+        word_map(llama_lm, zero, reference=REFERENCE)
+    with pytest.raises(ValueError, match="words"):
+        word_map(llama_lm, switch, words=0, reference=REFERENCE)

@@ -12,6 +12,7 @@ import torch
 from conftest import FILLER, WORDS_A, WORDS_B, build_lm
 
 from lmswitch import Switch, TrainingCancelled, steer, train_switch
+from lmswitch.train import data_advice
 
 
 def sample_texts(rng: random.Random, style: list[str], n: int, length: int = 12, p_style: float = 0.5) -> list[str]:
@@ -220,3 +221,59 @@ def test_positives_only_without_heldout(small_lm, small_data):
     assert switch.card["tokens_heldout"] == 0
     assert switch.card["heldout_gain"] is None
     assert switch.card["tokens_train"] == 20 * 9
+
+
+# --- data advice ------------------------------------------------------------------------------
+
+
+def card(**kw) -> dict:
+    base = {
+        "tokens_train": 2000,
+        "tokens_heldout": 400,
+        "heldout_gain": 0.05,
+        "heldout_nll_with_switch": 3.2,
+        "heldout_nll_reversed_switch": 3.4,
+        "n_positive": 40,
+        "n_negative": 40,
+        "stopped_early": False,
+        "steps": 200,
+    }
+    return {**base, **kw}
+
+
+@pytest.mark.parametrize(
+    ("kw", "expect"),
+    [
+        (dict(tokens_heldout=0, heldout_gain=None), ["No held-out split", "2,000 training tokens", "held-out fraction"]),
+        (dict(tokens_train=120, heldout_gain=-0.2), ["Very little text", "120 training tokens", "-0.200 nats/token", "Add more examples"]),
+        (dict(tokens_train=120, tokens_heldout=0, heldout_gain=None), ["Very little text", "120 training tokens"]),
+        (
+            dict(heldout_gain=-0.0421),
+            [
+                "-0.042 nats/token",
+                "memorised",
+                "2,000 training tokens",
+                "more varied text",
+                "fewer steps or a lower learning rate",
+                "generation may still move",
+            ],
+        ),
+        (dict(heldout_gain=0.0, stopped_early=True), ["+0.000 nats/token", "memorised", "a lower learning rate"]),
+        (dict(heldout_gain=0.004), ["Small held-out gain +0.004 nats/token", "400 held-out tokens", "More varied text"]),
+        (dict(heldout_gain=0.0786), ["Enough data", "+0.079 nats/token", "400 held-out tokens", "2,000 training tokens"]),
+    ],
+)
+def test_data_advice_branches(kw, expect):
+    text = data_advice(card(**kw))
+    for part in expect:
+        assert part in text, (part, text)
+    assert 1 <= text.count(". ") + 1 <= 2 and text.endswith(".")
+
+
+def test_data_advice_on_odd_cards(planted):
+    assert "no training record" in data_advice({})
+    assert "fewer steps" not in data_advice(card(heldout_gain=-0.1, stopped_early=True))
+    with pytest.raises(ValueError, match="card"):
+        data_advice(None)
+    _, switch = planted
+    assert "Enough data" in data_advice(switch.card)  # a real card: the planted style is learned
