@@ -12,6 +12,7 @@ import importlib.util
 import os
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,11 +113,16 @@ class LanguageModel:
         """The output head's input ``c`` for every position, ``(B, T, d)``, without computing logits.
 
         Captured with a pre-hook on the head that stops the forward pass there,
-        so it works for any architecture whatever it calls its final norm.
+        so it works for any architecture whatever it calls its final norm. The hook
+        acts only in the calling thread: other threads generating with the same
+        model at the same time (e.g. other web sessions) pass through it untouched.
         """
         captured: list[torch.Tensor] = []
+        caller = threading.get_ident()
 
         def grab(_module, args):
+            if threading.get_ident() != caller:
+                return None
             captured.append(args[0])
             raise _StopForward
 
