@@ -183,3 +183,19 @@ def sentiment(lm) -> Switch:
     neg = lines(EXAMPLES / "sentiment_negative.txt")[:30]
     with all_threads():
         return train_switch(lm, pos, neg, name="sentiment", seed=0)
+
+
+# --- the real web app (app.py) in a subprocess, for the gradio_client and browser tests ------------------
+
+
+@pytest.fixture(scope="session")
+def app_server(tmp_path_factory):
+    """``python app.py`` on a free port with a private copy of the shipped switches, ready to serve."""
+    from app_server import AppServer
+
+    server = AppServer(tmp_path_factory.mktemp("app"))
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()

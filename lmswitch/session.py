@@ -1,0 +1,209 @@
+"""Switch sets for interactive use: a shared switch folder and per-user sessions.
+
+The web app holds one :class:`SwitchLibrary` (the folder every user sees) and one
+:class:`Session` per browser tab or API client (switches trained or imported
+there, private until saved, and the handles that let a newer request stop an
+older one). Both are plain Python objects that any front end can use.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from .models import LanguageModel
+from .switch import Switch, SwitchFileError, load_switch
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,47}$")
+MAX_SESSION_SWITCHES = 32  # each is a d × d float32 matrix (1.3 MB for the embedded model)
+MAX_REMEMBERED = 8  # unsteered outputs kept per session (moving a slider does not change them)
+
+
+def check_name(name: object) -> str:
+    """A switch name usable as a file name: 1–48 letters, digits, ``_ . + -``, starting with a letter or digit."""
+    if not isinstance(name, str) or not NAME_RE.match(name.strip()):
+        raise ValueError(
+            f"switch names are 1–48 characters of letters, digits, '_', '.', '+' or '-', starting with a letter or digit; got {name!r}"
+        )
+    return name.strip()
+
+
+class SwitchLibrary:
+    """The switches in one folder, validated against ``lm``; saving never overwrites a file.
+
+    Files that fail validation (another model, corrupted, not a switch) are skipped
+    and listed in :attr:`skipped` with the reason, so one bad file cannot stop the app.
+    """
+
+    def __init__(self, lm: LanguageModel, folder: str | Path | None) -> None:
+        self.lm = lm
+        self.folder = Path(folder) if folder else None
+        self.skipped: dict[str, str] = {}
+        self._switches: dict[str, Switch] = {}
+        self._lock = threading.Lock()
+        if self.folder is None:
+            return
+        if not self.folder.is_dir():
+            raise ValueError(f"switch folder {self.folder} does not exist; create it or pass another folder")
+        for path in sorted(self.folder.glob("*.safetensors")):
+            try:
+                self._switches[path.stem] = load_switch(path, lm)
+            except SwitchFileError as err:
+                self.skipped[path.name] = str(err)
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return list(self._switches)
+
+    def get(self, name: str) -> Switch | None:
+        with self._lock:
+            return self._switches.get(name)
+
+    def save(self, name: str, switch: Switch) -> Path:
+        """Write ``switch`` as ``<folder>/<name>.safetensors`` (atomic) unless that name is taken."""
+        name = check_name(name)
+        if self.folder is None:
+            raise ValueError("no switch folder is configured, so switches cannot be saved; start the app with --switches DIR")
+        switch.check_model(self.lm)
+        path = self.folder / f"{name}.safetensors"
+        with self._lock:
+            if name in self._switches or path.exists():
+                raise ValueError(f"the library already has a switch named '{name}'; rename it before saving")
+            switch.name = name
+            switch.save(path)
+            self._switches[name] = switch
+        return path
+
+
+class Session:
+    """One user's private switches and running jobs.
+
+    Names are unique across the session and the library. ``order`` is the stable
+    order in which switches get sliders. A new generation stops the previous
+    one (:meth:`new_generation`); training can be cancelled (:meth:`cancel_training`).
+    """
+
+    def __init__(self) -> None:
+        self.switches: dict[str, Switch] = {}
+        self.order: list[str] = []
+        self._generation: threading.Event | None = None
+        self._training: threading.Event | None = None
+        self._unsteered: dict[tuple, object] = {}
+        self._lock = threading.Lock()
+
+    def __deepcopy__(self, memo: dict) -> Session:
+        # Gradio deep-copies a fresh state value once per session; a session is never shared, so this is the object itself
+        return self
+
+    # --- switches --------------------------------------------------------------------
+    def sync(self, library: SwitchLibrary) -> list[str]:
+        """Append library switches not yet in :attr:`order` (e.g. saved by another user); returns the order."""
+        with self._lock:
+            self._sync(library)
+            return list(self.order)
+
+    def _sync(self, library: SwitchLibrary) -> None:
+        self.order.extend(name for name in library.names() if name not in self.order)
+
+    def get(self, name: str, library: SwitchLibrary) -> Switch:
+        with self._lock:
+            switch = self.switches.get(name)
+        switch = switch or library.get(name)
+        if switch is None:
+            known = ", ".join(self.available(library)) or "none"
+            raise ValueError(f"no switch named '{name}' in this session or the library (available: {known})")
+        return switch
+
+    def available(self, library: SwitchLibrary) -> list[str]:
+        names = self.sync(library)
+        with self._lock:
+            return [n for n in names if n in self.switches or library.get(n) is not None]
+
+    def add(self, switch: Switch, library: SwitchLibrary, name: str | None = None) -> str:
+        """Keep ``switch`` in this session under ``name`` (made unique with a ``-2``, ``-3`` … suffix); returns the name."""
+        switch.check_model(library.lm)
+        base = check_name(name if name is not None else switch.name)
+        with self._lock:
+            self._sync(library)  # library switches keep the first sliders
+            if len(self.switches) >= MAX_SESSION_SWITCHES:
+                raise ValueError(f"this session already holds {MAX_SESSION_SWITCHES} switches; save or reload to start over")
+            taken = set(self.switches) | set(self.order) | set(library.names())
+            final, k = base, 1
+            while final in taken:
+                k += 1
+                final = f"{base}-{k}"
+            switch.name = final
+            self.switches[final] = switch
+            self.order.append(final)
+        return final
+
+    def save(self, name: str, library: SwitchLibrary) -> Path:
+        """Save a session switch to the library folder (it then stays available under the same name)."""
+        with self._lock:
+            switch = self.switches.get(name)
+        if switch is None:
+            if library.get(name) is not None:
+                raise ValueError(f"'{name}' is already in the library")
+            raise ValueError(f"no session switch named '{name}'")
+        path = library.save(name, switch)
+        with self._lock:
+            self.switches.pop(name, None)
+        return path
+
+    # --- the unsteered output of a prompt and its settings ------------------------------
+    def unsteered(self, key: tuple) -> object | None:
+        """What :meth:`remember_unsteered` stored for ``key`` (prompt and generation settings), if anything."""
+        with self._lock:
+            return self._unsteered.get(key)
+
+    def remember_unsteered(self, key: tuple, value: object) -> None:
+        with self._lock:
+            self._unsteered.pop(key, None)
+            self._unsteered[key] = value
+            while len(self._unsteered) > MAX_REMEMBERED:
+                self._unsteered.pop(next(iter(self._unsteered)))
+
+    # --- jobs ------------------------------------------------------------------------
+    def new_generation(self) -> threading.Event:
+        """A stop flag for a new generation; the previous generation's flag is set, so it stops at its next token."""
+        with self._lock:
+            if self._generation is not None:
+                self._generation.set()
+            self._generation = threading.Event()
+            return self._generation
+
+    def start_training(self) -> threading.Event:
+        with self._lock:
+            if self._training is not None and not self._training.is_set():
+                raise ValueError("a training run is already going in this session; wait for it or cancel it")
+            self._training = threading.Event()
+            return self._training
+
+    def end_training(self, flag: threading.Event) -> None:
+        with self._lock:
+            flag.set()  # a finished run counts as stopped, so a new one may start
+            if self._training is flag:
+                self._training = None
+
+    def cancel_training(self) -> bool:
+        """Ask the running training to stop; False if none is running."""
+        with self._lock:
+            if self._training is None:
+                return False
+            self._training.set()
+            return True
+
+
+def until(flag: threading.Event, items: Iterator) -> Iterator:
+    """Items of ``items`` until ``flag`` is set; closes ``items`` (stopping its work) when it stops early."""
+    try:
+        for item in items:
+            if flag.is_set():
+                return
+            yield item
+    finally:
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()

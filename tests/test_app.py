@@ -1,0 +1,355 @@
+"""The functions behind the web app's widgets, called directly on a tiny model (no server, no browser)."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+
+import gradio as gr
+import pytest
+import torch
+from conftest import random_switch
+
+import app
+import lmswitch as ls
+from lmswitch.session import Session
+
+PROMPT = "the happy one was"
+GEN = dict(max_new_tokens=8, temperature=1.0, top_p=0.9, seed=3, chat=False)
+
+
+def gen_args(**kw) -> list:
+    o = {**GEN, **kw}
+    return [o["max_new_tokens"], o["temperature"], o["top_p"], o["seed"], o["chat"]]
+
+
+@pytest.fixture
+def folder(tmp_path, llama_lm):
+    """A library folder with two switches made for the tiny llama."""
+    lib = tmp_path / "library"
+    lib.mkdir()
+    random_switch(llama_lm, seed=1, scale=30.0, name="alpha", positive_label="warm", negative_label="cold").save(lib / "alpha.safetensors")
+    random_switch(llama_lm, seed=2, scale=30.0, name="beta", eps_range=(-40, 40)).save(lib / "beta.safetensors")
+    return lib
+
+
+@pytest.fixture
+def backend(llama_lm, folder):
+    return app.Backend.with_model(llama_lm, folder)
+
+
+def final(stream) -> tuple:
+    *_, last = list(stream)
+    return last
+
+
+def digest(folder) -> dict:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+# --- sliders and pickers --------------------------------------------------------------------
+
+
+def test_sliders_show_library_then_session_switches(backend, llama_lm):
+    session = Session()
+    session.add(random_switch(llama_lm, seed=5, name="mine"), backend.library)
+    updates = app.slot_updates(session, backend.library)
+    assert len(updates) == app.MAX_SLOTS
+    shown = [u for u in updates if u.visible]
+    assert [u.label.split(":")[0] for u in shown] == ["alpha", "beta", "mine"]
+    assert shown[0].label == "alpha: + → warm, − → cold"
+    assert (shown[0].minimum, shown[0].maximum) == (-10.0, 10.0)  # at least ±10 ε0 units
+    assert (shown[1].minimum, shown[1].maximum) == (-40.0, 40.0)  # wider when the switch recommends more
+    assert all(u.visible is False for u in updates[3:])
+    pickers = app.dropdown_updates(session, backend.library, [None, None, None, None, "beta", None])
+    assert pickers[0].choices and [c[0] for c in pickers[0].choices] == ["alpha", "beta", "mine"]
+    assert [p.value for p in pickers] == ["alpha", "alpha", "beta", "alpha", "beta", "alpha"]
+
+
+def test_page_load_reports_ready_and_skipped_files(llama_lm, folder):
+    (folder / "broken.safetensors").write_bytes(b"not a switch at all")
+    backend = app.Backend.with_model(llama_lm, folder)
+    status, *rest = app.on_load(backend, Session(), *[None] * 6)
+    assert "ready" in status and "skipped broken.safetensors" in status
+    assert len(rest) == app.MAX_SLOTS + 6
+
+
+def test_loading_and_failed_model_give_readable_errors(folder):
+    loading = app.Backend("tiny", folder)
+    with pytest.raises(gr.Error, match="still loading"):
+        loading.get(timeout=0)
+    failed = app.Backend("no-such-model-anywhere", folder).load()
+    assert failed.status()["ready"] is False and failed.error
+    with pytest.raises(gr.Error, match="could not be loaded"):
+        failed.get()
+
+
+# --- steering ---------------------------------------------------------------------------------
+
+
+def test_zero_eps_shows_the_base_model_exactly(backend, llama_lm):
+    session = Session()
+    steered, base, s_scores, b_scores, tokens = final(app.steer(backend, PROMPT, *gen_args(), session, 0.0, 0.0))
+    expected = ls.generate(llama_lm, PROMPT, [], **GEN)[0]
+    assert steered == base == expected
+    assert s_scores == b_scores and "perplexity" in s_scores
+    assert "Move a slider" in tokens
+
+
+def test_steered_output_is_the_library_generation_and_unsteered_is_unchanged(backend, llama_lm):
+    session = Session()
+    alpha = backend.library.get("alpha")
+    first = final(app.steer(backend, PROMPT, *gen_args(), session, 0.0, 0.0))
+    moved = final(app.steer(backend, PROMPT, *gen_args(), session, 6.0, 0.0))
+    assert moved[0] == ls.generate(llama_lm, PROMPT, [(alpha, 6.0)], **GEN)[0]
+    assert moved[1] == first[1]  # same seed: the unsteered side does not move
+    assert moved[0] != moved[1]  # a strong random switch changes the sample
+    assert 'class="tok"' in moved[4] and "promoted here" in moved[4]
+    again = final(app.steer(backend, PROMPT, *gen_args(), session, -6.0, 0.0))  # unsteered side comes from the session cache
+    assert again[1] == first[1] and again[3] == first[3]
+
+
+def test_streaming_yields_growing_text_then_scores(backend):
+    updates = list(app.steer(backend, PROMPT, *gen_args(), Session(), 6.0, 0.0))
+    assert len(updates) >= 2
+    texts = [u[0] for u in updates]
+    assert all(texts[i + 1].startswith(texts[i]) for i in range(len(texts) - 1) if texts[i])
+    assert all(isinstance(u[2], type(gr.skip())) for u in updates[:-1])  # scores only at the end
+    assert "sentiment" in updates[-1][2]
+
+
+def test_a_newer_request_stops_the_older_one(backend):
+    session = Session()
+    older = app.steer(backend, PROMPT, *gen_args(max_new_tokens=40), session, 6.0, 0.0)
+    next(older)  # streaming has started
+    newer = final(app.steer(backend, PROMPT, *gen_args(max_new_tokens=40), session, -6.0, 0.0))
+    assert newer[0]
+    assert list(older) == []  # stopped at its next token, nothing more shown
+
+
+def test_sessions_are_private_and_concurrent_sessions_do_not_interfere(backend, llama_lm):
+    mine, other = Session(), Session()
+    private = random_switch(llama_lm, seed=9, scale=30.0, name="private")
+    mine.add(private, backend.library)
+    with pytest.raises(gr.Error, match="no switch named 'private'"):
+        app.generate_api(backend, PROMPT, "private=5", *gen_args(), other)
+    assert all("private" not in (u.label or "") for u in app.slot_updates(other, backend.library) if u.visible)
+
+    alpha = backend.library.get("alpha")
+    expected = {k: ls.generate(llama_lm, PROMPT, [(alpha, e)] if e else [], **{**GEN, "seed": k})[0] for k, e in enumerate([6.0, 0.0, -6.0, 3.0])}
+    got: dict[int, str] = {}
+
+    def work(k: int, eps: float) -> None:
+        got[k] = final(app.steer(backend, PROMPT, *gen_args(seed=k), Session(), eps, 0.0))[0]
+
+    threads = [threading.Thread(target=work, args=(k, e)) for k, e in enumerate([6.0, 0.0, -6.0, 3.0])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == expected
+
+
+def test_generate_endpoint_takes_named_switches(backend, llama_lm):
+    out = app.generate_api(backend, PROMPT, "alpha=6, beta=-2", *gen_args(), Session())
+    alpha, beta = backend.library.get("alpha"), backend.library.get("beta")
+    assert out["steered"] == ls.generate(llama_lm, PROMPT, [(alpha, 6.0), (beta, -2.0)], **GEN)[0]
+    assert out["unsteered"] == ls.generate(llama_lm, PROMPT, [], **GEN)[0]
+    assert out["setting"] == {"alpha": 6.0, "beta": -2.0}
+    assert set(out["scores"]["steered"]) == {"sentiment", "toxicity", "perplexity", "tokens"}
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda b, s: app.generate_api(b, PROMPT, "alpha=nan", *gen_args(), s), "finite"),
+        (lambda b, s: app.generate_api(b, PROMPT, "alpha 5", *gen_args(), s), "name=eps"),
+        (lambda b, s: app.generate_api(b, PROMPT, "alpha=1e9", *gen_args(), s), "eps"),
+        (lambda b, s: app.generate_api(b, PROMPT, "", *gen_args(seed=-1), s), "seed"),
+        (lambda b, s: app.generate_api(b, PROMPT, "", *gen_args(seed=float("nan")), s), "seed"),
+        (lambda b, s: app.generate_api(b, PROMPT, "", *gen_args(top_p=0.0), s), "top_p"),
+        (lambda b, s: app.generate_api(b, PROMPT, "", *gen_args(max_new_tokens=None), s), "max new tokens"),
+        (lambda b, s: final(app.steer(b, PROMPT, *gen_args(), s, math.inf, 0.0)), "finite"),
+        (lambda b, s: app.run_sweep(b, "alpha", "1, two", 2, PROMPT, *gen_args(), s), "numbers"),
+        (lambda b, s: app.run_sweep(b, "nope", "", 2, PROMPT, *gen_args(), s), "no switch named"),
+        (lambda b, s: app.run_sweep(b, "alpha", ",".join(["1"] * 15), 8, PROMPT, *gen_args(), s), "generations"),
+        (lambda b, s: app.run_grid(b, "alpha", "alpha", "", "", 1, PROMPT, *gen_args(), s), "two different"),
+        (lambda b, s: app.inspect_switch(b, "alpha", 0, 10, s), "dims"),
+        (lambda b, s: app.run_highlight(b, "   ", None, "alpha", -4, 5, 1, s), "empty"),
+        (lambda b, s: app.run_highlight(b, PROMPT, None, "alpha", 0, 5, 1, s), "non-zero"),
+        (lambda b, s: app.run_highlight(b, PROMPT, None, "alpha", 4, 0, 1, s), "max_span"),
+    ],
+)
+def test_bad_inputs_give_readable_errors_and_the_app_keeps_working(backend, call, match):
+    session = Session()
+    with pytest.raises(gr.Error, match=match):
+        call(backend, session)
+    assert final(app.steer(backend, PROMPT, *gen_args(), session, 2.0, 0.0))[0]  # still works
+
+
+# --- sweep and composition map ---------------------------------------------------------------
+
+
+def test_sweep_is_one_row_per_eps_and_sample(backend, llama_lm):
+    fig, rows = app.run_sweep(backend, "alpha", "-6, 0, 6", 2, PROMPT, *gen_args(), Session())
+    assert [r[0] for r in rows] == [-6.0, -6.0, 0.0, 0.0, 6.0, 6.0]
+    assert rows[2][2] == ls.generate(llama_lm, PROMPT, [], **GEN)[0]  # ε = 0, sample 0 is the unsteered text
+    assert list(fig.data[0].x) == [-6.0, 0.0, 6.0]
+
+
+def test_composition_map_covers_the_grid(backend):
+    fig, rows = app.run_grid(backend, "alpha", "beta", "-5, 5", "-5, 0, 5", 1, PROMPT, *gen_args(), Session())
+    assert len(rows) == 6 and {(r[0], r[1]) for r in rows} == {(a, b) for a in (-5.0, 5.0) for b in (-5.0, 0.0, 5.0)}
+    heat = fig.data[0]
+    assert list(heat.y) == [-5.0, 5.0] and list(heat.x) == [-5.0, 0.0, 5.0]
+    assert len(heat.customdata) == 2 and len(heat.customdata[0]) == 3  # sample texts on hover
+
+
+# --- training, saving, importing ---------------------------------------------------------------
+
+POSITIVE = ["the happy joy was good", "she was kind and warm", "love and joy in the bright one", "a sweet smile for you",
+            "we had a great good time", "the kind one was happy"]
+NEGATIVE = ["the sad grief was bad", "he was cruel and cold", "hate and grief in the dark one", "a bitter frown for you",
+            "we had an awful bad time", "the cruel one was sad"]
+
+
+def train_args(**kw) -> list:
+    o = dict(mode=app.MODES[2], name="mood", pos="happy", neg="sad", text_a="\n".join(POSITIVE), file_a=None, text_b="\n".join(NEGATIVE),
+             file_b=None, steps=20, lr=1e-2, eps0=1e-3, rank=0, seed=0)
+    o.update(kw)
+    return [o["mode"], o["name"], o["pos"], o["neg"], o["text_a"], o["file_a"], o["text_b"], o["file_b"], o["steps"], o["lr"], o["eps0"],
+            o["rank"], o["seed"]]
+
+
+def run_training(backend, session, **kw) -> list:
+    return list(app.train(backend, *train_args(**kw), session, *[None] * 6, progress=lambda *a, **k: None))
+
+
+def test_training_adds_a_private_slider_and_a_downloadable_file(backend, llama_lm):
+    session = Session()
+    updates = run_training(backend, session)
+    status, loss_fig, report, *rest = updates[-1]
+    sliders, pickers, download = rest[: app.MAX_SLOTS], rest[app.MAX_SLOTS : -1], rest[-1]
+    assert "'mood'" in report and "is ready" in report and "held-out gain" in report
+    assert any("mood: + → happy, − → sad" == u.label for u in sliders if u.visible)
+    assert pickers[3].value == "mood"  # the manage picker selects the new switch
+    assert len(loss_fig.data[0].y) == session.get("mood", backend.library).card["steps"]
+    saved = ls.load_switch(download, llama_lm)
+    assert torch.equal(saved.W, session.get("mood", backend.library).W)
+    assert "mood" not in backend.library.names()  # private until saved
+    assert any("Training… step" in u[0] for u in updates[:-1])  # live progress
+
+
+def test_training_from_one_document_and_two_documents(backend, tmp_path):
+    doc = tmp_path / "doc.html"
+    doc.write_text("<html><body><p>" + " ".join(POSITIVE) + "</p><script>bad()</script></body></html>")
+    session = Session()
+    one = run_training(backend, session, mode=app.MODES[0], name="doc", text_a="", file_a=str(doc), text_b="", steps=5)
+    assert "'doc'" in one[-1][2]
+    two = run_training(backend, session, mode=app.MODES[1], name="ab", text_a=" ".join(POSITIVE), text_b=" ".join(NEGATIVE), steps=5)
+    assert "'ab'" in two[-1][2]
+    assert session.get("doc", backend.library).card["n_negative"] == 0
+
+
+def test_training_can_be_cancelled(backend):
+    session = Session()
+    stream = app.train(backend, *train_args(steps=100_000), session, *[None] * 6, progress=lambda *a, **k: None)
+    next(stream)
+    assert app.cancel_training(session) == "Cancelling…"
+    last = list(stream)[-1]
+    assert last[0].startswith("Cancelled after")
+    assert session.available(backend.library) == ["alpha", "beta"]
+    assert app.cancel_training(session) == "No training is running in this session."
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        (dict(text_a=""), "positive list is empty"),
+        (dict(text_a="only one line"), "at least 2 sentences"),
+        (dict(name="../etc/passwd"), "switch names"),
+        (dict(lr=float("nan")), "learning rate"),
+        (dict(steps=2.5), "whole number"),
+        (dict(steps=0), "steps"),
+        (dict(mode="three documents"), "unknown training mode"),
+    ],
+)
+def test_bad_training_input_is_refused(backend, kw, match):
+    with pytest.raises(gr.Error, match=match):
+        run_training(backend, Session(), **kw)
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "match"),
+    [("data.txt", b"\x00\x01\x02binary", "binary"), ("empty.txt", b"", "empty"), ("big.exe", b"MZ", "unsupported"),
+     ("scan.pdf", b"%PDF-1.4 garbage", "pdf")],
+)
+def test_bad_uploads_are_refused(backend, tmp_path, name, content, match):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(gr.Error, match=match):
+        run_training(backend, Session(), file_a=str(path), text_a="")
+
+
+def test_save_to_library_never_overwrites(backend, folder, llama_lm):
+    session = Session()
+    session.add(random_switch(llama_lm, seed=7, name="keeper"), backend.library)
+    before = digest(folder)
+    assert "Saved 'keeper'" in app.save_switch(backend, "keeper", session)
+    assert ls.load_switch(folder / "keeper.safetensors", llama_lm).name == "keeper"
+    with pytest.raises(gr.Error, match="already in the library"):
+        app.save_switch(backend, "keeper", session)
+    session.add(random_switch(llama_lm, seed=8, name="alpha"), backend.library)  # renamed: alpha-2
+    assert "alpha-2" in session.available(backend.library)
+    after = digest(folder)
+    assert {k: v for k, v in after.items() if k in before} == before  # existing files untouched
+    assert "keeper" in Session().available(backend.library)  # new sessions see it
+
+
+def test_import_validates_the_file(backend, tmp_path, llama_lm, make_lm):
+    session = Session()
+    good = random_switch(llama_lm, seed=11, name="imported").save(tmp_path / "imported.safetensors")
+    status, *rest = app.import_switch(backend, str(good), session, *[None] * 6)
+    assert "Imported 'imported'" in status and any(u.visible and u.label.startswith("imported") for u in rest[: app.MAX_SLOTS])
+
+    other_model = make_lm("gpt2", hidden=48)
+    foreign = random_switch(other_model, seed=1, name="foreign").save(tmp_path / "foreign.safetensors")
+    junk = tmp_path / "junk.safetensors"
+    junk.write_bytes(b"\x00" * 64)
+    nan = random_switch(llama_lm, seed=1, name="nan")
+    nan.W[0, 0] = float("nan")
+    from safetensors.torch import save_file
+
+    save_file({"W": nan.W}, tmp_path / "nan.safetensors", metadata={"format": "lmswitch", "switch": "{}"})
+    for path, match in [(foreign, "48 × 48"), (junk, "not a valid safetensors"), (tmp_path / "nan.safetensors", "NaN"),
+                        (tmp_path / "notes.txt", "not a .safetensors")]:
+        with pytest.raises(gr.Error, match=match):
+            app.import_switch(backend, str(path), session, *[None] * 6)
+    assert session.available(backend.library) == ["alpha", "beta", "imported"]
+
+
+# --- inspect and highlight ------------------------------------------------------------------
+
+
+def test_inspect_marks_the_promoted_pole(backend):
+    rows, spectrum, scatter, words = app.inspect_switch(backend, "alpha", 4, 5, Session())
+    assert [r[0] for r in rows] == [1, 2, 3, 4]
+    for r in rows:
+        plus, minus = r[4], r[5]
+        assert plus.startswith("▲ ") != minus.startswith("▲ ")  # exactly one pole is marked
+        assert (r[3] == "+u") == plus.startswith("▲ ")
+    assert [round(x, 3) for x in spectrum.data[0].y[:4]] == [r[1] for r in rows]
+    assert len(scatter.data) >= 2 and len(words) == 5
+
+
+def test_highlight_returns_spans_heatmap_and_meter(backend, llama_lm):
+    text = "the happy one was kind and the cruel one was sad"
+    spans, heat, meter_fig, summary = app.run_highlight(backend, text, None, "alpha", -4, 3, 2, Session())
+    assert "".join(piece for piece, _ in spans) == text
+    assert sum(label is not None for _, label in spans) >= 1
+    assert all(-1 <= v <= 1 for _, v in heat)
+    assert len(meter_fig.data) == 2 * 2  # a curve and a best-ε marker per switch
+    assert "Style meter" in summary and "alpha" in summary and "beta" in summary
+    direct = ls.highlight(llama_lm, backend.library.get("alpha"), text, eps=-4, max_span=3, n_spans=2)
+    assert spans == direct["highlighted"]
