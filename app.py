@@ -39,6 +39,7 @@ from lmswitch.meter import measure  # noqa: E402
 from lmswitch.models import DEFAULT_MODEL, LanguageModel, load_model  # noqa: E402
 from lmswitch.session import Session, SwitchLibrary, check_name, until  # noqa: E402
 from lmswitch.spans import highlight, token_changes  # noqa: E402
+from lmswitch.steering import MAX_ABS_EPS  # noqa: E402
 from lmswitch.switch import Switch, SwitchFileError, load_switch  # noqa: E402
 from lmswitch.train import TrainingCancelled, data_advice, train_switch  # noqa: E402
 
@@ -577,7 +578,7 @@ def highlight_examples() -> list[list]:
 def build_app(backend: Backend) -> gr.Blocks:
     bind = functools.partial
     with gr.Blocks(title="lmswitch", analytics_enabled=False) as demo:
-        session = gr.State(Session)
+        session = gr.State(Session())  # deep-copied into a fresh Session per visitor
         gr.Markdown("# lmswitch <small>steer a language model with LM-Switch</small>", elem_id="title")
         status = gr.Markdown(f"⏳ Loading the model **{backend.model_name}** and the switches… the page becomes usable as soon as it is ready.",
                              elem_id="status")
@@ -586,8 +587,9 @@ def build_app(backend: Backend) -> gr.Blocks:
                 with gr.Row():
                     with gr.Column(scale=2, min_width=320):
                         prompt = gr.Textbox(label="prompt", value="My weekend was", lines=3, elem_id="prompt")
-                        sliders = [gr.Slider(-10, 10, value=0, step=0.5, label=f"switch {i + 1}", visible=False, elem_id=f"eps-{i}")
-                                   for i in range(MAX_SLOTS)]
+                        # hidden until the page loads; each visitor's ranges are set then (API clients may use any |ε| ≤ 1000)
+                        sliders = [gr.Slider(-MAX_ABS_EPS, MAX_ABS_EPS, value=0, step=0.5, label=f"switch {i + 1}", visible=False,
+                                             elem_id=f"eps-{i}") for i in range(MAX_SLOTS)]
                         with gr.Accordion("generation settings", open=False):
                             max_new = gr.Slider(1, 200, value=40, step=1, label="max new tokens")
                             temperature = gr.Slider(0, 2, value=1.0, step=0.05, label="temperature", info="0 = greedy")
@@ -606,20 +608,20 @@ def build_app(backend: Backend) -> gr.Blocks:
                         tokens = gr.HTML(token_html(None), elem_id="tokens")
                 with gr.Accordion("ε sweep: one switch, a row of ε values, one batched call", open=False):
                     with gr.Row():
-                        sweep_switch = gr.Dropdown(label="switch", choices=[], allow_custom_value=True)
-                        sweep_eps = gr.Textbox(label="ε values", placeholder="empty: 7 values over the switch's range, or e.g. -10, -5, 0, 5, 10")
+                        sweep_switch = gr.Dropdown(label="switch", choices=[], value="", allow_custom_value=True)
+                        sweep_eps = gr.Textbox("", label="ε values", placeholder="empty: 7 values over the switch's range, or e.g. -10, -5, 0, 5, 10")
                         sweep_samples = gr.Slider(1, 8, value=3, step=1, label="samples per ε")
                     sweep_go = gr.Button("Run sweep")
                     sweep_plot = gr.Plot(label="scores vs ε")
                     sweep_table = gr.Dataframe(headers=["ε", "sample", "text", "sentiment", "toxicity"], wrap=True, interactive=False)
                 with gr.Accordion("composition map: two switches on a 2-D grid of ε", open=False):
                     with gr.Row():
-                        grid_a = gr.Dropdown(label="switch (rows)", choices=[], allow_custom_value=True)
-                        grid_b = gr.Dropdown(label="switch (columns)", choices=[], allow_custom_value=True)
+                        grid_a = gr.Dropdown(label="switch (rows)", choices=[], value="", allow_custom_value=True)
+                        grid_b = gr.Dropdown(label="switch (columns)", choices=[], value="", allow_custom_value=True)
                         grid_samples = gr.Slider(1, 4, value=2, step=1, label="samples per cell")
                     with gr.Row():
-                        grid_eps_a = gr.Textbox(label="ε values (rows)", placeholder="empty: 5 values over the range")
-                        grid_eps_b = gr.Textbox(label="ε values (columns)", placeholder="empty: 5 values over the range")
+                        grid_eps_a = gr.Textbox("", label="ε values (rows)", placeholder="empty: 5 values over the range")
+                        grid_eps_b = gr.Textbox("", label="ε values (columns)", placeholder="empty: 5 values over the range")
                     grid_go = gr.Button("Run composition map")
                     grid_plot = gr.Plot(label="scores over the grid (hover a cell for a sample)")
                     grid_table = gr.Dataframe(headers=["ε rows", "ε columns", "sample", "text", "sentiment", "toxicity"], wrap=True, interactive=False)
@@ -633,10 +635,10 @@ def build_app(backend: Backend) -> gr.Blocks:
                 kinds = [".txt", ".md", ".html", ".htm", ".pdf", ".docx"]
                 with gr.Row():
                     with gr.Column():
-                        text_a = gr.Textbox(label="positive sentences, one per line (or document / document A)", lines=10, elem_id="text-a")
+                        text_a = gr.Textbox("", label="positive sentences, one per line (or document / document A)", lines=10, elem_id="text-a")
                         file_a = gr.File(label="…or upload .txt .md .html .pdf .docx (20 MB max)", file_types=kinds, type="filepath")
                     with gr.Column() as side_b:
-                        text_b = gr.Textbox(label="negative sentences, one per line (or document B)", lines=10, elem_id="text-b")
+                        text_b = gr.Textbox("", label="negative sentences, one per line (or document B)", lines=10, elem_id="text-b")
                         file_b = gr.File(label="…or upload .txt .md .html .pdf .docx (20 MB max)", file_types=kinds, type="filepath")
                 with gr.Accordion("advanced settings", open=False):
                     with gr.Row():
@@ -653,7 +655,7 @@ def build_app(backend: Backend) -> gr.Blocks:
                 train_report = gr.Markdown(elem_id="train-report")
                 with gr.Accordion("your switches: save to the library, download, import", open=True):
                     with gr.Row():
-                        manage = gr.Dropdown(label="switch", choices=[], allow_custom_value=True)
+                        manage = gr.Dropdown(label="switch", choices=[], value="", allow_custom_value=True)
                         save = gr.Button("Save to library")
                         download = gr.DownloadButton("Download .safetensors", value=None)
                         upload = gr.UploadButton("Import .safetensors", file_types=[".safetensors"], type="filepath")
@@ -661,7 +663,7 @@ def build_app(backend: Backend) -> gr.Blocks:
 
             with gr.Tab("Inspect", id="inspect"):
                 with gr.Row():
-                    inspect_name = gr.Dropdown(label="switch", choices=[], allow_custom_value=True)
+                    inspect_name = gr.Dropdown(label="switch", choices=[], value="", allow_custom_value=True)
                     dims = gr.Slider(1, 20, value=8, step=1, label="directions")
                     words = gr.Slider(5, 30, value=10, step=1, label="words per pole")
                     inspect_go = gr.Button("Inspect", variant="primary")
@@ -675,10 +677,10 @@ def build_app(backend: Backend) -> gr.Blocks:
             with gr.Tab("Highlight", id="highlight"):
                 with gr.Row():
                     with gr.Column(scale=3):
-                        hl_text = gr.Textbox(label="text", lines=6, elem_id="hl-text")
+                        hl_text = gr.Textbox("", label="text", lines=6, elem_id="hl-text")
                         hl_file = gr.File(label="…or upload a document", file_types=kinds, type="filepath")
                     with gr.Column(scale=2):
-                        hl_switch = gr.Dropdown(label="switch", choices=[], allow_custom_value=True)
+                        hl_switch = gr.Dropdown(label="switch", choices=[], value="", allow_custom_value=True)
                         hl_eps = gr.Slider(-30, 30, value=-4, step=0.5, label="ε (negative: find the switch's negative side)")
                         hl_span = gr.Slider(1, 20, value=5, step=1, label="max span (tokens)")
                         hl_n = gr.Slider(1, 5, value=1, step=1, label="number of spans")
@@ -691,7 +693,7 @@ def build_app(backend: Backend) -> gr.Blocks:
                     hl_summary = gr.Markdown()
 
         # hidden inputs/outputs of the scripting endpoint
-        api_switches = gr.Textbox(label="switches", visible=False)
+        api_switches = gr.Textbox("", label="switches", visible=False)
         api_result = gr.JSON(label="result", visible=False)
         api_go = gr.Button(visible=False)
 

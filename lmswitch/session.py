@@ -94,8 +94,9 @@ class Session:
         self._lock = threading.Lock()
 
     def __deepcopy__(self, memo: dict) -> Session:
-        # Gradio deep-copies a fresh state value once per session; a session is never shared, so this is the object itself
-        return self
+        # ``gr.State(Session())`` deep-copies its value once for every new browser session or API client:
+        # each gets a fresh, empty session (switches, locks and stop flags are never shared)
+        return Session()
 
     # --- switches --------------------------------------------------------------------
     def sync(self, library: SwitchLibrary) -> list[str]:

@@ -1,0 +1,106 @@
+"""End to end: the real app (``python app.py``, embedded model, shipped switches) driven with ``gradio_client``."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from conftest import EXAMPLES, lines
+from gradio_client import Client, handle_file
+from gradio_client.exceptions import AppError
+
+from lmswitch.evaluate import sentiment_scores
+
+PROMPT = "My weekend was"
+SLOTS = 12  # ε slider slots of the Steer view; the library's switches come first, sorted: detox, formality, sentiment
+
+
+def client(server) -> Client:
+    return Client(server.url, verbose=False)
+
+
+def steer_args(eps: dict[str, float], seed: int = 0, tokens: int = 24) -> list:
+    order = ["detox", "formality", "sentiment"]
+    return [PROMPT, tokens, 1.0, 0.9, seed, False, *[eps.get(n, 0.0) for n in order], *[0.0] * (SLOTS - len(order))]
+
+
+def test_generate_with_and_without_a_switch(app_server):
+    c = client(app_server)
+    base, steered = [], []
+    for seed in range(4):
+        off = c.predict(prompt=PROMPT, switches="", max_new_tokens=30, seed=seed, api_name="/generate")
+        on = c.predict(prompt=PROMPT, switches="sentiment=12", max_new_tokens=30, seed=seed, api_name="/generate")
+        assert off["steered"] == off["unsteered"] == on["unsteered"]  # ε = 0 is the base model; same seed, same unsteered text
+        assert on["steered"] != on["unsteered"]
+        assert on["scores"]["unsteered"]["perplexity"] > 1
+        base.append(off["unsteered"])
+        steered.append(on["steered"])
+    assert sum(sentiment_scores(steered)) / 4 > sum(sentiment_scores(base)) / 4 + 0.3  # clearly more positive
+
+
+def test_slider_endpoint_streams_and_scores(app_server):
+    c = client(app_server)
+    job = c.submit(*steer_args({"sentiment": -12}), api_name="/steer")
+    updates = list(job)
+    assert len(updates) >= 5  # streamed token by token
+    steered, unsteered, steered_scores, unsteered_scores, tokens = job.outputs()[-1]
+    assert steered and unsteered and steered != unsteered
+    assert "perplexity" in steered_scores and "perplexity" in unsteered_scores
+    assert 'class="tok"' in tokens
+
+
+def test_two_sessions_steering_at_once_do_not_affect_each_other(app_server):
+    settings = {"a": {"sentiment": 12}, "b": {"sentiment": -12, "detox": -4}}
+    alone = {k: client(app_server).submit(*steer_args(v, seed=5), api_name="/steer").result()[0] for k, v in settings.items()}
+    together: dict[str, str] = {}
+    barrier = threading.Barrier(2)
+
+    def run(key: str) -> None:
+        c = client(app_server)
+        barrier.wait()
+        together[key] = c.submit(*steer_args(settings[key], seed=5), api_name="/steer").result()[0]
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in settings]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert together == alone
+    assert alone["a"] != alone["b"]
+
+
+def test_train_from_a_short_document_then_steer_with_it_privately(app_server, tmp_path):
+    doc = tmp_path / "praise.md"
+    doc.write_text("\n\n".join(lines(EXAMPLES / "sentiment_positive.txt")[:20]), encoding="utf-8")
+    c = client(app_server)
+    out = c.predict(mode="one document", name="praise", text_a="", file_a=handle_file(str(doc)), file_b=None, steps=30, api_name="/train")
+    status, _, report = out[:3]
+    assert status == "Done." and "'praise'" in report and "is ready" in report and "held-out gain" in report
+    res = c.predict(prompt=PROMPT, switches="praise=5", max_new_tokens=20, api_name="/generate")
+    assert res["setting"] == {"praise": 5.0} and res["steered"] != res["unsteered"]
+    with pytest.raises(AppError, match="no switch named 'praise'"):
+        client(app_server).predict(prompt=PROMPT, switches="praise=5", api_name="/generate")
+
+
+def test_highlight_lights_up_the_insult(app_server):
+    c = client(app_server)
+    text = "Thanks for the quick update on the schedule. Honestly, you are a pathetic idiot for booking the room twice."
+    spans, heatmap, _, summary = c.predict(text=text, file=None, name="detox", eps=-4, max_span=5, n_spans=1, api_name="/highlight")
+    lit = [piece["token"] for piece in spans if piece["class_or_confidence"]]
+    assert lit and any(w in lit[0].lower() for w in ("idiot", "pathetic"))
+    assert "Style meter" in summary
+
+
+def test_bad_upload_is_refused_and_the_app_keeps_working(app_server, tmp_path):
+    c = client(app_server)
+    binary = tmp_path / "photo.txt"
+    binary.write_bytes(bytes(range(256)) * 8)
+    with pytest.raises(AppError, match="binary"):
+        c.predict(mode="one document", name="bad", text_a="", file_a=handle_file(str(binary)), file_b=None, steps=5, api_name="/train")
+    junk = tmp_path / "junk.safetensors"
+    junk.write_bytes(b"{not a switch}")
+    with pytest.raises(AppError, match="safetensors"):
+        c.predict(handle_file(str(junk)), api_name="/import_switch")
+    with pytest.raises(AppError, match="finite"):
+        c.predict(prompt=PROMPT, switches="sentiment=nan", api_name="/generate")
+    assert c.predict(prompt=PROMPT, switches="sentiment=3", max_new_tokens=5, api_name="/generate")["steered"]
