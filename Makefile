@@ -15,9 +15,10 @@ $(STAMP): requirements.txt
 
 install: $(STAMP)
 
-# Until the web app lands, `make app` runs the CLI demo on the embedded model.
+# The web app on the embedded model with the shipped switches: http://127.0.0.1:7860
+# (ARGS="--port 8000 --model gemma3-270m" etc.; see `python app.py --help`).
 app: $(STAMP)
-	$(PY) -m lmswitch demo
+	$(PY) app.py $(ARGS)
 
 # Debian's chromium drives the browser tests and renders PNG figures (never `playwright install`).
 chromium:
@@ -26,6 +27,7 @@ chromium:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get install -y -q chromium || { $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }; }
 
+# Unit tests, the app against a launched server (gradio_client) and in a real browser (Playwright on chromium).
 test: $(STAMP) chromium
 	$(PY) -m pytest -q
 

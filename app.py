@@ -49,6 +49,8 @@ DEFAULT_SWITCHES = ROOT / "pretrained_switches"
 MAX_SLOTS = 12  # ε sliders shown in the Steer view (switches beyond that are usable in the other views)
 MAX_ROWS = 96  # generations in one sweep / composition-map call
 MODES = ("one document", "two documents (A vs B)", "labelled sentences")
+MAX_TRAIN_CHARS = 400_000  # ~100k tokens: trains in minutes on a CPU; bigger corpora belong to `python -m lmswitch train`
+MAX_HIGHLIGHT_CHARS = 100_000  # ~25k tokens scored in windows
 USER_ERRORS = (ValueError, TypeError, SwitchFileError, DocumentError)
 
 
@@ -384,6 +386,16 @@ def read_input(text: str | None, file: str | None, what: str) -> str:
 
 
 def training_data(mode: str, text_a, file_a, text_b, file_b) -> tuple[str | list[str], str | list[str] | None]:
+    positive, negative = _training_data(mode, text_a, file_a, text_b, file_b)
+    size = sum(map(len, [positive] if isinstance(positive, str) else positive))
+    size += sum(map(len, [negative] if isinstance(negative, str) else negative or []))
+    if size > MAX_TRAIN_CHARS:
+        raise ValueError(f"the training text has {size:,} characters; the app trains on at most {MAX_TRAIN_CHARS:,} (about "
+                         f"{MAX_TRAIN_CHARS // 4:,} tokens). Trim it, or train on the command line: python -m lmswitch train --help")
+    return positive, negative
+
+
+def _training_data(mode: str, text_a, file_a, text_b, file_b) -> tuple[str | list[str], str | list[str] | None]:
     if mode == MODES[0]:
         return read_input(text_a, file_a, "the document"), None
     if mode == MODES[1]:
@@ -557,6 +569,9 @@ def run_highlight(backend: Backend, text: str, file: str | None, name: str, eps,
     """Most style-indicative span(s) of the text, a per-token heatmap, and the style meter over the session's switches."""
     lm, library = backend.get()
     text = read_input(text, file, "the text")
+    if len(text) > MAX_HIGHLIGHT_CHARS:
+        raise ValueError(f"the text has {len(text):,} characters; highlighting takes at most {MAX_HIGHLIGHT_CHARS:,}. "
+                         "Paste the part you want to look at, or use python -m lmswitch highlight --file")
     switch = session.get(name, library)
     eps = _number(eps, "ε")
     result = highlight(lm, switch, text, eps=eps, max_span=_number(max_span, "max span", int), n_spans=_number(n_spans, "spans", int))
@@ -708,9 +723,10 @@ def build_app(backend: Backend) -> gr.Blocks:
         stream_out = [steered, base, steered_scores, base_scores, tokens]
         live = dict(concurrency_id="generate", concurrency_limit=4, trigger_mode="multiple", show_progress="hidden")
 
-        demo.load(bind(on_load, backend), [session, *pickers], [status, *sliders, *pickers], api_visibility="private",
-                  concurrency_limit=None)
         steer_inputs = [prompt, *gen_settings, session, *sliders]
+        loaded = demo.load(bind(on_load, backend), [session, *pickers], [status, *sliders, *pickers], api_visibility="private",
+                           concurrency_limit=None)
+        loaded.then(bind(steer, backend), steer_inputs, stream_out, api_visibility="private", **live)  # a first generation to look at
         go.click(bind(steer, backend), steer_inputs, stream_out, api_name="steer", **live)
         prompt.input(bind(steer, backend), steer_inputs, stream_out, api_visibility="private", **live)
         for slider in sliders:
@@ -760,7 +776,8 @@ def main(argv: list[str] | None = None) -> None:
     demo.queue(default_concurrency_limit=2)
     print(f"lmswitch: loading {args.model} in the background; open http://{args.host}:{args.port}", flush=True)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, show_error=True, ssr_mode=False,
-                css_paths=[ASSETS / "app.css"], footer_links=["api"])
+                css_paths=[ASSETS / "app.css"], footer_links=["api"],
+                max_file_size="256mb")  # documents are refused above 20 MB with a clear message; switches of big models are larger
 
 
 if __name__ == "__main__":

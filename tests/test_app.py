@@ -179,6 +179,7 @@ def test_generate_endpoint_takes_named_switches(backend, llama_lm):
         (lambda b, s: app.run_highlight(b, "   ", None, "alpha", -4, 5, 1, s), "empty"),
         (lambda b, s: app.run_highlight(b, PROMPT, None, "alpha", 0, 5, 1, s), "non-zero"),
         (lambda b, s: app.run_highlight(b, PROMPT, None, "alpha", 4, 0, 1, s), "max_span"),
+        (lambda b, s: app.run_highlight(b, "the one " * 20_000, None, "alpha", 4, 5, 1, s), "at most 100,000"),
     ],
 )
 def test_bad_inputs_give_readable_errors_and_the_app_keeps_working(backend, call, match):
@@ -273,6 +274,7 @@ def test_training_can_be_cancelled(backend):
         (dict(steps=2.5), "whole number"),
         (dict(steps=0), "steps"),
         (dict(mode="three documents"), "unknown training mode"),
+        (dict(text_a="\n".join(["the happy one " * 20] * 2000)), "at most 400,000"),
     ],
 )
 def test_bad_training_input_is_refused(backend, kw, match):
