@@ -241,16 +241,21 @@ def parse_switch_values(text: str | dict | None) -> list[tuple[str, float]]:
 
 
 def generation_options(max_new_tokens, temperature, top_p, seed, chat) -> dict:
-    """Widget values → keyword arguments of the library's generators (which validate ranges)."""
-    for label, value in (("max new tokens", max_new_tokens), ("temperature", temperature), ("top-p", top_p), ("seed", seed)):
-        if value is None or (isinstance(value, float) and not math.isfinite(value)):
-            raise ValueError(f"{label} needs a number")
-    if float(seed) != int(seed) or int(seed) < 0:
+    """Widget values → keyword arguments of the library's generators (which validate the ranges)."""
+    seed = _number(seed, "seed", int)
+    if seed < 0:
         raise ValueError(f"seed must be a whole number ≥ 0; got {seed}")
-    if float(max_new_tokens) != int(max_new_tokens):
-        raise ValueError(f"max new tokens must be a whole number; got {max_new_tokens}")
-    return {"max_new_tokens": int(max_new_tokens), "temperature": float(temperature), "top_p": float(top_p),
-            "seed": int(seed), "chat": bool(chat)}
+    return {"max_new_tokens": _number(max_new_tokens, "max new tokens", int), "temperature": _number(temperature, "temperature"),
+            "top_p": _number(top_p, "top-p"), "seed": seed, "chat": bool(chat)}
+
+
+def _number(value, label: str, kind: type = float):
+    """A finite number from a widget (Gradio gives None for an emptied number box)."""
+    if value is None or not math.isfinite(float(value)):
+        raise ValueError(f"{label} needs a finite number; got {value!r}")
+    if kind is int and float(value) != int(value):
+        raise ValueError(f"{label} must be a whole number; got {value}")
+    return kind(value)
 
 
 def checked_setting(session: Session, library: SwitchLibrary, pairs: Sequence[tuple[str, float]]) -> list[tuple[Switch, float]]:
@@ -333,6 +338,17 @@ def generate_api(backend: Backend, prompt: str, switches: str, max_new_tokens, t
             "scores": {"steered": scores[0], "unsteered": scores[1]}}
 
 
+def batch_protocol(settings: int, samples, options: dict) -> Protocol:
+    """Sampling settings of one sweep / composition-map call, refusing calls too big for an interactive answer."""
+    samples = _number(samples, "samples", int)
+    if settings * samples > MAX_ROWS:
+        raise ValueError(f"{settings} ε settings × {samples} samples is more than {MAX_ROWS} generations; use fewer")
+    if options["chat"]:
+        raise ValueError("sweeps and composition maps continue the plain prompt; turn the chat template off")
+    return Protocol(samples=samples, max_new_tokens=options["max_new_tokens"], top_p=options["top_p"],
+                    temperature=options["temperature"], seed=options["seed"])
+
+
 @user_errors
 def run_sweep(backend: Backend, name: str, eps_text: str, samples, prompt: str, max_new_tokens, temperature, top_p, seed, chat,
               session: Session):
@@ -340,12 +356,7 @@ def run_sweep(backend: Backend, name: str, eps_text: str, samples, prompt: str, 
     lm, library = backend.get()
     switch = session.get(name, library)
     eps = parse_eps_list(eps_text, switch, 7)
-    options = generation_options(max_new_tokens, temperature, top_p, seed, chat)
-    samples = int(samples)
-    if len(eps) * samples > MAX_ROWS:
-        raise ValueError(f"{len(eps)} ε values × {samples} samples is more than {MAX_ROWS} generations; use fewer")
-    protocol = Protocol(samples=samples, max_new_tokens=options["max_new_tokens"], top_p=options["top_p"],
-                        temperature=options["temperature"], seed=options["seed"])
+    protocol = batch_protocol(len(eps), samples, generation_options(max_new_tokens, temperature, top_p, seed, chat))
     evals = evaluate_settings(lm, [[(switch, e)] for e in eps], [prompt], protocol)
     fig = figures.sweep_figure(evals, switch.name, metrics=("positive_share", "mean_toxicity"))
     rows = [[e, k, t["text"], t["sentiment"], t["toxicity"]] for e, ev in zip(eps, evals, strict=True) for k, t in enumerate(ev.texts)]
@@ -361,12 +372,7 @@ def run_grid(backend: Backend, first: str, second: str, eps_a_text: str, eps_b_t
     if a.name == b.name:
         raise ValueError("pick two different switches for the composition map")
     eps_a, eps_b = parse_eps_list(eps_a_text, a, 5), parse_eps_list(eps_b_text, b, 5)
-    options = generation_options(max_new_tokens, temperature, top_p, seed, chat)
-    samples = int(samples)
-    if len(eps_a) * len(eps_b) * samples > MAX_ROWS:
-        raise ValueError(f"{len(eps_a)} × {len(eps_b)} ε values × {samples} samples is more than {MAX_ROWS} generations; use fewer")
-    protocol = Protocol(samples=samples, max_new_tokens=options["max_new_tokens"], top_p=options["top_p"],
-                        temperature=options["temperature"], seed=options["seed"])
+    protocol = batch_protocol(len(eps_a) * len(eps_b), samples, generation_options(max_new_tokens, temperature, top_p, seed, chat))
     flat = evaluate_settings(lm, [[(a, ea), (b, eb)] for ea in eps_a for eb in eps_b], [prompt], protocol)
     grid = [flat[i * len(eps_b) : (i + 1) * len(eps_b)] for i in range(len(eps_a))]
     fig = figures.grid_figure(grid, a.name, b.name, metrics=("positive_share", "mean_toxicity"))
@@ -408,14 +414,6 @@ def _training_data(mode: str, text_a, file_a, text_b, file_b) -> tuple[str | lis
             raise ValueError(f"give at least 2 sentences per side, one per line (got {len(pos)} positive, {len(neg)} negative); 20+ each works much better")
         return pos, neg
     raise ValueError(f"unknown training mode {mode!r}; choose one of {', '.join(MODES)}")
-
-
-def _number(value, label: str, kind: type = float):
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        raise ValueError(f"{label} needs a finite number")
-    if kind is int and float(value) != int(value):
-        raise ValueError(f"{label} must be a whole number; got {value}")
-    return kind(value)
 
 
 @user_errors
