@@ -51,6 +51,7 @@ MAX_ROWS = 96  # generations in one sweep / composition-map call
 MODES = ("one document", "two documents (A vs B)", "labelled sentences")
 MAX_TRAIN_CHARS = 400_000  # ~100k tokens: trains in minutes on a CPU; bigger corpora belong to `python -m lmswitch train`
 MAX_HIGHLIGHT_CHARS = 100_000  # ~25k tokens scored in windows
+TABLE_WORDS = 6  # words per pole in the SVD table (the word lists below it are longer)
 USER_ERRORS = (ValueError, TypeError, SwitchFileError, DocumentError)
 
 
@@ -293,7 +294,12 @@ def _stream(backend: Backend, prompt: str, setting, options: dict, session: Sess
     lm, _ = backend.get()
     flag = session.new_generation()
     key = (prompt, *sorted(options.items()))
-    cached = session.unsteered(key) if setting else None  # moving a slider does not change the unsteered output
+    full_key = ("result", *key, *((s.name, id(s), e) for s, e in setting))
+    done = session.recall(full_key)
+    if done and (done[3] is not None or not (changes and setting and done[0])):  # the same request again (a slider released in place)
+        yield done
+        return
+    cached = session.recall(key) if setting else None  # moving a slider does not change the unsteered output
     rows = [setting] if cached else [setting, []] if setting else [[]]
     texts = ["", ""]
     for texts in until(flag, stream_rows(lm, prompt, rows, **options)):
@@ -307,9 +313,11 @@ def _stream(backend: Backend, prompt: str, setting, options: dict, session: Sess
         steered, base = texts[0], texts[-1]
         scores = text_scores(lm, prompt, [steered, base] if setting else [base], chat=options["chat"])
         steered_scores, base_scores = scores[0], scores[-1]
-        session.remember_unsteered(key, (base, base_scores))
+        session.remember(key, (base, base_scores))
     per_token = token_changes(lm, setting, steered, prompt=prompt, chat=options["chat"]) if changes and setting and steered else None
-    yield steered, base, (steered_scores, base_scores), per_token
+    result = (steered, base, (steered_scores, base_scores), per_token)
+    session.remember(full_key, result)
+    yield result
 
 
 @user_errors
@@ -549,8 +557,8 @@ def inspect_switch(backend: Backend, name: str, dims, words, session: Session):
     svd = svd_dimensions(lm, switch, dims=dims, words=words)
     rows = []
     for d in svd["dimensions"]:
-        promoted = ", ".join(w["word"] for w in d["promoted"])
-        suppressed = ", ".join(w["word"] for w in d["suppressed"])
+        promoted = ", ".join(w["word"] for w in d["promoted"][:TABLE_WORDS])
+        suppressed = ", ".join(w["word"] for w in d["suppressed"][:TABLE_WORDS])
         plus, minus = (suppressed, promoted) if d["flipped"] else (promoted, suppressed)
         rows.append([d["index"] + 1, round(d["singular_value"], 3), round(d["share"], 3), ("−u" if d["flipped"] else "+u"),
                      ("" if d["flipped"] else "▲ ") + plus, ("▲ " if d["flipped"] else "") + minus, round(d["agreement"], 2)])
@@ -579,7 +587,20 @@ def run_highlight(backend: Backend, text: str, file: str | None, name: str, eps,
              f"(evidence {r['evidence_nats']:.1f} nats{'; weak' if r['evidence_nats'] < 1 else ''})" for r in meter["switches"]]
     spans = "; ".join(f"“{s['text']}” ({s['score']:+.2f})" for s in result["spans"]) or "none"
     summary = f"**Spans toward {result['label']}:** {spans}\n\n**Style meter** ({meter['scored_tokens']} tokens):\n" + "\n".join(lines)
-    return result["highlighted"], result["heatmap"], figures.meter_figure(meter), summary
+    return result["highlighted"], word_heatmap(result["heatmap"]), figures.meter_figure(meter), summary
+
+
+def word_heatmap(heatmap: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """Join sub-word pieces into words for display; a word shows its strongest piece's score."""
+    words: list[list] = []
+    for piece, score in heatmap:
+        glued = words and piece[:1].isalnum() and words[-1][0][-1:].isalnum()
+        if glued:
+            words[-1][0] += piece
+            words[-1][1] = max(words[-1][1], score, key=abs)
+        else:
+            words.append([piece, score])
+    return [(w, v) for w, v in words]
 
 
 # --- layout -----------------------------------------------------------------------------------
@@ -590,10 +611,11 @@ def highlight_examples() -> list[list]:
 
 def build_app(backend: Backend) -> gr.Blocks:
     bind = functools.partial
+    shipped = sorted(p.stem for p in backend.folder.glob("*.safetensors")) if backend.folder and backend.folder.is_dir() else []
     with gr.Blocks(title="lmswitch", analytics_enabled=False) as demo:
         session = gr.State(Session())  # deep-copied into a fresh Session per visitor
         gr.Markdown("# lmswitch <small>steer a language model with LM-Switch</small>", elem_id="title")
-        status = gr.Markdown(f"⏳ Loading the model **{backend.model_name}** and the switches… the page becomes usable as soon as it is ready.",
+        status = gr.Markdown(f"⏳ Loading the model **{backend.model_name}** and the switches… the controls appear as soon as it has loaded.",
                              elem_id="status")
         with gr.Tabs():
             with gr.Tab("Steer", id="steer"):
@@ -621,7 +643,7 @@ def build_app(backend: Backend) -> gr.Blocks:
                         tokens = gr.HTML(token_html(None), elem_id="tokens")
                 with gr.Accordion("ε sweep: one switch, a row of ε values, one batched call", open=False):
                     with gr.Row():
-                        sweep_switch = gr.Dropdown(label="switch", choices=[], value="", allow_custom_value=True)
+                        sweep_switch = gr.Dropdown(label="switch", choices=shipped, value="", allow_custom_value=True)
                         sweep_eps = gr.Textbox("", label="ε values", placeholder="empty: 7 values over the switch's range, or e.g. -10, -5, 0, 5, 10")
                         sweep_samples = gr.Slider(1, 8, value=3, step=1, label="samples per ε")
                     sweep_go = gr.Button("Run sweep")
@@ -629,8 +651,8 @@ def build_app(backend: Backend) -> gr.Blocks:
                     sweep_table = gr.Dataframe(headers=["ε", "sample", "text", "sentiment", "toxicity"], wrap=True, interactive=False)
                 with gr.Accordion("composition map: two switches on a 2-D grid of ε", open=False):
                     with gr.Row():
-                        grid_a = gr.Dropdown(label="switch (rows)", choices=[], value="", allow_custom_value=True)
-                        grid_b = gr.Dropdown(label="switch (columns)", choices=[], value="", allow_custom_value=True)
+                        grid_a = gr.Dropdown(label="switch (rows)", choices=shipped, value="", allow_custom_value=True)
+                        grid_b = gr.Dropdown(label="switch (columns)", choices=shipped, value="", allow_custom_value=True)
                         grid_samples = gr.Slider(1, 4, value=2, step=1, label="samples per cell")
                     with gr.Row():
                         grid_eps_a = gr.Textbox("", label="ε values (rows)", placeholder="empty: 5 values over the range")
@@ -668,7 +690,7 @@ def build_app(backend: Backend) -> gr.Blocks:
                 train_report = gr.Markdown(elem_id="train-report")
                 with gr.Accordion("your switches: save to the library, download, import", open=True):
                     with gr.Row():
-                        manage = gr.Dropdown(label="switch", choices=[], value="", allow_custom_value=True)
+                        manage = gr.Dropdown(label="switch", choices=shipped, value="", allow_custom_value=True)
                         save = gr.Button("Save to library")
                         download = gr.DownloadButton("Download .safetensors", value=None)
                         upload = gr.UploadButton("Import .safetensors", file_types=[".safetensors"], type="filepath")
@@ -676,11 +698,11 @@ def build_app(backend: Backend) -> gr.Blocks:
 
             with gr.Tab("Inspect", id="inspect"):
                 with gr.Row():
-                    inspect_name = gr.Dropdown(label="switch", choices=[], value="", allow_custom_value=True)
+                    inspect_name = gr.Dropdown(label="switch", choices=shipped, value="", allow_custom_value=True)
                     dims = gr.Slider(1, 20, value=8, step=1, label="directions")
                     words = gr.Slider(5, 30, value=10, step=1, label="words per pole")
                     inspect_go = gr.Button("Inspect", variant="primary")
-                svd_table = gr.Dataframe(headers=["dir", "σ", "share of ‖W‖²", "promoted pole", "+u pole", "−u pole", "agreement"],
+                svd_table = gr.Dataframe(headers=["dir", "σ", "share", "↑ at +ε", "+u pole", "−u pole", "agree"],
                                          wrap=True, interactive=False, label="word dimensions (▲ = pushed up at +ε)")
                 with gr.Row():
                     spectrum = gr.Plot(label="singular values")
@@ -693,7 +715,7 @@ def build_app(backend: Backend) -> gr.Blocks:
                         hl_text = gr.Textbox("", label="text", lines=6, elem_id="hl-text")
                         hl_file = gr.File(label="…or upload a document", file_types=kinds, type="filepath")
                     with gr.Column(scale=2):
-                        hl_switch = gr.Dropdown(label="switch", choices=[], value="", allow_custom_value=True)
+                        hl_switch = gr.Dropdown(label="switch", choices=shipped, value="", allow_custom_value=True)
                         hl_eps = gr.Slider(-30, 30, value=-4, step=0.5, label="ε (negative: find the switch's negative side)")
                         hl_span = gr.Slider(1, 20, value=5, step=1, label="max span (tokens)")
                         hl_n = gr.Slider(1, 5, value=1, step=1, label="number of spans")

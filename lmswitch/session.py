@@ -18,7 +18,7 @@ from .switch import Switch, SwitchFileError, load_switch
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,47}$")
 MAX_SESSION_SWITCHES = 32  # each is a d × d float32 matrix (1.3 MB for the embedded model)
-MAX_REMEMBERED = 8  # unsteered outputs kept per session (moving a slider does not change them)
+MAX_REMEMBERED = 16  # recent outputs kept per session
 
 
 def check_name(name: object) -> str:
@@ -153,13 +153,13 @@ class Session:
             self.switches.pop(name, None)
         return path
 
-    # --- the unsteered output of a prompt and its settings ------------------------------
-    def unsteered(self, key: tuple) -> object | None:
-        """What :meth:`remember_unsteered` stored for ``key`` (prompt and generation settings), if anything."""
+    # --- recent outputs (moving a slider does not change the unsteered one) ---------------------
+    def recall(self, key: tuple) -> object | None:
+        """What :meth:`remember` stored for ``key`` (e.g. a prompt and its generation settings), if anything."""
         with self._lock:
             return self._unsteered.get(key)
 
-    def remember_unsteered(self, key: tuple, value: object) -> None:
+    def remember(self, key: tuple, value: object) -> None:
         with self._lock:
             self._unsteered.pop(key, None)
             self._unsteered[key] = value

@@ -110,6 +110,21 @@ def test_steered_output_is_the_library_generation_and_unsteered_is_unchanged(bac
     assert again[1] == first[1] and again[3] == first[3]
 
 
+def test_the_same_request_again_is_answered_from_memory(backend):
+    session = Session()
+    first = list(app.steer(backend, PROMPT, *gen_args(), session, 6.0, 0.0))
+    again = list(app.steer(backend, PROMPT, *gen_args(), session, 6.0, 0.0))  # e.g. a slider released where it was
+    assert len(first) > 1 and len(again) == 1 and again[0] == first[-1]
+    zero = list(app.steer(backend, PROMPT, *gen_args(), session, 0.0, 0.0))  # unsteered: its own entry, not the cached base text
+    assert zero[-1][0] == zero[-1][1] == first[-1][1]
+    assert len(list(app.steer(backend, PROMPT, *gen_args(), session, 0.0, 0.0))) == 1
+
+
+def test_heatmap_pieces_are_joined_into_words():
+    pieces = [("Hon", 0.1), ("est", -0.4), ("ly", 0.2), (",", 0.0), (" you", 0.9), (" pat", 0.3), ("hetic", -0.5), (" 42", 0.1)]
+    assert app.word_heatmap(pieces) == [("Honestly", -0.4), (",", 0.0), (" you", 0.9), (" pathetic", -0.5), (" 42", 0.1)]
+
+
 def test_streaming_yields_growing_text_then_scores(backend):
     updates = list(app.steer(backend, PROMPT, *gen_args(), Session(), 6.0, 0.0))
     assert len(updates) >= 2

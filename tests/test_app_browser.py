@@ -1,0 +1,228 @@
+"""Real-browser tests of the web app: Playwright drives Debian's chromium against ``python app.py``.
+
+The tests share one page and run in file order (load → steer → train → inspect → highlight);
+each saves a screenshot to ``tests/artifacts/browser-*.png`` (and ``browser-*-failure.png`` when it fails).
+
+Gradio 6's Slider emits ``release`` from ``pointerup`` on its range input (also from ``pointerup`` and
+``blur`` on its number box, and from the reset button); keyboard arrows on the range only emit
+``input``. So the steer test drags the thumb with the real mouse and checks that the button-up
+itself sends the regeneration request.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("playwright.sync_api")
+from app_server import ARTIFACTS  # noqa: E402
+from playwright.sync_api import Error as PlaywrightError  # noqa: E402
+from playwright.sync_api import Page, expect, sync_playwright  # noqa: E402
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+EXAMPLES = Path(__file__).resolve().parents[1] / "assets" / "examples"
+SWITCHES = ["detox", "formality", "sentiment"]  # the shipped library, in slot order
+NEW_SWITCH = "browser-switch"
+GENERATE_TIMEOUT = 90_000  # ms; one 40-token generation takes a few seconds on 2 busy cores
+TRAIN_TIMEOUT = 180_000
+READY = re.compile(r"ready · \d+ switches")  # not just "ready": the loading message says "as soon as it is ready"
+
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"needs Debian's chromium at {CHROMIUM}")
+
+
+class Ui:
+    """The shared page, the page errors seen so far, and failure reports with a screenshot and the server log."""
+
+    def __init__(self, page: Page, server) -> None:
+        self.page, self.server = page, server
+        self.errors: list[str] = []
+        self.joins: list[dict] = []  # bodies of the queue/join requests (one per event the page sends to a Python function)
+        page.on("pageerror", lambda err: self.errors.append(f"{err.name}: {err.message}"))
+        page.on("request", self._record)
+
+    def _record(self, request) -> None:
+        if "/queue/join" in request.url and request.method == "POST":
+            with suppress(ValueError, TypeError):
+                self.joins.append(json.loads(request.post_data or ""))
+
+    @contextmanager
+    def view(self, name: str, screenshot: bool = True) -> Iterator[Page]:
+        """Run one test's steps, then save ``browser-<name>.png`` (unless ``screenshot`` is false) and check for page errors.
+
+        On failure the message gets a screenshot path, the page errors and the tail of the server log.
+        """
+        try:
+            yield self.page
+        except (AssertionError, PlaywrightError) as err:
+            shot = ARTIFACTS / f"browser-{name}-failure.png"
+            with suppress(PlaywrightError):
+                self.page.screenshot(path=str(shot), full_page=True)
+            raise AssertionError(f"{err}\n\nscreenshot: {shot}\npage errors: {self.errors or 'none'}\n"
+                                 f"--- app server log (tail) ---\n{self.server.log()}") from err
+        if screenshot:
+            self.screenshot(name)
+        assert not self.errors, f"uncaught errors in the page: {self.errors}"
+
+    def screenshot(self, name: str) -> None:
+        self.page.screenshot(path=str(ARTIFACTS / f"browser-{name}.png"), full_page=True)
+
+    def tab(self, name: str):
+        """Open a top-level tab and return its (only visible) panel."""
+        self.page.get_by_role("tab", name=name, exact=True).click()
+        expect(self.page.get_by_role("tab", name=name, exact=True)).to_have_attribute("aria-selected", "true")
+        return self.page.get_by_role("tabpanel")
+
+    def slider(self, text: str):
+        """The ε slider slot whose label contains ``text``."""
+        return self.page.locator("[id^='eps-']").filter(has_text=text)
+
+
+@pytest.fixture(scope="module")
+def ui(app_server) -> Iterator[Ui]:
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(30_000)
+            page.goto(app_server.url)
+            yield Ui(page, app_server)
+        finally:
+            browser.close()
+
+
+def text_of(page: Page, elem_id: str) -> str:
+    return page.locator(f"#{elem_id} textarea").input_value()
+
+
+def test_page_loads_with_one_slider_per_switch(ui):
+    with ui.view("load") as page:
+        expect(page.locator("#status")).to_contain_text(READY, timeout=120_000)
+        expect(page.locator("#status")).to_contain_text(f"{len(SWITCHES)} switches")
+        for i, name in enumerate(SWITCHES):
+            slot = page.locator(f"#eps-{i}")
+            expect(slot).to_be_visible()
+            expect(slot).to_contain_text(f"{name}: + →")
+            expect(slot.locator("input[type=range]")).to_have_value("0")
+        expect(page.locator(f"#eps-{len(SWITCHES)}")).to_be_hidden()
+        expect(page.locator("#prompt textarea")).not_to_have_value("")
+
+
+def test_dragging_a_slider_regenerates_on_release(ui):
+    with ui.view("steer") as page:
+        ui.tab("Steer")
+        # a baseline at ε = 0 everywhere: steered and unsteered are the same text
+        page.locator("#generate").click()
+        expect(page.locator("#unsteered-scores")).to_contain_text("perplexity", timeout=GENERATE_TIMEOUT)
+        expect(page.locator("#steered-scores")).to_contain_text("perplexity")
+        before_steered, before_unsteered = text_of(page, "steered"), text_of(page, "unsteered")
+        assert before_unsteered.strip(), "the unsteered output is empty"
+        assert before_steered == before_unsteered, "with every ε = 0 the steered text should equal the unsteered one"
+        expect(page.locator("#tokens .tokens .tok")).to_have_count(0)
+
+        # drag the sentiment thumb from the middle (ε = 0) to the right end with the real mouse
+        slot = ui.slider("sentiment:")
+        expect(slot).to_be_visible()
+        track = slot.locator("input[type=range]")
+        top = track.get_attribute("max")
+        box = track.bounding_box()
+        assert box, "the sentiment slider has no box"
+        y = box["y"] + box["height"] / 2
+        page.mouse.move(box["x"] + box["width"] / 2, y)
+        page.mouse.down()
+        sent_before = len(ui.joins)
+        page.mouse.move(box["x"] + box["width"] + 20, y, steps=10)
+        expect(track).to_have_value(top)
+        expect(slot.locator("input[type=number]")).to_have_value(top)
+        assert ui.joins[sent_before:] == [], f"dragging (before the button is up) should not regenerate: {ui.joins[sent_before:]}"
+        with page.expect_request(lambda r: "/queue/join" in r.url and r.method == "POST", timeout=10_000) as request:
+            page.mouse.up()  # pointerup on the range input → the slider's `release` event
+        sent = json.loads(request.value.post_data or "{}")
+        assert sent.get("event_data") is not None and float(sent["event_data"]) == float(top), \
+            f"the release event should carry the slider value {top}: {sent}"
+        assert float(top) in [v for v in sent["data"] if isinstance(v, int | float) and not isinstance(v, bool)], \
+            f"the regeneration request should include ε = {top}: {sent}"
+
+        # the per-token view is filled by the stream's last update, so once it shows, the stream is done
+        tokens = page.locator("#tokens .tokens .tok")
+        expect(tokens.first).to_be_visible(timeout=GENERATE_TIMEOUT)
+        expect(page.locator("#steered textarea")).not_to_have_value(before_steered)
+        expect(page.locator("#unsteered textarea")).to_have_value(before_unsteered)
+        titles = tokens.evaluate_all("spans => spans.map(s => s.getAttribute('title') || '')")
+        assert titles and all(t.strip() for t in titles), f"every token needs a tooltip: {titles[:5]}"
+        assert any("Δ log p" in t for t in titles), titles[:5]
+        after = text_of(page, "steered")
+        assert after.strip() and after != before_steered
+
+
+def test_train_from_pasted_sentences_adds_a_slider(ui):
+    positive = [line for line in (EXAMPLES / "sentiment_positive.txt").read_text().splitlines() if line.strip()][:12]
+    negative = [line for line in (EXAMPLES / "sentiment_negative.txt").read_text().splitlines() if line.strip()][:12]
+    with ui.view("train", screenshot=False) as page:
+        panel = ui.tab("Train")
+        expect(panel.get_by_label("labelled sentences")).to_be_checked()
+        panel.get_by_label("name", exact=True).fill(NEW_SWITCH)
+        page.locator("#text-a textarea").fill("\n".join(positive))
+        page.locator("#text-b textarea").fill("\n".join(negative))
+        panel.get_by_text("advanced settings").click()
+        steps = panel.get_by_label("steps", exact=True)
+        steps.fill("30")
+        steps.press("Tab")
+        expect(steps).to_have_value("30")
+        page.locator("#train").click()
+        expect(page.locator("#train-report")).to_contain_text("is ready", timeout=TRAIN_TIMEOUT)
+        expect(page.locator("#train-report")).to_contain_text(f"'{NEW_SWITCH}'")
+        expect(page.locator("#train-report")).to_contain_text("30 steps")
+        expect(page.locator("#train-status")).to_contain_text("Done.")
+        expect(panel.locator("[data-testid=plotly]")).to_have_count(1)  # the loss curve
+        ui.screenshot("train")
+
+        ui.tab("Steer")
+        slot = ui.slider(f"{NEW_SWITCH}:")
+        expect(slot).to_have_count(1)
+        expect(slot).to_be_visible()
+        expect(slot.locator("input[type=range]")).to_have_value("0")
+        for name in SWITCHES:
+            expect(ui.slider(f"{name}:")).to_be_visible()
+    ui.screenshot("steer-after-training")
+
+
+def test_inspect_shows_tables_and_plots(ui):
+    with ui.view("inspect") as page:
+        panel = ui.tab("Inspect")
+        picker = panel.get_by_label("switch", exact=True)
+        picker.click()
+        page.get_by_role("option", name="sentiment", exact=True).click()
+        expect(picker).to_have_value("sentiment")
+        panel.get_by_role("button", name="Inspect", exact=True).click()
+        expect(panel.locator("[data-testid=plotly]")).to_have_count(2, timeout=GENERATE_TIMEOUT)  # spectrum + word map
+        expect(panel.locator(".js-plotly-plot .main-svg").first).to_be_visible()
+        # two dataframes (word dimensions, promoted/suppressed words), each with rows now
+        expect(panel.get_by_test_id("cell-0-0")).to_have_count(2)
+        expect(panel.get_by_test_id("cell-7-0")).to_have_count(2)  # 8 directions; 10 words per pole
+        expect(panel.get_by_test_id("cell-9-1")).to_have_count(1)
+        expect(panel.get_by_role("gridcell").filter(has_text="▲").first).to_be_visible()
+        expect(panel.locator(".js-plotly-plot").nth(1)).to_contain_text("sentiment")
+
+
+def test_highlight_finds_the_insult_of_the_first_example(ui):
+    with ui.view("highlight") as page:
+        panel = ui.tab("Highlight")
+        panel.get_by_test_id("dataset-cell-0-0").click()
+        expect(page.locator("#hl-text textarea")).to_have_value(re.compile("pathetic idiot"))
+        expect(panel.get_by_label("switch", exact=True)).to_have_value("detox")
+        expect(panel.locator("input[type=number]").first).to_have_value("-4")
+        page.locator("#highlight").click()
+        span = page.locator("#hl-spans .token.highlighted")
+        expect(span.first).to_be_visible(timeout=GENERATE_TIMEOUT)
+        expect(span.first).to_have_text(re.compile(r"pathetic|idiot|id\s*iot"))
+        expect(page.locator("#hl-spans")).to_contain_text("toxic")  # the legend: the switch's negative side
+        expect(page.locator("#hl-heatmap .token").first).to_be_visible()
+        expect(panel.locator("[data-testid=plotly]")).to_have_count(1)  # the style meter
+        expect(panel.locator(".js-plotly-plot")).to_contain_text("detox")
