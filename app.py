@@ -754,9 +754,9 @@ def build_app(backend: Backend) -> gr.Blocks:
         api_go.click(bind(generate_api, backend), [prompt, api_switches, *gen_settings, session], api_result, api_name="generate",
                      concurrency_id="generate", concurrency_limit=4)
         sweep_go.click(bind(run_sweep, backend), [sweep_switch, sweep_eps, sweep_samples, prompt, *gen_settings, session],
-                       [sweep_plot, sweep_table], api_name="sweep", concurrency_id="generate")
+                       [sweep_plot, sweep_table], api_name="sweep", concurrency_id="generate", concurrency_limit=4)
         grid_go.click(bind(run_grid, backend), [grid_a, grid_b, grid_eps_a, grid_eps_b, grid_samples, prompt, *gen_settings, session],
-                      [grid_plot, grid_table], api_name="compose", concurrency_id="generate")
+                      [grid_plot, grid_table], api_name="compose", concurrency_id="generate", concurrency_limit=4)
 
         mode.change(lambda m: gr.Column(visible=m != MODES[0]), mode, side_b, api_visibility="private", queue=False)
         train_go.click(bind(train, backend), [mode, new_name, pos_label, neg_label, text_a, file_a, text_b, file_b, steps, lr, eps0, rank,

@@ -12,10 +12,13 @@ import json
 import math
 import os
 import platform
+import random
+import shutil
 import statistics
 import sys
 import tempfile
 import time
+from collections import deque
 from datetime import date
 from pathlib import Path
 
@@ -231,6 +234,336 @@ def _eval_row(ev: dict) -> str:
             f"(perplexity {ev['ours_perplexity']} vs {ev['naive_perplexity']}) | — |")
 
 
+# --- the web app (issue 5): app.py in a subprocess, driven by gradio_client like a user ------------------
+APP_PROMPT = "My weekend was"  # the app's default prompt
+APP_SLOTS = 12  # ε slider slots of the Steer view; slot order = library switch names sorted
+APP_SWITCHES = ("detox", "formality", "sentiment")
+APP_OPTIONS = dict(max_new_tokens=40, temperature=1.0, top_p=0.9, chat=False)  # the app's defaults
+APP_EPS = 10.0  # the 40-token generations: the slider maximum (the shipped sentiment switch recommends 12)
+
+
+class _StampedDeque(deque):
+    """gradio_client's per-event message queue, stamped on arrival: the wire time, before the client's 50 ms polling."""
+
+    log: list[tuple[float, dict]] = []
+
+    def append(self, item) -> None:
+        _StampedDeque.log.append((time.perf_counter(), item))
+        super().append(item)
+
+
+def _percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0…100)."""
+    s = sorted(values)
+    return s[max(0, math.ceil(q / 100 * len(s)) - 1)]
+
+
+def _cpu_meter(pids: list[int]):
+    """CPU-seconds of the whole machine minus those of ``pids``: what other processes used meanwhile."""
+    import psutil
+
+    def busy() -> tuple[float, float, float]:
+        t = psutil.cpu_times()
+        ours = sum(sum(psutil.Process(p).cpu_times()[:2]) for p in pids)
+        return time.perf_counter(), t.user + t.nice + t.system + getattr(t, "irq", 0) + getattr(t, "softirq", 0), ours
+
+    start = busy()
+
+    def others_cores() -> float:
+        end = busy()
+        return max(0.0, round(((end[1] - start[1]) - (end[2] - start[2])) / (end[0] - start[0]), 2))
+
+    return others_cores
+
+
+def _peak_rss_mb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        status = dict(line.split(":", 1) for line in f)
+    return round(int(status["VmHWM"].split()[0]) / 1024)
+
+
+def _uptime() -> str:
+    import subprocess
+
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def bench_app(releases: int, runs: int) -> dict:
+    """The app as a user meets it, each number side by side with the same work done in-process by the library."""
+    import gradio_client
+    import psutil
+    from gradio_client import Client
+
+    from lmswitch.evaluate import sentiment_scores, text_scores, toxicity_scores
+    from lmswitch.generate import stream_rows
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from app_server import AppServer
+
+    gradio_client.client.deque = _StampedDeque  # stamp SSE messages as they come off the wire
+    uptime_start = _uptime()
+    workdir = Path(tempfile.mkdtemp(prefix="lmswitch-bench-app-"))
+    server = AppServer(workdir, name="bench-app")
+    try:
+        t = time.perf_counter()
+        server.wait_ready()
+        ready_s = time.perf_counter() - t
+        proc = psutil.Process(server.process.pid)
+        rss_ready, peak_ready = proc.memory_info().rss, _peak_rss_mb(server.process.pid)
+        cpu, t = sum(proc.cpu_times()[:2]), time.perf_counter()
+        time.sleep(5)
+        idle_cores = (sum(proc.cpu_times()[:2]) - cpu) / (time.perf_counter() - t)  # mostly Gradio's queue loop (polls every 1 ms)
+        lm = ls.load_model()  # the same model and switch files as the server, for the in-process side
+        sentiment = ls.load_switch(server.switches / "sentiment.safetensors", lm)
+        others = _cpu_meter([os.getpid(), server.process.pid])
+        result = {"ready_s": round(ready_s, 1), "rss_ready_mb": round(rss_ready / 2**20), "peak_rss_ready_mb": peak_ready,
+                  "idle_cpu_percent": round(100 * idle_cores, 1), "dtype": str(lm.model.dtype).removeprefix("torch.")}
+        result.update(_bench_release(lm, sentiment, Client(server.url, verbose=False), releases, stream_rows, text_scores))
+        result.update(_bench_generation(lm, sentiment, server.url, runs, stream_rows, text_scores, sentiment_scores, toxicity_scores))
+        result["others_cores"] = others()
+        result["rss_mb"] = round(proc.memory_info().rss / 2**20)
+        result["peak_rss_mb"] = _peak_rss_mb(server.process.pid)
+    finally:
+        server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    result["thread_probe"] = _thread_probe(ROOT / "pretrained_switches" / "sentiment.safetensors")  # the server has stopped
+    result["uptime_start"], result["uptime_end"] = uptime_start, _uptime()
+    return result
+
+
+_THREAD_PROBE = """
+import json, statistics, sys, threading, time
+sys.path.insert(0, sys.argv[1])
+import lmswitch as ls
+from lmswitch.generate import SamplingOptions, generate_tokens
+lm = ls.load_model()
+sw = ls.load_switch(sys.argv[2], lm)
+def run():
+    generate_tokens(lm, [sys.argv[3]] * 2, [[(sw, 10.0)], []], [0, 0], SamplingOptions(40, 1.0, 0.9, False))
+def timed(times):
+    start = time.perf_counter()
+    run()
+    times.append(time.perf_counter() - start)
+run()
+out = {"main_only": [], "worker_thread": [], "main_after": []}
+for _ in range(4):
+    timed(out["main_only"])
+for _ in range(4):  # a fresh thread per call, as stream_rows does
+    t = threading.Thread(target=timed, args=(out["worker_thread"],))
+    t.start()
+    t.join()
+for _ in range(4):
+    timed(out["main_after"])
+print(json.dumps({k: round(statistics.median(v), 3) for k, v in out.items()}))
+"""
+
+
+def _thread_probe(switch_path: Path) -> dict:
+    """Where the generation time goes: the same two 40-token rows (no streamer, no scores) in a fresh process, timed
+    on the main thread only, then from other threads (stream_rows and the app's handlers compute off the main thread)."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", _THREAD_PROBE, str(ROOT), str(switch_path), APP_PROMPT],
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _steer_args(eps: float, seed: int) -> list:
+    slots = [0.0] * APP_SLOTS
+    slots[APP_SWITCHES.index("sentiment")] = float(eps)
+    o = APP_OPTIONS
+    return [APP_PROMPT, o["max_new_tokens"], o["temperature"], o["top_p"], seed, o["chat"], *slots]
+
+
+def _app_steer(client, eps: float, seed: int) -> dict:
+    """Submit /steer (what releasing a slider calls) and time its updates as the client sees them and on the wire."""
+    _StampedDeque.log = []
+    start = time.perf_counter()
+    job = client.submit(*_steer_args(eps, seed), api_name="/steer")
+    first = None
+    for out in job:
+        if first is None and out[0]:
+            first = time.perf_counter() - start
+    final = time.perf_counter() - start
+    outputs = job.outputs()
+    if not outputs:
+        job.result()  # raises the app's error
+    k = next(i for i, out in enumerate(outputs) if out[0])  # the first update with steered text …
+    generating = [s for s, msg in _StampedDeque.log if msg and msg.get("msg") == "process_generating"]
+    assert len(generating) == len(outputs), (len(generating), len(outputs))
+    assert outputs[-1][2], "the last update carries the scores"
+    starts = next(s for s, msg in _StampedDeque.log if msg and msg.get("msg") == "process_starts")
+    return {"first": first, "first_wire": generating[k] - start, "starts_wire": starts - start, "final": final, "updates": len(outputs),
+            "two_rows": len(outputs[0][1]) < len(outputs[-1][1])}  # the unsteered text streamed too: it was not cached
+
+
+def _bench_release(lm, sentiment, client, releases: int, stream_rows, text_scores) -> dict:
+    """Slider release → first streamed token: the app vs the library in-process, the same ε sequence side by side.
+
+    Every release goes to a new ε (the app remembers a session's recent results, so going back to
+    an ε already seen is a cache hit: measured separately at the end).
+    """
+    from lmswitch.spans import token_changes
+
+    # a /steer call without the page's load event keeps the sliders' default range: ±10 in steps of 0.5
+    values = [x / 2 for x in range(-20, 21) if x]
+    random.Random(0).shuffle(values)
+    if releases + 1 > len(values):
+        raise SystemExit(f"at most {len(values) - 1} distinct slider releases")
+    options = dict(APP_OPTIONS, seed=0)
+
+    def in_process(eps: float, two_rows: bool) -> dict:
+        """What the app's handler does for a release, minus Gradio: stream, then score and the steered tokens' changes."""
+        setting = [(sentiment, float(eps))]
+        start = time.perf_counter()
+        first, texts = None, [""]
+        for texts in stream_rows(lm, APP_PROMPT, [setting, []] if two_rows else [setting], **options):
+            if first is None and texts[0]:
+                first = time.perf_counter() - start
+        streamed = time.perf_counter()
+        text_scores(lm, APP_PROMPT, texts, chat=False)
+        scored = time.perf_counter()
+        token_changes(lm, setting, texts[0], prompt=APP_PROMPT, chat=False)
+        end = time.perf_counter()
+        return {"first": first, "final": end - start, "stream": streamed - start, "scores": scored - streamed, "changes": end - scored}
+
+    _app_steer(client, values[0], 0)  # warm-up: scorers load, the session caches the unsteered output
+    in_process(values[0], False)
+    app, lib = [], []
+    for eps in values[1 : releases + 1]:  # interleaved: a release in the app, then the same in-process (never both at once)
+        app.append(_app_steer(client, eps, 0))
+        lib.append(in_process(eps, app[-1]["two_rows"]))
+    again = [_app_steer(client, eps, 0) for eps in values[max(1, releases - 5) : releases + 1]]  # back to one of the last 6 positions
+    out = {"releases": releases, "release_updates_median": statistics.median(r["updates"] for r in app),
+           "releases_two_rows": sum(r["two_rows"] for r in app),
+           "revisit": {"n": len(again), "final_p50": round(statistics.median(r["final"] for r in again), 3),
+                       "final_max": round(max(r["final"] for r in again), 3)}}
+    for name, rows in (("app", app), ("wire", [{"first": r["first_wire"]} for r in app]), ("lib", lib)):
+        firsts = [r["first"] for r in rows]
+        out[f"first_{name}"] = {"p50": round(statistics.median(firsts), 3), "p95": round(_percentile(firsts, 95), 3),
+                                "max": round(max(firsts), 3)}
+    for name, rows in (("app", app), ("lib", lib)):
+        out[f"release_final_{name}"] = {"p50": round(statistics.median(r["final"] for r in rows), 3),
+                                        "max": round(max(r["final"] for r in rows), 3)}
+    out["release_starts_wire_p50"] = round(statistics.median(r["starts_wire"] for r in app), 3)
+    out["release_lib_parts"] = {k: round(statistics.median(r[k] for r in lib), 3) for k in ("stream", "scores", "changes")}
+    out["release_first_app_all"] = [round(r["first"], 3) for r in app]  # per release, to see outliers
+    out["release_first_lib_all"] = [round(r["first"], 3) for r in lib]
+    return out
+
+
+def _bench_generation(lm, sentiment, url: str, runs: int, stream_rows, text_scores, sentiment_scores, toxicity_scores) -> dict:
+    """A fresh 40-token steered generation with its unsteered twin and scores (seed changes per run, so nothing is cached)."""
+    from gradio_client import Client
+
+    tok = lm.tokenizer
+    setting = [(sentiment, APP_EPS)]
+    parts: list[dict] = []  # the library's time split into generation and scoring
+    steer_client, generate_client = Client(url, verbose=False), Client(url, verbose=False)  # separate sessions, separate caches
+
+    def app_steer(seed: int) -> tuple[float, int | None]:
+        r = _app_steer(steer_client, APP_EPS, seed)
+        return r["final"], None
+
+    def app_generate(seed: int) -> tuple[float, int]:
+        start = time.perf_counter()
+        res = generate_client.predict(APP_PROMPT, f"sentiment={APP_EPS:g}", APP_OPTIONS["max_new_tokens"], APP_OPTIONS["temperature"],
+                                      APP_OPTIONS["top_p"], seed, APP_OPTIONS["chat"], api_name="/generate")
+        return time.perf_counter() - start, res["scores"]["steered"]["tokens"]
+
+    def library(seed: int) -> tuple[float, int]:
+        """What /generate runs, in-process: both rows in one batched call, then the scores."""
+        start = time.perf_counter()
+        *_, texts = stream_rows(lm, APP_PROMPT, [setting, []], seed=seed, **APP_OPTIONS)
+        streamed = time.perf_counter()
+        scores = text_scores(lm, APP_PROMPT, texts, chat=False)
+        parts.append({"stream": streamed - start, "scores": time.perf_counter() - streamed})
+        return time.perf_counter() - start, scores[0]["tokens"]
+
+    def naive(seed: int) -> tuple[float, int]:
+        """A hand-written script: HF sampling steered, then unsteered (same seed), then the scores with a full forward pass each."""
+        start = time.perf_counter()
+        ids = tok(APP_PROMPT, return_tensors="pt").input_ids
+        outs = []
+        for s in (setting, []):
+            torch.manual_seed(seed)
+            with ls.steer(lm, s), torch.inference_mode():
+                outs.append(lm.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0,
+                                              top_p=0.9, top_k=0, max_new_tokens=40, pad_token_id=tok.pad_token_id)[0])
+        texts = [tok.decode(o[ids.shape[1]:], skip_special_tokens=True) for o in outs]
+        with torch.inference_mode():
+            for o in outs:  # perplexity of each continuation under the unsteered model
+                logits = lm.model(o[None]).logits[0, ids.shape[1] - 1 : -1].float()
+                math.exp(float(F.cross_entropy(logits, o[ids.shape[1]:])))
+        sentiment_scores(texts)
+        toxicity_scores(texts)
+        return time.perf_counter() - start, len(outs[0]) - ids.shape[1]
+
+    variants = {"steer": app_steer, "generate": app_generate, "lib": library, "naive": naive}
+    for fn in variants.values():  # warm-up
+        fn(10_000)
+    parts.clear()
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    tokens: dict[str, list[int]] = {k: [] for k in variants}
+    for seed in range(1, runs + 1):  # interleaved, same seeds for every variant
+        for key, fn in variants.items():
+            seconds, n = fn(seed)
+            times[key].append(seconds)
+            if n is not None:
+                tokens[key].append(n)
+    out = {"runs": runs, "gen_lib_parts": {k: round(statistics.median(r[k] for r in parts), 3) for k in ("stream", "scores")}}
+    for key in variants:
+        out[f"gen_{key}"] = {"median": round(statistics.median(times[key]), 3), "max": round(max(times[key]), 3),
+                             "tokens_mean": round(statistics.mean(tokens[key]), 1) if tokens[key] else None}
+    return out
+
+
+def _app_table(ap: dict, machine: str) -> str:
+    def ok(value: float, target: float) -> str:
+        return "**pass**" if value <= target else "**FAIL**"
+
+    fa, fw, fl = ap["first_app"], ap["first_wire"], ap["first_lib"]
+    tp = ap["thread_probe"]
+    ra, rl, rp = ap["release_final_app"], ap["release_final_lib"], ap["release_lib_parts"]
+    gs, gg, gl, gn, gp = ap["gen_steer"], ap["gen_generate"], ap["gen_lib"], ap["gen_naive"], ap["gen_lib_parts"]
+    lines = [
+        f"## {ap['date']} — App (issue 5) — {machine}\n",
+        f"Load: start `{ap['uptime_start']}`; end `{ap['uptime_end']}`; other processes used {ap['others_cores']} of the "
+        f"2 cores on average during the measurement.\n",
+        "| benchmark | result | target |",
+        "|---|---|---|",
+        f"| slider release → first streamed token, app via gradio_client ({ap['releases']} releases to distinct sentiment ε, "
+        f"same prompt and seed) | p50 {fa['p50']} s, p95 {fa['p95']} s, max {fa['max']} s | p50 ≤ 0.3 s {ok(fa['p50'], 0.3)}, "
+        f"p95 ≤ 0.6 s {ok(fa['p95'], 0.6)} |",
+        f"| same, when the update came off the wire (before gradio_client's 50 ms polling) | p50 {fw['p50']} s, "
+        f"p95 {fw['p95']} s, max {fw['max']} s (the queue's `process_starts` message after {ap['release_starts_wire_p50']} s, "
+        f"p50) | — |",
+        f"| same, library in-process (`stream_rows`, one row) | p50 {fl['p50']} s, p95 {fl['p95']} s, max {fl['max']} s | — |",
+        f"| slider release → final update (text + scores + token changes; median {ap['release_updates_median']} updates; "
+        f"{ap['releases_two_rows']} of the releases regenerated the unsteered row too) | "
+        f"app p50 {ra['p50']} s (max {ra['max']} s) vs in-process {rl['p50']} s (max {rl['max']} s: generation "
+        f"{rp['stream']} s + scores {rp['scores']} s + token changes {rp['changes']} s, medians) | — |",
+        f"| release back to one of the last {ap['revisit']['n']} positions (the session's result cache) → final update | "
+        f"p50 {ap['revisit']['final_p50']} s, max {ap['revisit']['final_max']} s | — |",
+        f"| 40-token steered generation end to end, fresh seed (steered + unsteered + scores; {ap['runs']} runs): "
+        f"app `/steer` to its final update | median {gs['median']} s, max {gs['max']} s | ≤ 2 s {ok(gs['median'], 2)} |",
+        f"| same, app `/generate` | median {gg['median']} s, max {gg['max']} s (steered {gg['tokens_mean']} tokens on average) "
+        f"| ≤ 2 s {ok(gg['median'], 2)} |",
+        f"| same, library in-process (`stream_rows` both rows batched + `text_scores`) | median {gl['median']} s, max {gl['max']} s "
+        f"(generation {gp['stream']} s + scores {gp['scores']} s, medians) | — |",
+        f"| same, naive script (HF `generate` steered, then unsteered, then a forward pass each for perplexity + scorers) | "
+        f"median {gn['median']} s, max {gn['max']} s (steered {gn['tokens_mean']} tokens on average) | — |",
+        f"| app resident memory after all of the above (embedded model, shipped switches) | {ap['rss_mb']} MB now, peak "
+        f"{ap['peak_rss_mb']} MB (VmHWM); when ready {ap['rss_ready_mb']} MB, peak so far {ap['peak_rss_ready_mb']} MB | ≤ 1.5 GB "
+        f"{ok(ap['peak_rss_mb'], 1536)} |",
+        f"| app CPU while idle (5 s after ready) | {ap['idle_cpu_percent']} % of one core | — |",
+        f"| where the generation time goes: the same 2 rows × 40 tokens (`generate_tokens`, no streamer, no scores) in a fresh "
+        f"process | {tp['main_only']} s with every torch call on the main thread; {tp['worker_thread']} s from a new thread per "
+        f"call (as `stream_rows` does); {tp['main_after']} s back on the main thread afterwards | — |",
+    ]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tokens", type=int, default=64)
@@ -240,7 +573,9 @@ def main() -> None:
     parser.add_argument("--dtype", default="auto", help="model dtype (auto: bfloat16 where the CPU has native support)")
     parser.add_argument("--eval-prompts", type=int, default=20)
     parser.add_argument("--eval-samples", type=int, default=4)
-    parser.add_argument("--only", choices=["eval"], help="run one benchmark group only")
+    parser.add_argument("--app-releases", type=int, default=36, help="slider releases timed in the app benchmark")
+    parser.add_argument("--app-runs", type=int, default=12, help="40-token generations timed per variant in the app benchmark")
+    parser.add_argument("--only", choices=["eval", "app"], help="run one benchmark group only")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.only == "eval":
@@ -250,6 +585,15 @@ def main() -> None:
             print(json.dumps(ev, indent=2))
             return
         print(_eval_row(ev))
+        return
+    if args.only == "app":  # the server loads the model with its own default dtype, so --dtype does not apply
+        ap = {"date": date.today().isoformat(), **bench_app(args.app_releases, args.app_runs)}
+        if args.json:
+            print(json.dumps(ap, indent=2))
+            return
+        machine = (f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+                   f"model dtype {ap['dtype']}")
+        print(_app_table(ap, machine))
         return
 
     results = {"date": date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads"}
