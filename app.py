@@ -23,6 +23,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # offline: no telemetry calls
@@ -51,6 +52,7 @@ MAX_ROWS = 96  # generations in one sweep / composition-map call
 MODES = ("one document", "two documents (A vs B)", "labelled sentences")
 MAX_TRAIN_CHARS = 400_000  # ~100k tokens: trains in minutes on a CPU; bigger corpora belong to `python -m lmswitch train`
 MAX_HIGHLIGHT_CHARS = 100_000  # ~25k tokens scored in windows
+STREAM_EVERY = 0.1  # seconds between streamed text updates (each costs the server and the browser a render)
 TABLE_WORDS = 6  # words per pole in the SVD table (the word lists below it are longer)
 USER_ERRORS = (ValueError, TypeError, SwitchFileError, DocumentError)
 
@@ -67,6 +69,9 @@ class Backend:
         self.error: str | None = None
         self.ready = threading.Event()
         self.export_dir = Path(tempfile.mkdtemp(prefix="lmswitch-export-"))
+        # All model work runs on this one long-lived thread: on a few CPU cores, torch's OpenMP pools slow every
+        # thread down once several threads have used them (40 tokens: 1.3 s on one thread, 1.8–2.3 s across threads).
+        self.compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lmswitch-compute")
 
     @classmethod
     def with_model(cls, lm: LanguageModel, switches: str | Path | None) -> Backend:
@@ -77,8 +82,14 @@ class Backend:
         return backend
 
     def start(self) -> Backend:
-        threading.Thread(target=self.load, name="lmswitch-load", daemon=True).start()
+        self.compute.submit(self.load)
         return self
+
+    def run(self, fn: Callable, *args, **kwargs):
+        """``fn(*args, **kwargs)`` on the compute thread (directly when already there)."""
+        if threading.current_thread().name.startswith("lmswitch-compute"):
+            return fn(*args, **kwargs)
+        return self.compute.submit(fn, *args, **kwargs).result()
 
     def load(self) -> Backend:
         try:
@@ -102,6 +113,16 @@ class Backend:
         if self.error:
             raise gr.Error(f"The model could not be loaded ({self.error}); restart the app with another --model.")
         return self.lm, self.library
+
+
+def computed(fn: Callable) -> Callable:
+    """Run a handler ``fn(backend, ...)`` on the backend's compute thread."""
+
+    @functools.wraps(fn)
+    def call(backend: Backend, *args, **kwargs):
+        return backend.run(fn, backend, *args, **kwargs)
+
+    return call
 
 
 def user_errors(fn: Callable) -> Callable:
@@ -302,19 +323,20 @@ def _stream(backend: Backend, prompt: str, setting, options: dict, session: Sess
     cached = session.recall(key) if setting else None  # moving a slider does not change the unsteered output
     rows = [setting] if cached else [setting, []] if setting else [[]]
     texts = ["", ""]
-    for texts in until(flag, stream_rows(lm, prompt, rows, **options)):
+    for texts in until(flag, stream_rows(lm, prompt, rows, executor=backend.compute, **options)):
         yield texts[0], cached[0] if cached else texts[-1], None, None
     if flag.is_set():
         return
     if cached:
         steered, (base, base_scores) = texts[0], cached
-        steered_scores = text_scores(lm, prompt, [steered], chat=options["chat"])[0]
+        steered_scores = backend.run(text_scores, lm, prompt, [steered], chat=options["chat"])[0]
     else:
         steered, base = texts[0], texts[-1]
-        scores = text_scores(lm, prompt, [steered, base] if setting else [base], chat=options["chat"])
+        scores = backend.run(text_scores, lm, prompt, [steered, base] if setting else [base], chat=options["chat"])
         steered_scores, base_scores = scores[0], scores[-1]
         session.remember(key, (base, base_scores))
-    per_token = token_changes(lm, setting, steered, prompt=prompt, chat=options["chat"]) if changes and setting and steered else None
+    per_token = (backend.run(token_changes, lm, setting, steered, prompt=prompt, chat=options["chat"])
+                 if changes and setting and steered else None)
     result = (steered, base, (steered_scores, base_scores), per_token)
     session.remember(full_key, result)
     yield result
@@ -325,9 +347,12 @@ def steer(backend: Backend, prompt: str, max_new_tokens, temperature, top_p, see
     """The Steer view: the sliders' ε values (in slot order) → streamed steered and unsteered outputs."""
     _, library = backend.get()
     options = generation_options(max_new_tokens, temperature, top_p, seed, chat)
+    shown = 0.0
     for steered, base, scores, changes in _stream(backend, prompt, _steer_setting(session, library, eps), options, session):
         if scores is None:
-            yield steered, base, gr.skip(), gr.skip(), gr.skip()
+            if time.perf_counter() - shown >= STREAM_EVERY:  # the first token at once, then a few updates a second
+                shown = time.perf_counter()
+                yield steered, base, gr.skip(), gr.skip(), gr.skip()
         else:
             yield steered, base, format_scores(scores[0]), format_scores(scores[1]), token_html(changes)
 
@@ -358,6 +383,7 @@ def batch_protocol(settings: int, samples, options: dict) -> Protocol:
 
 
 @user_errors
+@computed
 def run_sweep(backend: Backend, name: str, eps_text: str, samples, prompt: str, max_new_tokens, temperature, top_p, seed, chat,
               session: Session):
     """One batched call: the prompt at a row of ε values of one switch, scored; a plotly chart and the texts."""
@@ -372,6 +398,7 @@ def run_sweep(backend: Backend, name: str, eps_text: str, samples, prompt: str, 
 
 
 @user_errors
+@computed
 def run_grid(backend: Backend, first: str, second: str, eps_a_text: str, eps_b_text: str, samples, prompt: str, max_new_tokens,
              temperature, top_p, seed, chat, session: Session):
     """Composition map: two switches over a 2-D grid of ε → heatmaps of the scores; hover a cell for a sample text."""
@@ -501,7 +528,7 @@ def train(backend: Backend, mode: str, name: str, positive_label: str, negative_
               f"{gain_text}.\n\n{data_advice(card)}")
     yield ("Done.", figures.loss_figure(card["train_losses"], card["heldout_losses"], total_steps=steps), report,
            *slot_updates(session, library), *dropdown_updates(session, library, [*current[:3], final, *current[4:]]),
-           export_path(backend, switch))
+           backend.run(export_path, backend, switch))
 
 
 def cancel_training(session: Session) -> str:
@@ -516,6 +543,7 @@ def export_path(backend: Backend, switch: Switch) -> str:
 
 
 @user_errors
+@computed
 def export_switch(backend: Backend, name: str | None, session: Session):
     _, library = backend.get()
     if not name:
@@ -524,6 +552,7 @@ def export_switch(backend: Backend, name: str | None, session: Session):
 
 
 @user_errors
+@computed
 def save_switch(backend: Backend, name: str | None, session: Session) -> str:
     _, library = backend.get()
     if not name:
@@ -533,6 +562,7 @@ def save_switch(backend: Backend, name: str | None, session: Session) -> str:
 
 
 @user_errors
+@computed
 def import_switch(backend: Backend, file: str | None, session: Session, *current: str | None):
     """Upload a ``.safetensors`` switch: validated (format, shape, finiteness, model fingerprint) before it is added."""
     lm, library = backend.get()
@@ -549,6 +579,7 @@ def import_switch(backend: Backend, file: str | None, session: Session, *current
 
 # --- Inspect --------------------------------------------------------------------------------
 @user_errors
+@computed
 def inspect_switch(backend: Backend, name: str, dims, words, session: Session):
     """SVD table (both poles, the promoted one marked), spectrum, word map and the promoted/suppressed words."""
     lm, library = backend.get()
@@ -571,6 +602,7 @@ def inspect_switch(backend: Backend, name: str, dims, words, session: Session):
 
 # --- Highlight ------------------------------------------------------------------------------
 @user_errors
+@computed
 def run_highlight(backend: Backend, text: str, file: str | None, name: str, eps, max_span, n_spans, session: Session):
     """Most style-indicative span(s) of the text, a per-token heatmap, and the style meter over the session's switches."""
     lm, library = backend.get()

@@ -381,10 +381,15 @@ def _app_steer(client, eps: float, seed: int) -> dict:
     start = time.perf_counter()
     job = client.submit(*_steer_args(eps, seed), api_name="/steer")
     first = None
-    for out in job:
-        if first is None and out[0]:
+    # poll outside the client's lock: iterating a Job sleeps while holding the lock its receiving thread needs,
+    # which delays updates by up to a second at random (a gradio_client artefact, not the server's latency)
+    while not job.done():
+        if first is None and any(out[0] for out in job.outputs()):
             first = time.perf_counter() - start
+        time.sleep(0.002)
     final = time.perf_counter() - start
+    if first is None and any(out[0] for out in job.outputs()):
+        first = final
     outputs = job.outputs()
     if not outputs:
         job.result()  # raises the app's error

@@ -16,6 +16,7 @@ import queue
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
 import torch
@@ -296,10 +297,14 @@ def stream_rows(
     temperature: float = 1.0,
     top_p: float = 0.9,
     chat: bool = False,
+    executor: Executor | None = None,
 ) -> Iterator[list[str]]:
     """Stream several settings of one prompt side by side (same seed): yields the texts so far, per row.
 
-    Closing the iterator early stops the generation.
+    Closing the iterator early stops the generation. The generation runs on a
+    new thread, or on ``executor`` (e.g. a server's single long-lived compute
+    thread: on a few CPU cores, OpenMP slows every thread down once several
+    threads have used torch, so a server keeps all model work on one).
     """
     if not settings:
         raise ValueError("give at least one setting")
@@ -319,8 +324,12 @@ def stream_rows(
             out.put(done)
 
     # the worker runs in a copy of this context; steering is entered inside it, so it never leaks
-    thread = threading.Thread(target=contextvars.copy_context().run, args=(work,), daemon=True)
-    thread.start()
+    context = contextvars.copy_context()
+    if executor is not None:
+        finished = executor.submit(context.run, work)
+    else:
+        thread = threading.Thread(target=context.run, args=(work,), daemon=True)
+        thread.start()
     try:
         while (item := out.get()) is not done:
             if isinstance(item, BaseException):
@@ -328,7 +337,10 @@ def stream_rows(
             yield item
     finally:
         stop.set()
-        thread.join()
+        if executor is not None:
+            finished.result()
+        else:
+            thread.join()
 
 
 def stream_generate(lm: LanguageModel, prompt: str, switches: Setting = (), **options) -> Iterator[str]:

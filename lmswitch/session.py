@@ -157,7 +157,10 @@ class Session:
     def recall(self, key: tuple) -> object | None:
         """What :meth:`remember` stored for ``key`` (e.g. a prompt and its generation settings), if anything."""
         with self._lock:
-            return self._unsteered.get(key)
+            value = self._unsteered.pop(key, None)
+            if value is not None:  # recently used: kept longest
+                self._unsteered[key] = value
+            return value
 
     def remember(self, key: tuple, value: object) -> None:
         with self._lock:

@@ -257,3 +257,21 @@ def test_hidden_states_read_in_one_thread_do_not_break_generation_in_another(lla
         reader.join()
     assert not errors
     assert all(g == expected for g in got)
+
+
+def test_stream_rows_can_run_on_a_given_executor(llama_lm):
+    """A server keeps all model work on one long-lived thread: stream_rows submits its generation there."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    switch = random_switch(llama_lm, seed=3, scale=20.0)
+    settings = [[(switch, 4.0)], []]
+    expected = list(ls.stream_rows(llama_lm, "the happy one", settings, seed=2, max_new_tokens=10))
+    names = []
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute") as pool:
+        pool.submit(lambda: names.append(threading.current_thread().name)).result()
+        got = list(ls.stream_rows(llama_lm, "the happy one", settings, seed=2, max_new_tokens=10, executor=pool))
+        stopped = ls.stream_rows(llama_lm, "the happy one", settings, seed=2, max_new_tokens=10, executor=pool)
+        next(stopped)
+        stopped.close()  # closing early stops the work on the executor, which is free again at once
+        assert pool.submit(lambda: threading.current_thread().name).result(timeout=5) == names[0]
+    assert got == expected and got[-1][0] != got[-1][1]
