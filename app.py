@@ -174,19 +174,18 @@ def slot_updates(session: Session, library: SwitchLibrary) -> list:
     return updates
 
 
-PICKER_DEFAULTS = (0, 0, 1, 0, 0, "detox")  # first choice of each switch picker: a slot index or a preferred name
+# first choice of each switch picker (sweep, composition rows, composition columns, manage, inspect, highlight):
+# a preferred name, else the switch in that slot
+PICKER_DEFAULTS = (("sentiment", 0), ("sentiment", 0), ("detox", 1), (None, 0), ("sentiment", 0), ("detox", 0))
 
 
 def dropdown_updates(session: Session, library: SwitchLibrary, values: Sequence[str | None]) -> list:
     """Switch pickers of the other views, keeping each current choice when it still exists."""
     names = session.available(library)
     out = []
-    for value, default in zip(values, PICKER_DEFAULTS, strict=True):
+    for value, (preferred, slot) in zip(values, PICKER_DEFAULTS, strict=True):
         if value not in names:
-            if isinstance(default, str):
-                value = default if default in names else (names[0] if names else None)
-            else:
-                value = names[min(default, len(names) - 1)] if names else None
+            value = preferred if preferred in names else names[min(slot, len(names) - 1)] if names else None
         out.append(gr.Dropdown(choices=names, value=value))
     return out
 
