@@ -18,11 +18,9 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
-
-pytest.importorskip("playwright.sync_api")
-from app_server import ARTIFACTS  # noqa: E402
-from playwright.sync_api import Error as PlaywrightError  # noqa: E402
-from playwright.sync_api import Page, expect, sync_playwright  # noqa: E402
+from app_server import ARTIFACTS
+from playwright.sync_api import Error as PlaywrightError
+from playwright.sync_api import Page, expect, sync_playwright
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -34,7 +32,6 @@ GENERATE_TIMEOUT = 90_000  # ms; one 40-token generation takes a few seconds on 
 TRAIN_TIMEOUT = 180_000
 READY = re.compile(r"ready · \d+ switches")  # not just "ready": the loading message says "as soon as it is ready"
 
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"needs Debian's chromium at {CHROMIUM}")
 
 
 class Ui:
@@ -86,6 +83,7 @@ class Ui:
 
 @pytest.fixture(scope="module")
 def ui(app_server) -> Iterator[Ui]:
+    assert Path(CHROMIUM).exists(), f"the browser tests need Debian's chromium at {CHROMIUM}: `make test` installs it (apt-get install chromium)"
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
