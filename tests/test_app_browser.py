@@ -170,6 +170,8 @@ def test_train_from_pasted_sentences_adds_a_slider(ui):
         page.locator("#text-b textarea").fill("\n".join(negative))
         panel.get_by_text("advanced settings").click()
         steps = panel.get_by_label("steps", exact=True)
+        expect(steps).to_have_value("200")  # mounted with its default (filling during the accordion's first render is lost)
+        page.wait_for_timeout(300)
         steps.fill("30")
         steps.press("Tab")
         expect(steps).to_have_value("30")
