@@ -17,6 +17,7 @@ from .spans import best_spans, highlight, token_changes
 from .steering import steer, steer_rows, steering_matrix
 from .switch import Switch, SwitchFileError, load_switch
 from .train import TrainingCancelled, train_switch
+from .transfer import transfer
 
 __version__ = "0.1.0"
 
@@ -45,4 +46,5 @@ __all__ = [
     "sweep",
     "token_changes",
     "train_switch",
+    "transfer",
 ]

@@ -148,6 +148,14 @@ def build_parser() -> argparse.ArgumentParser:
     bp.add_argument("--samples", type=int, default=4)
     bp.add_argument("--seed", type=int, default=0)
 
+    tr = sub.add_parser("transfer", help="map a switch to another model (Hᵀ W H over shared word embeddings)")
+    _add_common_options(tr, defaults=False)
+    tr.add_argument("--switch", required=True, help="switch file made for --model (the source model)")
+    tr.add_argument("--to", required=True, help="target model: alias (gemma3-270m), folder, .gguf or cached hub id")
+    tr.add_argument("--out", required=True, help="where to write the transferred switch (.safetensors)")
+    tr.add_argument("--anchors", type=int, default=4000, help="shared word tokens used to fit the map (default 4000)")
+    tr.add_argument("--min-anchors", type=int, default=200, help="refuse when fewer words are shared (default 200)")
+
     demo = sub.add_parser("demo", help="train a sentiment switch from the shipped examples and show a sweep")
     _add_common_options(demo, defaults=False)
     demo.add_argument("--prompt", default="My weekend was")
@@ -264,6 +272,17 @@ def run(args: argparse.Namespace) -> int:
         paths = build_pretrained(lm, args.out or PRETRAINED_DIR, names=args.only, data_dir=args.data, eval_prompts=args.eval_prompts,
                                  samples=args.samples, seed=args.seed, log=lambda msg: print(msg, file=sys.stderr))
         _emit(args, {"written": [str(p) for p in paths]}, "\n".join(f"wrote {p}" for p in paths))
+    elif args.command == "transfer":
+        from .transfer import transfer
+
+        target = load_model(args.to, dtype=args.dtype)
+        moved = transfer(load_switch(args.switch), lm, target, anchors=args.anchors, min_anchors=args.min_anchors)
+        path = moved.save(args.out)
+        t = moved.card["transfer"]
+        _emit(args, {"written": str(path), "card": moved.card},
+              f"wrote {path}: '{moved.name}' for {target.name}; fit on {t['anchors']} shared words, held-out R² {t['heldout_r2']}, "
+              f"nearest-word accuracy {t['heldout_top1']:.0%}; recommended ε {moved.card['recommended_eps']:+g} "
+              f"(source {t['source_recommended_eps']:+g} × {t['eps_scale']})")
     elif args.command == "sweep":
         switch = load_switch(args.switch, lm)
         rows = sweep(lm, args.prompt, switch, args.eps, seed=args.seed, **_gen_kwargs(args))

@@ -1,0 +1,142 @@
+"""Transfer a switch to another language model (paper §5.3, appendix F).
+
+A linear map ``H`` (source d × target d) is fitted in closed form so that ``H e_t ≈ e_s``
+for the output embeddings of anchor tokens both vocabularies share; with contexts
+mapped the same way (``c_s ≈ H c_t``), the source's logit change ``ε e_sᵀ W c_s``
+becomes ``ε e_tᵀ (Hᵀ W H) c_t`` in the target, so ``W_t = Hᵀ W H``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import torch
+
+from .interpret import reference_hidden
+from .models import LanguageModel
+from .switch import Switch
+from .words import token_words
+
+HELDOUT_EVERY = 10  # every 10th anchor is held out to report the fit quality
+STRENGTH_CONTEXTS = 64  # reference contexts used to match the typical logit change of source and target
+
+
+def shared_anchors(source: LanguageModel, target: LanguageModel) -> tuple[list[int], list[int], list[str]]:
+    """Readable word-start tokens present in both vocabularies (space markers normalised), most common first.
+
+    Token ids are ordered roughly by frequency in BPE and SentencePiece vocabularies,
+    so shared words are ranked by the larger of their two ids.
+    """
+    def table(lm: LanguageModel) -> dict[str, int]:
+        tw = token_words(lm.tokenizer)
+        out: dict[str, int] = {}
+        for i in tw.readable_ids(word_start_only=True):
+            out.setdefault(tw.surface[i], i)
+        return out
+
+    src, tgt = table(source), table(target)
+    words = sorted(set(src) & set(tgt), key=lambda w: (max(src[w], tgt[w]), w))
+    return [src[w] for w in words], [tgt[w] for w in words], words
+
+
+def fit_map(E_s: torch.Tensor, E_t: torch.Tensor, ridge: float = 1e-6) -> torch.Tensor:
+    """Ridge least squares ``H`` (d_s × d_t) with ``E_t Hᵀ ≈ E_s``; ``ridge`` is relative to the mean eigenvalue of ``E_tᵀ E_t``."""
+    X, Y = E_t.double(), E_s.double()
+    gram = X.T @ X
+    lam = ridge * float(torch.trace(gram)) / gram.shape[0]
+    Ht = torch.linalg.solve(gram + lam * torch.eye(gram.shape[0], dtype=gram.dtype), X.T @ Y)  # (d_t, d_s)
+    return Ht.T.contiguous()
+
+
+def _fit_quality(H: torch.Tensor, E_s: torch.Tensor, E_t: torch.Tensor) -> dict:
+    """R² of the mapped held-out anchors, and how often a mapped anchor's nearest source anchor (cosine) is itself."""
+    pred = E_t.double() @ H.T
+    Y = E_s.double()
+    r2 = 1.0 - float(((Y - pred) ** 2).sum() / ((Y - Y.mean(0)) ** 2).sum())
+    sims = torch.nn.functional.normalize(pred, dim=1) @ torch.nn.functional.normalize(Y, dim=1).T
+    top1 = float((sims.argmax(1) == torch.arange(len(Y))).double().mean())
+    return {"heldout_r2": round(r2, 4), "heldout_top1": round(top1, 4)}
+
+
+@torch.no_grad()
+def _strength(lm: LanguageModel, W: torch.Tensor) -> float:
+    """Typical logit change at ε = 1/ε0: the mean over reference contexts of the spread (std) over the vocabulary of ``e_vᵀ W c``."""
+    C = reference_hidden(lm)[:STRENGTH_CONTEXTS].double().cpu()
+    E = lm.head.weight.detach().double().cpu()
+    delta = (C @ W.double().T) @ E.T  # (N, V)
+    return float(delta.std(dim=1).mean())
+
+
+def transfer(
+    switch: Switch,
+    source: LanguageModel,
+    target: LanguageModel,
+    *,
+    anchors: int = 4000,
+    min_anchors: int = 200,
+    ridge: float = 1e-6,
+) -> Switch:
+    """The switch for ``target``: ``Hᵀ W H`` with ``H`` fitted on up to ``anchors`` shared word tokens.
+
+    The card records the source switch and model, the anchors used, the fit quality
+    on held-out anchors (R² and nearest-neighbour accuracy), and a recommended ε
+    scaled so that the typical logit change in the target matches the source's at
+    its recommended ε (the paper also scales ε down after transfer).
+
+    >>> g = transfer(sentiment, ls.load_model(), ls.load_model("gemma3-270m"))   # doctest: +SKIP
+    >>> g.card["transfer"]["heldout_r2"], g.card["recommended_eps"]              # doctest: +SKIP
+    """
+    if not isinstance(switch, Switch):
+        raise TypeError(f"expected a Switch; got {type(switch).__name__}")
+    switch.check_model(source)  # a switch made for another model than the stated source: clear error
+    if not isinstance(anchors, int) or anchors < 2:
+        raise ValueError(f"anchors must be an integer ≥ 2; got {anchors!r}")
+    if not (isinstance(ridge, (int, float)) and math.isfinite(ridge) and ridge >= 0):
+        raise ValueError(f"ridge must be a finite number ≥ 0; got {ridge!r}")
+    ids_s, ids_t, words = shared_anchors(source, target)
+    if not words:
+        raise ValueError(f"'{source.name}' and '{target.name}' share no readable word tokens, so there is nothing to map "
+                         "one embedding space onto the other with")
+    if len(words) < min_anchors:
+        raise ValueError(f"only {len(words)} word tokens are shared by '{source.name}' and '{target.name}'; a reliable map "
+                         f"needs at least {min_anchors} (set min_anchors lower at your own risk)")
+    ids_s, ids_t, words = ids_s[:anchors], ids_t[:anchors], words[:anchors]
+    E_s = source.head.weight.detach().float().cpu()[ids_s]
+    E_t = target.head.weight.detach().float().cpu()[ids_t]
+    held = torch.zeros(len(words), dtype=torch.bool)
+    held[HELDOUT_EVERY - 1 :: HELDOUT_EVERY] = True
+    H = fit_map(E_s[~held], E_t[~held], ridge)
+    quality = _fit_quality(H, E_s[held], E_t[held]) if held.any() else {"heldout_r2": None, "heldout_top1": None}
+    W_t = H.T @ switch.W.double() @ H  # the same model: H is the identity up to the ridge, so W comes back
+    scale = _strength(source, switch.W) / max(_strength(target, W_t.float()), 1e-12)
+    recommended = switch.card.get("recommended_eps") or max(abs(x) for x in switch.eps_range) / 2
+    card = {
+        **{k: v for k, v in switch.card.items() if k in ("data", "dataset")},
+        "recommended_eps": round(float(recommended) * scale, 3),
+        "transfer": {
+            "source_switch": switch.name,
+            "source_model": source.name,
+            "source_fingerprint": source.fingerprint,
+            "anchors": int((~held).sum()),
+            "heldout_anchors": int(held.sum()),
+            **quality,
+            "ridge": ridge,
+            "eps_scale": round(scale, 4),
+            "source_recommended_eps": recommended,
+            "example_anchors": words[:12],
+        },
+    }
+    return Switch(
+        W=W_t.float(),
+        name=re.sub(r"[^A-Za-z0-9_.+-]+", "-", f"{switch.name}-to-{Path(target.name).name}")[:48],
+        description=f"{switch.description} (transferred from {source.name})".strip(),
+        eps0=switch.eps0,
+        eps_range=(switch.eps_range[0] * scale, switch.eps_range[1] * scale),
+        positive_label=switch.positive_label,
+        negative_label=switch.negative_label,
+        model_name=target.name,
+        model_fingerprint=target.fingerprint,
+        card=card,
+    )

@@ -1,0 +1,115 @@
+"""Transfer of a switch to another model: the closed-form map, its identities, its errors, and Gemma-3-270M for real."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import PAD_ID, all_threads, build_lm, random_switch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+import lmswitch as ls
+from lmswitch.cli import main
+from lmswitch.evaluate import load_prompts, sentiment_scores
+from lmswitch.switch import SwitchFileError
+from lmswitch.transfer import shared_anchors, transfer
+
+FEW = dict(min_anchors=20)  # the tiny vocabularies share 42 readable words
+
+
+def test_transfer_to_the_same_model_returns_the_same_switch(llama_lm):
+    s = random_switch(llama_lm, seed=1, name="orig")
+    t = transfer(s, llama_lm, llama_lm, **FEW)
+    assert torch.allclose(t.W, s.W, rtol=0, atol=1e-3 * float(s.W.abs().max()))
+    card = t.card["transfer"]
+    assert card["heldout_r2"] > 0.999 and card["heldout_top1"] == 1.0 and card["eps_scale"] == pytest.approx(1.0, rel=1e-3)
+    assert t.model_fingerprint == llama_lm.fingerprint and card["source_switch"] == "orig"
+
+
+def test_planted_linear_relation_is_recovered_and_logit_changes_carry_over(make_lm):
+    """Target output embeddings E_t = E_s A: the map is exact, and at the context e_t(j) the target's logit
+    changes equal the source's at e_s(j) (H maps one onto the other)."""
+    source, target = make_lm("llama", hidden=16), make_lm("gpt2", hidden=24)  # 24 < 38 fitted anchors
+    g = torch.Generator().manual_seed(0)
+    A = torch.randn(16, 24, generator=g)
+    with torch.no_grad():
+        target.head.weight.copy_(source.head.weight.detach() @ A)
+    s = random_switch(source, seed=2)
+    t = transfer(s, source, target, **FEW)
+    assert t.W.shape == (24, 24) and t.card["transfer"]["heldout_r2"] > 0.999 and t.card["transfer"]["heldout_top1"] == 1.0
+    ids_s, ids_t, _ = shared_anchors(source, target)
+    assert ids_s == ids_t  # same tokenizer
+    E_s, E_t = source.head.weight.detach().double()[ids_s], target.head.weight.detach().double()[ids_t]
+    target_change = E_t[:5] @ t.W.double().T @ E_t.T
+    source_change = E_s[:5] @ s.W.double().T @ E_s.T
+    assert torch.allclose(target_change, source_change, rtol=1e-3, atol=1e-3 * float(source_change.abs().max()))
+
+
+def _foreign_tokenizer() -> PreTrainedTokenizerFast:
+    words = [f"q{a}{b}x" for a in "abcdefgh" for b in "abcdefgh"][:61]
+    vocab = {w: i for i, w in enumerate(["[UNK]", "[PAD]", "[EOS]", *words])}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]", eos_token="[EOS]")
+    assert tok.pad_token_id == PAD_ID
+    return tok
+
+
+def test_bad_transfers_are_refused_clearly(llama_lm, gpt2_lm):
+    s = random_switch(llama_lm, seed=3)
+    with pytest.raises(SwitchFileError, match="made for|hidden size"):
+        transfer(s, gpt2_lm, llama_lm, **FEW)  # the switch is not for the stated source model
+    foreign = build_lm("gpt2", tokenizer=_foreign_tokenizer())
+    with pytest.raises(ValueError, match="share no readable word tokens"):
+        transfer(s, llama_lm, foreign, **FEW)
+    with pytest.raises(ValueError, match=r"only \d+ word tokens are shared"):
+        transfer(s, llama_lm, gpt2_lm, min_anchors=1000)
+    with pytest.raises(ValueError, match="ridge"):
+        transfer(s, llama_lm, gpt2_lm, ridge=float("nan"), **FEW)
+
+
+def test_cli_transfer_writes_a_loadable_switch(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LMSWITCH_CACHE", str(tmp_path / "cache"))
+    folders = {}
+    for family, hidden in (("llama", 32), ("gpt2", 48)):
+        lm = build_lm(family, hidden=hidden)
+        folders[family] = tmp_path / family
+        lm.model.save_pretrained(folders[family])
+        lm.tokenizer.save_pretrained(folders[family])
+    source = ls.load_model(str(folders["llama"]), dtype="float32")
+    src_file = random_switch(source, seed=4, name="mood").save(tmp_path / "mood.safetensors")
+    out = tmp_path / "moved.safetensors"
+    code = main(["--model", str(folders["llama"]), "--dtype", "float32", "transfer", "--switch", str(src_file), "--to",
+                 str(folders["gpt2"]), "--out", str(out), "--min-anchors", "20"])
+    stdout = capsys.readouterr().out
+    assert code == 0 and "held-out R²" in stdout and "recommended ε" in stdout
+    moved = ls.load_switch(out, ls.load_model(str(folders["gpt2"]), dtype="float32"))
+    assert moved.W.shape == (48, 48) and moved.card["transfer"]["source_switch"] == "mood"
+    code = main(["--model", str(folders["gpt2"]), "--dtype", "float32", "transfer", "--switch", str(src_file), "--to",
+                 str(folders["llama"]), "--out", str(tmp_path / "x.safetensors")])
+    assert code != 0 and "made for" in capsys.readouterr().err  # the switch is not for the stated source
+
+
+# --- the real second model -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    with all_threads():
+        return ls.load_model("gemma3-270m")
+
+
+def test_sentiment_switch_transferred_to_gemma_moves_its_positivity(lm, gemma):
+    """The shipped sentiment switch of the embedded model, mapped to Gemma-3-270M, makes Gemma more positive at +ε than at −ε."""
+    source = ls.load_switch("pretrained_switches/sentiment.safetensors", lm)
+    with all_threads():
+        moved = transfer(source, lm, gemma)
+        t = moved.card["transfer"]
+        assert t["anchors"] >= 3000 and t["heldout_top1"] > 0.8  # the two vocabularies share thousands of words
+        r = moved.card["recommended_eps"]
+        prompts = load_prompts("neutral")[-6:]
+        scores = {}
+        for eps in (-r, r):
+            texts = ls.generate(gemma, prompts, [(moved, eps)], seed=100, samples=2, max_new_tokens=20)
+            scores[eps] = sum(sentiment_scores(texts)) / len(texts)
+    assert scores[r] > scores[-r] + 0.2, scores
