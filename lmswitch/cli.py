@@ -138,6 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--report", metavar="EVALUATION.md", help="run the full evaluation of the shipped switches and write this report")
     ev.add_argument("--quick", action="store_true", help="with --report: a tiny suite, for a smoke test")
     ev.add_argument("--switches", default=None, help="with --report: folder of shipped switches (default pretrained_switches/)")
+    ev.add_argument("--transfer-to", default=None, metavar="MODEL",
+                    help="transfer the shipped sentiment switch to MODEL, evaluate it there against a switch trained on MODEL "
+                         "directly, and write that section of the report file (default EVALUATION.md)")
 
     bp = sub.add_parser("build-pretrained", help="rebuild the shipped switches from assets/data (seeded, deterministic)")
     _add_common_options(bp, defaults=False)
@@ -300,6 +303,17 @@ def _run_eval(args, lm) -> None:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr)
 
+    if args.transfer_to:
+        from .models import load_model
+        from .pretrained import PRETRAINED_DIR
+        from .report import command_line, run_transfer_report
+
+        target = load_model(args.transfer_to, dtype=args.dtype)
+        results = run_transfer_report(lm, target, args.report or "EVALUATION.md", switch_dir=args.switches or PRETRAINED_DIR,
+                                      seed=args.seed, command=command_line(), log=log)
+        _emit(args, results, f"{'met   ' if results['met'] else 'MISSED'}  transfer to {target.name}: best {results['best_transfer']}, "
+                             f"source spread {results['source_spread']:+.3f}; direct reference {results['best_direct']}")
+        return
     if args.report:
         from .pretrained import PRETRAINED_DIR
         from .report import QUICK, Suite, command_line, run_report

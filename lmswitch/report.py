@@ -293,3 +293,127 @@ def run_report(
 
 def command_line(argv: Sequence[str] | None = None) -> str:
     return "python -m lmswitch " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+
+
+# --- transfer to a second model (issue 6) -------------------------------------------------------
+
+TRANSFER_BOUND = 1.5  # perplexity bound (× the target's unsteered) for the transfer proof
+TRANSFER_KEEP = 0.5  # share of the source's positive-minus-negative spread the transferred switch must keep
+
+
+@dataclass(frozen=True)
+class TransferSuite:
+    prompts: int = 20
+    samples: int = 4
+    source_eps: float = 12.0  # the shipped sentiment switch's recommended ε
+    multiples: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0)  # transferred ε = multiple × its recommended ε
+    direct_eps: tuple[float, ...] = (3.0, 6.0, 12.0)  # a switch trained on the target directly
+    min_anchors: int = 200
+
+
+def _best_spread(evals: Sequence[Evaluation], switch: str, base: Evaluation, bound: float) -> tuple[float, float] | None:
+    """The largest positive-share spread between +ε and −ε with both sides within ``bound`` × perplexity: (ε, spread)."""
+    best = None
+    for ev in evals:
+        eps = ev.setting.get(switch, 0.0)
+        if eps <= 0:
+            continue
+        neg = next((e for e in evals if abs(e.setting.get(switch, 0.0) + eps) < 1e-9), None)
+        if neg is None or max(ev.perplexity, neg.perplexity) > bound * base.perplexity:
+            continue
+        spread = ev.positive_share - neg.positive_share
+        if best is None or spread > best[1]:
+            best = (eps, spread)
+    return best
+
+
+def _share(spread: float, source_spread: float) -> str:
+    return f"{spread / source_spread:.0%}" if source_spread > 0 else "n/a (the source does not move)"
+
+
+def _replace_section(path: Path, heading: str, body: str) -> None:
+    """Put ``heading`` + ``body`` into ``path``, replacing an earlier section with the same heading."""
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    section = f"{heading}\n\n{body.rstrip()}\n"
+    start = text.find(heading)
+    if start < 0:
+        text = text.rstrip() + "\n\n" + section
+    else:
+        nxt = text.find("\n## ", start + len(heading))
+        text = text[:start] + section + (text[nxt + 1 :] if nxt >= 0 else "")
+    path.write_text(text, encoding="utf-8")
+
+
+def run_transfer_report(source: LanguageModel, target: LanguageModel, out: str | Path = "EVALUATION.md", *,
+                        suite: TransferSuite = TransferSuite(), switch_dir: str | Path = PRETRAINED_DIR, seed: int = 0,
+                        command: str = "", log: Log | None = None) -> dict:
+    """Transfer the shipped sentiment switch to ``target``, evaluate it there against a switch trained on ``target``
+    directly with the same data, and write the table as a section of ``out``."""
+    from .evaluate import evaluate_settings
+    from .pretrained import build_switch
+    from .transfer import transfer
+
+    say = log or (lambda _m: None)
+    start = time.perf_counter()
+    sentiment = load_pretrained(source, switch_dir)["sentiment"]
+    prompts = load_prompts("neutral", suite.prompts)
+    protocol = Protocol(samples=suite.samples, seed=seed)
+    moved = transfer(sentiment, source, target, min_anchors=suite.min_anchors)
+    r = moved.card["recommended_eps"]
+    say(f"transferred: {moved.card['transfer']}")
+    e = suite.source_eps
+    src = evaluate_settings(source, [[(sentiment, -e)], [], [(sentiment, e)]], prompts, protocol)
+    eps_t = sorted({round(s * m * r, 3) for m in suite.multiples for s in (-1, 1)} | {0.0})
+    tgt = evaluate_settings(target, [[(moved, x)] if x else [] for x in eps_t], prompts, protocol)
+    say("trained-on-target reference: training …")
+    direct = build_switch(target, get_spec("sentiment"), eval_prompts=0, seed=seed, log=say)
+    eps_d = sorted({s * x for x in suite.direct_eps for s in (-1, 1)} | {0.0})
+    dir_evals = evaluate_settings(target, [[(direct, x)] if x else [] for x in eps_d], prompts, protocol)
+
+    src_spread = src[2].positive_share - src[0].positive_share
+    base_t = _at(tgt, moved.name, 0.0)
+    best_t = _best_spread(tgt, moved.name, base_t, TRANSFER_BOUND)
+    best_d = _best_spread(dir_evals, direct.name, _at(dir_evals, direct.name, 0.0), TRANSFER_BOUND)
+    met = best_t is not None and best_t[1] > 0 and best_t[1] >= TRANSFER_KEEP * src_spread
+    t = moved.card["transfer"]
+    lines = [
+        f"Reproduce with `{command or 'python -m lmswitch eval --transfer-to ' + target.name}` "
+        f"({suite.prompts} neutral prompts × {suite.samples} samples, 25 new tokens, p = 0.9, seeds coupled across ε; "
+        f"{(time.perf_counter() - start) / 60:.1f} min on this machine).",
+        "",
+        f"The shipped `sentiment` switch of `{source.name}` mapped to `{target.name}` with `lmswitch.transfer`: H fitted on "
+        f"{t['anchors']} shared words (held-out {t['heldout_anchors']}: R² {t['heldout_r2']}, nearest-word accuracy "
+        f"{t['heldout_top1']:.0%}); recommended ε {r:+g} (the source's {t['source_recommended_eps']:+g} × {t['eps_scale']}, "
+        "matching the typical logit change).",
+        "",
+        "| target | measured | |",
+        "|---|---|---|",
+        f"| same direction, ≥ {TRANSFER_KEEP:.0%} of the source's positive-minus-negative spread at perplexity ≤ {TRANSFER_BOUND}× "
+        f"the target's unsteered | source ±{e:g}: {src[0].positive_share:.3f} → {src[2].positive_share:.3f} (spread {src_spread:+.3f}); "
+        + (f"transferred, best ε ±{best_t[0]:g}: spread {best_t[1]:+.3f} = {_share(best_t[1], src_spread)} of the source's"
+           if best_t else "no transferred ε within the bound") + f" | {_verdict(met)} |",
+        f"| reference: a switch trained on `{target.name}` with the same data and settings | "
+        + (f"best ε ±{best_d[0]:g}: spread {best_d[1]:+.3f} = {_share(best_d[1], src_spread)} of the source's" if best_d
+           else "no ε within the bound") + " | |",
+        "",
+        f"Source, `{source.name}` (perplexity relative to its unsteered):",
+        "",
+        table(src, sentiment.name, src[1].perplexity),
+        f"Transferred switch on `{target.name}`:",
+        "",
+        table(tgt, moved.name, base_t.perplexity),
+        f"Trained on `{target.name}` directly (held-out gain {direct.card.get('heldout_gain', float('nan')):+.3f} nats/token):",
+        "",
+        table(dir_evals, direct.name, _at(dir_evals, direct.name, 0.0).perplexity),
+        "Samples (prompt 1, sample 1): " + "; ".join(
+            f"ε {ev.setting.get(moved.name, 0.0):+g}: “{ev.texts[0]['text'].strip()[:70]}”" for ev in (tgt[0], base_t, tgt[-1])),
+    ]
+    heading = f"## Transfer: the sentiment switch on {target.name}"
+    _replace_section(Path(out), heading, "\n".join(lines))
+    results = {"transfer_card": moved.card, "met": met, "source_spread": src_spread, "best_transfer": best_t, "best_direct": best_d,
+               "source": [ev.summary() for ev in src], "transferred": [ev.summary() for ev in tgt],
+               "direct": [ev.summary() for ev in dir_evals], "seconds": round(time.perf_counter() - start, 1)}
+    json_path = Path(out).parent / "docs" / "evaluation" / f"transfer-{target.name}.json"
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
+    return results
