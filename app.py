@@ -43,12 +43,15 @@ from lmswitch.spans import highlight, token_changes  # noqa: E402
 from lmswitch.steering import MAX_ABS_EPS  # noqa: E402
 from lmswitch.switch import Switch, SwitchFileError, load_switch  # noqa: E402
 from lmswitch.train import TrainingCancelled, data_advice, train_switch  # noqa: E402
+from lmswitch.transfer import transfer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 ASSETS = ROOT / "assets"
 DEFAULT_SWITCHES = ROOT / "pretrained_switches"
 MAX_SLOTS = 12  # ε sliders shown in the Steer view (switches beyond that are usable in the other views)
 MAX_ROWS = 96  # generations in one sweep / composition-map call
+BUNDLED_MODELS = ("smollm2-135m", "gemma3-270m")  # offered by the model picker and the Transfer panel
+MIN_ANCHORS = 200  # shared words a transfer needs (lmswitch.transfer's default)
 MODES = ("one document", "two documents (A vs B)", "labelled sentences")
 MAX_TRAIN_CHARS = 400_000  # ~100k tokens: trains in minutes on a CPU; bigger corpora belong to `python -m lmswitch train`
 MAX_HIGHLIGHT_CHARS = 100_000  # ~25k tokens scored in windows
@@ -66,6 +69,7 @@ class Backend:
         self.folder = Path(switches) if switches else None
         self.lm: LanguageModel | None = None
         self.library: SwitchLibrary | None = None
+        self.models: dict[str, tuple[LanguageModel, SwitchLibrary]] = {}
         self.error: str | None = None
         self.ready = threading.Event()
         self.export_dir = Path(tempfile.mkdtemp(prefix="lmswitch-export-"))
@@ -77,9 +81,14 @@ class Backend:
     def with_model(cls, lm: LanguageModel, switches: str | Path | None) -> Backend:
         """A backend around an already loaded model (tests, notebooks)."""
         backend = cls(lm.name, switches)
-        backend.lm, backend.library = lm, SwitchLibrary(lm, backend.folder)
+        backend.add_model(lm)
+        backend.lm, backend.library = backend.models[lm.name]
         backend.ready.set()
         return backend
+
+    def add_model(self, lm: LanguageModel, name: str | None = None) -> None:
+        """Serve ``lm`` (already loaded) under ``name`` as well, with the folder's switches made for it."""
+        self.models[name or lm.name] = (lm, SwitchLibrary(lm, self.folder))
 
     def start(self) -> Backend:
         self.compute.submit(self.load)
@@ -93,8 +102,8 @@ class Backend:
 
     def load(self) -> Backend:
         try:
-            self.lm = load_model(self.model_name)
-            self.library = SwitchLibrary(self.lm, self.folder)
+            self.add_model(load_model(self.model_name), self.model_name)
+            self.lm, self.library = self.models[self.model_name]
         except Exception as err:  # shown on the page instead of a dead app
             self.error = f"{type(err).__name__}: {err}"
         finally:
@@ -104,14 +113,29 @@ class Backend:
     def status(self) -> dict:
         return {"model": self.model_name, "ready": self.ready.is_set() and not self.error, "error": self.error,
                 "switches": self.library.names() if self.library else [], "skipped": self.library.skipped if self.library else {},
-                "folder": str(self.folder) if self.folder else None}
+                "folder": str(self.folder) if self.folder else None, "loaded_models": list(self.models)}
 
-    def get(self, timeout: float | None = 300) -> tuple[LanguageModel, SwitchLibrary]:
-        """The model and the switch library, waiting for the model if it is still loading."""
+    def choices(self) -> list[str]:
+        """The model picker's list: the bundled models and whatever else is loaded."""
+        return list(dict.fromkeys([self.model_name, *BUNDLED_MODELS, *self.models]))
+
+    def model(self, name: str) -> tuple[LanguageModel, SwitchLibrary]:
+        """Model ``name`` and its switch library, loading it (on the compute thread) the first time."""
+        self.get()
+        if name not in self.models:
+            if name not in self.choices():
+                raise ValueError(f"unknown model {name!r}; choose one of {', '.join(self.choices())}")
+            self.run(lambda: name in self.models or self.add_model(load_model(name), name))
+        return self.models[name]
+
+    def get(self, timeout: float | None = 300, session: Session | None = None) -> tuple[LanguageModel, SwitchLibrary]:
+        """The session's model (default: the one the app started with) and its switch library; waits while it loads."""
         if not self.ready.wait(timeout):
             raise gr.Error(f"The model '{self.model_name}' is still loading; try again in a few seconds.")
         if self.error:
             raise gr.Error(f"The model could not be loaded ({self.error}); restart the app with another --model.")
+        if session is not None and session.model and session.model in self.models:
+            return self.models[session.model]
         return self.lm, self.library
 
 
@@ -160,23 +184,29 @@ def slider_label(switch: Switch) -> str:
     return f"{switch.name}: + → {switch.positive_label}, − → {switch.negative_label}"
 
 
-def slot_updates(session: Session, library: SwitchLibrary) -> list:
-    """One update per slider slot: the session's switches in their stable order, then hidden slots."""
+def slot_updates(session: Session, library: SwitchLibrary, *, reset: bool = False, values: dict[str, float] | None = None) -> list:
+    """One update per slider slot: the session's switches for this model in their stable order, then hidden slots.
+
+    ``reset`` puts every slider back to 0 (another model's switches now fill the slots); ``values`` sets some.
+    """
     names = session.available(library)[:MAX_SLOTS]
+    values = values or {}
     updates = []
     for i in range(MAX_SLOTS):
         if i < len(names):
             switch = session.get(names[i], library)
             lo, hi = slider_range(switch)
-            updates.append(gr.Slider(minimum=lo, maximum=hi, label=slider_label(switch), visible=True, info=switch.description[:120] or None))
+            extra = {"value": values.get(names[i], 0.0)} if reset or names[i] in values else {}
+            updates.append(gr.Slider(minimum=lo, maximum=hi, label=slider_label(switch), visible=True, info=switch.description[:120] or None,
+                                     **extra))
         else:
-            updates.append(gr.Slider(visible=False))
+            updates.append(gr.Slider(visible=False, value=0.0) if reset else gr.Slider(visible=False))
     return updates
 
 
-# first choice of each switch picker (sweep, composition rows, composition columns, manage, inspect, highlight):
+# first choice of each switch picker (sweep, composition rows, composition columns, manage, inspect, highlight, transfer):
 # a preferred name, else the switch in that slot
-PICKER_DEFAULTS = (("sentiment", 0), ("sentiment", 0), ("detox", 1), (None, 0), ("sentiment", 0), ("detox", 0))
+PICKER_DEFAULTS = (("sentiment", 0), ("sentiment", 0), ("detox", 1), (None, 0), ("sentiment", 0), ("detox", 0), ("sentiment", 0))
 
 
 def dropdown_updates(session: Session, library: SwitchLibrary, values: Sequence[str | None]) -> list:
@@ -290,13 +320,47 @@ def checked_setting(session: Session, library: SwitchLibrary, pairs: Sequence[tu
 
 
 # --- Steer ----------------------------------------------------------------------------------
+def model_status(backend: Backend, session: Session) -> str:
+    lm, library = backend.get(session=session)
+    skipped = "".join(f"<br>⚠ skipped {name}: {why}" for name, why in library.skipped.items())
+    others = f" ({len(library.other_models)} more for other models)" if library.other_models else ""
+    return (f"**{lm.name}** ready · {len(library.names())} switches in `{library.folder or 'no folder'}`{others} · "
+            f"drag a slider and release it to regenerate{skipped}")
+
+
 def on_load(backend: Backend, session: Session, *current: str | None):
     """Page load: wait for the model, then show this session's sliders and switch pickers."""
-    lm, library = backend.get(timeout=900)
-    skipped = "".join(f"<br>⚠ skipped {name}: {why}" for name, why in library.skipped.items())
-    status = (f"**{lm.name}** ready · {len(library.names())} switches in "
-              f"`{library.folder or 'no folder'}` · drag a slider and release it to regenerate{skipped}")
-    return [status, *slot_updates(session, library), *dropdown_updates(session, library, current)]
+    _, library = backend.get(timeout=900)
+    return [model_status(backend, session), *slot_updates(session, library), *dropdown_updates(session, library, current)]
+
+
+@user_errors
+@computed
+def select_model(backend: Backend, name: str, session: Session, *current: str | None):
+    """The model picker: steer another model (loaded the first time, converted and cached like the default one)."""
+    _, library = backend.model(name)
+    session.model = name
+    return [model_status(backend, session), *slot_updates(session, library, reset=True), *dropdown_updates(session, library, current)]
+
+
+@user_errors
+@computed
+def run_transfer(backend: Backend, name: str, target: str, session: Session, *current: str | None):
+    """Map a switch to another model (``Hᵀ W H``), keep it in this session, and steer the target model with it."""
+    source_lm, source_library = backend.get(session=session)
+    switch = session.get(name, source_library)
+    target_lm, target_library = backend.model(target)
+    moved = transfer(switch, source_lm, target_lm, min_anchors=MIN_ANCHORS)
+    final = session.add(moved, target_library)
+    session.model = target
+    t, r = moved.card["transfer"], moved.card["recommended_eps"]
+    report = (f"### ✔ '{final}' steers {target_lm.name}: the Steer tab now uses {target}, its slider at ε {r:+g}\n"
+              f"Map fitted on {t['anchors']} words both vocabularies share (e.g. {', '.join(t['example_anchors'][:6])}); on "
+              f"{t['heldout_anchors']} held-out words R² {t['heldout_r2']} and a mapped word's nearest source word is itself "
+              f"{t['heldout_top1']:.0%} of the time. Recommended ε {r:+g} = the source's {t['source_recommended_eps']:+g} × "
+              f"{t['eps_scale']} (same typical logit change).")
+    return [report, gr.Dropdown(choices=backend.choices(), value=target), model_status(backend, session),
+            *slot_updates(session, target_library, reset=True, values={final: r}), *dropdown_updates(session, target_library, current)]
 
 
 def _steer_setting(session: Session, library: SwitchLibrary, eps: Sequence[float]) -> list[tuple[Switch, float]]:
@@ -311,9 +375,9 @@ def _stream(backend: Backend, prompt: str, setting, options: dict, session: Sess
     outputs' scores and the steered tokens' changes. A newer request from the same
     session stops this one at its next token (and nothing more is yielded).
     """
-    lm, _ = backend.get()
+    lm, _ = backend.get(session=session)
     flag = session.new_generation()
-    key = (prompt, *sorted(options.items()))
+    key = (lm.fingerprint, prompt, *sorted(options.items()))
     full_key = ("result", *key, *((s.name, id(s), e) for s, e in setting))
     done = session.recall(full_key)
     if done and (done[3] is not None or not (changes and setting and done[0])):  # the same request again (a slider released in place)
@@ -344,7 +408,7 @@ def _stream(backend: Backend, prompt: str, setting, options: dict, session: Sess
 @user_errors
 def steer(backend: Backend, prompt: str, max_new_tokens, temperature, top_p, seed, chat, session: Session, *eps: float):
     """The Steer view: the sliders' ε values (in slot order) → streamed steered and unsteered outputs."""
-    _, library = backend.get()
+    _, library = backend.get(session=session)
     options = generation_options(max_new_tokens, temperature, top_p, seed, chat)
     shown = 0.0
     for steered, base, scores, changes in _stream(backend, prompt, _steer_setting(session, library, eps), options, session):
@@ -359,7 +423,7 @@ def steer(backend: Backend, prompt: str, max_new_tokens, temperature, top_p, see
 @user_errors
 def generate_api(backend: Backend, prompt: str, switches: str, max_new_tokens, temperature, top_p, seed, chat, session: Session) -> dict:
     """Scripting endpoint: ``switches`` as ``"sentiment=5, detox=-2"``; returns both outputs and their scores."""
-    _, library = backend.get()
+    _, library = backend.get(session=session)
     options = generation_options(max_new_tokens, temperature, top_p, seed, chat)
     setting = checked_setting(session, library, parse_switch_values(switches))
     *_, last = [None, *_stream(backend, prompt, setting, options, session, changes=False)]
@@ -386,7 +450,7 @@ def batch_protocol(settings: int, samples, options: dict) -> Protocol:
 def run_sweep(backend: Backend, name: str, eps_text: str, samples, prompt: str, max_new_tokens, temperature, top_p, seed, chat,
               session: Session):
     """One batched call: the prompt at a row of ε values of one switch, scored; a plotly chart and the texts."""
-    lm, library = backend.get()
+    lm, library = backend.get(session=session)
     switch = session.get(name, library)
     eps = parse_eps_list(eps_text, switch, 7)
     protocol = batch_protocol(len(eps), samples, generation_options(max_new_tokens, temperature, top_p, seed, chat))
@@ -401,7 +465,7 @@ def run_sweep(backend: Backend, name: str, eps_text: str, samples, prompt: str, 
 def run_grid(backend: Backend, first: str, second: str, eps_a_text: str, eps_b_text: str, samples, prompt: str, max_new_tokens,
              temperature, top_p, seed, chat, session: Session):
     """Composition map: two switches over a 2-D grid of ε → heatmaps of the scores; hover a cell for a sample text."""
-    lm, library = backend.get()
+    lm, library = backend.get(session=session)
     a, b = session.get(first, library), session.get(second, library)
     if a.name == b.name:
         raise ValueError("pick two different switches for the composition map")
@@ -453,10 +517,10 @@ def _training_data(mode: str, text_a, file_a, text_b, file_b) -> tuple[str | lis
 @user_errors
 def train(backend: Backend, mode: str, name: str, positive_label: str, negative_label: str, text_a, file_a, text_b, file_b,
           steps, lr, eps0, rank, seed, session: Session, sweep_pick=None, grid_a_pick=None, grid_b_pick=None, manage_pick=None,
-          inspect_pick=None, highlight_pick=None, progress=gr.Progress()):  # noqa: B008 (Gradio injects it)
+          inspect_pick=None, highlight_pick=None, transfer_pick=None, progress=gr.Progress()):  # noqa: B008 (Gradio injects it)
     """Train a switch in a worker thread; stream progress and the loss curve; add it to this session at the end."""
-    lm, library = backend.get()
-    current = [sweep_pick, grid_a_pick, grid_b_pick, manage_pick, inspect_pick, highlight_pick]
+    lm, library = backend.get(session=session)
+    current = [sweep_pick, grid_a_pick, grid_b_pick, manage_pick, inspect_pick, highlight_pick, transfer_pick]
     name = check_name(name)
     positive, negative = training_data(mode, text_a, file_a, text_b, file_b)
     steps = _number(steps, "steps", int)
@@ -544,7 +608,7 @@ def export_path(backend: Backend, switch: Switch) -> str:
 @user_errors
 @computed
 def export_switch(backend: Backend, name: str | None, session: Session):
-    _, library = backend.get()
+    _, library = backend.get(session=session)
     if not name:
         return gr.DownloadButton(value=None)
     return gr.DownloadButton(value=export_path(backend, session.get(name, library)), label=f"Download {name}.safetensors")
@@ -553,7 +617,7 @@ def export_switch(backend: Backend, name: str | None, session: Session):
 @user_errors
 @computed
 def save_switch(backend: Backend, name: str | None, session: Session) -> str:
-    _, library = backend.get()
+    _, library = backend.get(session=session)
     if not name:
         raise ValueError("pick a switch to save")
     path = session.save(name, library)
@@ -564,7 +628,7 @@ def save_switch(backend: Backend, name: str | None, session: Session) -> str:
 @computed
 def import_switch(backend: Backend, file: str | None, session: Session, *current: str | None):
     """Upload a ``.safetensors`` switch: validated (format, shape, finiteness, model fingerprint) before it is added."""
-    lm, library = backend.get()
+    lm, library = backend.get(session=session)
     if not file:
         raise ValueError("no file was uploaded")
     path = Path(file)
@@ -581,7 +645,7 @@ def import_switch(backend: Backend, file: str | None, session: Session, *current
 @computed
 def inspect_switch(backend: Backend, name: str, dims, words, session: Session):
     """SVD table (both poles, the promoted one marked), spectrum, word map and the promoted/suppressed words."""
-    lm, library = backend.get()
+    lm, library = backend.get(session=session)
     switch = session.get(name, library)
     dims, words = _number(dims, "directions", int), _number(words, "words", int)
     svd = svd_dimensions(lm, switch, dims=dims, words=words)
@@ -604,7 +668,7 @@ def inspect_switch(backend: Backend, name: str, dims, words, session: Session):
 @computed
 def run_highlight(backend: Backend, text: str, file: str | None, name: str, eps, max_span, n_spans, session: Session):
     """Most style-indicative span(s) of the text, a per-token heatmap, and the style meter over the session's switches."""
-    lm, library = backend.get()
+    lm, library = backend.get(session=session)
     text = read_input(text, file, "the text")
     if len(text) > MAX_HIGHLIGHT_CHARS:
         raise ValueError(f"the text has {len(text):,} characters; highlighting takes at most {MAX_HIGHLIGHT_CHARS:,}. "
@@ -652,6 +716,8 @@ def build_app(backend: Backend) -> gr.Blocks:
             with gr.Tab("Steer", id="steer"):
                 with gr.Row():
                     with gr.Column(scale=2, min_width=320):
+                        model_pick = gr.Dropdown(backend.choices(), value=backend.model_name, label="model", elem_id="model",
+                                                 info="bundled models load (and convert, the first time) when picked")
                         prompt = gr.Textbox(label="prompt", value="My weekend was", lines=3, elem_id="prompt")
                         # hidden until the page loads; each visitor's ranges are set then (API clients may use any |ε| ≤ 1000)
                         sliders = [gr.Slider(-MAX_ABS_EPS, MAX_ABS_EPS, value=0, step=0.5, label=f"switch {i + 1}", visible=False,
@@ -740,6 +806,17 @@ def build_app(backend: Backend) -> gr.Blocks:
                     scatter = gr.Plot(label="words on the top two directions")
                 word_table = gr.Dataframe(headers=["#", "most promoted at +ε", "Δ logit", "most suppressed", "Δ logit"], interactive=False)
 
+            with gr.Tab("Transfer", id="transfer"):
+                gr.Markdown("Map a switch to another model: a linear map between the two models' output embeddings, fitted on "
+                            "the words both vocabularies share (`lmswitch.transfer`, paper §5.3). The transferred switch then "
+                            "steers the target model in the Steer tab, at its recommended ε.")
+                with gr.Row():
+                    tr_switch = gr.Dropdown(label="switch (of the current model)", choices=shipped, value="", allow_custom_value=True)
+                    others = [m for m in backend.choices() if m != backend.model_name]
+                    tr_target = gr.Dropdown(backend.choices(), value=others[0] if others else backend.model_name, label="target model")
+                    tr_go = gr.Button("Transfer", variant="primary", elem_id="transfer")
+                tr_report = gr.Markdown(elem_id="transfer-report")
+
             with gr.Tab("Highlight", id="highlight"):
                 with gr.Row():
                     with gr.Column(scale=3):
@@ -769,7 +846,7 @@ def build_app(backend: Backend) -> gr.Blocks:
 
         gr.api(app_status, api_name="status", queue=False)
 
-        pickers = [sweep_switch, grid_a, grid_b, manage, inspect_name, hl_switch]
+        pickers = [sweep_switch, grid_a, grid_b, manage, inspect_name, hl_switch, tr_switch]
         gen_settings = [max_new, temperature, top_p, seed, chat]
         stream_out = [steered, base, steered_scores, base_scores, tokens]
         live = dict(concurrency_id="generate", concurrency_limit=4, trigger_mode="multiple", show_progress="hidden")
@@ -782,6 +859,11 @@ def build_app(backend: Backend) -> gr.Blocks:
         prompt.input(bind(steer, backend), steer_inputs, stream_out, api_visibility="private", **live)
         for slider in sliders:
             slider.release(bind(steer, backend), steer_inputs, stream_out, api_visibility="private", **live)
+        model_pick.input(bind(select_model, backend), [model_pick, session, *pickers], [status, *sliders, *pickers], api_name="select_model",
+                         show_progress_on=[status]).then(bind(steer, backend), steer_inputs, stream_out, api_visibility="private", **live)
+        tr_go.click(bind(run_transfer, backend), [tr_switch, tr_target, session, *pickers], [tr_report, model_pick, status, *sliders, *pickers],
+                    api_name="transfer", show_progress_on=[tr_report]).then(bind(steer, backend), steer_inputs, stream_out,
+                                                                             api_visibility="private", **live)
         api_go.click(bind(generate_api, backend), [prompt, api_switches, *gen_settings, session], api_result, api_name="generate",
                      concurrency_id="generate", concurrency_limit=4)
         sweep_go.click(bind(run_sweep, backend), [sweep_switch, sweep_eps, sweep_samples, prompt, *gen_settings, session],

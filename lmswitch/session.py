@@ -33,14 +33,16 @@ def check_name(name: object) -> str:
 class SwitchLibrary:
     """The switches in one folder, validated against ``lm``; saving never overwrites a file.
 
-    Files that fail validation (another model, corrupted, not a switch) are skipped
-    and listed in :attr:`skipped` with the reason, so one bad file cannot stop the app.
+    Files that fail validation (corrupted, not a switch, wrong size) are skipped and
+    listed in :attr:`skipped` with the reason, so one bad file cannot stop the app;
+    switches made for other models are listed in :attr:`other_models`.
     """
 
     def __init__(self, lm: LanguageModel, folder: str | Path | None) -> None:
         self.lm = lm
         self.folder = Path(folder) if folder else None
         self.skipped: dict[str, str] = {}
+        self.other_models: dict[str, str] = {}  # files made for other models (e.g. transferred switches): file -> model
         self._switches: dict[str, Switch] = {}
         self._lock = threading.Lock()
         if self.folder is None:
@@ -49,7 +51,12 @@ class SwitchLibrary:
             raise ValueError(f"switch folder {self.folder} does not exist; create it or pass another folder")
         for path in sorted(self.folder.glob("*.safetensors")):
             try:
-                self._switches[path.stem] = load_switch(path, lm)
+                switch = load_switch(path)
+                if switch.model_fingerprint and switch.model_fingerprint != lm.fingerprint:
+                    self.other_models[path.name] = switch.model_name or switch.model_fingerprint
+                    continue
+                switch.check_model(lm)
+                self._switches[path.stem] = switch
             except SwitchFileError as err:
                 self.skipped[path.name] = str(err)
 
@@ -88,6 +95,7 @@ class Session:
     def __init__(self) -> None:
         self.switches: dict[str, Switch] = {}
         self.order: list[str] = []
+        self.model: str | None = None  # the model this session steers (None: the app's default)
         self._generation: threading.Event | None = None
         self._training: threading.Event | None = None
         self._unsteered: dict[tuple, object] = {}
@@ -108,9 +116,14 @@ class Session:
     def _sync(self, library: SwitchLibrary) -> None:
         self.order.extend(name for name in library.names() if name not in self.order)
 
+    def _mine(self, name: str, library: SwitchLibrary) -> Switch | None:
+        switch = self.switches.get(name)
+        return switch if switch is not None and switch.model_fingerprint in ("", library.lm.fingerprint) else None
+
     def get(self, name: str, library: SwitchLibrary) -> Switch:
+        """A switch of this session or the library, made for the library's model."""
         with self._lock:
-            switch = self.switches.get(name)
+            switch = self._mine(name, library)
         switch = switch or library.get(name)
         if switch is None:
             known = ", ".join(self.available(library)) or "none"
@@ -120,7 +133,7 @@ class Session:
     def available(self, library: SwitchLibrary) -> list[str]:
         names = self.sync(library)
         with self._lock:
-            return [n for n in names if n in self.switches or library.get(n) is not None]
+            return [n for n in names if self._mine(n, library) is not None or library.get(n) is not None]
 
     def add(self, switch: Switch, library: SwitchLibrary, name: str | None = None) -> str:
         """Keep ``switch`` in this session under ``name`` (made unique with a ``-2``, ``-3`` … suffix); returns the name."""

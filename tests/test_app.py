@@ -62,17 +62,17 @@ def test_sliders_show_library_then_session_switches(backend, llama_lm):
     assert (shown[0].minimum, shown[0].maximum) == (-10.0, 10.0)  # at least ±10 ε0 units
     assert (shown[1].minimum, shown[1].maximum) == (-40.0, 40.0)  # wider when the switch recommends more
     assert all(u.visible is False for u in updates[3:])
-    pickers = app.dropdown_updates(session, backend.library, [None, None, None, None, "beta", None])
+    pickers = app.dropdown_updates(session, backend.library, [None, None, None, None, "beta", None, None])
     assert pickers[0].choices and [c[0] for c in pickers[0].choices] == ["alpha", "beta", "mine"]
-    assert [p.value for p in pickers] == ["alpha", "alpha", "beta", "alpha", "beta", "alpha"]
+    assert [p.value for p in pickers] == ["alpha", "alpha", "beta", "alpha", "beta", "alpha", "alpha"]
 
 
 def test_page_load_reports_ready_and_skipped_files(llama_lm, folder):
     (folder / "broken.safetensors").write_bytes(b"not a switch at all")
     backend = app.Backend.with_model(llama_lm, folder)
-    status, *rest = app.on_load(backend, Session(), *[None] * 6)
+    status, *rest = app.on_load(backend, Session(), *[None] * 7)
     assert "ready" in status and "skipped broken.safetensors" in status
-    assert len(rest) == app.MAX_SLOTS + 6
+    assert len(rest) == app.MAX_SLOTS + 7
 
 
 def test_loading_and_failed_model_give_readable_errors(folder):
@@ -239,7 +239,7 @@ def train_args(**kw) -> list:
 
 
 def run_training(backend, session, **kw) -> list:
-    return list(app.train(backend, *train_args(**kw), session, *[None] * 6, progress=lambda *a, **k: None))
+    return list(app.train(backend, *train_args(**kw), session, *[None] * 7, progress=lambda *a, **k: None))
 
 
 def test_training_adds_a_private_slider_and_a_downloadable_file(backend, llama_lm):
@@ -270,7 +270,7 @@ def test_training_from_one_document_and_two_documents(backend, tmp_path):
 
 def test_training_can_be_cancelled(backend):
     session = Session()
-    stream = app.train(backend, *train_args(steps=100_000), session, *[None] * 6, progress=lambda *a, **k: None)
+    stream = app.train(backend, *train_args(steps=100_000), session, *[None] * 7, progress=lambda *a, **k: None)
     next(stream)
     assert app.cancel_training(session) == "Cancelling…"
     last = list(stream)[-1]
@@ -327,7 +327,7 @@ def test_save_to_library_never_overwrites(backend, folder, llama_lm):
 def test_import_validates_the_file(backend, tmp_path, llama_lm, make_lm):
     session = Session()
     good = random_switch(llama_lm, seed=11, name="imported").save(tmp_path / "imported.safetensors")
-    status, *rest = app.import_switch(backend, str(good), session, *[None] * 6)
+    status, *rest = app.import_switch(backend, str(good), session, *[None] * 7)
     assert "Imported 'imported'" in status and any(u.visible and u.label.startswith("imported") for u in rest[: app.MAX_SLOTS])
 
     other_model = make_lm("gpt2", hidden=48)
@@ -342,7 +342,7 @@ def test_import_validates_the_file(backend, tmp_path, llama_lm, make_lm):
     for path, match in [(foreign, "48 × 48"), (junk, "not a valid safetensors"), (tmp_path / "nan.safetensors", "NaN"),
                         (tmp_path / "notes.txt", "not a .safetensors")]:
         with pytest.raises(gr.Error, match=match):
-            app.import_switch(backend, str(path), session, *[None] * 6)
+            app.import_switch(backend, str(path), session, *[None] * 7)
     assert session.available(backend.library) == ["alpha", "beta", "imported"]
 
 
@@ -370,3 +370,32 @@ def test_highlight_returns_spans_heatmap_and_meter(backend, llama_lm):
     assert "Style meter" in summary and "alpha" in summary and "beta" in summary
     direct = ls.highlight(llama_lm, backend.library.get("alpha"), text, eps=-4, max_span=3, n_spans=2)
     assert spans == direct["highlighted"]
+
+
+# --- several models: the picker and the Transfer panel ------------------------------------------
+
+
+def test_model_picker_and_transfer_steer_another_model(backend, llama_lm, make_lm, monkeypatch):
+    monkeypatch.setattr(app, "MIN_ANCHORS", 20)  # the tiny vocabularies share 42 words
+    other = make_lm("gpt2", hidden=24)
+    backend.add_model(other, "tiny-other")
+    session = Session()
+    status, *rest = app.select_model(backend, "tiny-other", session, *[None] * 7)
+    assert other.name in status and session.model == "tiny-other"
+    assert not any(u.visible for u in rest[: app.MAX_SLOTS])  # the library's switches are made for the llama
+    assert app.generate_api(backend, PROMPT, "", *gen_args(), session)["unsteered"] == ls.generate(other, PROMPT, [], **GEN)[0]
+    with pytest.raises(gr.Error, match="no switch named 'alpha'"):
+        app.generate_api(backend, PROMPT, "alpha=5", *gen_args(), session)
+
+    app.select_model(backend, llama_lm.name, session, *[None] * 7)
+    report, pick, status, *rest = app.run_transfer(backend, "alpha", "tiny-other", session, *[None] * 7)
+    moved_name = "alpha-to-" + other.name
+    assert f"'{moved_name}' steers" in report and "R²" in report and pick.value == "tiny-other" and session.model == "tiny-other"
+    shown = [u for u in rest[: app.MAX_SLOTS] if u.visible]
+    moved = session.get(moved_name, backend.model("tiny-other")[1])
+    assert [u.label.split(":")[0] for u in shown] == [moved_name] and shown[0].value == moved.card["recommended_eps"]
+    steered = final(app.steer(backend, PROMPT, *gen_args(), session, 6.0))
+    assert steered[0] == ls.generate(other, PROMPT, [(moved, 6.0)], **GEN)[0]
+    assert steered[1] == ls.generate(other, PROMPT, [], **GEN)[0]
+    with pytest.raises(gr.Error, match="unknown model"):
+        app.select_model(backend, "no-such-model", session, *[None] * 7)

@@ -104,3 +104,14 @@ def test_bad_upload_is_refused_and_the_app_keeps_working(app_server, tmp_path):
     with pytest.raises(AppError, match="finite"):
         c.predict(prompt=PROMPT, switches="sentiment=nan", api_name="/generate")
     assert c.predict(prompt=PROMPT, switches="sentiment=3", max_new_tokens=5, api_name="/generate")["steered"]
+
+
+def test_transfer_a_switch_to_gemma_then_steer_it(app_server):
+    c = client(app_server)
+    out = c.predict(name="sentiment", target="gemma3-270m", api_name="/transfer")
+    report, model = out[0], out[1]
+    assert "'sentiment-to-gemma3-270m' steers gemma3-270m" in report and "R²" in report and model["value"] == "gemma3-270m"
+    res = c.predict(prompt=PROMPT, switches="sentiment-to-gemma3-270m=2", max_new_tokens=15, api_name="/generate")
+    assert res["steered"] != res["unsteered"]
+    with pytest.raises(AppError, match="no switch named 'sentiment-to-gemma3-270m'"):
+        client(app_server).predict(prompt=PROMPT, switches="sentiment-to-gemma3-270m=2", api_name="/generate")  # private to that session

@@ -35,7 +35,7 @@ def test_planted_linear_relation_is_recovered_and_logit_changes_carry_over(make_
     with torch.no_grad():
         target.head.weight.copy_(source.head.weight.detach() @ A)
     s = random_switch(source, seed=2)
-    t = transfer(s, source, target, **FEW)
+    t = transfer(s, source, target, method="ridge", **FEW)
     assert t.W.shape == (24, 24) and t.card["transfer"]["heldout_r2"] > 0.999 and t.card["transfer"]["heldout_top1"] == 1.0
     ids_s, ids_t, _ = shared_anchors(source, target)
     assert ids_s == ids_t  # same tokenizer
@@ -43,6 +43,21 @@ def test_planted_linear_relation_is_recovered_and_logit_changes_carry_over(make_
     target_change = E_t[:5] @ t.W.double().T @ E_t.T
     source_change = E_s[:5] @ s.W.double().T @ E_s.T
     assert torch.allclose(target_change, source_change, rtol=1e-3, atol=1e-3 * float(source_change.abs().max()))
+
+
+def test_procrustes_recovers_a_planted_scaled_rotation(make_lm):
+    """E_t = 3·E_s Q with orthonormal rows Q: Procrustes finds H = Q/3 exactly (the ridge map would too, but stretches elsewhere)."""
+    source, target = make_lm("llama", hidden=16), make_lm("gpt2", hidden=24)
+    Q = torch.linalg.qr(torch.randn(24, 16, generator=torch.Generator().manual_seed(1)))[0].T  # (16, 24), orthonormal rows
+    with torch.no_grad():
+        target.head.weight.copy_(3.0 * source.head.weight.detach() @ Q)
+    t = transfer(random_switch(source, seed=2), source, target, **FEW)
+    assert t.card["transfer"]["method"] == "procrustes" and t.card["transfer"]["heldout_r2"] > 0.999
+    ids_s, ids_t, _ = shared_anchors(source, target)
+    E_s, E_t = source.head.weight.detach().double()[ids_s], target.head.weight.detach().double()[ids_t]
+    from lmswitch.transfer import fit_procrustes
+
+    assert torch.allclose(fit_procrustes(E_s, E_t), Q.double() / 3, atol=1e-5)
 
 
 def _foreign_tokenizer() -> PreTrainedTokenizerFast:
@@ -65,7 +80,9 @@ def test_bad_transfers_are_refused_clearly(llama_lm, gpt2_lm):
     with pytest.raises(ValueError, match=r"only \d+ word tokens are shared"):
         transfer(s, llama_lm, gpt2_lm, min_anchors=1000)
     with pytest.raises(ValueError, match="ridge"):
-        transfer(s, llama_lm, gpt2_lm, ridge=float("nan"), **FEW)
+        transfer(s, llama_lm, gpt2_lm, method="ridge", ridge=float("nan"), **FEW)
+    with pytest.raises(ValueError, match="method"):
+        transfer(s, llama_lm, gpt2_lm, method="sgd", **FEW)
 
 
 def test_cli_transfer_writes_a_loadable_switch(tmp_path, monkeypatch, capsys):
