@@ -55,6 +55,7 @@ MIN_ANCHORS = 200  # shared words a transfer needs (lmswitch.transfer's default)
 MODES = ("one document", "two documents (A vs B)", "labelled sentences")
 MAX_TRAIN_CHARS = 400_000  # ~100k tokens: trains in minutes on a CPU; bigger corpora belong to `python -m lmswitch train`
 MAX_HIGHLIGHT_CHARS = 100_000  # ~25k tokens scored in windows
+PENDING = "<small>generating… scores follow when the text is complete</small>"
 STREAM_EVERY = 0.1  # seconds between streamed text updates (each costs the server and the browser a render)
 TABLE_WORDS = 6  # words per pole in the SVD table (the word lists below it are longer)
 USER_ERRORS = (ValueError, TypeError, SwitchFileError, DocumentError)
@@ -176,7 +177,7 @@ def user_errors(fn: Callable) -> Callable:
 def slider_range(switch: Switch) -> tuple[float, float]:
     """At least −10…+10 ε0 units, wider when the switch recommends more."""
     lo, hi = switch.eps_range
-    r = max(10.0, abs(lo), abs(hi))
+    r = float(math.ceil(max(10.0, abs(lo), abs(hi))))
     return -r, r
 
 
@@ -227,8 +228,10 @@ def format_scores(scores: dict) -> str:
             f"perplexity **{ppl_text}** <small>(vader, profanity-check, unsteered model; {scores['tokens']} tokens)</small>")
 
 
-def token_html(changes: list[dict] | None) -> str:
+def token_html(changes: list[dict] | None, pending: bool = False) -> str:
     """Steered tokens coloured by how much the switches raised (green) or lowered (red) them; alternatives on hover."""
+    if pending:
+        return '<div class="tokens empty">generating…</div>'
     if not changes:
         return '<div class="tokens empty">Move a slider away from 0 to see which tokens the switches changed.</div>'
     parts = []
@@ -413,7 +416,10 @@ def steer(backend: Backend, prompt: str, max_new_tokens, temperature, top_p, see
     shown = 0.0
     for steered, base, scores, changes in _stream(backend, prompt, _steer_setting(session, library, eps), options, session):
         if scores is None:
-            if time.perf_counter() - shown >= STREAM_EVERY:  # the first token at once, then a few updates a second
+            if not shown:  # the first token at once, and the previous scores go: they belong to the previous text
+                shown = time.perf_counter()
+                yield steered, base, PENDING, PENDING, token_html(None, pending=True)
+            elif time.perf_counter() - shown >= STREAM_EVERY:  # then a few updates a second
                 shown = time.perf_counter()
                 yield steered, base, gr.skip(), gr.skip(), gr.skip()
         else:

@@ -130,7 +130,8 @@ def test_streaming_yields_growing_text_then_scores(backend):
     assert len(updates) >= 2
     texts = [u[0] for u in updates]
     assert all(texts[i + 1].startswith(texts[i]) for i in range(len(texts) - 1) if texts[i])
-    assert all(isinstance(u[2], type(gr.skip())) for u in updates[:-1])  # scores only at the end
+    assert updates[0][2] == app.PENDING and "generating" in updates[0][4]  # the previous text's scores are cleared at once
+    assert all(isinstance(u[2], type(gr.skip())) for u in updates[1:-1])  # scores only at the end
     assert "sentiment" in updates[-1][2]
 
 

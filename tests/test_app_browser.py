@@ -226,3 +226,27 @@ def test_highlight_finds_the_insult_of_the_first_example(ui):
         expect(page.locator("#hl-heatmap .token").first).to_be_visible()
         expect(panel.locator("[data-testid=plotly]")).to_have_count(1)  # the style meter
         expect(panel.locator(".js-plotly-plot")).to_contain_text("detox")
+
+
+def test_transfer_panel_moves_a_switch_to_gemma_and_steers_it(ui):
+    """Runs last: it switches this page's session to Gemma-3-270M."""
+    with ui.view("transfer") as page:
+        ui.tab("Steer")
+        before = text_of(page, "unsteered")
+        panel = ui.tab("Transfer")
+        picker = panel.get_by_label("switch (of the current model)", exact=True)
+        picker.click()
+        page.get_by_role("option", name="sentiment", exact=True).click()
+        expect(panel.get_by_label("target model", exact=True)).to_have_value("gemma3-270m")
+        page.locator("#transfer").click()
+        expect(page.locator("#transfer-report")).to_contain_text("steers gemma3-270m", timeout=TRAIN_TIMEOUT)
+        expect(page.locator("#status")).to_contain_text("gemma3-270m")
+        ui.tab("Steer")
+        expect(page.locator("#model input")).to_have_value("gemma3-270m")
+        slot = ui.slider("sentiment-to-gemma3-270m:")
+        expect(slot).to_be_visible()
+        assert float(slot.locator("input[type=number]").input_value()) > 0  # at its recommended ε
+        expect(ui.slider("detox:")).to_have_count(0)  # the embedded model's switches are not offered for Gemma
+        expect(page.locator("#unsteered textarea")).not_to_have_value(before, timeout=GENERATE_TIMEOUT)  # Gemma's own text now
+        expect(page.locator("#steered-scores")).to_contain_text("perplexity", timeout=GENERATE_TIMEOUT)
+        expect(page.locator("#tokens .tokens .tok").first).to_be_visible(timeout=GENERATE_TIMEOUT)  # a steered Gemma generation
