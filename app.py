@@ -360,7 +360,7 @@ def run_transfer(backend: Backend, name: str, target: str, session: Session, *cu
     report = (f"### ✔ '{final}' steers {target_lm.name}: the Steer tab now uses {target}, its slider at ε {r:+g}\n"
               f"Map fitted on {t['anchors']} words both vocabularies share (e.g. {', '.join(t['example_anchors'][:6])}); on "
               f"{t['heldout_anchors']} held-out words R² {t['heldout_r2']} and a mapped word's nearest source word is itself "
-              f"{t['heldout_top1']:.0%} of the time. Recommended ε {r:+g} = the source's {t['source_recommended_eps']:+g} × "
+              f"{t['heldout_top1']:.1%} of the time. Recommended ε {r:+g} = the source's {t['source_recommended_eps']:+g} × "
               f"{t['eps_scale']} (same typical logit change).")
     return [report, gr.Dropdown(choices=backend.choices(), value=target), model_status(backend, session),
             *slot_updates(session, target_library, reset=True, values={final: r}), *dropdown_updates(session, target_library, current)]

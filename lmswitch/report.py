@@ -383,14 +383,15 @@ def run_transfer_report(source: LanguageModel, target: LanguageModel, out: str |
         "",
         f"The shipped `sentiment` switch of `{source.name}` mapped to `{target.name}` with `lmswitch.transfer`: H fitted on "
         f"{t['anchors']} shared words (held-out {t['heldout_anchors']}: R² {t['heldout_r2']}, nearest-word accuracy "
-        f"{t['heldout_top1']:.0%}); recommended ε {r:+g} (the source's {t['source_recommended_eps']:+g} × {t['eps_scale']}, "
+        f"{t['heldout_top1']:.1%}); recommended ε {r:+g} (the source's {t['source_recommended_eps']:+g} × {t['eps_scale']}, "
         "matching the typical logit change).",
         "",
         "| target | measured | |",
         "|---|---|---|",
         f"| same direction, ≥ {TRANSFER_KEEP:.0%} of the source's positive-minus-negative spread at perplexity ≤ {TRANSFER_BOUND}× "
         f"the target's unsteered | source ±{e:g}: {src[0].positive_share:.3f} → {src[2].positive_share:.3f} (spread {src_spread:+.3f}); "
-        + (f"transferred, best ε ±{best_t[0]:g}: spread {best_t[1]:+.3f} = {_share(best_t[1], src_spread)} of the source's"
+        + (f"transferred, best ε ±{best_t[0]:g}: spread {best_t[1]:+.3f} = {_share(best_t[1], src_spread)} of the source's "
+           f"(Dist-3 at +ε {_at(tgt, moved.name, best_t[0]).dist3:.2f} vs {base_t.dist3:.2f} unsteered)"
            if best_t else "no transferred ε within the bound") + f" | {_verdict(met)} |",
         f"| reference: a switch trained on `{target.name}` with the same data and settings | "
         + (f"best ε ±{best_d[0]:g}: spread {best_d[1]:+.3f} = {_share(best_d[1], src_spread)} of the source's" if best_d
