@@ -31,7 +31,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # offline: no teleme
 import gradio as gr  # noqa: E402
 
 from lmswitch import figures  # noqa: E402
-from lmswitch.documents import DocumentError, read_document  # noqa: E402
+from lmswitch.documents import DocumentError, read_document, split_lines  # noqa: E402
 from lmswitch.evaluate import Protocol, evaluate_settings, text_scores  # noqa: E402
 from lmswitch.generate import stream_rows  # noqa: E402
 from lmswitch.interpret import promoted_words, svd_dimensions, word_map  # noqa: E402
@@ -68,8 +68,6 @@ class Backend:
     def __init__(self, model: str = DEFAULT_MODEL, switches: str | Path | None = DEFAULT_SWITCHES) -> None:
         self.model_name = model
         self.folder = Path(switches) if switches else None
-        self.lm: LanguageModel | None = None
-        self.library: SwitchLibrary | None = None
         self.models: dict[str, tuple[LanguageModel, SwitchLibrary]] = {}
         self.error: str | None = None
         self.ready = threading.Event()
@@ -83,7 +81,6 @@ class Backend:
         """A backend around an already loaded model (tests, notebooks)."""
         backend = cls(lm.name, switches)
         backend.add_model(lm)
-        backend.lm, backend.library = backend.models[lm.name]
         backend.ready.set()
         return backend
 
@@ -104,12 +101,21 @@ class Backend:
     def load(self) -> Backend:
         try:
             self.add_model(load_model(self.model_name), self.model_name)
-            self.lm, self.library = self.models[self.model_name]
         except Exception as err:  # shown on the page instead of a dead app
             self.error = f"{type(err).__name__}: {err}"
         finally:
             self.ready.set()
         return self
+
+    @property
+    def lm(self) -> LanguageModel | None:
+        """The model the app started with (None until it is loaded)."""
+        return self.models[self.model_name][0] if self.model_name in self.models else None
+
+    @property
+    def library(self) -> SwitchLibrary | None:
+        """The switch folder's switches for the model the app started with."""
+        return self.models[self.model_name][1] if self.model_name in self.models else None
 
     def status(self) -> dict:
         return {"model": self.model_name, "ready": self.ready.is_set() and not self.error, "error": self.error,
@@ -511,9 +517,8 @@ def _training_data(mode: str, text_a, file_a, text_b, file_b) -> tuple[str | lis
     if mode == MODES[1]:
         return read_input(text_a, file_a, "document A"), read_input(text_b, file_b, "document B")
     if mode == MODES[2]:
-        def lines(t: str) -> list[str]:
-            return [line.strip() for line in t.splitlines() if line.strip()]
-        pos, neg = lines(read_input(text_a, file_a, "the positive list")), lines(read_input(text_b, file_b, "the negative list"))
+        pos = split_lines(read_input(text_a, file_a, "the positive list"))
+        neg = split_lines(read_input(text_b, file_b, "the negative list"))
         if len(pos) < 2 or len(neg) < 2:
             raise ValueError(f"give at least 2 sentences per side, one per line (got {len(pos)} positive, {len(neg)} negative); 20+ each works much better")
         return pos, neg

@@ -145,6 +145,11 @@ def read_document(path: str | Path, *, max_bytes: int = MAX_DOCUMENT_BYTES, name
     return text
 
 
+def split_lines(text: str) -> list[str]:
+    """The non-empty lines of a text, stripped (one example per line)."""
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
 def read_lines(path: str | Path, **kw) -> list[str]:
     """The non-empty lines of a document, stripped (one example per line)."""
-    return [line.strip() for line in read_document(path, **kw).splitlines() if line.strip()]
+    return split_lines(read_document(path, **kw))
