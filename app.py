@@ -2,7 +2,7 @@
 
 A thin Gradio adapter over the ``lmswitch`` library: plain functions (widget values →
 library call → display value), then the ``gr.Blocks`` layout, then ``launch()``.
-Per-user state lives in a :class:`lmswitch.session.Session` held by ``gr.State``;
+Per-user state lives in a :class:`lmswitch.serve.session.Session` held by ``gr.State``;
 the model and the shared switch folder live in a :class:`Backend` created by ``main``.
 
     python app.py [--host 127.0.0.1] [--port 7860] [--model smollm2-135m] [--switches pretrained_switches] [--share]
@@ -30,28 +30,29 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # offline: no teleme
 
 import gradio as gr  # noqa: E402
 
-from lmswitch import figures  # noqa: E402
-from lmswitch.documents import DocumentError, read_document, split_lines  # noqa: E402
-from lmswitch.evaluate import Protocol, evaluate_settings, text_scores  # noqa: E402
-from lmswitch.generate import stream_rows  # noqa: E402
-from lmswitch.interpret import promoted_words, svd_dimensions, word_map  # noqa: E402
-from lmswitch.meter import MAX_SWITCHES as MAX_METER_SWITCHES  # noqa: E402
-from lmswitch.meter import measure  # noqa: E402
-from lmswitch.models import DEFAULT_MODEL, LanguageModel, load_model  # noqa: E402
-from lmswitch.session import Session, SwitchLibrary, check_name, until  # noqa: E402
-from lmswitch.spans import highlight, token_changes  # noqa: E402
-from lmswitch.steering import MAX_ABS_EPS  # noqa: E402
-from lmswitch.switch import Switch, SwitchFileError, load_switch  # noqa: E402
-from lmswitch.train import TrainingCancelled, data_advice, train_switch  # noqa: E402
-from lmswitch.transfer import transfer  # noqa: E402
+from lmswitch.core.generate import stream_rows  # noqa: E402
+from lmswitch.core.models import DEFAULT_MODEL, LanguageModel, load_model  # noqa: E402
+from lmswitch.core.steering import MAX_ABS_EPS  # noqa: E402
+from lmswitch.core.switch import Switch, SwitchFileError, load_switch  # noqa: E402
+from lmswitch.core.train import TrainingCancelled, data_advice, train_switch  # noqa: E402
+from lmswitch.core.transfer import transfer  # noqa: E402
+from lmswitch.harness import figures  # noqa: E402
+from lmswitch.harness.evaluate import Protocol, evaluate_settings, text_scores  # noqa: E402
+from lmswitch.io.documents import DocumentError, read_document, split_lines  # noqa: E402
+from lmswitch.io.resources import examples_dir, shipped_switches_dir  # noqa: E402
+from lmswitch.lenses.meter import MAX_SWITCHES as MAX_METER_SWITCHES  # noqa: E402
+from lmswitch.lenses.meter import measure  # noqa: E402
+from lmswitch.lenses.spans import highlight, token_changes  # noqa: E402
+from lmswitch.lenses.svd import promoted_words, svd_dimensions, word_map  # noqa: E402
+from lmswitch.serve.session import Session, SwitchLibrary, check_name, until  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 ASSETS = ROOT / "assets"
-DEFAULT_SWITCHES = ROOT / "pretrained_switches"
+DEFAULT_SWITCHES = shipped_switches_dir()
 MAX_SLOTS = 12  # ε sliders shown in the Steer view (switches beyond that are usable in the other views)
 MAX_ROWS = 96  # generations in one sweep / composition-map call
 BUNDLED_MODELS = ("smollm2-135m", "gemma3-270m")  # offered by the model picker and the Transfer panel
-MIN_ANCHORS = 200  # shared words a transfer needs (lmswitch.transfer's default)
+MIN_ANCHORS = 200  # shared words a transfer needs (lmswitch.core.transfer's default)
 MODES = ("one document", "two documents (A vs B)", "labelled sentences")
 MAX_TRAIN_CHARS = 400_000  # ~100k tokens: trains in minutes on a CPU; bigger corpora belong to `python -m lmswitch train`
 MAX_HIGHLIGHT_CHARS = 100_000  # ~25k tokens scored in windows
@@ -711,7 +712,7 @@ def word_heatmap(heatmap: list[tuple[str, float]]) -> list[tuple[str, float]]:
 
 # --- layout -----------------------------------------------------------------------------------
 def highlight_examples() -> list[list]:
-    items = json.loads((ASSETS / "examples" / "highlight.json").read_text())
+    items = json.loads((examples_dir() / "highlight.json").read_text())
     return [[x["text"], x["switch"], x["eps"], x["max_span"], x["n_spans"]] for x in items]
 
 
@@ -819,7 +820,7 @@ def build_app(backend: Backend) -> gr.Blocks:
 
             with gr.Tab("Transfer", id="transfer"):
                 gr.Markdown("Map a switch to another model: a linear map between the two models' output embeddings, fitted on "
-                            "the words both vocabularies share (`lmswitch.transfer`, paper §5.3). The transferred switch then "
+                            "the words both vocabularies share (`lmswitch.core.transfer`, paper §5.3). The transferred switch then "
                             "steers the target model in the Steer tab, at its recommended ε.")
                 with gr.Row():
                     tr_switch = gr.Dropdown(label="switch (of the current model)", choices=shipped, value="", allow_custom_value=True)

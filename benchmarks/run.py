@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import lmswitch as ls  # noqa: E402
+from lmswitch.io.resources import shipped_switch_path  # noqa: E402
 
 
 def bench_load() -> dict:
@@ -133,9 +134,9 @@ def _median_time(fn, repeats: int) -> float:
 def bench_lens(lm: ls.LanguageModel, switch: ls.Switch, repeats: int) -> dict:
     """Highlight a 500-token text (ours: one body pass + two heads; naive: two full forward passes),
     the style meter on the same text, and the SVD word lists (first call in the process, then warm)."""
-    from lmswitch.interpret import promoted_words, svd_dimensions
-    from lmswitch.meter import measure
-    from lmswitch.spans import best_spans, highlight
+    from lmswitch.lenses.meter import measure
+    from lmswitch.lenses.spans import best_spans, highlight
+    from lmswitch.lenses.svd import promoted_words, svd_dimensions
 
     article = (ROOT / "benchmarks" / "data" / "article.txt").read_text()
     ids = lm.tokenizer(article + "\n\n" + article, add_special_tokens=False).input_ids[:500]
@@ -187,11 +188,11 @@ def bench_lens(lm: ls.LanguageModel, switch: ls.Switch, repeats: int) -> dict:
 
 def bench_eval(lm: ls.LanguageModel, prompts: int, samples: int) -> dict:
     """The evaluation harness (batched, coupled samples, scored) vs a naive per-prompt loop with HF sampling."""
-    from lmswitch.evaluate import Protocol, evaluate, load_prompts
+    from lmswitch.harness.evaluate import Protocol, evaluate, load_prompts
 
     texts = load_prompts("neutral", prompts)
     protocol = Protocol(samples=samples, max_new_tokens=25)
-    from lmswitch.pretrained import load_pretrained
+    from lmswitch.harness.pretrained import load_pretrained
 
     switch = load_pretrained(lm)["sentiment"]  # a real switch: a random one makes rows stop early at EOS
     evaluate(lm, [], texts[:2], Protocol(samples=1, max_new_tokens=2))  # warm-up: scorers and classifier load once
@@ -294,8 +295,8 @@ def bench_app(releases: int, runs: int) -> dict:
     import psutil
     from gradio_client import Client
 
-    from lmswitch.evaluate import sentiment_scores, text_scores, toxicity_scores
-    from lmswitch.generate import stream_rows
+    from lmswitch.core.generate import stream_rows
+    from lmswitch.harness.evaluate import sentiment_scores, text_scores, toxicity_scores
 
     sys.path.insert(0, str(ROOT / "tests"))
     from app_server import AppServer
@@ -326,7 +327,7 @@ def bench_app(releases: int, runs: int) -> dict:
     finally:
         server.stop()
         shutil.rmtree(workdir, ignore_errors=True)
-    result["thread_probe"] = _thread_probe(ROOT / "pretrained_switches" / "sentiment.safetensors")  # the server has stopped
+    result["thread_probe"] = _thread_probe(shipped_switch_path("sentiment"))  # the server has stopped
     result["uptime_start"], result["uptime_end"] = uptime_start, _uptime()
     return result
 
@@ -335,7 +336,8 @@ _THREAD_PROBE = """
 import json, statistics, sys, threading, time
 sys.path.insert(0, sys.argv[1])
 import lmswitch as ls
-from lmswitch.generate import SamplingOptions, generate_tokens
+from lmswitch.core.generate import generate_tokens
+from lmswitch.core.options import SamplingOptions
 lm = ls.load_model()
 sw = ls.load_switch(sys.argv[2], lm)
 def run():
@@ -408,7 +410,7 @@ def _bench_release(lm, sentiment, client, releases: int, stream_rows, text_score
     Every release goes to a new ε (the app remembers a session's recent results, so going back to
     an ε already seen is a cache hit: measured separately at the end).
     """
-    from lmswitch.spans import token_changes
+    from lmswitch.lenses.spans import token_changes
 
     # a /steer call without the page's load event keeps the sliders' default range: ±10 in steps of 0.5
     values = [x / 2 for x in range(-20, 21) if x]

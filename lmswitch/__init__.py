@@ -9,15 +9,15 @@
 >>> ls.measure(lm, [s], "What a lovely evening!")["switches"][0]["best_eps"]
 """
 
-from .generate import generate, stream_generate, stream_rows, sweep
-from .interpret import promoted_words, svd_dimensions
-from .meter import measure
-from .models import DEFAULT_MODEL, LanguageModel, cache_dir, load_model, model_fingerprint, preferred_dtype
-from .spans import best_spans, highlight, token_changes
-from .steering import steer, steer_rows, steering_matrix
-from .switch import Switch, SwitchFileError, load_switch
-from .train import TrainingCancelled, train_switch
-from .transfer import transfer
+from lmswitch.core.generate import generate, stream_generate, stream_rows, sweep
+from lmswitch.core.models import DEFAULT_MODEL, LanguageModel, cache_dir, load_model, model_fingerprint, preferred_dtype
+from lmswitch.core.steering import steer, steer_rows, steering_matrix
+from lmswitch.core.switch import Switch, SwitchFileError, load_switch
+from lmswitch.core.train import TrainingCancelled, train_switch
+from lmswitch.core.transfer import transfer
+from lmswitch.lenses.meter import measure
+from lmswitch.lenses.spans import best_spans, highlight, token_changes
+from lmswitch.lenses.svd import promoted_words, svd_dimensions
 
 __version__ = "0.1.0"
 

@@ -1,5 +1,5 @@
 import sys
 
-from .cli import main
+from lmswitch.cli import main
 
 sys.exit(main())

@@ -8,7 +8,8 @@ import sys
 import warnings
 from pathlib import Path
 
-from .documents import read_document, read_lines
+from lmswitch.io.documents import read_document, read_lines
+from lmswitch.io.resources import examples_dir
 
 
 def read_examples(path: str, document: bool) -> list[str]:
@@ -166,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "assets" / "examples"
+EXAMPLES = examples_dir()
 
 
 def _gen_kwargs(args) -> dict:
@@ -178,7 +179,7 @@ def _emit(args, data, text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from . import generate, load_model, load_switch, sweep, train_switch
+    from lmswitch import generate, load_model, load_switch, sweep, train_switch
 
     if args.command == "info" and args.switch:
         s = load_switch(args.switch)
@@ -230,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
         for eps, text in sweep(lm, args.prompt, switch, [-8, -4, 0, 4, 8], seed=0, max_new_tokens=30):
             print(f"eps {eps:+5.1f} | {args.prompt}{text}")
     elif args.command == "svd":
-        from .interpret import promoted_words, svd_dimensions
+        from lmswitch.lenses.svd import promoted_words, svd_dimensions
 
         switch = load_switch(args.switch, lm)
         dims = svd_dimensions(lm, switch, dims=args.dims, words=args.words)
@@ -245,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
             lines.append("  ↓ " + ", ".join(w["word"] for w in d["suppressed"]))
         _emit(args, {**dims, "promoted": overall["promoted"], "suppressed": overall["suppressed"]}, "\n".join(lines))
     elif args.command == "highlight":
-        from .spans import highlight
+        from lmswitch.lenses.spans import highlight
 
         switch = load_switch(args.switch, lm)
         h = highlight(lm, switch, _text_arg(args), eps=args.eps, max_span=args.max_span, n_spans=args.spans)
@@ -255,7 +256,7 @@ def run(args: argparse.Namespace) -> int:
         data["tokens"] = [{"text": t["text"], "start": t["start"], "end": t["end"], "delta": t["delta"]} for t in h["tokens"]]
         _emit(args, data, "\n".join(lines))
     elif args.command == "measure":
-        from .meter import measure
+        from lmswitch.lenses.meter import measure
 
         switches = [load_switch(path, lm) for path in args.switch]
         r = measure(lm, switches, _text_arg(args), points=args.points)
@@ -270,13 +271,13 @@ def run(args: argparse.Namespace) -> int:
     elif args.command == "eval":
         _run_eval(args, lm)
     elif args.command == "build-pretrained":
-        from .pretrained import PRETRAINED_DIR, build_pretrained
+        from lmswitch.harness.pretrained import PRETRAINED_DIR, build_pretrained
 
         paths = build_pretrained(lm, args.out or PRETRAINED_DIR, names=args.only, data_dir=args.data, eval_prompts=args.eval_prompts,
                                  samples=args.samples, seed=args.seed, log=lambda msg: print(msg, file=sys.stderr))
         _emit(args, {"written": [str(p) for p in paths]}, "\n".join(f"wrote {p}" for p in paths))
     elif args.command == "transfer":
-        from .transfer import transfer
+        from lmswitch.core.transfer import transfer
 
         target = load_model(args.to, dtype=args.dtype)
         moved = transfer(load_switch(args.switch), lm, target, anchors=args.anchors, min_anchors=args.min_anchors)
@@ -295,18 +296,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_eval(args, lm) -> None:
-    from .evaluate import Protocol, evaluate_grid, evaluate_sweep, load_prompts
-    from .figures import METRICS, export, grid_figure, sweep_figure
-    from .generate import SamplingOptions
-    from .switch import load_switch
+    from lmswitch.core.options import SamplingOptions
+    from lmswitch.core.switch import load_switch
+    from lmswitch.harness.evaluate import Protocol, evaluate_grid, evaluate_sweep, load_prompts
+    from lmswitch.harness.figures import METRICS, export, grid_figure, sweep_figure
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr)
 
     if args.transfer_to:
-        from .models import load_model
-        from .pretrained import PRETRAINED_DIR
-        from .report import command_line, run_transfer_report
+        from lmswitch.core.models import load_model
+        from lmswitch.harness.pretrained import PRETRAINED_DIR
+        from lmswitch.harness.report import command_line, run_transfer_report
 
         target = load_model(args.transfer_to, dtype=args.dtype)
         results = run_transfer_report(lm, target, args.report or "EVALUATION.md", switch_dir=args.switches or PRETRAINED_DIR,
@@ -315,8 +316,8 @@ def _run_eval(args, lm) -> None:
                              f"source spread {results['source_spread']:+.3f}; direct reference {results['best_direct']}")
         return
     if args.report:
-        from .pretrained import PRETRAINED_DIR
-        from .report import QUICK, Suite, command_line, run_report
+        from lmswitch.harness.pretrained import PRETRAINED_DIR
+        from lmswitch.harness.report import QUICK, Suite, command_line, run_report
 
         results = run_report(lm, args.report, suite=QUICK if args.quick else Suite(), switch_dir=args.switches or PRETRAINED_DIR,
                              seed=args.seed, command=command_line(), log=log)

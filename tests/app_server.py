@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from lmswitch.io.resources import shipped_switches_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "tests" / "artifacts"  # git-ignored: server logs, screenshots
 
@@ -25,7 +27,7 @@ class AppServer:
 
     def __init__(self, workdir: Path, name: str = "app") -> None:
         self.switches = workdir / "switches"
-        shutil.copytree(ROOT / "pretrained_switches", self.switches, ignore=shutil.ignore_patterns("*.md"))
+        shutil.copytree(shipped_switches_dir(), self.switches, ignore=shutil.ignore_patterns("*.md"))
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         ARTIFACTS.mkdir(parents=True, exist_ok=True)

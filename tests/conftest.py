@@ -33,8 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # and fight over the cores, especially when other processes run beside the tests).
 torch.set_num_threads(1)
 
-from lmswitch.models import LanguageModel  # noqa: E402
-from lmswitch.switch import Switch  # noqa: E402
+from lmswitch.core.models import LanguageModel  # noqa: E402
+from lmswitch.core.switch import Switch  # noqa: E402
+from lmswitch.io.resources import examples_dir  # noqa: E402
 
 SPECIALS = ["[UNK]", "[PAD]", "[EOS]"]
 UNK_ID, PAD_ID, EOS_ID = 0, 1, 2
@@ -142,7 +143,7 @@ def make_lm(tokenizer) -> Callable[..., LanguageModel]:
 
 # --- the real embedded model (SmolLM2-135M-Instruct, installed offline by `make test`) -----------------
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "assets" / "examples"
+EXAMPLES = examples_dir()
 
 
 @contextmanager

@@ -13,7 +13,7 @@ from conftest import random_switch
 
 import app
 import lmswitch as ls
-from lmswitch.session import Session
+from lmswitch.serve.session import Session
 
 PROMPT = "the happy one was"
 GEN = dict(max_new_tokens=8, temperature=1.0, top_p=0.9, seed=3, chat=False)

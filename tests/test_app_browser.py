@@ -22,10 +22,12 @@ from app_server import ARTIFACTS
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page, expect, sync_playwright
 
+from lmswitch.io.resources import examples_dir
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
-EXAMPLES = Path(__file__).resolve().parents[1] / "assets" / "examples"
+EXAMPLES = examples_dir()
 SWITCHES = ["detox", "formality", "sentiment"]  # the shipped library, in slot order
 NEW_SWITCH = "browser-switch"
 GENERATE_TIMEOUT = 90_000  # ms; one 40-token generation takes a few seconds on 2 busy cores

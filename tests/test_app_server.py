@@ -9,7 +9,7 @@ from conftest import EXAMPLES, lines
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
-from lmswitch.evaluate import sentiment_scores
+from lmswitch.harness.evaluate import sentiment_scores
 
 PROMPT = "My weekend was"
 SLOTS = 12  # ε slider slots of the Steer view; the library's switches come first, sorted: detox, formality, sentiment

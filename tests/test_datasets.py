@@ -7,8 +7,8 @@ import statistics
 
 import pytest
 
-from lmswitch.datasets import DATASETS, load_dataset
-from lmswitch.evaluate import sentiment_scores, toxicity_scores
+from lmswitch.harness.datasets import DATASETS, load_dataset
+from lmswitch.harness.evaluate import sentiment_scores, toxicity_scores
 
 
 @pytest.mark.parametrize("name", list(DATASETS))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lmswitch import documents
-from lmswitch.documents import MAX_DOCUMENT_BYTES, SUPPORTED, DocumentError, read_document, read_lines
+from lmswitch.io import documents
+from lmswitch.io.documents import MAX_DOCUMENT_BYTES, SUPPORTED, DocumentError, read_document, read_lines
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]

@@ -10,7 +10,9 @@ import pytest
 import torch
 from conftest import EOS_ID, random_switch
 
-from lmswitch.evaluate import (
+from lmswitch.core.generate import generate_tokens
+from lmswitch.core.options import SamplingOptions
+from lmswitch.harness.evaluate import (
     Protocol,
     continuation_nll,
     distinct_n,
@@ -26,9 +28,8 @@ from lmswitch.evaluate import (
     toxicity_scores,
     toxicity_summary,
 )
-from lmswitch.figures import export, grid_figure, loss_figure, meter_figure, spectrum_figure, sweep_figure, word_map_figure
-from lmswitch.generate import SamplingOptions, generate_tokens
-from lmswitch.spans import token_changes
+from lmswitch.harness.figures import export, grid_figure, loss_figure, meter_figure, spectrum_figure, sweep_figure, word_map_figure
+from lmswitch.lenses.spans import token_changes
 
 PROMPTS = ["the happy one", "she was", "they love the"]
 
@@ -346,8 +347,8 @@ def test_meter_figure():
 
 
 def test_figures_accept_real_word_map_and_meter_results(gpt2_lm):
-    from lmswitch.interpret import word_map
-    from lmswitch.meter import measure
+    from lmswitch.lenses.meter import measure
+    from lmswitch.lenses.svd import word_map
 
     switch = random_switch(gpt2_lm, seed=0, scale=30.0, name="r")
     data = word_map(gpt2_lm, switch, words=3, reference=["the kind one was at the sea with all of them"])

@@ -13,8 +13,8 @@ from conftest import CONTEXT, random_switch
 
 import lmswitch as ls
 from lmswitch import generate, stream_generate, sweep
-from lmswitch.generate import CoupledSampler
-from lmswitch.steering import active_hook_count
+from lmswitch.core.generate import CoupledSampler
+from lmswitch.core.steering import active_hook_count
 
 PROMPT = "the happy one was in a"
 

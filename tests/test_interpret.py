@@ -7,8 +7,8 @@ import torch
 from conftest import FILLER, WORDS_A, WORDS_B, random_switch
 
 import lmswitch as ls
-from lmswitch.interpret import promoted_words, reference_hidden, reference_texts, svd_dimensions, word_map
-from lmswitch.words import complete_words, is_readable_word, token_words
+from lmswitch.lenses.svd import promoted_words, reference_hidden, reference_texts, svd_dimensions, word_map
+from lmswitch.lenses.vocab import complete_words, is_readable_word, token_words
 
 REFERENCE = [
     "the kind one was at the sea with all of them",

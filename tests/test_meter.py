@@ -7,7 +7,7 @@ import torch
 from conftest import random_switch
 
 import lmswitch as ls
-from lmswitch.meter import measure
+from lmswitch.lenses.meter import measure
 
 TEXT = "the kind and warm people smile with joy but the cold and cruel one was bitter"
 
@@ -102,7 +102,7 @@ def test_no_switch_or_wrong_model_is_refused(gpt2_lm, llama_lm):
 
 
 def test_style_slope_is_the_derivative_of_the_curve_at_zero(llama_lm):
-    from lmswitch.meter import style_slope
+    from lmswitch.lenses.meter import style_slope
 
     s = random_switch(llama_lm, seed=31, scale=20.0)
     text = "the kind and warm one was happy with the sweet smile"

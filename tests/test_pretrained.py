@@ -6,9 +6,9 @@ import pytest
 import torch
 from conftest import WORDS_A, WORDS_B
 
-from lmswitch.evaluate import Protocol, evaluate_sweep, load_prompts
-from lmswitch.pretrained import PRETRAINED_DIR, SPECS, build_pretrained, get_spec, load_pretrained
-from lmswitch.switch import load_switch
+from lmswitch.core.switch import load_switch
+from lmswitch.harness.evaluate import Protocol, evaluate_sweep, load_prompts
+from lmswitch.harness.pretrained import PRETRAINED_DIR, SPECS, build_pretrained, get_spec, load_pretrained
 
 
 def _tiny_data(root):
@@ -25,7 +25,7 @@ def _tiny_data(root):
 def test_build_is_deterministic_and_cards_are_complete(tmp_path, llama_lm, monkeypatch):
     _tiny_data(tmp_path / "data")
     # a tiny model trains in a few steps; keep each spec's other settings
-    monkeypatch.setattr("lmswitch.pretrained.SPECS", tuple(
+    monkeypatch.setattr("lmswitch.harness.pretrained.SPECS", tuple(
         type(s)(**{**s.__dict__, "train": {**s.train, "steps": 20}}) for s in SPECS))
     messages = []
     first = build_pretrained(llama_lm, tmp_path / "a", names=["sentiment", "detox"], data_dir=tmp_path / "data", eval_prompts=0, log=messages.append)
@@ -86,10 +86,10 @@ def test_report_end_to_end_on_a_tiny_model(tmp_path, llama_lm, monkeypatch):
     """The report runs every section, writes figures, JSON and a targets table whose verdicts match its numbers."""
     import json
 
-    from lmswitch.report import QUICK, run_report
+    from lmswitch.harness.report import QUICK, run_report
 
     _tiny_data(tmp_path / "data")
-    monkeypatch.setattr("lmswitch.pretrained.SPECS", tuple(type(s)(**{**s.__dict__, "train": {**s.train, "steps": 10}}) for s in SPECS))
+    monkeypatch.setattr("lmswitch.harness.pretrained.SPECS", tuple(type(s)(**{**s.__dict__, "train": {**s.train, "steps": 10}}) for s in SPECS))
     build_pretrained(llama_lm, tmp_path / "switches", data_dir=tmp_path / "data", eval_prompts=0)
     assert (tmp_path / "switches" / "README.md").read_text(encoding="utf-8").count(".safetensors`") == 3
     results = run_report(llama_lm, tmp_path / "EVALUATION.md", figures=tmp_path / "fig", suite=QUICK, switch_dir=tmp_path / "switches",

@@ -7,10 +7,10 @@ from conftest import EXAMPLES, all_threads, lines
 from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
 
 import lmswitch as ls
-from lmswitch.interpret import promoted_words, svd_dimensions
-from lmswitch.meter import measure
-from lmswitch.spans import highlight, token_changes
-from lmswitch.words import complete_words
+from lmswitch.lenses.meter import measure
+from lmswitch.lenses.spans import highlight, token_changes
+from lmswitch.lenses.svd import promoted_words, svd_dimensions
+from lmswitch.lenses.vocab import complete_words
 
 pytestmark = pytest.mark.usefixtures("real_model_threads")
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lmswitch as ls
-from lmswitch.spans import best_spans, highlight, token_changes
+from lmswitch.lenses.spans import best_spans, highlight, token_changes
 
 
 def brute_force(scores: list[float], max_span: int, n_spans: int) -> float:

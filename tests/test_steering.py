@@ -13,7 +13,7 @@ import torch
 from conftest import random_ids, random_switch
 
 from lmswitch import Switch, SwitchFileError, steer, steer_rows
-from lmswitch.steering import active_hook_count
+from lmswitch.core.steering import active_hook_count
 
 
 @torch.no_grad()

@@ -13,7 +13,7 @@ from conftest import FAMILIES, random_switch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-import lmswitch.switch
+import lmswitch.core.switch
 from lmswitch import LanguageModel, Switch, SwitchFileError, load_switch, model_fingerprint
 
 
@@ -202,7 +202,7 @@ def test_failed_save_keeps_the_old_file_and_leaves_no_temp_files(tmp_path, saved
             fh.write(b"\x00garbage" * 100)
         raise OSError("disk full")
 
-    monkeypatch.setattr(lmswitch.switch, "save_file", broken_save_file)
+    monkeypatch.setattr(lmswitch.core.switch, "save_file", broken_save_file)
     other = 2 * switch
     with pytest.raises(OSError, match="disk full"):
         other.save(saved)
@@ -219,7 +219,7 @@ def test_interrupted_save_leaves_no_temp_files(tmp_path, switch, monkeypatch):
             fh.write(b"partial")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(lmswitch.switch, "save_file", interrupted)
+    monkeypatch.setattr(lmswitch.core.switch, "save_file", interrupted)
     with pytest.raises(KeyboardInterrupt):
         switch.save(tmp_path / "new.safetensors")
     assert list(tmp_path.iterdir()) == []

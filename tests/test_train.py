@@ -12,7 +12,7 @@ import torch
 from conftest import FILLER, WORDS_A, WORDS_B, build_lm
 
 from lmswitch import Switch, TrainingCancelled, steer, train_switch
-from lmswitch.train import data_advice
+from lmswitch.core.train import data_advice
 
 
 def sample_texts(rng: random.Random, style: list[str], n: int, length: int = 12, p_style: float = 0.5) -> list[str]:

@@ -10,9 +10,10 @@ from transformers import PreTrainedTokenizerFast
 
 import lmswitch as ls
 from lmswitch.cli import main
-from lmswitch.evaluate import load_prompts, sentiment_scores
-from lmswitch.switch import SwitchFileError
-from lmswitch.transfer import shared_anchors, transfer
+from lmswitch.core.switch import SwitchFileError
+from lmswitch.core.transfer import shared_anchors, transfer
+from lmswitch.harness.evaluate import load_prompts, sentiment_scores
+from lmswitch.io.resources import shipped_switch_path
 
 FEW = dict(min_anchors=20)  # the tiny vocabularies share 42 readable words
 
@@ -55,7 +56,7 @@ def test_procrustes_recovers_a_planted_scaled_rotation(make_lm):
     assert t.card["transfer"]["method"] == "procrustes" and t.card["transfer"]["heldout_r2"] > 0.999
     ids_s, ids_t, _ = shared_anchors(source, target)
     E_s, E_t = source.head.weight.detach().double()[ids_s], target.head.weight.detach().double()[ids_t]
-    from lmswitch.transfer import fit_procrustes
+    from lmswitch.core.transfer import fit_procrustes
 
     assert torch.allclose(fit_procrustes(E_s, E_t), Q.double() / 3, atol=1e-5)
 
@@ -118,7 +119,7 @@ def gemma():
 
 def test_sentiment_switch_transferred_to_gemma_moves_its_positivity(lm, gemma):
     """The shipped sentiment switch of the embedded model, mapped to Gemma-3-270M, makes Gemma more positive at +ε than at −ε."""
-    source = ls.load_switch("pretrained_switches/sentiment.safetensors", lm)
+    source = ls.load_switch(shipped_switch_path("sentiment"), lm)
     with all_threads():
         moved = transfer(source, lm, gemma)
         t = moved.card["transfer"]
@@ -134,7 +135,7 @@ def test_sentiment_switch_transferred_to_gemma_moves_its_positivity(lm, gemma):
 
 def test_transfer_report_section_is_written_and_replaced(tmp_path, llama_lm, make_lm):
     """The EVALUATION.md section on tiny models: verdict consistent with its numbers, rerunning replaces it."""
-    from lmswitch.report import TRANSFER_KEEP, TransferSuite, run_transfer_report
+    from lmswitch.harness.report import TRANSFER_KEEP, TransferSuite, run_transfer_report
 
     target = make_lm("gpt2", hidden=24)
     switches = tmp_path / "switches"

@@ -31,13 +31,14 @@ from pathlib import Path
 
 import torch
 
-from .generate import SamplingOptions, generate_tokens
-from .models import LanguageModel
-from .scoring import encode_text, target_logprobs
-from .steering import Setting, check_setting
-from .switch import Switch
+from lmswitch.core.generate import generate_tokens
+from lmswitch.core.hidden import encode_text, target_logprobs
+from lmswitch.core.models import LanguageModel
+from lmswitch.core.options import SamplingOptions
+from lmswitch.core.steering import Setting, check_setting
+from lmswitch.core.switch import Switch
+from lmswitch.io.resources import prompts_dir
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
 PROMPT_SETS = {"neutral": "neutral.txt", "provocative": "provocative.txt"}
 POSITIVE, NEGATIVE = 0.05, -0.05  # vader's conventional compound thresholds
 TOXIC = 0.5
@@ -47,7 +48,7 @@ Progress = Callable[[int, int], None]  # (done, total): rows in evaluate_setting
 
 def load_prompts(which: str | Path, limit: int | None = None) -> list[str]:
     """A shipped prompt set (``"neutral"``, ``"provocative"``) or a text file with one prompt per line."""
-    path = ASSETS / "prompts" / PROMPT_SETS[which] if which in PROMPT_SETS else Path(which)
+    path = prompts_dir() / PROMPT_SETS[which] if which in PROMPT_SETS else Path(which)
     if not path.is_file():
         names = ", ".join(PROMPT_SETS)
         raise ValueError(f"no prompt set {str(which)!r}: give one of {names} or a text file with one prompt per line")
@@ -120,7 +121,7 @@ def _formality_model():
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
 
-    from .datasets import load_dataset
+    from lmswitch.harness.datasets import load_dataset
 
     formal, informal = load_dataset("formality").train()
     model = make_pipeline(
@@ -290,7 +291,7 @@ def evaluate_settings(
     """:func:`evaluate` for several settings at once, one :class:`Evaluation` per setting, in order.
 
     All rows (settings × prompts × samples, setting-major) are sampled together in
-    batched :func:`~lmswitch.generate.generate_tokens` calls of ``protocol.batch_size``
+    batched :func:`~lmswitch.core.generate.generate_tokens` calls of ``protocol.batch_size``
     rows, each row with its own setting; every setting uses the same seeds, so the
     settings are compared on coupled samples. ``progress(done_rows, total_rows)`` is
     called after each batch. ``seconds`` of each evaluation is the total wall time

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .models import LanguageModel
-from .scoring import EncodedText, encode_text, head_logprobs, target_logprobs
-from .steering import Setting, check_setting, steering_matrix
-from .switch import Switch
+from lmswitch.core.hidden import EncodedText, encode_text, head_logprobs, target_logprobs
+from lmswitch.core.models import LanguageModel
+from lmswitch.core.steering import Setting, check_setting, steering_matrix
+from lmswitch.core.switch import Switch
 
 Span = tuple[int, int, float]  # token range [start, end) and its summed score
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "assets" / "data"
+from lmswitch.io.resources import styles_dir
+
+DATA_DIR = styles_dir()
 HELDOUT_EVERY = 10
 
 # name -> (folder, positive file, negative file, positive label, negative label)

@@ -23,29 +23,10 @@ import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from .models import LanguageModel
-from .steering import Setting, steer, steer_rows
-from .switch import Switch
-
-
-@dataclass(frozen=True)
-class SamplingOptions:
-    """Decoding settings shared by every row of one call."""
-
-    max_new_tokens: int = 40
-    temperature: float = 1.0  # 0 means greedy
-    top_p: float = 0.9
-    chat: bool = False  # wrap the prompt in the model's chat template (instruct models)
-
-    def validate(self, lm: LanguageModel) -> None:
-        if not isinstance(self.max_new_tokens, int) or not 1 <= self.max_new_tokens < lm.context_length:
-            raise ValueError(f"max_new_tokens must be an integer from 1 to {lm.context_length - 1}; got {self.max_new_tokens!r}")
-        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature) and 0 <= self.temperature <= 100):
-            raise ValueError(f"temperature must be a number from 0 (greedy) to 100; got {self.temperature!r}")
-        if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
-            raise ValueError(f"top_p must be in (0, 1]; got {self.top_p!r}")
-        if self.chat and not lm.has_chat_template:
-            raise ValueError(f"model '{lm.name}' has no chat template; generate without chat=True")
+from lmswitch.core.models import LanguageModel
+from lmswitch.core.options import SAMPLING, SamplingOptions
+from lmswitch.core.steering import Setting, steer, steer_rows
+from lmswitch.core.switch import Switch
 
 
 class CoupledSampler(LogitsProcessor):
@@ -230,12 +211,12 @@ def generate(
     prompt: str | Sequence[str],
     switches: Setting = (),
     *,
-    max_new_tokens: int = 40,
-    temperature: float = 1.0,
-    top_p: float = 0.9,
+    max_new_tokens: int = SAMPLING.max_new_tokens,
+    temperature: float = SAMPLING.temperature,
+    top_p: float = SAMPLING.top_p,
     seed: int = 0,
     samples: int = 1,
-    chat: bool = False,
+    chat: bool = SAMPLING.chat,
 ) -> list[str]:
     """Continuations of ``prompt`` steered by ``switches`` (pairs of switch and ε in ε0 units).
 
@@ -265,10 +246,10 @@ def sweep(
     seed: int = 0,
     *,
     others: Setting = (),
-    max_new_tokens: int = 40,
-    temperature: float = 1.0,
-    top_p: float = 0.9,
-    chat: bool = False,
+    max_new_tokens: int = SAMPLING.max_new_tokens,
+    temperature: float = SAMPLING.temperature,
+    top_p: float = SAMPLING.top_p,
+    chat: bool = SAMPLING.chat,
 ) -> list[tuple[float, str]]:
     """The same prompt and seed at each ε of one switch, in one batched call (the paper's Table 5).
 
@@ -293,10 +274,10 @@ def stream_rows(
     settings: Sequence[Setting],
     *,
     seed: int = 0,
-    max_new_tokens: int = 40,
-    temperature: float = 1.0,
-    top_p: float = 0.9,
-    chat: bool = False,
+    max_new_tokens: int = SAMPLING.max_new_tokens,
+    temperature: float = SAMPLING.temperature,
+    top_p: float = SAMPLING.top_p,
+    chat: bool = SAMPLING.chat,
     executor: Executor | None = None,
 ) -> Iterator[list[str]]:
     """Stream several settings of one prompt side by side (same seed): yields the texts so far, per row.

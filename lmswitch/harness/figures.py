@@ -11,7 +11,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .evaluate import Evaluation
+from lmswitch.harness.evaluate import Evaluation
 
 # metric key -> (axis title, range or None)
 METRICS: dict[str, tuple[str, tuple[float, float] | None]] = {
@@ -130,7 +130,7 @@ WORD_GROUP_COLORS = {"promoted 1": "#2ca02c", "suppressed 1": "#d62728", "promot
 
 
 def word_map_figure(data: dict) -> go.Figure:
-    """Scatter of :func:`~lmswitch.interpret.word_map` points, one trace per non-empty group, labelled with the words."""
+    """Scatter of :func:`~lmswitch.lenses.svd.word_map` points, one trace per non-empty group, labelled with the words."""
     fig = go.Figure()
     for group, color in WORD_GROUP_COLORS.items():
         points = [p for p in data["points"] if p["group"] == group]

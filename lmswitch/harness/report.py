@@ -14,12 +14,12 @@ from pathlib import Path
 
 import torch
 
-from .datasets import load_dataset
-from .evaluate import Evaluation, Protocol, evaluate_grid, evaluate_sweep, load_prompts
-from .figures import export, grid_figure, sweep_figure
-from .models import LanguageModel
-from .pretrained import PRETRAINED_DIR, get_spec, load_pretrained
-from .train import train_switch
+from lmswitch.core.models import LanguageModel
+from lmswitch.core.train import train_switch
+from lmswitch.harness.datasets import load_dataset
+from lmswitch.harness.evaluate import Evaluation, Protocol, evaluate_grid, evaluate_sweep, load_prompts
+from lmswitch.harness.figures import export, grid_figure, sweep_figure
+from lmswitch.harness.pretrained import PRETRAINED_DIR, get_spec, load_pretrained
 
 Log = Callable[[str], None]
 
@@ -349,9 +349,9 @@ def run_transfer_report(source: LanguageModel, target: LanguageModel, out: str |
                         command: str = "", log: Log | None = None) -> dict:
     """Transfer the shipped sentiment switch to ``target``, evaluate it there against a switch trained on ``target``
     directly with the same data, and write the table as a section of ``out``."""
-    from .evaluate import evaluate_settings
-    from .pretrained import build_switch
-    from .transfer import transfer
+    from lmswitch.core.transfer import transfer
+    from lmswitch.harness.evaluate import evaluate_settings
+    from lmswitch.harness.pretrained import build_switch
 
     say = log or (lambda _m: None)
     start = time.perf_counter()
@@ -381,7 +381,7 @@ def run_transfer_report(source: LanguageModel, target: LanguageModel, out: str |
         f"({suite.prompts} neutral prompts × {suite.samples} samples, 25 new tokens, p = 0.9, seeds coupled across ε; "
         f"{(time.perf_counter() - start) / 60:.1f} min on this machine).",
         "",
-        f"The shipped `sentiment` switch of `{source.name}` mapped to `{target.name}` with `lmswitch.transfer`: H fitted on "
+        f"The shipped `sentiment` switch of `{source.name}` mapped to `{target.name}` with `lmswitch.core.transfer`: H fitted on "
         f"{t['anchors']} shared words (held-out {t['heldout_anchors']}: R² {t['heldout_r2']}, nearest-word accuracy "
         f"{t['heldout_top1']:.1%}); recommended ε {r:+g} (the source's {t['source_recommended_eps']:+g} × {t['eps_scale']}, "
         "matching the typical logit change).",

@@ -19,7 +19,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 if TYPE_CHECKING:
-    from .models import LanguageModel
+    from lmswitch.core.models import LanguageModel
 
 FORMAT_VERSION = "1"
 MAX_FILE_BYTES = 2 * 1024**3  # a 16k × 16k float32 matrix is 1 GiB; anything much larger is not a switch

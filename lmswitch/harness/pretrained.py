@@ -14,15 +14,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import __version__
-from .datasets import DATASETS, load_dataset
-from .evaluate import Protocol, evaluate_sweep, load_prompts
-from .meter import style_slope
-from .models import LanguageModel
-from .switch import Switch, load_switch
-from .train import train_switch
+from lmswitch import __version__
+from lmswitch.core.models import LanguageModel
+from lmswitch.core.switch import Switch, load_switch
+from lmswitch.core.train import train_switch
+from lmswitch.harness.datasets import DATASETS, load_dataset
+from lmswitch.harness.evaluate import Protocol, evaluate_sweep, load_prompts
+from lmswitch.io.resources import shipped_switches_dir
+from lmswitch.lenses.meter import style_slope
 
-PRETRAINED_DIR = Path(__file__).resolve().parent.parent / "pretrained_switches"
+PRETRAINED_DIR = shipped_switches_dir()
 
 
 @dataclass(frozen=True)

@@ -19,15 +19,15 @@ import os
 import tempfile
 import weakref
 from dataclasses import dataclass
-from importlib import resources
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from .models import LanguageModel, cache_dir
-from .scoring import encode_texts
-from .switch import Switch
-from .words import complete_words, token_words
+from lmswitch.core.hidden import encode_texts
+from lmswitch.core.models import LanguageModel, cache_dir
+from lmswitch.core.switch import Switch
+from lmswitch.io.resources import read_data_text
+from lmswitch.lenses.vocab import complete_words, token_words
 
 MAX_DIMS = 100
 MAX_WORDS = 500
@@ -37,7 +37,7 @@ _REFERENCE_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def reference_texts() -> list[str]:
     """The bundled neutral reference texts (everyday prose on many topics, written for this project)."""
-    text = resources.files("lmswitch").joinpath("data/reference.txt").read_text(encoding="utf-8")
+    text = read_data_text("reference.txt")
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
@@ -45,7 +45,7 @@ def reference_hidden(lm: LanguageModel, texts: list[str] | None = None) -> torch
     """Head inputs ``c`` over reference texts, ``(N, d)`` float32.
 
     The bundled set's states are cached per model, in memory and on disk under
-    :func:`~lmswitch.models.cache_dir` (keyed by weights, dtype and text).
+    :func:`~lmswitch.core.models.cache_dir` (keyed by weights, dtype and text).
     """
     if texts is None:
         cached = _REFERENCE_CACHE.get(lm)
@@ -101,7 +101,7 @@ def _top_words(lm: LanguageModel, rankings: torch.Tensor, ids: torch.Tensor, sur
     """For each row of ``rankings`` (k, n_words): the word-table indices of its ``n`` highest-scoring
     distinct whole words (case-insensitive; the best-scoring form is kept), best first.
 
-    Candidates are checked with :func:`~lmswitch.words.complete_words` in score
+    Candidates are checked with :func:`~lmswitch.lenses.vocab.complete_words` in score
     order, a little more than needed at a time and for all rows in one batched
     call, so only the top of each ranking costs model time.
     """

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .models import LanguageModel
+from lmswitch.core.models import LanguageModel
 
 MAX_TEXT_CHARS = 2_000_000  # ~500k tokens; beyond this a text is almost surely not meant for one call
 WINDOW_TOKENS = 1024  # body-pass window for long texts (bounded memory on a CPU)

@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from .models import LanguageModel
-from .scoring import TokenStates, check_text, encode_texts
-from .switch import Switch
+from lmswitch.core.hidden import TokenStates, check_text, encode_texts
+from lmswitch.core.models import LanguageModel
+from lmswitch.core.switch import Switch
 
 ProgressCallback = Callable[[int, int, float], None]  # (step, total, loss)
 

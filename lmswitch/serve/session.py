@@ -13,8 +13,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from .models import LanguageModel
-from .switch import Switch, SwitchFileError, load_switch
+from lmswitch.core.models import LanguageModel
+from lmswitch.core.switch import Switch, SwitchFileError, load_switch
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,47}$")
 MAX_SESSION_SWITCHES = 32  # each is a d × d float32 matrix (1.3 MB for the embedded model)

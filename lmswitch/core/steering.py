@@ -17,8 +17,8 @@ from contextvars import ContextVar
 
 import torch
 
-from .models import LanguageModel
-from .switch import Switch
+from lmswitch.core.models import LanguageModel
+from lmswitch.core.switch import Switch
 
 Setting = Sequence[tuple[Switch, float]]  # (switch, eps in units of that switch's eps0)
 

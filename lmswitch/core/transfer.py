@@ -14,10 +14,10 @@ from pathlib import Path
 
 import torch
 
-from .interpret import reference_hidden
-from .models import LanguageModel
-from .switch import Switch
-from .words import token_words
+from lmswitch.core.models import LanguageModel
+from lmswitch.core.switch import Switch
+from lmswitch.lenses.svd import reference_hidden
+from lmswitch.lenses.vocab import token_words
 
 HELDOUT_EVERY = 10  # every 10th anchor is held out to report the fit quality
 STRENGTH_CONTEXTS = 64  # reference contexts used to match the typical logit change of source and target

@@ -16,9 +16,9 @@ import numpy as np
 import scipy.optimize
 import torch
 
-from .models import LanguageModel
-from .scoring import HEAD_CHUNK, encode_text, raw_logits
-from .switch import Switch
+from lmswitch.core.hidden import HEAD_CHUNK, encode_text, raw_logits
+from lmswitch.core.models import LanguageModel
+from lmswitch.core.switch import Switch
 
 MAX_SWITCHES = 8
 MAX_GRID = 201

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from .models import LanguageModel, cache_dir
-from .scoring import prefix_ids
+from lmswitch.core.hidden import prefix_ids
+from lmswitch.core.models import LanguageModel, cache_dir
 
 SPACE_MARKERS = ("Ġ", "▁", " ")  # byte-level BPE, SentencePiece, plain space
 _WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")  # letters (any script), inner apostrophes/hyphens allowed
@@ -92,7 +92,7 @@ def complete_words(lm: LanguageModel, ids: Sequence[int], threshold: float = 0.5
     space marker, starts with a letter or digit) after the neutral context
     ``"This is"`` (a first position alone is a poor context). One batched forward
     pass per call; results are cached per model, in memory and on disk under
-    :func:`~lmswitch.models.cache_dir` (they depend only on the weights). Word-level
+    :func:`~lmswitch.core.models.cache_dir` (they depend only on the weights). Word-level
     vocabularies have no fragments, so every token is whole there.
     """
     tw = token_words(lm.tokenizer)

@@ -1,0 +1,105 @@
+"""Typed options, each default written once: decoding (:class:`SamplingOptions`) and training (:class:`TrainConfig`).
+
+The CLI, the app, the benchmarks and the report read their defaults from these
+classes (``TrainConfig().steps``, ``SAMPLING.top_p``) instead of repeating numbers.
+
+>>> cfg = TrainConfig(steps=300, rank=16)     # doctest: +SKIP
+>>> train_switch(lm, pos, neg, config=cfg)    # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from lmswitch.core.models import LanguageModel
+
+MAX_STEPS = 100_000
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    """Decoding settings shared by every row of one call."""
+
+    max_new_tokens: int = field(default=40, metadata={"help": "tokens to generate after the prompt"})
+    temperature: float = field(default=1.0, metadata={"help": "softmax temperature; 0 means greedy"})
+    top_p: float = field(default=0.9, metadata={"help": "nucleus sampling mass, in (0, 1]"})
+    chat: bool = field(default=False, metadata={"help": "wrap the prompt in the model's chat template (instruct models)"})
+
+    def validate(self, lm: LanguageModel) -> None:
+        if not _whole(self.max_new_tokens) or not 1 <= self.max_new_tokens < lm.context_length:
+            raise ValueError(f"max_new_tokens must be an integer from 1 to {lm.context_length - 1}; got {self.max_new_tokens!r}")
+        if not (_finite(self.temperature) and 0 <= self.temperature <= 100):
+            raise ValueError(f"temperature must be a number from 0 (greedy) to 100; got {self.temperature!r}")
+        if not (_finite(self.top_p) and 0 < self.top_p <= 1):
+            raise ValueError(f"top_p must be in (0, 1]; got {self.top_p!r}")
+        if self.chat and not lm.has_chat_template:
+            raise ValueError(f"model '{lm.name}' has no chat template; generate without chat=True")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+SAMPLING = SamplingOptions()  # the defaults, for signatures that take the fields one by one
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How :func:`~lmswitch.core.train.train_switch` optimises a switch (paper appendix D, with early stopping)."""
+
+    steps: int = field(default=200, metadata={"help": "maximum optimiser steps"})
+    lr: float = field(default=1e-2, metadata={"help": "Adam learning rate (paper: 1e-2)"})
+    eps0: float = field(default=1e-3, metadata={"help": "the ε unit the switch is fitted at (paper: 1e-3)"})
+    l2: float = field(default=0.0, metadata={"help": "L2 penalty on ε0·W (and the dummy matrix)"})
+    heldout: float = field(default=0.15, metadata={"help": "fraction of texts (or token blocks) held out for early stopping"})
+    batch_tokens: int = field(default=256, metadata={"help": "tokens per optimiser step"})
+    eval_every: int = field(default=10, metadata={"help": "steps between held-out evaluations"})
+    patience: int = field(default=4, metadata={"help": "evaluations without improvement before stopping"})
+    min_steps: int | None = field(default=None, metadata={"help": "steps before early stopping may act (None: half of steps)"})
+    chunk_tokens: int = field(default=512, metadata={"help": "tokens per chunk when a long document is encoded"})
+    seed: int = field(default=0, metadata={"help": "seed of the held-out split and the batches"})
+    rank: int | None = field(default=None, metadata={"help": "keep only the top singular directions of W (None: full rank)"})
+    matmul_dtype: torch.dtype = field(default=torch.bfloat16, metadata={"help": "dtype of the head matmuls in training"})
+
+    def validate(self, hidden_size: int) -> None:
+        """Raise a ValueError that names the bad field and its allowed range."""
+        if not _whole(self.steps) or not 1 <= self.steps <= MAX_STEPS:
+            raise ValueError(f"steps must be an integer from 1 to {MAX_STEPS}; got {self.steps!r}")
+        for label, value, lo, hi in (("lr", self.lr, 0, 1), ("eps0", self.eps0, 0, 1), ("l2", self.l2, -1e-12, 1e6)):
+            if not (_finite(value) and lo < value <= hi):
+                raise ValueError(f"{label} must be a finite number in ({lo:g}, {hi:g}]; got {value!r}")
+        if self.rank is not None and (not _whole(self.rank) or not 1 <= self.rank <= hidden_size):
+            raise ValueError(f"rank must be an integer from 1 to the hidden size {hidden_size}; got {self.rank!r}")
+        if not (_finite(self.heldout) and 0 <= self.heldout < 0.5):
+            raise ValueError(f"heldout must be a fraction in [0, 0.5); got {self.heldout!r}")
+        if not _whole(self.batch_tokens) or self.batch_tokens < 16:
+            raise ValueError(f"batch_tokens must be an integer ≥ 16; got {self.batch_tokens!r}")
+        for label, value in (("eval_every", self.eval_every), ("patience", self.patience), ("chunk_tokens", self.chunk_tokens)):
+            if not _whole(value) or value < 1:
+                raise ValueError(f"{label} must be a positive integer; got {value!r}")
+        if not _whole(self.seed) or self.seed < 0:
+            raise ValueError(f"seed must be a non-negative integer; got {self.seed!r}")
+        if not _whole(self.warmup) or not 0 <= self.warmup <= self.steps:
+            raise ValueError(f"min_steps must be an integer from 0 to steps ({self.steps}); got {self.min_steps!r}")
+
+    @property
+    def warmup(self) -> int:
+        """Steps before held-out early stopping may act."""
+        return self.steps // 2 if self.min_steps is None else self.min_steps
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["matmul_dtype"] = str(self.matmul_dtype).removeprefix("torch.")
+        return data

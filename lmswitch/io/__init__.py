@@ -1,0 +1,1 @@
+"""Reading and writing: documents, package data, the one parser for switch settings."""

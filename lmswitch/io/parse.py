@@ -1,0 +1,97 @@
+"""The one parser for switch settings and ε lists, used by the CLI, the app and the API.
+
+>>> parse_setting("sentiment=5, detox=-2")
+[('sentiment', 5.0), ('detox', -2.0)]
+>>> parse_switch_spec("my/switch.safetensors=-3")
+('my/switch.safetensors', -3.0)
+>>> parse_eps_list("-10, -5, 0, 5, 10")
+[-10.0, -5.0, 0.0, 5.0, 10.0]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+DEFAULT_EPS = 5.0  # ε of a ``--switch S`` given without ``=EPS`` (the paper's 5ε0)
+MAX_EPS_VALUES = 15  # one interactive sweep or grid axis
+
+
+def parse_eps(value: object, name: str = "switch") -> float:
+    """One finite ε (a number or a numeric string), with an error naming the switch."""
+    if isinstance(value, bool):
+        raise ValueError(f"the ε of '{name}' must be a number; got {value!r}")
+    try:
+        eps = float(value.strip() if isinstance(value, str) else value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"the ε of '{name}' must be a number; got {value!r}") from None
+    if not math.isfinite(eps):
+        raise ValueError(f"the ε of '{name}' must be a finite number; got {value!r}")
+    return eps
+
+
+def parse_switch_spec(value: str, default_eps: float = DEFAULT_EPS) -> tuple[str, float]:
+    """``"NAME_OR_PATH=EPS"`` → (name or path, ε); without ``=EPS`` the ε is ``default_eps``.
+
+    The last ``=`` splits, so paths that contain ``=`` still work when an ε is given.
+    """
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"expected NAME=EPS or PATH=EPS (e.g. sentiment=5); got {value!r}")
+    ref, sep, eps = value.strip().rpartition("=")
+    if not sep:
+        return value.strip(), float(default_eps)
+    if not ref.strip():
+        raise ValueError(f"expected NAME=EPS or PATH=EPS with a switch before '='; got {value!r}")
+    return ref.strip(), parse_eps(eps, ref.strip())
+
+
+def parse_setting(value: str | Mapping[str, object] | None) -> list[tuple[str, float]]:
+    """``"sentiment=5, detox=-2"`` (or ``{"sentiment": 5}``) → name/ε pairs; empty → ``[]``.
+
+    Every pair needs an explicit ε here; a name given twice is an error.
+    """
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return []
+    if isinstance(value, Mapping):
+        items = [(str(k), v) for k, v in value.items()]
+    elif isinstance(value, str):
+        items = []
+        for part in value.split(","):
+            if not part.strip():
+                continue
+            name, sep, eps = part.partition("=")
+            if not sep or not name.strip():
+                raise ValueError(f"write switches as name=eps, separated by commas (e.g. sentiment=5, detox=-2); got {part.strip()!r}")
+            items.append((name.strip(), eps))
+    else:
+        raise ValueError(f"switches are a 'name=eps, …' string or a {{name: eps}} mapping; got {type(value).__name__}")
+    out = [(name, parse_eps(eps, name)) for name, eps in items]
+    names = [name for name, _ in out]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"switch {', '.join(repr(n) for n in twice)} is given more than once")
+    return out
+
+
+def parse_eps_list(value: str | None, default: list[float] | None = None, max_values: int = MAX_EPS_VALUES) -> list[float]:
+    """``"-10, -5, 0, 5, 10"`` (commas or semicolons) → floats; empty → ``default`` (or an error without one)."""
+    if value is None or not str(value).strip():
+        if default is None:
+            raise ValueError("give at least one ε value, e.g. -5,0,5")
+        return list(default)
+    try:
+        values = [float(v) for v in str(value).replace(";", ",").split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"ε values must be numbers separated by commas, like -10, -5, 0, 5, 10; got {value!r}") from None
+    if not values or not all(math.isfinite(v) for v in values):
+        raise ValueError(f"give finite ε values separated by commas; got {value!r}")
+    if len(values) > max_values:
+        raise ValueError(f"at most {max_values} ε values; got {len(values)}")
+    return values
+
+
+def eps_grid(low: float, high: float, count: int) -> list[float]:
+    """``count`` evenly spaced ε values from ``low`` to ``high`` (rounded to 0.01), e.g. a slider's range."""
+    if count < 2:
+        return [round((low + high) / 2, 2)]
+    return [round(low + (high - low) * i / (count - 1), 2) for i in range(count)]

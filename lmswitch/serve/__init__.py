@@ -1,0 +1,1 @@
+"""Serving many users: sessions, the switch library, the steered-vs-unsteered comparison."""
