@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import lmswitch as ls  # noqa: E402
+from lmswitch.core.options import TrainConfig  # noqa: E402
 from lmswitch.io.resources import shipped_switch_path  # noqa: E402
 
 
@@ -100,7 +101,7 @@ def _naive_train(lm: ls.LanguageModel, text: str, steps: int, lr: float, eps0: f
 def bench_train(lm: ls.LanguageModel, steps: int, naive_steps: int) -> tuple[dict, ls.Switch]:
     text = (ROOT / "benchmarks" / "data" / "article.txt").read_text()
     start = time.perf_counter()
-    switch = ls.train_switch(lm, text, steps=steps, seed=0, min_steps=steps)
+    switch = ls.train_switch(lm, text, config=TrainConfig(steps=steps, min_steps=steps))
     ours = time.perf_counter() - start
     naive = _naive_train(lm, text, naive_steps, lr=1e-2)
     naive_total = naive * steps / naive_steps

@@ -183,7 +183,7 @@ def sentiment(lm) -> Switch:
     pos = lines(EXAMPLES / "sentiment_positive.txt")[:30]
     neg = lines(EXAMPLES / "sentiment_negative.txt")[:30]
     with all_threads():
-        return train_switch(lm, pos, neg, name="sentiment", seed=0)
+        return train_switch(lm, pos, neg, name="sentiment")
 
 
 # --- the real web app (app.py) in a subprocess, for the gradio_client and browser tests ------------------

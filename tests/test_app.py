@@ -120,11 +120,6 @@ def test_the_same_request_again_is_answered_from_memory(backend):
     assert len(list(app.steer(backend, PROMPT, *gen_args(), session, 0.0, 0.0))) == 1
 
 
-def test_heatmap_pieces_are_joined_into_words():
-    pieces = [("Hon", 0.1), ("est", -0.4), ("ly", 0.2), (",", 0.0), (" you", 0.9), (" pat", 0.3), ("hetic", -0.5), (" 42", 0.1)]
-    assert app.word_heatmap(pieces) == [("Honestly", -0.4), (",", 0.0), (" you", 0.9), (" pathetic", -0.5), (" 42", 0.1)]
-
-
 def test_streaming_yields_growing_text_then_scores(backend):
     updates = list(app.steer(backend, PROMPT, *gen_args(), Session(), 6.0, 0.0))
     assert len(updates) >= 2
@@ -370,14 +365,14 @@ def test_highlight_returns_spans_heatmap_and_meter(backend, llama_lm):
     assert len(meter_fig.data) == 2 * 2  # a curve and a best-ε marker per switch
     assert "Style meter" in summary and "alpha" in summary and "beta" in summary
     direct = ls.highlight(llama_lm, backend.library.get("alpha"), text, eps=-4, max_span=3, n_spans=2)
-    assert spans == direct["highlighted"]
+    assert spans == direct.highlighted
 
 
 # --- several models: the picker and the Transfer panel ------------------------------------------
 
 
 def test_model_picker_and_transfer_steer_another_model(backend, llama_lm, make_lm, monkeypatch):
-    monkeypatch.setattr(app, "MIN_ANCHORS", 20)  # the tiny vocabularies share 42 words
+    monkeypatch.setattr("lmswitch.webapp.steer.MIN_ANCHORS", 20)  # the tiny vocabularies share 42 words
     other = make_lm("gpt2", hidden=24)
     backend.add_model(other, "tiny-other")
     session = Session()

@@ -12,6 +12,7 @@ import torch
 from conftest import FILLER, WORDS_A, WORDS_B, build_lm
 
 from lmswitch import Switch, TrainingCancelled, steer, train_switch
+from lmswitch.core.options import TrainConfig
 from lmswitch.core.train import data_advice
 
 
@@ -55,7 +56,7 @@ def small_data():
 def planted(signal_lm):
     rng = random.Random(0)
     pos, neg = sample_texts(rng, WORDS_A, 60), sample_texts(rng, WORDS_B, 60)
-    switch = train_switch(signal_lm, pos, neg, seed=0, steps=200, name="style", positive_label="A", negative_label="B")
+    switch = train_switch(signal_lm, pos, neg, config=TrainConfig(seed=0, steps=200), name="style", positive_label="A", negative_label="B")
     return signal_lm, switch
 
 
@@ -107,9 +108,9 @@ def test_planted_card(planted):
 
 def test_same_seed_same_switch_other_seed_other_switch(small_lm, small_data):
     pos, neg = small_data
-    a = train_switch(small_lm, pos, neg, seed=0, steps=25)
-    b = train_switch(small_lm, pos, neg, seed=0, steps=25)
-    c = train_switch(small_lm, pos, neg, seed=1, steps=25)
+    a = train_switch(small_lm, pos, neg, config=TrainConfig(seed=0, steps=25))
+    b = train_switch(small_lm, pos, neg, config=TrainConfig(seed=0, steps=25))
+    c = train_switch(small_lm, pos, neg, config=TrainConfig(seed=1, steps=25))
     assert torch.equal(a.W, b.W)
     assert a.card["train_losses"] == b.card["train_losses"]
     assert not torch.allclose(a.W, c.W)
@@ -121,7 +122,7 @@ def test_same_seed_same_switch_other_seed_other_switch(small_lm, small_data):
 def test_progress_callback_reports_every_step(small_lm, small_data):
     pos, neg = small_data
     calls: list[tuple] = []
-    switch = train_switch(small_lm, pos, neg, seed=0, steps=15, progress=lambda *args: calls.append(args))
+    switch = train_switch(small_lm, pos, neg, config=TrainConfig(seed=0, steps=15), progress=lambda *args: calls.append(args))
     assert [c[0] for c in calls] == list(range(1, 16))
     assert all(c[1] == 15 for c in calls)
     assert all(isinstance(c[2], float) and math.isfinite(c[2]) and c[2] > 0 for c in calls)
@@ -139,18 +140,18 @@ def test_cancel_from_inside_the_callback(small_lm, small_data):
             cancel.set()
 
     with pytest.raises(TrainingCancelled, match="step 3 of 50"):
-        train_switch(small_lm, pos, neg, steps=50, progress=progress, cancel=cancel)
+        train_switch(small_lm, pos, neg, config=TrainConfig(steps=50), progress=progress, cancel=cancel)
     assert seen == [1, 2, 3]
 
 
 def test_cancel_with_a_callable_and_before_the_first_step(small_lm, small_data):
     pos, neg = small_data
     with pytest.raises(TrainingCancelled, match="step 0"):
-        train_switch(small_lm, pos, neg, steps=10, cancel=lambda: True)
+        train_switch(small_lm, pos, neg, config=TrainConfig(steps=10), cancel=lambda: True)
     done = threading.Event()
     done.set()
     with pytest.raises(TrainingCancelled):
-        train_switch(small_lm, pos, neg, steps=10, cancel=done)
+        train_switch(small_lm, pos, neg, config=TrainConfig(steps=10), cancel=done)
 
 
 # --- bad inputs -------------------------------------------------------------------------------
@@ -170,17 +171,17 @@ GOOD = ["the happy and good one", "a warm kind smile for all"]
         ((["the good one", "happy"],), {}, r"text #2 .* 1 token"),
         ((["the good", 42],), {}, "not a string"),
         ((["the good\x00one"],), {}, "NUL"),
-        ((GOOD,), {"steps": 0}, "steps must be an integer"),
-        ((GOOD,), {"steps": 10**9}, "steps must be an integer"),
-        ((GOOD,), {"steps": 2.5}, "steps must be an integer"),
+        ((GOOD,), {"config": TrainConfig(steps=0)}, "steps must be an integer"),
+        ((GOOD,), {"config": TrainConfig(steps=10**9)}, "steps must be an integer"),
+        ((GOOD,), {"config": TrainConfig(steps=2.5)}, "steps must be an integer"),
         ((GOOD, ["the sad one"]), {"labels": [1.0, 1.0]}, "2 labels for 3 texts"),
         ((GOOD,), {"labels": [1.0, 1.5]}, r"labels must be finite numbers in \[-1, 1\]"),
         ((GOOD,), {"labels": [-2.0, 1.0]}, r"\[-1, 1\]"),
         ((GOOD,), {"labels": [float("nan"), 1.0]}, r"\[-1, 1\]"),
-        ((GOOD,), {"lr": 0.0}, "lr"),
-        ((GOOD,), {"eps0": float("inf")}, "eps0"),
-        ((GOOD,), {"heldout": 0.7}, "heldout"),
-        ((GOOD,), {"batch_tokens": 4}, "batch_tokens"),
+        ((GOOD,), {"config": TrainConfig(lr=0.0)}, "lr"),
+        ((GOOD,), {"config": TrainConfig(eps0=float("inf"))}, "eps0"),
+        ((GOOD,), {"config": TrainConfig(heldout=0.7)}, "heldout"),
+        ((GOOD,), {"config": TrainConfig(batch_tokens=4)}, "batch_tokens"),
     ],
 )
 def test_bad_inputs_are_refused_with_a_clear_message(small_lm, args, kwargs, match):
@@ -194,7 +195,7 @@ def test_bad_inputs_are_refused_with_a_clear_message(small_lm, args, kwargs, mat
 def test_single_document(small_lm):
     rng = random.Random(3)
     words = sample_texts(rng, WORDS_A, 1, length=300)[0]
-    switch = train_switch(small_lm, words, steps=20, name="doc")
+    switch = train_switch(small_lm, words, config=TrainConfig(steps=20), name="doc")
     card = switch.card
     assert switch.W.shape == (small_lm.hidden_size, small_lm.hidden_size)
     assert torch.isfinite(switch.W).all()
@@ -210,14 +211,14 @@ def test_single_document(small_lm):
 def test_graded_labels(small_lm, small_data):
     pos, neg = small_data
     labels = [1.0] * 10 + [0.5] * 10 + [-0.5] * 10 + [-1.0] * 10
-    switch = train_switch(small_lm, pos, neg, labels=labels, steps=10)
+    switch = train_switch(small_lm, pos, neg, labels=labels, config=TrainConfig(steps=10))
     assert switch.card["graded_labels"] is True
     assert torch.isfinite(switch.W).all()
 
 
 def test_positives_only_without_heldout(small_lm, small_data):
     pos, _ = small_data
-    switch = train_switch(small_lm, pos, steps=10, heldout=0)
+    switch = train_switch(small_lm, pos, config=TrainConfig(steps=10, heldout=0))
     assert switch.card["tokens_heldout"] == 0
     assert switch.card["heldout_gain"] is None
     assert switch.card["tokens_train"] == 20 * 9
@@ -277,3 +278,33 @@ def test_data_advice_on_odd_cards(planted):
         data_advice(None)
     _, switch = planted
     assert "Enough data" in data_advice(switch.card)  # a real card: the planted style is learned
+
+
+# --- typed progress events ---------------------------------------------------------------------
+
+
+def test_train_events_are_typed_and_end_with_the_same_switch_as_train_switch(small_lm):
+    from lmswitch.core.train import Done, Encoded, Evaluated, Step, train_events
+
+    pos, neg = GOOD, ["the sad one", "the bad one", "the cold one"]
+    config = TrainConfig(seed=0, steps=12, eval_every=3)
+    events = list(train_events(small_lm, pos, neg, config=config))
+    assert isinstance(events[0], Encoded) and events[0].tokens_train > 0
+    assert isinstance(events[-1], Done)
+    steps = [e for e in events if isinstance(e, Step)]
+    assert [e.step for e in steps] == list(range(1, len(steps) + 1)) and all(e.total == 12 for e in steps)
+    assert all(isinstance(e, Evaluated) for e in events[1:-1] if not isinstance(e, Step))
+    direct = train_switch(small_lm, pos, neg, config=config)
+    assert torch.equal(events[-1].switch.W, direct.W)
+    assert events[-1].switch.card["train_losses"] == [round(e.loss, 5) for e in steps]
+
+
+def test_closing_the_event_iterator_stops_training(small_lm):
+    from lmswitch.core.train import Step, train_events
+
+    events = train_events(small_lm, GOOD, ["the sad one", "the bad one"], config=TrainConfig(steps=500))
+    seen = [e for _, e in zip(range(5), events, strict=False)]
+    events.close()
+    assert isinstance(seen[-1], Step) and seen[-1].step == 4
+    with pytest.raises(StopIteration):
+        next(events)

@@ -151,29 +151,6 @@ def encode_text(lm: LanguageModel, text: str, *, prompt: str | None = None, chat
     return EncodedText(text=text, ids=ids, offsets=offsets, hidden=hidden, scored=scored, windows=len(parts))
 
 
-def raw_logits(lm: LanguageModel, hidden: torch.Tensor) -> torch.Tensor:
-    """The head's output before any final soft-capping, ``(n, V)`` float32."""
-    head = lm.head
-    W = head.weight
-    out = hidden.to(W.device, W.dtype) @ W.T
-    if getattr(head, "bias", None) is not None:
-        out = out + head.bias
-    return out.float()
-
-
-def softcap(lm: LanguageModel, logits: torch.Tensor) -> torch.Tensor:
-    """Apply the model's final logit soft-capping, if it has one (Gemma 2)."""
-    cap = getattr(lm.model.config.get_text_config(), "final_logit_softcapping", None)
-    return torch.tanh(logits / cap) * cap if cap else logits
-
-
-def head_logprobs(lm: LanguageModel, hidden: torch.Tensor, M: torch.Tensor | None = None) -> torch.Tensor:
-    """Next-token log-probabilities ``(n, V)`` from head inputs, steered by ``c → c + M c`` when ``M`` is given."""
-    if M is not None:
-        hidden = hidden + hidden @ M.to(hidden.device, hidden.dtype).T
-    return torch.log_softmax(softcap(lm, raw_logits(lm, hidden)), dim=-1)
-
-
 @torch.no_grad()
 def target_logprobs(lm: LanguageModel, hidden: torch.Tensor, targets: torch.Tensor, matrices: list[torch.Tensor | None]) -> torch.Tensor:
     """``log P(targets[i] | hidden[i])`` under each steering matrix, ``(len(matrices), n)`` float64.
@@ -186,7 +163,7 @@ def target_logprobs(lm: LanguageModel, hidden: torch.Tensor, targets: torch.Tens
         h = hidden[s : s + HEAD_CHUNK]
         y = targets[s : s + HEAD_CHUNK, None]
         for k, M in enumerate(matrices):
-            logp = head_logprobs(lm, h, M)
+            logp = lm.head_logprobs(h, M)
             out[k, s : s + len(y)] = logp.gather(1, y)[:, 0].double().cpu()
     return out
 

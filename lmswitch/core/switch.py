@@ -6,6 +6,7 @@ metadata header, so loading a switch cannot run code.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -68,6 +69,21 @@ class Switch:
     @property
     def dim(self) -> int:
         return self.W.shape[0]
+
+    @property
+    def digest(self) -> str:
+        """A content id of ``W`` and ``eps0`` (sha256, 16 hex digits): equal for equal switches, whatever their name.
+
+        Caches key results on it (never on ``id()``, which Python reuses). Recomputed
+        when ``W`` is replaced or changed in place.
+        """
+        key = (id(self.W), self.W._version, self.eps0)
+        cached = self.__dict__.get("_digest")
+        if cached is None or cached[0] != key:
+            h = hashlib.sha256(self.W.numpy().tobytes())
+            h.update(repr(float(self.eps0)).encode())
+            cached = self.__dict__["_digest"] = (key, h.hexdigest()[:16])
+        return cached[1]
 
     # --- arithmetic -----------------------------------------------------------------
     def __mul__(self, k: float) -> Switch:

@@ -17,22 +17,24 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
 from lmswitch.core.hidden import TokenStates, check_text, encode_texts
 from lmswitch.core.models import LanguageModel
+from lmswitch.core.options import TrainConfig
 from lmswitch.core.switch import Switch
 
 ProgressCallback = Callable[[int, int, float], None]  # (step, total, loss)
 
-MAX_STEPS = 100_000
+DEFAULT_CONFIG = TrainConfig()
 
 
 class TrainingCancelled(Exception):
-    """Raised by :func:`train_switch` when its ``cancel`` event is set."""
+    """Raised by :func:`train_switch` / :func:`train_events` when their ``cancel`` event is set."""
 
 
 def _as_texts(texts: str | Sequence[str] | None, what: str) -> list[str]:
@@ -96,6 +98,251 @@ def _finite_or_none(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
+# --- typed progress events: what a progress bar, the app or a log consumes -----------------------
+@dataclass(frozen=True)
+class Encoded:
+    """The texts' head inputs are computed (the one body pass); optimisation starts next."""
+
+    tokens_train: int
+    tokens_heldout: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Step:
+    """One optimiser step finished; ``loss`` is its training loss (nats per token)."""
+
+    step: int
+    total: int
+    loss: float
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """The held-out loss after ``step``; ``best`` when it is the lowest so far (that W is kept)."""
+
+    step: int
+    heldout_loss: float
+    best: bool
+
+
+@dataclass(frozen=True)
+class Done:
+    """Training finished; ``switch.card`` records the data, the settings and the curves."""
+
+    switch: Switch
+
+
+TrainEvent = Encoded | Step | Evaluated | Done
+
+
+@dataclass(frozen=True)
+class _Examples:
+    texts: list[str]  # positives, then negatives
+    labels: list[float]  # one per text, in [-1, 1]
+    n_positive: int
+    n_negative: int
+    graded: bool
+
+
+def _examples(positive: str | Sequence[str], negative: str | Sequence[str] | None, labels: Sequence[float] | None) -> _Examples:
+    pos, neg = _as_texts(positive, "positive"), _as_texts(negative, "negative")
+    if not pos:
+        raise ValueError("no positive texts given: a switch needs examples of the style to move toward")
+    texts = pos + neg
+    if labels is None:
+        return _Examples(texts, [1.0] * len(pos) + [-1.0] * len(neg), len(pos), len(neg), False)
+    values = [float(x) for x in labels]
+    if len(values) != len(texts):
+        raise ValueError(f"got {len(values)} labels for {len(texts)} texts (positives then negatives)")
+    bad = [x for x in values if not (math.isfinite(x) and -1 <= x <= 1)]
+    if bad:
+        raise ValueError(f"labels must be finite numbers in [-1, 1]; got {bad[:3]}")
+    return _Examples(texts, values, len(pos), len(neg), True)
+
+
+class _Objective:
+    """The training problem on cached states: NLL of the tokens at ε0 (y·W + W_d), for train and held-out parts.
+
+    ``C`` (n, d) head inputs, ``Y`` (n,) targets, ``L`` (n,) labels and, when they
+    fit in ~1 GB, ``L0`` (n, V) base logits are computed once; a step then costs
+    only the steering term's matmuls.
+    """
+
+    CACHE_LOGITS = 256 * 1024**2  # (tokens × vocabulary) floats of base logits kept
+
+    def __init__(self, lm: LanguageModel, data: TokenStates, masks: tuple[torch.Tensor, torch.Tensor], config: TrainConfig,
+                 use_dummy: bool) -> None:
+        self.lm, self.eps0, self.use_dummy = lm, config.eps0, use_dummy
+        self.E_mm = lm.head_weight(config.matmul_dtype)  # (V, d) in the training matmul dtype
+        self.device = self.E_mm.device
+        self.train = self._part(data, masks[0])
+        self.held = self._part(data, masks[1])
+
+    def _part(self, data: TokenStates, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        m = mask.to(self.device)
+        C, Y, L = data.hidden[m], data.targets[m], data.labels[m]
+        L0 = self.base_logits(C) if len(C) and len(C) * self.lm.vocab_size <= self.CACHE_LOGITS else None
+        return C, Y, L, L0
+
+    def base_logits(self, C: torch.Tensor) -> torch.Tensor:  # (n, V) raw head output, float32
+        return self.lm.raw_logits(C, dtype=torch.float32)
+
+    def loss(self, part: tuple, W: torch.Tensor, Wd: torch.Tensor, idx: torch.Tensor | None = None, sign: float = 1.0,
+             with_w: bool = True) -> torch.Tensor:
+        """Mean NLL of the part's targets (rows ``idx``) at steering ε0 (sign·label·W + W_d)."""
+        C, Y, L, L0 = part if idx is None else (*(x[idx] for x in part[:3]), None if part[3] is None else part[3][idx])
+        steer = torch.zeros_like(C)
+        if with_w:
+            steer = steer + (sign * L)[:, None] * (C @ W.T)
+        if self.use_dummy:
+            steer = steer + C @ Wd.T
+        L0 = L0 if L0 is not None else self.base_logits(C)
+        if not self.lm.logit_softcap:
+            return _SteeredNLL.apply(self.eps0 * steer, self.E_mm, L0, Y)
+        logits = L0 + ((self.eps0 * steer).to(self.E_mm.dtype) @ self.E_mm.T).float()  # (n, V)
+        return F.cross_entropy(self.lm.softcap(logits), Y)
+
+    @torch.no_grad()
+    def heldout(self, W: torch.Tensor, Wd: torch.Tensor, **kw) -> float:
+        return float(self.loss(self.held, W, Wd, **kw)) if len(self.held[0]) else math.nan
+
+
+@dataclass
+class _Run:
+    """The optimisation's state: parameters, curves and the best held-out point."""
+
+    W: torch.Tensor  # (d, d) the switch
+    Wd: torch.Tensor  # (d, d) the dummy matrix (absorbs the domain shift)
+    losses: list[float] = field(default_factory=list)
+    held_curve: list[tuple[int, float]] = field(default_factory=list)
+    best: tuple[float, int, torch.Tensor, torch.Tensor] | None = None
+    bad_evals: int = 0
+    stopped_early: bool = False
+    steps_done: int = 0
+
+
+def _optimise(obj: _Objective, config: TrainConfig, is_cancelled: Callable[[], bool], generator: torch.Generator,
+              run: _Run) -> Iterator[TrainEvent]:
+    """Adam on the cached states with held-out early stopping; yields a Step per step and an Evaluated per evaluation."""
+    params = [run.W, run.Wd] if obj.use_dummy else [run.W]
+    opt = torch.optim.Adam(params, lr=config.lr)
+    n = len(obj.train[0])
+    for step in range(1, config.steps + 1):
+        if is_cancelled():
+            raise TrainingCancelled(f"training cancelled at step {step - 1} of {config.steps}")
+        idx = torch.randperm(n, generator=generator)[: config.batch_tokens].to(obj.device) if n > config.batch_tokens else None
+        loss = obj.loss(obj.train, run.W, run.Wd, idx)
+        if config.l2:
+            loss = loss + config.l2 * (config.eps0**2) * sum((p**2).sum() for p in params)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        run.losses.append(loss.item())
+        run.steps_done = step
+        yield Step(step, config.steps, run.losses[-1])
+        if len(obj.held[0]) and step >= config.warmup and (step % config.eval_every == 0 or step in (config.steps, config.warmup)):
+            yield _evaluate(obj, config, run, step)
+            if run.bad_evals >= config.patience:
+                run.stopped_early = True
+                return
+
+
+def _evaluate(obj: _Objective, config: TrainConfig, run: _Run, step: int) -> Evaluated:
+    h = obj.heldout(run.W, run.Wd)
+    run.held_curve.append((step, h))
+    better = run.best is None or h < run.best[0] - 1e-5
+    if better:
+        run.best = (h, step, run.W.detach().clone(), run.Wd.detach().clone())
+        run.bad_evals = 0
+    else:
+        run.bad_evals += 1
+    return Evaluated(step, h, better)
+
+
+def _truncate(W: torch.Tensor, rank: int | None) -> torch.Tensor:
+    """Keep the top ``rank`` singular directions of ``W`` (its word dimensions); the rest mostly fit noise."""
+    if rank is None or rank >= W.shape[0]:
+        return W
+    U, S, Vh = torch.linalg.svd(W.float())
+    return (U[:, :rank] * S[:rank]) @ Vh[:rank]
+
+
+def _card(ex: _Examples, obj: _Objective, config: TrainConfig, run: _Run, best_step: int, seconds: tuple[float, float]) -> dict:
+    """The training record stored with the switch (keys are part of the file format: keep them)."""
+    held_with = obj.heldout(run.W, run.Wd)
+    held_without = obj.heldout(run.W, run.Wd, with_w=False)  # gain attributable to the switch: dummy kept, W removed
+    held_reversed = obj.heldout(run.W, run.Wd, sign=-1.0)
+    has_held = bool(len(obj.held[0]))
+    return {
+        "n_positive": ex.n_positive, "n_negative": ex.n_negative, "graded_labels": ex.graded,
+        "tokens_train": int(len(obj.train[0])), "tokens_heldout": int(len(obj.held[0])),
+        "steps": run.steps_done, "best_step": best_step, "stopped_early": run.stopped_early,
+        "lr": config.lr, "l2": config.l2, "seed": config.seed, "rank": config.rank, "batch_tokens": config.batch_tokens,
+        "min_steps": config.warmup, "dummy_steer": obj.use_dummy,
+        "train_losses": [round(x, 5) for x in run.losses],
+        "heldout_losses": [[s, round(h, 5)] for s, h in run.held_curve],
+        "heldout_nll_with_switch": _finite_or_none(held_with),
+        "heldout_nll_without_switch": _finite_or_none(held_without),
+        "heldout_nll_reversed_switch": _finite_or_none(held_reversed),
+        # nats per token; > 0 means the switch explains held-out text it never saw
+        "heldout_gain": held_without - held_with if has_held else None,
+        "hidden_state_seconds": round(seconds[0], 3),
+        "seconds": round(seconds[1], 3),
+    }
+
+
+def _cancel_check(cancel: threading.Event | Callable[[], bool] | None) -> Callable[[], bool]:
+    return cancel.is_set if isinstance(cancel, threading.Event) else (cancel or (lambda: False))
+
+
+def train_events(
+    lm: LanguageModel,
+    positive: str | Sequence[str],
+    negative: str | Sequence[str] | None = None,
+    *,
+    labels: Sequence[float] | None = None,
+    name: str = "switch",
+    description: str = "",
+    positive_label: str = "positive",
+    negative_label: str = "negative",
+    config: TrainConfig = DEFAULT_CONFIG,
+    cancel: threading.Event | Callable[[], bool] | None = None,
+) -> Iterator[TrainEvent]:
+    """Train a switch step by step: yields :class:`Encoded`, then a :class:`Step` per optimiser step and an
+    :class:`Evaluated` per held-out evaluation, and last :class:`Done` with the switch.
+
+    Each ``next()`` does a bounded piece of work, so a server can interleave other
+    work between steps; closing the iterator, or setting ``cancel``, stops training
+    (the latter raises :class:`TrainingCancelled`).
+
+    >>> for event in train_events(lm, pos, neg, config=TrainConfig(steps=50)):   # doctest: +SKIP
+    ...     if isinstance(event, Done): switch = event.switch
+    """
+    start = time.perf_counter()
+    ex = _examples(positive, negative, labels)
+    config.validate(lm.hidden_size)
+    generator = torch.Generator().manual_seed(config.seed)
+    data = encode_texts(lm, ex.texts, ex.labels, config.chunk_tokens, block=32)
+    train_mask, held_mask = _split(data, len(ex.texts), config.heldout, generator)
+    if not train_mask.any():
+        raise ValueError("no tokens left to train on after holding out data; give more text or set heldout=0")
+    obj = _Objective(lm, data, (train_mask, held_mask), config, use_dummy=len(set(ex.labels)) > 1)
+    hidden_seconds = time.perf_counter() - start
+    yield Encoded(len(obj.train[0]), len(obj.held[0]), hidden_seconds)
+    d = lm.hidden_size
+    # zero start: a random start would leave untrained noise in W that steering then amplifies
+    run = _Run(torch.zeros(d, d, device=obj.device, requires_grad=True), torch.zeros(d, d, device=obj.device, requires_grad=obj.use_dummy))
+    yield from _optimise(obj, config, _cancel_check(cancel), generator, run)
+    _, best_step, W_best, Wd_best = run.best if run.best is not None else (math.nan, run.steps_done, run.W.detach(), run.Wd.detach())
+    with torch.no_grad():
+        run.W.copy_(_truncate(W_best, config.rank))
+        run.Wd.copy_(Wd_best)
+        card = _card(ex, obj, config, run, best_step, (hidden_seconds, time.perf_counter() - start))
+    yield Done(Switch(W=run.W.detach().cpu(), name=name, description=description, eps0=config.eps0, positive_label=positive_label,
+                      negative_label=negative_label, model_name=lm.name, model_fingerprint=lm.fingerprint, card=card))
+
+
 def train_switch(
     lm: LanguageModel,
     positive: str | Sequence[str],
@@ -106,213 +353,37 @@ def train_switch(
     description: str = "",
     positive_label: str = "positive",
     negative_label: str = "negative",
-    steps: int = 200,
-    lr: float = 1e-2,
-    eps0: float = 1e-3,
-    l2: float = 0.0,
-    heldout: float = 0.15,
-    batch_tokens: int = 256,
-    eval_every: int = 10,
-    patience: int = 4,
-    min_steps: int | None = None,
-    chunk_tokens: int = 512,
-    seed: int = 0,
-    rank: int | None = None,
-    matmul_dtype: torch.dtype = torch.bfloat16,
+    config: TrainConfig = DEFAULT_CONFIG,
     progress: ProgressCallback | None = None,
     cancel: threading.Event | Callable[[], bool] | None = None,
 ) -> Switch:
-    """Learn a switch from example texts.
+    """Learn a switch from example texts (the whole of :func:`train_events`, returning its switch).
 
     ``positive``/``negative`` are lists of texts (sentences or whole documents) or a
     single document string. ``labels`` optionally gives a graded label in [-1, 1]
-    for every text, positives first then negatives.
+    for every text, positives first then negatives. ``config`` holds the
+    optimisation settings (:class:`~lmswitch.core.options.TrainConfig`): steps, lr,
+    held-out fraction, early stopping, rank truncation. ``progress(step, total, loss)``
+    is called after every step.
 
-    ``rank`` keeps only the top singular directions of the trained ``W`` (its
-    "word dimensions"): the small ones mostly hold noise fitted to the training
-    texts, and dropping them lets stronger ε steer with less loss of fluency.
-
-    Early stopping: after ``min_steps`` (default: half of ``steps``) training stops
-    once the held-out loss has not improved for ``patience`` evaluations, and the
-    ``W`` with the best held-out loss seen from ``min_steps`` on is kept. With
-    little data the held-out likelihood of the whole text often stops improving
-    long before the style is learned, so the warm-up is not scored.
+    Early stopping: after ``config.warmup`` steps (default: half of ``steps``) training
+    stops once the held-out loss has not improved for ``patience`` evaluations, and the
+    ``W`` with the best held-out loss seen from then on is kept. With little data the
+    held-out likelihood of the whole text often stops improving long before the style
+    is learned, so the warm-up is not scored.
 
     >>> s = train_switch(lm, happy_sentences, sad_sentences, name="sentiment")   # doctest: +SKIP
     >>> s.card["heldout_gain"]                                                   # doctest: +SKIP
     0.21
     """
-    start = time.perf_counter()
-    pos, neg = _as_texts(positive, "positive"), _as_texts(negative, "negative")
-    if not pos:
-        raise ValueError("no positive texts given: a switch needs examples of the style to move toward")
-    texts = pos + neg
-    if labels is None:
-        text_labels = [1.0] * len(pos) + [-1.0] * len(neg)
-    else:
-        text_labels = [float(x) for x in labels]
-        if len(text_labels) != len(texts):
-            raise ValueError(f"got {len(text_labels)} labels for {len(texts)} texts (positives then negatives)")
-        bad = [x for x in text_labels if not (math.isfinite(x) and -1 <= x <= 1)]
-        if bad:
-            raise ValueError(f"labels must be finite numbers in [-1, 1]; got {bad[:3]}")
-    if not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
-        raise ValueError(f"steps must be an integer from 1 to {MAX_STEPS}; got {steps!r}")
-    for label, value, lo, hi in (("lr", lr, 0, 1), ("eps0", eps0, 0, 1), ("l2", l2, -1e-12, 1e6)):
-        if not (isinstance(value, (int, float)) and math.isfinite(value) and lo < value <= hi):
-            raise ValueError(f"{label} must be a finite number in ({lo:g}, {hi:g}]; got {value!r}")
-    if rank is not None and (not isinstance(rank, int) or not 1 <= rank <= lm.hidden_size):
-        raise ValueError(f"rank must be an integer from 1 to the hidden size {lm.hidden_size}; got {rank!r}")
-    if not 0 <= heldout < 0.5:
-        raise ValueError(f"heldout must be a fraction in [0, 0.5); got {heldout!r}")
-    if not isinstance(batch_tokens, int) or batch_tokens < 16:
-        raise ValueError(f"batch_tokens must be an integer ≥ 16; got {batch_tokens!r}")
-    min_steps = steps // 2 if min_steps is None else min_steps
-    if not isinstance(min_steps, int) or not 0 <= min_steps <= steps:
-        raise ValueError(f"min_steps must be an integer from 0 to steps ({steps}); got {min_steps!r}")
-    is_cancelled = cancel.is_set if isinstance(cancel, threading.Event) else (cancel or (lambda: False))
-
-    generator = torch.Generator().manual_seed(seed)
-    data = encode_texts(lm, texts, text_labels, chunk_tokens, block=32)
-    hidden_seconds = time.perf_counter() - start
-    train_mask, held_mask = _split(data, len(texts), heldout, generator)
-    if not train_mask.any():
-        raise ValueError("no tokens left to train on after holding out data; give more text or set heldout=0")
-
-    head = lm.head
-    E = head.weight.detach()  # (V, d)
-    device = E.device
-    E_mm = E.to(matmul_dtype)
-    cap = getattr(lm.model.config.get_text_config(), "final_logit_softcapping", None)
-    use_dummy = len(set(text_labels)) > 1
-
-    E32 = E.float()  # converted once: base logits are recomputed per batch when they are not cached
-    bias32 = None if head.bias is None else head.bias.float()
-
-    def base_logits(h: torch.Tensor) -> torch.Tensor:  # raw head output, before any soft-capping
-        return F.linear(h, E32, bias32)
-
-    def split(mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        m = mask.to(device)
-        return data.hidden[m], data.targets[m], data.labels[m]
-
-    Ct, Yt, Lt = split(train_mask)  # (N, d), (N,), (N,)
-    Ch, Yh, Lh = split(held_mask)
-    # cache the base logits when they fit in ~1 GB; otherwise recompute them per batch
-    cache_L0 = Ct.shape[0] * E.shape[0] <= 256 * 1024**2
-    L0t = base_logits(Ct) if cache_L0 else None
-    L0h = base_logits(Ch) if len(Ch) and Ch.shape[0] * E.shape[0] <= 256 * 1024**2 else None
-
-    d = E.shape[1]
-    # zero start: a random start would leave untrained noise in W that steering then amplifies
-    W = torch.zeros(d, d, device=device, requires_grad=True)
-    Wd = torch.zeros(d, d, device=device, requires_grad=use_dummy)
-    params = [W, Wd] if use_dummy else [W]
-    opt = torch.optim.Adam(params, lr=lr)
-
-    def loss_on(C, Y, L, L0, sign: float = 1.0, with_w: bool = True) -> torch.Tensor:
-        """Mean NLL of targets Y given hidden C at steering ε0 (sign·label·W + W_d)."""
-        steer = torch.zeros_like(C)
-        if with_w:
-            steer = steer + (sign * L)[:, None] * (C @ W.T)
-        if use_dummy:
-            steer = steer + C @ Wd.T
-        L0 = L0 if L0 is not None else base_logits(C)
-        if not cap:
-            return _SteeredNLL.apply(eps0 * steer, E_mm, L0, Y)
-        logits = L0 + ((eps0 * steer).to(matmul_dtype) @ E_mm.T).float()  # (n, V)
-        return F.cross_entropy(torch.tanh(logits / cap) * cap, Y)
-
-    @torch.no_grad()
-    def heldout_loss(**kw) -> float:
-        if not len(Ch):
-            return math.nan
-        return float(loss_on(Ch, Yh, Lh, L0h, **kw))
-
-    n = Ct.shape[0]
-    losses: list[float] = []
-    held_curve: list[tuple[int, float]] = []
-    best = (math.inf, 0, W.detach().clone(), Wd.detach().clone())
-    bad_evals = 0
-    stopped_early = False
-    step = 0
-    for step in range(1, steps + 1):
-        if is_cancelled():
-            raise TrainingCancelled(f"training cancelled at step {step - 1} of {steps}")
-        idx = torch.randperm(n, generator=generator)[:batch_tokens].to(device) if n > batch_tokens else None
-        C, Y, L = (Ct, Yt, Lt) if idx is None else (Ct[idx], Yt[idx], Lt[idx])
-        L0 = L0t if idx is None or L0t is None else L0t[idx]
-        loss = loss_on(C, Y, L, L0)
-        if l2:
-            loss = loss + l2 * (eps0**2) * sum((p**2).sum() for p in params)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-        if progress is not None:
-            progress(step, steps, losses[-1])
-        if len(Ch) and step >= min_steps and (step % eval_every == 0 or step == steps or step == min_steps):
-            h = heldout_loss()
-            held_curve.append((step, h))
-            if h < best[0] - 1e-5:
-                best = (h, step, W.detach().clone(), Wd.detach().clone())
-                bad_evals = 0
-            else:
-                bad_evals += 1
-                if bad_evals >= patience:
-                    stopped_early = True
-                    break
-    if not len(Ch) or not held_curve:
-        best = (math.nan, step, W.detach().clone(), Wd.detach().clone())
-    _, best_step, W_best, Wd_best = best
-    if rank is not None and rank < d:
-        U, S, Vh = torch.linalg.svd(W_best.float())
-        W_best = (U[:, :rank] * S[:rank]) @ Vh[:rank]
-    with torch.no_grad():
-        W.copy_(W_best)
-        Wd.copy_(Wd_best)
-        # gain attributable to the switch: held-out NLL without W (dummy kept) minus with it
-        held_with = heldout_loss()
-        held_without = heldout_loss(with_w=False)
-        held_reversed = heldout_loss(sign=-1.0)
-    seconds = time.perf_counter() - start
-    card = {
-        "n_positive": len(pos),
-        "n_negative": len(neg),
-        "graded_labels": labels is not None,
-        "tokens_train": int(n),
-        "tokens_heldout": int(len(Ch)),
-        "steps": step,
-        "best_step": best_step,
-        "stopped_early": stopped_early,
-        "lr": lr,
-        "l2": l2,
-        "seed": seed,
-        "rank": rank,
-        "batch_tokens": batch_tokens,
-        "min_steps": min_steps,
-        "dummy_steer": use_dummy,
-        "train_losses": [round(x, 5) for x in losses],
-        "heldout_losses": [[s, round(h, 5)] for s, h in held_curve],
-        "heldout_nll_with_switch": _finite_or_none(held_with),
-        "heldout_nll_without_switch": _finite_or_none(held_without),
-        "heldout_nll_reversed_switch": _finite_or_none(held_reversed),
-        # nats per token; > 0 means the switch explains held-out text it never saw
-        "heldout_gain": held_without - held_with if len(Ch) else None,
-        "hidden_state_seconds": round(hidden_seconds, 3),
-        "seconds": round(seconds, 3),
-    }
-    return Switch(
-        W=W_best.cpu(),
-        name=name,
-        description=description,
-        eps0=eps0,
-        positive_label=positive_label,
-        negative_label=negative_label,
-        model_name=lm.name,
-        model_fingerprint=lm.fingerprint,
-        card=card,
-    )
+    events = train_events(lm, positive, negative, labels=labels, name=name, description=description, positive_label=positive_label,
+                          negative_label=negative_label, config=config, cancel=cancel)
+    for event in events:
+        if isinstance(event, Step) and progress is not None:
+            progress(event.step, event.total, event.loss)
+        elif isinstance(event, Done):
+            return event.switch
+    raise RuntimeError("training ended without a switch")  # unreachable: train_events always ends with Done
 
 
 LITTLE_TEXT_TOKENS = 300  # below this many training tokens a d × d switch mostly memorises its examples

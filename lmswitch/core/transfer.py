@@ -81,6 +81,30 @@ def _strength(lm: LanguageModel, W: torch.Tensor) -> float:
     return float(delta.std(dim=1).mean())
 
 
+def _check_transfer(switch: Switch, source: LanguageModel, anchors: int, method: str, ridge: float) -> None:
+    if not isinstance(switch, Switch):
+        raise TypeError(f"expected a Switch; got {type(switch).__name__}")
+    switch.check_model(source)  # a switch made for another model than the stated source: clear error
+    if not isinstance(anchors, int) or anchors < 2:
+        raise ValueError(f"anchors must be an integer ≥ 2; got {anchors!r}")
+    if method not in ("procrustes", "ridge"):
+        raise ValueError(f"method must be 'procrustes' or 'ridge'; got {method!r}")
+    if not (isinstance(ridge, (int, float)) and math.isfinite(ridge) and ridge >= 0):
+        raise ValueError(f"ridge must be a finite number ≥ 0; got {ridge!r}")
+
+
+def _anchors(source: LanguageModel, target: LanguageModel, anchors: int, min_anchors: int) -> tuple[list[int], list[int], list[str]]:
+    """Up to ``anchors`` shared word tokens, refusing fewer than ``min_anchors``."""
+    ids_s, ids_t, words = shared_anchors(source, target)
+    if not words:
+        raise ValueError(f"'{source.name}' and '{target.name}' share no readable word tokens, so there is nothing to map "
+                         "one embedding space onto the other with")
+    if len(words) < min_anchors:
+        raise ValueError(f"only {len(words)} word tokens are shared by '{source.name}' and '{target.name}'; a reliable map "
+                         f"needs at least {min_anchors} (set min_anchors lower at your own risk)")
+    return ids_s[:anchors], ids_t[:anchors], words[:anchors]
+
+
 def transfer(
     switch: Switch,
     source: LanguageModel,
@@ -107,23 +131,8 @@ def transfer(
     >>> g = transfer(sentiment, ls.load_model(), ls.load_model("gemma3-270m"))   # doctest: +SKIP
     >>> g.card["transfer"]["heldout_r2"], g.card["recommended_eps"]              # doctest: +SKIP
     """
-    if not isinstance(switch, Switch):
-        raise TypeError(f"expected a Switch; got {type(switch).__name__}")
-    switch.check_model(source)  # a switch made for another model than the stated source: clear error
-    if not isinstance(anchors, int) or anchors < 2:
-        raise ValueError(f"anchors must be an integer ≥ 2; got {anchors!r}")
-    if method not in ("procrustes", "ridge"):
-        raise ValueError(f"method must be 'procrustes' or 'ridge'; got {method!r}")
-    if not (isinstance(ridge, (int, float)) and math.isfinite(ridge) and ridge >= 0):
-        raise ValueError(f"ridge must be a finite number ≥ 0; got {ridge!r}")
-    ids_s, ids_t, words = shared_anchors(source, target)
-    if not words:
-        raise ValueError(f"'{source.name}' and '{target.name}' share no readable word tokens, so there is nothing to map "
-                         "one embedding space onto the other with")
-    if len(words) < min_anchors:
-        raise ValueError(f"only {len(words)} word tokens are shared by '{source.name}' and '{target.name}'; a reliable map "
-                         f"needs at least {min_anchors} (set min_anchors lower at your own risk)")
-    ids_s, ids_t, words = ids_s[:anchors], ids_t[:anchors], words[:anchors]
+    _check_transfer(switch, source, anchors, method, ridge)
+    ids_s, ids_t, words = _anchors(source, target, anchors, min_anchors)
     E_s = source.head.weight.detach().float().cpu()[ids_s]
     E_t = target.head.weight.detach().float().cpu()[ids_t]
     held = torch.zeros(len(words), dtype=torch.bool)
@@ -137,17 +146,10 @@ def transfer(
         **{k: v for k, v in switch.card.items() if k in ("data", "dataset")},
         "recommended_eps": round(float(recommended) * scale, 3),
         "transfer": {
-            "source_switch": switch.name,
-            "source_model": source.name,
-            "source_fingerprint": source.fingerprint,
-            "anchors": int((~held).sum()),
-            "heldout_anchors": int(held.sum()),
-            **quality,
-            "method": method,
-            "ridge": ridge if method == "ridge" else None,
-            "eps_scale": round(scale, 4),
-            "source_recommended_eps": recommended,
-            "example_anchors": words[:12],
+            "source_switch": switch.name, "source_model": source.name, "source_fingerprint": source.fingerprint,
+            "anchors": int((~held).sum()), "heldout_anchors": int(held.sum()), **quality,
+            "method": method, "ridge": ridge if method == "ridge" else None,
+            "eps_scale": round(scale, 4), "source_recommended_eps": recommended, "example_anchors": words[:12],
         },
     }
     return Switch(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 from lmswitch.core.models import LanguageModel
@@ -18,7 +17,6 @@ from lmswitch.core.switch import Switch, SwitchFileError, load_switch
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,47}$")
 MAX_SESSION_SWITCHES = 32  # each is a d × d float32 matrix (1.3 MB for the embedded model)
-MAX_REMEMBERED = 16  # recent outputs kept per session
 
 
 def check_name(name: object) -> str:
@@ -98,7 +96,6 @@ class Session:
         self.model: str | None = None  # the model this session steers (None: the app's default)
         self._generation: threading.Event | None = None
         self._training: threading.Event | None = None
-        self._unsteered: dict[tuple, object] = {}
         self._lock = threading.Lock()
 
     def __deepcopy__(self, memo: dict) -> Session:
@@ -166,22 +163,6 @@ class Session:
             self.switches.pop(name, None)
         return path
 
-    # --- recent outputs (moving a slider does not change the unsteered one) ---------------------
-    def recall(self, key: tuple) -> object | None:
-        """What :meth:`remember` stored for ``key`` (e.g. a prompt and its generation settings), if anything."""
-        with self._lock:
-            value = self._unsteered.pop(key, None)
-            if value is not None:  # recently used: kept longest
-                self._unsteered[key] = value
-            return value
-
-    def remember(self, key: tuple, value: object) -> None:
-        with self._lock:
-            self._unsteered.pop(key, None)
-            self._unsteered[key] = value
-            while len(self._unsteered) > MAX_REMEMBERED:
-                self._unsteered.pop(next(iter(self._unsteered)))
-
     # --- jobs ------------------------------------------------------------------------
     def new_generation(self) -> threading.Event:
         """A stop flag for a new generation; the previous generation's flag is set, so it stops at its next token."""
@@ -211,16 +192,3 @@ class Session:
                 return False
             self._training.set()
             return True
-
-
-def until(flag: threading.Event, items: Iterator) -> Iterator:
-    """Items of ``items`` until ``flag`` is set; closes ``items`` (stopping its work) when it stops early."""
-    try:
-        for item in items:
-            if flag.is_set():
-                return
-            yield item
-    finally:
-        close = getattr(items, "close", None)
-        if close is not None:
-            close()

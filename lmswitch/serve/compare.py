@@ -1,0 +1,145 @@
+"""The steered-vs-unsteered comparison a user watches: both outputs from one seed, their scores, the per-token changes.
+
+:func:`compare` streams the two texts token by token (one batched call, so the
+unsteered row is the same generation the steered one diverges from), then
+scores both and explains the steered one. Results are cached on their content
+(model, prompt, each switch's digest and ε, seed, sampling options), never on
+object ids: a slider released in place is answered from the cache, and moving a
+slider reuses the unsteered output.
+
+>>> for item in compare(lm, "My weekend was", [(sentiment, 6)], seed=0):   # doctest: +SKIP
+...     print(item.steered)
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from lmswitch.core.generate import stream_rows
+from lmswitch.core.models import LanguageModel
+from lmswitch.core.options import SAMPLING, SamplingOptions
+from lmswitch.core.steering import Setting
+from lmswitch.harness.evaluate import TextScores, text_scores
+from lmswitch.lenses.spans import TokenChange, token_changes
+from lmswitch.serve.compute import ComputeThread, until
+
+MAX_CACHED = 64  # comparisons (and unsteered outputs) kept; each is a few kB of text and scores
+
+
+@dataclass(frozen=True)
+class Partial:
+    """The two outputs so far, while they stream."""
+
+    steered: str
+    unsteered: str
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Both finished outputs (same prompt and seed), their scores and what the switches changed per token."""
+
+    setting: dict[str, float]  # switch name -> ε, the switches that were on
+    steered: str
+    unsteered: str
+    steered_scores: TextScores
+    unsteered_scores: TextScores
+    changes: list[TokenChange] | None  # None when not asked for, or nothing was steered
+
+    def to_dict(self) -> dict:
+        """The ``/generate`` endpoint's JSON."""
+        return {"setting": dict(self.setting), "steered": self.steered, "unsteered": self.unsteered,
+                "scores": {"steered": self.steered_scores.to_dict(), "unsteered": self.unsteered_scores.to_dict()}}
+
+
+class ComparisonCache:
+    """A thread-safe LRU of finished comparisons and unsteered outputs, keyed on content."""
+
+    def __init__(self, size: int = MAX_CACHED) -> None:
+        self.size = size
+        self._items: OrderedDict[tuple, object] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple) -> object | None:
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
+
+    def put(self, key: tuple, value: object) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def _keys(lm: LanguageModel, prompt: str, setting: Setting, seed: int, options: SamplingOptions) -> tuple[tuple, tuple]:
+    """(key of the unsteered output, key of the whole comparison): content only."""
+    base = ("unsteered", lm.fingerprint, prompt, seed, options)
+    switches = tuple((s.name, s.digest, float(e)) for s, e in setting if e)
+    return base, ("comparison", *base[1:], switches)
+
+
+def _call(compute: ComputeThread | None, fn, *args, **kwargs):
+    return compute.run(fn, *args, **kwargs) if compute is not None else fn(*args, **kwargs)
+
+
+def _finish(lm: LanguageModel, prompt: str, setting: Setting, texts: tuple[str, str], base_scores: TextScores | None,
+            options: SamplingOptions, changes: bool, compute: ComputeThread | None) -> Comparison:
+    """Score the two finished texts (the unsteered one only when not cached) and explain the steered one."""
+    steered, base = texts
+    wanted = [steered] if base_scores is not None else ([steered, base] if setting else [base])
+    scores = _call(compute, text_scores, lm, prompt, wanted, chat=options.chat)
+    base_scores = base_scores if base_scores is not None else scores[-1]
+    per_token = None
+    if changes and setting and steered:
+        per_token = _call(compute, token_changes, lm, setting, steered, prompt=prompt, chat=options.chat)
+    return Comparison({s.name: float(e) for s, e in setting}, steered, base, scores[0], base_scores, per_token)
+
+
+def compare(
+    lm: LanguageModel,
+    prompt: str,
+    setting: Sequence[tuple],
+    *,
+    seed: int = 0,
+    options: SamplingOptions = SAMPLING,
+    cache: ComparisonCache | None = None,
+    compute: ComputeThread | None = None,
+    stop: threading.Event | None = None,
+    changes: bool = True,
+) -> Iterator[Partial | Comparison]:
+    """Stream the steered and the unsteered output of ``prompt`` side by side, then yield the :class:`Comparison`.
+
+    ``setting`` is a list of (switch, ε); switches at ε 0 are left out. With
+    ``stop`` set (e.g. by a newer request of the same user) the stream ends at the
+    next token and nothing more is yielded. ``compute`` runs all model work on a
+    server's compute thread.
+    """
+    setting = [(s, float(e)) for s, e in setting if e]
+    base_key, key = _keys(lm, prompt, setting, seed, options)
+    done = cache.get(key) if cache is not None else None
+    if isinstance(done, Comparison) and (done.changes is not None or not (changes and setting and done.steered)):
+        yield done
+        return
+    cached_base = cache.get(base_key) if cache is not None and setting else None
+    rows = [setting] if cached_base else [setting, []] if setting else [[]]
+    texts: list[str] = [""]
+    stream = stream_rows(lm, prompt, rows, seed=seed, executor=compute.executor if compute else None, **options.to_dict())
+    for texts in until(stop or threading.Event(), stream):
+        yield Partial(texts[0], cached_base[0] if cached_base else texts[-1])
+    if stop is not None and stop.is_set():
+        return
+    base = cached_base[0] if cached_base else texts[-1]
+    result = _finish(lm, prompt, setting, (texts[0], base), cached_base[1] if cached_base else None, options, changes, compute)
+    if cache is not None:
+        cache.put(base_key, (result.unsteered, result.unsteered_scores))
+        cache.put(key, result)
+    yield result

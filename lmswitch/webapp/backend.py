@@ -1,0 +1,140 @@
+"""The app's backend: the models (loaded in the background), their switch libraries and the one compute thread."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import gradio as gr
+
+from lmswitch.core.models import BUNDLED_MODELS, DEFAULT_MODEL, LanguageModel, load_model
+from lmswitch.core.switch import SwitchFileError
+from lmswitch.io.documents import DocumentError
+from lmswitch.io.resources import shipped_switches_dir
+from lmswitch.serve.compare import ComparisonCache
+from lmswitch.serve.compute import ComputeThread
+from lmswitch.serve.session import Session, SwitchLibrary
+
+USER_ERRORS = (ValueError, TypeError, SwitchFileError, DocumentError)
+
+
+class Backend:
+    """Loads the model in the background so the page can say so; then serves it to every session."""
+
+    def __init__(self, model: str = DEFAULT_MODEL, switches: str | Path | None = None) -> None:
+        self.model_name = model
+        self.folder = Path(switches) if switches else None
+        self.models: dict[str, tuple[LanguageModel, SwitchLibrary]] = {}
+        self.error: str | None = None
+        self.ready = threading.Event()
+        self.export_dir = Path(tempfile.mkdtemp(prefix="lmswitch-export-"))
+        self.compute = ComputeThread()
+        self.comparisons = ComparisonCache()  # keyed on content, so sessions may share it
+
+    @classmethod
+    def with_model(cls, lm: LanguageModel, switches: str | Path | None) -> Backend:
+        """A backend around an already loaded model (tests, notebooks)."""
+        backend = cls(lm.name, switches)
+        backend.add_model(lm)
+        backend.ready.set()
+        return backend
+
+    def add_model(self, lm: LanguageModel, name: str | None = None) -> None:
+        """Serve ``lm`` (already loaded) under ``name`` as well, with the folder's switches made for it."""
+        self.models[name or lm.name] = (lm, SwitchLibrary(lm, self.folder))
+
+    def start(self) -> Backend:
+        self.compute.submit(self.load)
+        return self
+
+    def run(self, fn: Callable, *args, **kwargs):
+        """``fn(*args, **kwargs)`` on the compute thread (directly when already there)."""
+        return self.compute.run(fn, *args, **kwargs)
+
+    def load(self) -> Backend:
+        try:
+            self.add_model(load_model(self.model_name), self.model_name)
+        except Exception as err:  # shown on the page instead of a dead app
+            self.error = f"{type(err).__name__}: {err}"
+        finally:
+            self.ready.set()
+        return self
+
+    @property
+    def lm(self) -> LanguageModel | None:
+        """The model the app started with (None until it is loaded)."""
+        return self.models[self.model_name][0] if self.model_name in self.models else None
+
+    @property
+    def library(self) -> SwitchLibrary | None:
+        """The switch folder's switches for the model the app started with."""
+        return self.models[self.model_name][1] if self.model_name in self.models else None
+
+    def status(self) -> dict:
+        library = self.library
+        return {"model": self.model_name, "ready": self.ready.is_set() and not self.error, "error": self.error,
+                "switches": library.names() if library else [], "skipped": library.skipped if library else {},
+                "folder": str(self.folder) if self.folder else None, "loaded_models": list(self.models)}
+
+    def choices(self) -> list[str]:
+        """The model picker's list: the bundled models and whatever else is loaded."""
+        return list(dict.fromkeys([self.model_name, *BUNDLED_MODELS, *self.models]))
+
+    def model(self, name: str) -> tuple[LanguageModel, SwitchLibrary]:
+        """Model ``name`` and its switch library, loading it (on the compute thread) the first time."""
+        self.get()
+        if name not in self.models:
+            if name not in self.choices():
+                raise ValueError(f"unknown model {name!r}; choose one of {', '.join(self.choices())}")
+            self.run(lambda: name in self.models or self.add_model(load_model(name), name))
+        return self.models[name]
+
+    def get(self, timeout: float | None = 300, session: Session | None = None) -> tuple[LanguageModel, SwitchLibrary]:
+        """The session's model (default: the one the app started with) and its switch library; waits while it loads."""
+        if not self.ready.wait(timeout):
+            raise gr.Error(f"The model '{self.model_name}' is still loading; try again in a few seconds.")
+        if self.error:
+            raise gr.Error(f"The model could not be loaded ({self.error}); restart the app with another --model.")
+        if session is not None and session.model and session.model in self.models:
+            return self.models[session.model]
+        return self.lm, self.library
+
+
+DEFAULT_SWITCHES = shipped_switches_dir()
+
+
+def computed(fn: Callable) -> Callable:
+    """Run a handler ``fn(backend, ...)`` on the backend's compute thread."""
+
+    @functools.wraps(fn)
+    def call(backend: Backend, *args, **kwargs):
+        return backend.run(fn, backend, *args, **kwargs)
+
+    return call
+
+
+def user_errors(fn: Callable) -> Callable:
+    """Turn the library's ordinary exceptions into readable ``gr.Error`` messages (also for generators)."""
+    if inspect.isgeneratorfunction(fn):
+
+        @functools.wraps(fn)
+        def stream(*args, **kwargs):
+            try:
+                yield from fn(*args, **kwargs)
+            except USER_ERRORS as err:
+                raise gr.Error(str(err)) from None
+
+        return stream
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except USER_ERRORS as err:
+            raise gr.Error(str(err)) from None
+
+    return call

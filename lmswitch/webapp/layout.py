@@ -1,0 +1,241 @@
+"""The page: one builder per tab (components only), then the wiring of events to handlers."""
+
+from __future__ import annotations
+
+import functools
+from types import SimpleNamespace
+
+import gradio as gr
+
+from lmswitch.core.options import SAMPLING, TrainConfig
+from lmswitch.core.steering import MAX_ABS_EPS
+from lmswitch.serve.session import Session
+from lmswitch.webapp import lens, steer, train
+from lmswitch.webapp.backend import Backend
+from lmswitch.webapp.widgets import MAX_SLOTS, token_html
+
+DOCUMENT_TYPES = [".txt", ".md", ".html", ".htm", ".pdf", ".docx"]
+TRAIN = TrainConfig()  # the Train tab's defaults
+
+
+def _picker(shipped: list[str], label: str = "switch") -> gr.Dropdown:
+    return gr.Dropdown(label=label, choices=shipped, value="", allow_custom_value=True)
+
+
+def _steer_tab(ui: SimpleNamespace, backend: Backend) -> None:
+    with gr.Row():
+        with gr.Column(scale=2, min_width=320):
+            ui.model_pick = gr.Dropdown(backend.choices(), value=backend.model_name, label="model", elem_id="model",
+                                        info="bundled models load (and convert, the first time) when picked")
+            ui.prompt = gr.Textbox(label="prompt", value="My weekend was", lines=3, elem_id="prompt")
+            # hidden until the page loads; each visitor's ranges are set then (API clients may use any |ε| ≤ 1000)
+            ui.sliders = [gr.Slider(-MAX_ABS_EPS, MAX_ABS_EPS, value=0, step=0.5, label=f"switch {i + 1}", visible=False, elem_id=f"eps-{i}")
+                          for i in range(MAX_SLOTS)]
+            with gr.Accordion("generation settings", open=False):
+                ui.gen = [gr.Slider(1, 200, value=SAMPLING.max_new_tokens, step=1, label="max new tokens"),
+                          gr.Slider(0, 2, value=SAMPLING.temperature, step=0.05, label="temperature", info="0 = greedy"),
+                          gr.Slider(0.05, 1.0, value=SAMPLING.top_p, step=0.05, label="top-p"),
+                          gr.Number(value=0, precision=0, minimum=0, label="seed"),
+                          gr.Checkbox(value=SAMPLING.chat, label="chat template")]
+            ui.go = gr.Button("Generate", variant="primary", elem_id="generate")
+        with gr.Column(scale=3):
+            with gr.Row(equal_height=True):
+                with gr.Column():
+                    ui.steered = gr.Textbox(label="steered", lines=7, interactive=False, elem_id="steered")
+                    ui.steered_scores = gr.Markdown(elem_id="steered-scores")
+                with gr.Column():
+                    ui.base = gr.Textbox(label="unsteered (every ε = 0, same seed)", lines=7, interactive=False, elem_id="unsteered")
+                    ui.base_scores = gr.Markdown(elem_id="unsteered-scores")
+            ui.tokens = gr.HTML(token_html(None), elem_id="tokens")
+
+
+def _sweep_and_map(ui: SimpleNamespace, shipped: list[str]) -> None:
+    with gr.Accordion("ε sweep: one switch, a row of ε values, one batched call", open=False):
+        with gr.Row():
+            ui.sweep_switch = _picker(shipped)
+            ui.sweep_eps = gr.Textbox("", label="ε values", placeholder="empty: 7 values over the switch's range, or e.g. -10, -5, 0, 5, 10")
+            ui.sweep_samples = gr.Slider(1, 8, value=3, step=1, label="samples per ε")
+        ui.sweep_go = gr.Button("Run sweep")
+        ui.sweep_plot = gr.Plot(label="scores vs ε")
+        ui.sweep_table = gr.Dataframe(headers=["ε", "sample", "text", "sentiment", "toxicity"], wrap=True, interactive=False)
+    with gr.Accordion("composition map: two switches on a 2-D grid of ε", open=False):
+        with gr.Row():
+            ui.grid_a, ui.grid_b = _picker(shipped, "switch (rows)"), _picker(shipped, "switch (columns)")
+            ui.grid_samples = gr.Slider(1, 4, value=2, step=1, label="samples per cell")
+        with gr.Row():
+            ui.grid_eps_a = gr.Textbox("", label="ε values (rows)", placeholder="empty: 5 values over the range")
+            ui.grid_eps_b = gr.Textbox("", label="ε values (columns)", placeholder="empty: 5 values over the range")
+        ui.grid_go = gr.Button("Run composition map")
+        ui.grid_plot = gr.Plot(label="scores over the grid (hover a cell for a sample)")
+        ui.grid_table = gr.Dataframe(headers=["ε rows", "ε columns", "sample", "text", "sentiment", "toxicity"], wrap=True, interactive=False)
+
+
+def _train_inputs(ui: SimpleNamespace) -> None:
+    with gr.Row():
+        ui.mode = gr.Radio(list(train.MODES), value=train.MODES[2], label="what to learn from")
+        ui.new_name = gr.Textbox(label="name", value="my-switch", max_lines=1)
+        ui.pos_label = gr.Textbox(label="positive label (+ε)", value="positive", max_lines=1)
+        ui.neg_label = gr.Textbox(label="negative label (−ε)", value="negative", max_lines=1)
+    upload = "…or upload .txt .md .html .pdf .docx (20 MB max)"
+    with gr.Row():
+        with gr.Column():
+            ui.text_a = gr.Textbox("", label="positive sentences, one per line (or document / document A)", lines=10, elem_id="text-a")
+            ui.file_a = gr.File(label=upload, file_types=DOCUMENT_TYPES, type="filepath")
+        with gr.Column() as ui.side_b:
+            ui.text_b = gr.Textbox("", label="negative sentences, one per line (or document B)", lines=10, elem_id="text-b")
+            ui.file_b = gr.File(label=upload, file_types=DOCUMENT_TYPES, type="filepath")
+    with gr.Accordion("advanced settings", open=False), gr.Row():
+        ui.train_settings = [gr.Number(value=TRAIN.steps, precision=0, minimum=1, maximum=5000, label="steps"),
+                             gr.Number(value=TRAIN.lr, minimum=1e-5, maximum=1.0, label="learning rate"),
+                             gr.Number(value=TRAIN.eps0, minimum=1e-6, maximum=1.0, label="ε0 (ε unit)"),
+                             gr.Number(value=TRAIN.rank or 0, precision=0, minimum=0, label="rank (0 = full)"),
+                             gr.Number(value=TRAIN.seed, precision=0, minimum=0, label="seed")]
+
+
+def _train_tab(ui: SimpleNamespace, shipped: list[str]) -> None:
+    _train_inputs(ui)
+    with gr.Row():
+        ui.train_go = gr.Button("Train", variant="primary", elem_id="train")
+        ui.cancel = gr.Button("Cancel", variant="stop")
+    ui.train_status = gr.Markdown(elem_id="train-status")
+    ui.loss_plot = gr.Plot(label="training loss")
+    ui.train_report = gr.Markdown(elem_id="train-report")
+    with gr.Accordion("your switches: save to the library, download, import", open=True):
+        with gr.Row():
+            ui.manage = _picker(shipped)
+            ui.save = gr.Button("Save to library")
+            ui.download = gr.DownloadButton("Download .safetensors", value=None)
+            ui.upload = gr.UploadButton("Import .safetensors", file_types=[".safetensors"], type="filepath")
+        ui.manage_status = gr.Markdown()
+
+
+def _inspect_tab(ui: SimpleNamespace, shipped: list[str]) -> None:
+    with gr.Row():
+        ui.inspect_name = _picker(shipped)
+        ui.dims = gr.Slider(1, 20, value=8, step=1, label="directions")
+        ui.words = gr.Slider(5, 30, value=10, step=1, label="words per pole")
+        ui.inspect_go = gr.Button("Inspect", variant="primary")
+    ui.svd_table = gr.Dataframe(headers=["dir", "σ", "share", "↑ at +ε", "+u pole", "−u pole", "agree"],
+                                wrap=True, interactive=False, label="word dimensions (▲ = pushed up at +ε)")
+    with gr.Row():
+        ui.spectrum = gr.Plot(label="singular values")
+        ui.scatter = gr.Plot(label="words on the top two directions")
+    ui.word_table = gr.Dataframe(headers=["#", "most promoted at +ε", "Δ logit", "most suppressed", "Δ logit"], interactive=False)
+
+
+def _transfer_tab(ui: SimpleNamespace, backend: Backend, shipped: list[str]) -> None:
+    gr.Markdown("Map a switch to another model: a linear map between the two models' output embeddings, fitted on "
+                "the words both vocabularies share (`lmswitch.core.transfer`, paper §5.3). The transferred switch then "
+                "steers the target model in the Steer tab, at its recommended ε.")
+    with gr.Row():
+        ui.tr_switch = _picker(shipped, "switch (of the current model)")
+        others = [m for m in backend.choices() if m != backend.model_name]
+        ui.tr_target = gr.Dropdown(backend.choices(), value=others[0] if others else backend.model_name, label="target model")
+        ui.tr_go = gr.Button("Transfer", variant="primary", elem_id="transfer")
+    ui.tr_report = gr.Markdown(elem_id="transfer-report")
+
+
+def _highlight_tab(ui: SimpleNamespace, shipped: list[str]) -> None:
+    with gr.Row():
+        with gr.Column(scale=3):
+            ui.hl_text = gr.Textbox("", label="text", lines=6, elem_id="hl-text")
+            ui.hl_file = gr.File(label="…or upload a document", file_types=DOCUMENT_TYPES, type="filepath")
+        with gr.Column(scale=2):
+            ui.hl_switch = _picker(shipped)
+            ui.hl_settings = [gr.Slider(-30, 30, value=-4, step=0.5, label="ε (negative: find the switch's negative side)"),
+                              gr.Slider(1, 20, value=5, step=1, label="max span (tokens)"),
+                              gr.Slider(1, 5, value=1, step=1, label="number of spans")]
+            ui.hl_go = gr.Button("Highlight", variant="primary", elem_id="highlight")
+    gr.Examples(lens.highlight_examples(), inputs=[ui.hl_text, ui.hl_switch, *ui.hl_settings], label="examples (toxic comments, mixed reviews)")
+    ui.hl_spans = gr.HighlightedText(label="most style-indicative span(s)", elem_id="hl-spans", show_legend=True)
+    ui.hl_heat = gr.HighlightedText(label="per-token contribution (red: toward the chosen side)", elem_id="hl-heatmap")
+    with gr.Row():
+        ui.meter_plot = gr.Plot(label="style meter: log-likelihood vs ε")
+        ui.hl_summary = gr.Markdown()
+
+
+def _wire_steer(ui: SimpleNamespace, backend: Backend, demo: gr.Blocks) -> None:
+    bind = functools.partial
+    live = dict(concurrency_id="generate", concurrency_limit=4, trigger_mode="multiple", show_progress="hidden")
+    steer_inputs = [ui.prompt, *ui.gen, ui.session, *ui.sliders]
+    stream_out = [ui.steered, ui.base, ui.steered_scores, ui.base_scores, ui.tokens]
+    run_steer = bind(steer.steer, backend)
+    loaded = demo.load(bind(steer.on_load, backend), [ui.session, *ui.pickers], [ui.status, *ui.sliders, *ui.pickers],
+                       api_visibility="private", concurrency_limit=None)
+    loaded.then(run_steer, steer_inputs, stream_out, api_visibility="private", **live)  # a first generation to look at
+    ui.go.click(run_steer, steer_inputs, stream_out, api_name="steer", **live)
+    ui.prompt.input(run_steer, steer_inputs, stream_out, api_visibility="private", **live)
+    for slider in ui.sliders:
+        slider.release(run_steer, steer_inputs, stream_out, api_visibility="private", **live)
+    ui.model_pick.input(bind(steer.select_model, backend), [ui.model_pick, ui.session, *ui.pickers], [ui.status, *ui.sliders, *ui.pickers],
+                        api_name="select_model", show_progress_on=[ui.status]).then(run_steer, steer_inputs, stream_out,
+                                                                                    api_visibility="private", **live)
+    ui.tr_go.click(bind(steer.run_transfer, backend), [ui.tr_switch, ui.tr_target, ui.session, *ui.pickers],
+                   [ui.tr_report, ui.model_pick, ui.status, *ui.sliders, *ui.pickers], api_name="transfer",
+                   show_progress_on=[ui.tr_report]).then(run_steer, steer_inputs, stream_out, api_visibility="private", **live)
+    batch = dict(concurrency_id="generate", concurrency_limit=4)
+    ui.api_go.click(bind(steer.generate_api, backend), [ui.prompt, ui.api_switches, *ui.gen, ui.session], ui.api_result,
+                    api_name="generate", **batch)
+    ui.sweep_go.click(bind(steer.run_sweep, backend), [ui.sweep_switch, ui.sweep_eps, ui.sweep_samples, ui.prompt, *ui.gen, ui.session],
+                      [ui.sweep_plot, ui.sweep_table], api_name="sweep", **batch)
+    ui.grid_go.click(bind(steer.run_grid, backend), [ui.grid_a, ui.grid_b, ui.grid_eps_a, ui.grid_eps_b, ui.grid_samples, ui.prompt,
+                                                     *ui.gen, ui.session], [ui.grid_plot, ui.grid_table], api_name="compose", **batch)
+
+
+def _wire_train_and_lenses(ui: SimpleNamespace, backend: Backend) -> None:
+    bind = functools.partial
+    ui.mode.change(lambda m: gr.Column(visible=m != train.MODES[0]), ui.mode, ui.side_b, api_visibility="private", queue=False)
+    ui.train_go.click(bind(train.train, backend), [ui.mode, ui.new_name, ui.pos_label, ui.neg_label, ui.text_a, ui.file_a, ui.text_b,
+                                                   ui.file_b, *ui.train_settings, ui.session, *ui.pickers],
+                      [ui.train_status, ui.loss_plot, ui.train_report, *ui.sliders, *ui.pickers, ui.download], api_name="train",
+                      concurrency_id="train", concurrency_limit=2, show_progress_on=[ui.train_status])
+    ui.cancel.click(train.cancel_training, ui.session, ui.train_status, api_name="cancel_training", concurrency_limit=None, queue=False)
+    ui.manage.change(bind(train.export_switch, backend), [ui.manage, ui.session], ui.download, api_visibility="private")
+    ui.save.click(bind(train.save_switch, backend), [ui.manage, ui.session], ui.manage_status, api_name="save_switch")
+    ui.upload.upload(bind(train.import_switch, backend), [ui.upload, ui.session, *ui.pickers], [ui.manage_status, *ui.sliders, *ui.pickers],
+                     api_name="import_switch")
+    ui.inspect_go.click(bind(lens.inspect_switch, backend), [ui.inspect_name, ui.dims, ui.words, ui.session],
+                        [ui.svd_table, ui.spectrum, ui.scatter, ui.word_table], api_name="inspect")
+    ui.hl_go.click(bind(lens.run_highlight, backend), [ui.hl_text, ui.hl_file, ui.hl_switch, *ui.hl_settings, ui.session],
+                   [ui.hl_spans, ui.hl_heat, ui.meter_plot, ui.hl_summary], api_name="highlight")
+
+
+def _tabs(ui: SimpleNamespace, backend: Backend, shipped: list[str]) -> None:
+    with gr.Tabs():
+        with gr.Tab("Steer", id="steer"):
+            _steer_tab(ui, backend)
+            _sweep_and_map(ui, shipped)
+        with gr.Tab("Train", id="train"):
+            _train_tab(ui, shipped)
+        with gr.Tab("Inspect", id="inspect"):
+            _inspect_tab(ui, shipped)
+        with gr.Tab("Transfer", id="transfer"):
+            _transfer_tab(ui, backend, shipped)
+        with gr.Tab("Highlight", id="highlight"):
+            _highlight_tab(ui, shipped)
+
+
+def build_app(backend: Backend) -> gr.Blocks:
+    """The whole page for ``backend``: components, then events wired to the handlers of ``steer``, ``train`` and ``lens``."""
+    shipped = sorted(p.stem for p in backend.folder.glob("*.safetensors")) if backend.folder and backend.folder.is_dir() else []
+    ui = SimpleNamespace()
+    with gr.Blocks(title="lmswitch", analytics_enabled=False) as demo:
+        ui.session = gr.State(Session())  # deep-copied into a fresh Session per visitor
+        gr.Markdown("# lmswitch <small>steer a language model with LM-Switch</small>", elem_id="title")
+        ui.status = gr.Markdown(f"⏳ Loading the model **{backend.model_name}** and the switches… the controls appear as soon as it has "
+                                "loaded.", elem_id="status")
+        _tabs(ui, backend, shipped)
+        # hidden inputs/outputs of the scripting endpoint
+        ui.api_switches = gr.Textbox("", label="switches", visible=False)
+        ui.api_result = gr.JSON(label="result", visible=False)
+        ui.api_go = gr.Button(visible=False)
+
+        def app_status() -> dict:
+            """Whether the model is loaded, and the switches in the library folder."""
+            return backend.status()
+
+        gr.api(app_status, api_name="status", queue=False)
+        ui.pickers = [ui.sweep_switch, ui.grid_a, ui.grid_b, ui.manage, ui.inspect_name, ui.hl_switch, ui.tr_switch]
+        _wire_steer(ui, backend, demo)
+        _wire_train_and_lenses(ui, backend)
+    return demo

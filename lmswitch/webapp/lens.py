@@ -1,0 +1,72 @@
+"""Inspect and Highlight tabs: a switch's SVD word dimensions, its most style-indicative spans and the style meter."""
+
+from __future__ import annotations
+
+import json
+
+from lmswitch.harness import figures
+from lmswitch.io.resources import examples_dir
+from lmswitch.lenses.meter import MAX_SWITCHES as MAX_METER_SWITCHES
+from lmswitch.lenses.meter import Measurement, measure
+from lmswitch.lenses.spans import Highlight, highlight
+from lmswitch.lenses.svd import Dimension, promoted_words, svd_dimensions, word_map
+from lmswitch.serve.session import Session
+from lmswitch.webapp.backend import Backend, computed, user_errors
+from lmswitch.webapp.widgets import number, read_input
+
+MAX_HIGHLIGHT_CHARS = 100_000  # ~25k tokens scored in windows
+TABLE_WORDS = 6  # words per pole in the SVD table (the word lists below it are longer)
+MAP_WORDS = 15  # words per group on the word map
+
+
+def _dimension_row(d: Dimension) -> list:
+    """One row of the SVD table: the pole pushed up at +ε is marked ▲."""
+    promoted = ", ".join(w.word for w in d.promoted[:TABLE_WORDS])
+    suppressed = ", ".join(w.word for w in d.suppressed[:TABLE_WORDS])
+    plus, minus = (suppressed, promoted) if d.flipped else (promoted, suppressed)
+    return [d.index + 1, round(d.singular_value, 3), round(d.share, 3), ("−u" if d.flipped else "+u"),
+            ("" if d.flipped else "▲ ") + plus, ("▲ " if d.flipped else "") + minus, round(d.agreement, 2)]
+
+
+@user_errors
+@computed
+def inspect_switch(backend: Backend, name: str, dims, words, session: Session):
+    """SVD table (both poles, the promoted one marked), spectrum, word map and the promoted/suppressed words."""
+    lm, library = backend.get(session=session)
+    switch = session.get(name, library)
+    dims, words = number(dims, "directions", int), number(words, "words", int)
+    svd = svd_dimensions(lm, switch, dims=dims, words=words)
+    pw = promoted_words(lm, switch, words=words)
+    word_rows = [[i + 1, up.word, round(up.delta, 3), down.word, round(down.delta, 3)]
+                 for i, (up, down) in enumerate(zip(pw.promoted, pw.suppressed, strict=False))]
+    return ([_dimension_row(d) for d in svd.dimensions], figures.spectrum_figure(svd.singular_values),
+            figures.word_map_figure(word_map(lm, switch, words=min(words, MAP_WORDS))), word_rows)
+
+
+def _summary(result: Highlight, meter: Measurement) -> str:
+    lines = [f"- **{r.name}**: best ε {r.best_eps_alone:+.1f} → *{r.label or 'neither'}* "
+             f"(evidence {r.evidence_nats:.1f} nats{'; weak' if r.evidence_nats < 1 else ''})" for r in meter.switches]
+    spans = "; ".join(f"“{s.text}” ({s.score:+.2f})" for s in result.spans) or "none"
+    return f"**Spans toward {result.label}:** {spans}\n\n**Style meter** ({meter.scored_tokens} tokens):\n" + "\n".join(lines)
+
+
+@user_errors
+@computed
+def run_highlight(backend: Backend, text: str, file: str | None, name: str, eps, max_span, n_spans, session: Session):
+    """Most style-indicative span(s) of the text, a per-word heatmap, and the style meter over the session's switches."""
+    lm, library = backend.get(session=session)
+    text = read_input(text, file, "the text")
+    if len(text) > MAX_HIGHLIGHT_CHARS:
+        raise ValueError(f"the text has {len(text):,} characters; highlighting takes at most {MAX_HIGHLIGHT_CHARS:,}. "
+                         "Paste the part you want to look at, or use python -m lmswitch highlight --file")
+    switch = session.get(name, library)
+    result = highlight(lm, switch, text, eps=number(eps, "ε"), max_span=number(max_span, "max span", int),
+                       n_spans=number(n_spans, "spans", int))
+    meter = measure(lm, [session.get(n, library) for n in session.available(library)][:MAX_METER_SWITCHES], text)
+    return result.highlighted, result.word_heatmap(), figures.meter_figure(meter), _summary(result, meter)
+
+
+def highlight_examples() -> list[list]:
+    """The Highlight tab's examples (toxic comments, mixed reviews) with the switch and settings that suit each."""
+    items = json.loads((examples_dir() / "highlight.json").read_text(encoding="utf-8"))
+    return [[x["text"], x["switch"], x["eps"], x["max_span"], x["n_spans"]] for x in items]

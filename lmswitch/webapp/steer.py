@@ -1,0 +1,169 @@
+"""Steer tab: the model picker, live ε sliders (steered vs unsteered), the scripting endpoint, ε sweep and composition map."""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Sequence
+
+import gradio as gr
+
+from lmswitch.core.switch import Switch
+from lmswitch.core.transfer import transfer
+from lmswitch.harness import figures
+from lmswitch.harness.evaluate import Protocol, evaluate_settings
+from lmswitch.io.parse import eps_grid, parse_eps_list, parse_setting
+from lmswitch.serve.compare import Comparison, compare
+from lmswitch.serve.session import Session
+from lmswitch.webapp.backend import Backend, computed, user_errors
+from lmswitch.webapp.widgets import (
+    MAX_SLOTS,
+    PENDING,
+    checked_setting,
+    dropdown_updates,
+    format_scores,
+    number,
+    sampling,
+    slot_updates,
+    token_html,
+)
+
+MAX_ROWS = 96  # generations in one sweep / composition-map call
+MIN_ANCHORS = 200  # shared words a transfer needs (lmswitch.core.transfer's default)
+STREAM_EVERY = 0.1  # seconds between streamed text updates (each costs the server and the browser a render)
+SWEEP_POINTS, GRID_POINTS = 7, 5  # ε values when the box is left empty: spread over the switch's range
+
+
+def model_status(backend: Backend, session: Session) -> str:
+    lm, library = backend.get(session=session)
+    skipped = "".join(f"<br>⚠ skipped {name}: {why}" for name, why in library.skipped.items())
+    others = f" ({len(library.other_models)} more for other models)" if library.other_models else ""
+    return (f"**{lm.name}** ready · {len(library.names())} switches in `{library.folder or 'no folder'}`{others} · "
+            f"drag a slider and release it to regenerate{skipped}")
+
+
+def on_load(backend: Backend, session: Session, *current: str | None):
+    """Page load: wait for the model, then show this session's sliders and switch pickers."""
+    _, library = backend.get(timeout=900)
+    return [model_status(backend, session), *slot_updates(session, library), *dropdown_updates(session, library, current)]
+
+
+@user_errors
+@computed
+def select_model(backend: Backend, name: str, session: Session, *current: str | None):
+    """The model picker: steer another model (loaded the first time, converted and cached like the default one)."""
+    _, library = backend.model(name)
+    session.model = name
+    return [model_status(backend, session), *slot_updates(session, library, reset=True), *dropdown_updates(session, library, current)]
+
+
+def _transfer_report(final: str, target: str, moved: Switch) -> str:
+    t, r = moved.card["transfer"], moved.card["recommended_eps"]
+    return (f"### ✔ '{final}' steers {target}: the Steer tab now uses {target}, its slider at ε {r:+g}\n"
+            f"Map fitted on {t['anchors']} words both vocabularies share (e.g. {', '.join(t['example_anchors'][:6])}); on "
+            f"{t['heldout_anchors']} held-out words R² {t['heldout_r2']} and a mapped word's nearest source word is itself "
+            f"{t['heldout_top1']:.1%} of the time. Recommended ε {r:+g} = the source's {t['source_recommended_eps']:+g} × "
+            f"{t['eps_scale']} (same typical logit change).")
+
+
+@user_errors
+@computed
+def run_transfer(backend: Backend, name: str, target: str, session: Session, *current: str | None):
+    """Map a switch to another model (``Hᵀ W H``), keep it in this session, and steer the target model with it."""
+    source_lm, source_library = backend.get(session=session)
+    switch = session.get(name, source_library)
+    target_lm, target_library = backend.model(target)
+    moved = transfer(switch, source_lm, target_lm, min_anchors=MIN_ANCHORS)
+    final = session.add(moved, target_library)
+    session.model = target
+    values = {final: moved.card["recommended_eps"]}
+    return [_transfer_report(final, target_lm.name, moved), gr.Dropdown(choices=backend.choices(), value=target),
+            model_status(backend, session), *slot_updates(session, target_library, reset=True, values=values),
+            *dropdown_updates(session, target_library, current)]
+
+
+def _comparisons(backend: Backend, session: Session, prompt: str, pairs: Sequence[tuple[str, object]], widgets: Sequence,
+                 changes: bool = True):
+    """The library's streamed comparison for this session: a newer request of the session stops this one."""
+    lm, library = backend.get(session=session)
+    options, seed = sampling(*widgets)
+    setting = checked_setting(session, library, pairs)
+    return compare(lm, prompt, setting, seed=seed, options=options, cache=backend.comparisons, compute=backend.compute,
+                   stop=session.new_generation(), changes=changes)
+
+
+@user_errors
+def steer(backend: Backend, prompt: str, max_new_tokens, temperature, top_p, seed, chat, session: Session, *eps: float):
+    """The Steer view: the sliders' ε values (in slot order) → streamed steered and unsteered outputs."""
+    _, library = backend.get(session=session)
+    names = session.available(library)[:MAX_SLOTS]
+    shown = 0.0
+    for item in _comparisons(backend, session, prompt, list(zip(names, eps, strict=False)), (max_new_tokens, temperature, top_p, seed, chat)):
+        if isinstance(item, Comparison):
+            yield (item.steered, item.unsteered, format_scores(item.steered_scores), format_scores(item.unsteered_scores),
+                   token_html(item.changes))
+        elif not shown:  # the first token at once, and the previous scores go: they belong to the previous text
+            shown = time.perf_counter()
+            yield item.steered, item.unsteered, PENDING, PENDING, token_html(None, pending=True)
+        elif time.perf_counter() - shown >= STREAM_EVERY:  # then a few updates a second
+            shown = time.perf_counter()
+            yield item.steered, item.unsteered, gr.skip(), gr.skip(), gr.skip()
+
+
+@user_errors
+def generate_api(backend: Backend, prompt: str, switches: str, max_new_tokens, temperature, top_p, seed, chat, session: Session) -> dict:
+    """Scripting endpoint: ``switches`` as ``"sentiment=5, detox=-2"``; returns both outputs and their scores."""
+    items = _comparisons(backend, session, prompt, parse_setting(switches), (max_new_tokens, temperature, top_p, seed, chat), changes=False)
+    last = collections.deque(items, maxlen=1)
+    if not last or not isinstance(last[0], Comparison):
+        raise ValueError("the generation was stopped by a newer request from the same session")
+    return last[0].to_dict()
+
+
+def batch_protocol(settings: int, samples, widgets: Sequence) -> Protocol:
+    """Sampling settings of one sweep / composition-map call, refusing calls too big for an interactive answer."""
+    samples = number(samples, "samples", int)
+    options, seed = sampling(*widgets)
+    if settings * samples > MAX_ROWS:
+        raise ValueError(f"{settings} ε settings × {samples} samples is more than {MAX_ROWS} generations; use fewer")
+    if options.chat:
+        raise ValueError("sweeps and composition maps continue the plain prompt; turn the chat template off")
+    return Protocol(samples=samples, max_new_tokens=options.max_new_tokens, top_p=options.top_p, temperature=options.temperature, seed=seed)
+
+
+def _eps_values(text: str | None, switch: Switch, count: int) -> list[float]:
+    return parse_eps_list(text, default=eps_grid(*switch.eps_range, count))
+
+
+@user_errors
+@computed
+def run_sweep(backend: Backend, name: str, eps_text: str, samples, prompt: str, max_new_tokens, temperature, top_p, seed, chat,
+              session: Session):
+    """One batched call: the prompt at a row of ε values of one switch, scored; a plotly chart and the texts."""
+    lm, library = backend.get(session=session)
+    switch = session.get(name, library)
+    eps = _eps_values(eps_text, switch, SWEEP_POINTS)
+    protocol = batch_protocol(len(eps), samples, (max_new_tokens, temperature, top_p, seed, chat))
+    evals = evaluate_settings(lm, [[(switch, e)] for e in eps], [prompt], protocol)
+    fig = figures.sweep_figure(evals, switch.name, metrics=("positive_share", "mean_toxicity"))
+    rows = [[e, k, t["text"], t["sentiment"], t["toxicity"]] for e, ev in zip(eps, evals, strict=True) for k, t in enumerate(ev.texts)]
+    return fig, rows
+
+
+@user_errors
+@computed
+def run_grid(backend: Backend, first: str, second: str, eps_a_text: str, eps_b_text: str, samples, prompt: str, max_new_tokens,
+             temperature, top_p, seed, chat, session: Session):
+    """Composition map: two switches over a 2-D grid of ε → heatmaps of the scores; hover a cell for a sample text."""
+    lm, library = backend.get(session=session)
+    a, b = session.get(first, library), session.get(second, library)
+    if a.name == b.name:
+        raise ValueError("pick two different switches for the composition map")
+    eps_a, eps_b = _eps_values(eps_a_text, a, GRID_POINTS), _eps_values(eps_b_text, b, GRID_POINTS)
+    protocol = batch_protocol(len(eps_a) * len(eps_b), samples, (max_new_tokens, temperature, top_p, seed, chat))
+    flat = evaluate_settings(lm, [[(a, ea), (b, eb)] for ea in eps_a for eb in eps_b], [prompt], protocol)
+    grid = [flat[i * len(eps_b) : (i + 1) * len(eps_b)] for i in range(len(eps_a))]
+    fig = figures.grid_figure(grid, a.name, b.name, metrics=("positive_share", "mean_toxicity"))
+    rows = [[ev.setting.get(a.name, 0.0), ev.setting.get(b.name, 0.0), k, t["text"], t["sentiment"], t["toxicity"]]
+            for ev in flat for k, t in enumerate(ev.texts)]
+    return fig, rows

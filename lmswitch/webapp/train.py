@@ -1,0 +1,177 @@
+"""Train tab: learn a switch from pasted or uploaded text with live progress; save, download and import switches."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import gradio as gr
+
+from lmswitch.core.options import TrainConfig
+from lmswitch.core.switch import Switch, load_switch
+from lmswitch.core.train import Done, Encoded, Evaluated, Step, TrainEvent, TrainingCancelled, data_advice, train_events
+from lmswitch.harness import figures
+from lmswitch.io.documents import split_lines
+from lmswitch.serve.session import Session, check_name
+from lmswitch.webapp.backend import Backend, computed, user_errors
+from lmswitch.webapp.widgets import MAX_SLOTS, dropdown_updates, number, read_input, slot_updates
+
+MODES = ("one document", "two documents (A vs B)", "labelled sentences")
+DESCRIPTIONS = {MODES[0]: "learned from one document", MODES[1]: "document A (+) vs document B (−)", MODES[2]: ""}
+MAX_TRAIN_CHARS = 400_000  # ~100k tokens: trains in minutes on a CPU; bigger corpora belong to `python -m lmswitch train`
+UPDATE_EVERY = 0.3  # seconds between progress updates of the loss curve
+
+
+def _training_data(mode: str, text_a, file_a, text_b, file_b) -> tuple[str | list[str], str | list[str] | None]:
+    if mode == MODES[0]:
+        return read_input(text_a, file_a, "the document"), None
+    if mode == MODES[1]:
+        return read_input(text_a, file_a, "document A"), read_input(text_b, file_b, "document B")
+    if mode == MODES[2]:
+        pos = split_lines(read_input(text_a, file_a, "the positive list"))
+        neg = split_lines(read_input(text_b, file_b, "the negative list"))
+        if len(pos) < 2 or len(neg) < 2:
+            raise ValueError(f"give at least 2 sentences per side, one per line (got {len(pos)} positive, {len(neg)} negative); "
+                             "20+ each works much better")
+        return pos, neg
+    raise ValueError(f"unknown training mode {mode!r}; choose one of {', '.join(MODES)}")
+
+
+def training_data(mode: str, text_a, file_a, text_b, file_b) -> tuple[str | list[str], str | list[str] | None]:
+    """The widgets' texts as (positive, negative) training data, refusing more than the app trains on."""
+    positive, negative = _training_data(mode, text_a, file_a, text_b, file_b)
+    size = sum(map(len, [positive] if isinstance(positive, str) else positive))
+    size += sum(map(len, [negative] if isinstance(negative, str) else negative or []))
+    if size > MAX_TRAIN_CHARS:
+        raise ValueError(f"the training text has {size:,} characters; the app trains on at most {MAX_TRAIN_CHARS:,} (about "
+                         f"{MAX_TRAIN_CHARS // 4:,} tokens). Trim it, or train on the command line: python -m lmswitch train --help")
+    return positive, negative
+
+
+def train_config(steps, lr, eps0, rank, seed) -> TrainConfig:
+    """The advanced-settings widgets → a TrainConfig (rank 0 means full rank); the library validates the ranges."""
+    rank = number(rank, "rank", int)
+    return TrainConfig(steps=number(steps, "steps", int), lr=number(lr, "learning rate"), eps0=number(eps0, "ε0"),
+                       seed=number(seed, "seed", int), rank=rank or None)
+
+
+def _report(final: str, name: str, switch: Switch) -> str:
+    card = switch.card
+    gain = card.get("heldout_gain")
+    gain_text = "no held-out split" if gain is None else f"held-out gain **{gain:+.3f} nats/token**"
+    renamed = f" (renamed from '{name}', which was taken)" if final != name else ""
+    return (f"### ✔ '{final}'{renamed} is ready — its slider is in the Steer tab\n"
+            f"{card['tokens_train']} training tokens, {card['tokens_heldout']} held out, {card['steps']} steps in {card['seconds']:.1f} s; "
+            f"{gain_text}.\n\n{data_advice(card)}")
+
+
+def _progress_updates(events: Iterator[TrainEvent], total: int, progress, skip: list, losses: list[float]) -> Iterator:
+    """Status text and loss curve while training runs, a few times a second; the last event (Done) is yielded as is."""
+    held: list[tuple[int, float]] = []
+    last = 0.0
+    for event in events:
+        if isinstance(event, Done):
+            yield event
+            return
+        if isinstance(event, Encoded):
+            progress(0, desc=f"training on {event.tokens_train:,} tokens")
+        elif isinstance(event, Evaluated):
+            held.append((event.step, event.heldout_loss))
+        elif isinstance(event, Step):
+            losses.append(event.loss)
+            if time.perf_counter() - last > UPDATE_EVERY or event.step == total:
+                last = time.perf_counter()
+                progress(event.step / total, desc=f"step {event.step} of {total}")
+                yield (f"Training… step {event.step} of {total}, loss {event.loss:.3f}",
+                       figures.loss_figure(losses, held, total_steps=total), gr.skip(), *skip)
+
+
+@user_errors
+def train(backend: Backend, mode: str, name: str, positive_label: str, negative_label: str, text_a, file_a, text_b, file_b,
+          steps, lr, eps0, rank, seed, session: Session, sweep_pick=None, grid_a_pick=None, grid_b_pick=None, manage_pick=None,
+          inspect_pick=None, highlight_pick=None, transfer_pick=None, progress=gr.Progress()):  # noqa: B008 (Gradio injects it)
+    """Train a switch one step at a time on the compute thread; stream progress and the loss curve; add it to this session."""
+    lm, library = backend.get(session=session)
+    name = check_name(name)
+    positive, negative = training_data(mode, text_a, file_a, text_b, file_b)
+    config = train_config(steps, lr, eps0, rank, seed)
+    current = [sweep_pick, grid_a_pick, grid_b_pick, manage_pick, inspect_pick, highlight_pick, transfer_pick]
+    flag = session.start_training()
+    skip = [gr.skip()] * (MAX_SLOTS + len(current) + 1)
+    losses: list[float] = []
+    events = backend.compute.stepped(train_events(
+        lm, positive, negative, name=name, description=DESCRIPTIONS.get(mode, ""), config=config, cancel=flag,
+        positive_label=(positive_label or "positive").strip(), negative_label=(negative_label or "negative").strip()))
+    done = None
+    try:
+        progress(0, desc="encoding the text")
+        yield "Encoding the text…", figures.loss_figure([], total_steps=config.steps), gr.skip(), *skip
+        for update in _progress_updates(events, config.steps, progress, skip, losses):
+            if isinstance(update, Done):
+                done = update
+            else:
+                yield update
+    except TrainingCancelled:
+        yield f"Cancelled after {len(losses)} of {config.steps} steps; nothing was added.", gr.skip(), gr.skip(), *skip
+        return
+    finally:
+        events.close()  # if the page went away mid-run, stop training too
+        session.end_training(flag)
+    yield _finished(backend, session, library, name, done.switch, current)
+
+
+def _finished(backend: Backend, session: Session, library, name: str, switch: Switch, current: list) -> tuple:
+    final = session.add(switch, library, name=name)
+    card = switch.card
+    current = [*current[:3], final, *current[4:]]  # the manage picker shows the new switch
+    return ("Done.", figures.loss_figure(card["train_losses"], card["heldout_losses"], total_steps=card["steps"]),
+            _report(final, name, switch), *slot_updates(session, library), *dropdown_updates(session, library, current),
+            backend.run(export_path, backend, switch))
+
+
+def cancel_training(session: Session) -> str:
+    return "Cancelling…" if session.cancel_training() else "No training is running in this session."
+
+
+def export_path(backend: Backend, switch: Switch) -> str:
+    """Write ``switch`` to a fresh temporary file for the download button."""
+    folder = backend.export_dir / uuid.uuid4().hex
+    folder.mkdir(parents=True)
+    return str(switch.save(folder / f"{switch.name}.safetensors"))
+
+
+@user_errors
+@computed
+def export_switch(backend: Backend, name: str | None, session: Session):
+    _, library = backend.get(session=session)
+    if not name:
+        return gr.DownloadButton(value=None)
+    return gr.DownloadButton(value=export_path(backend, session.get(name, library)), label=f"Download {name}.safetensors")
+
+
+@user_errors
+@computed
+def save_switch(backend: Backend, name: str | None, session: Session) -> str:
+    _, library = backend.get(session=session)
+    if not name:
+        raise ValueError("pick a switch to save")
+    path = session.save(name, library)
+    return f"Saved '{name}' to `{path}`; it will be in every new session's library."
+
+
+@user_errors
+@computed
+def import_switch(backend: Backend, file: str | None, session: Session, *current: str | None):
+    """Upload a ``.safetensors`` switch: validated (format, shape, finiteness, model fingerprint) before it is added."""
+    lm, library = backend.get(session=session)
+    if not file:
+        raise ValueError("no file was uploaded")
+    path = Path(file)
+    if path.suffix != ".safetensors":
+        raise ValueError(f"{path.name} is not a .safetensors switch file")
+    switch = load_switch(path, lm)
+    final = session.add(switch, library)
+    return (f"Imported '{final}' ({switch.positive_label} ↔ {switch.negative_label}); its slider is in the Steer tab.",
+            *slot_updates(session, library), *dropdown_updates(session, library, current))

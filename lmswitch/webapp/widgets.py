@@ -1,0 +1,145 @@
+"""Widget values → library arguments, and library results → display values (no model work here)."""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+
+import gradio as gr
+
+from lmswitch.core.options import SamplingOptions
+from lmswitch.core.switch import Switch
+from lmswitch.harness.evaluate import TextScores
+from lmswitch.io.documents import read_document
+from lmswitch.io.parse import parse_eps
+from lmswitch.lenses.spans import TokenChange
+from lmswitch.serve.session import Session, SwitchLibrary
+
+MAX_SLOTS = 12  # ε sliders shown in the Steer view (switches beyond that are usable in the other views)
+PENDING = "<small>generating… scores follow when the text is complete</small>"
+# first choice of each switch picker (sweep, composition rows, composition columns, manage, inspect, highlight, transfer):
+# a preferred name, else the switch in that slot
+PICKER_DEFAULTS = (("sentiment", 0), ("sentiment", 0), ("detox", 1), (None, 0), ("sentiment", 0), ("detox", 0), ("sentiment", 0))
+
+
+def number(value, label: str, kind: type = float):
+    """A finite number from a widget (Gradio gives None for an emptied number box)."""
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{label} needs a finite number; got {value!r}")
+    try:
+        value = float(value)
+    except ValueError:
+        raise ValueError(f"{label} needs a finite number; got {value!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{label} needs a finite number; got {value!r}")
+    if kind is int and value != int(value):
+        raise ValueError(f"{label} must be a whole number; got {value}")
+    return kind(value)
+
+
+def sampling(max_new_tokens, temperature, top_p, seed, chat) -> tuple[SamplingOptions, int]:
+    """Widget values → (decoding options, seed); the library validates the ranges."""
+    seed = number(seed, "seed", int)
+    if seed < 0:
+        raise ValueError(f"seed must be a whole number ≥ 0; got {seed}")
+    options = SamplingOptions(max_new_tokens=number(max_new_tokens, "max new tokens", int), temperature=number(temperature, "temperature"),
+                              top_p=number(top_p, "top-p"), chat=bool(chat))
+    return options, seed
+
+
+def read_input(text: str | None, file: str | None, what: str) -> str:
+    """Text from an uploaded file (.txt .md .html .pdf .docx) if given, else the pasted text."""
+    if file:
+        return read_document(file)
+    if text is None or not text.strip():
+        raise ValueError(f"{what} is empty: paste text or upload a .txt, .md, .html, .pdf or .docx file")
+    return text
+
+
+def checked_setting(session: Session, library: SwitchLibrary, pairs: Sequence[tuple[str, object]]) -> list[tuple[Switch, float]]:
+    """Name/ε pairs → (switch, ε) pairs of this session's switches; ε 0 is left out."""
+    out = []
+    for name, eps in pairs:
+        eps = parse_eps(eps, name)
+        if eps:
+            out.append((session.get(name, library), eps))
+    return out
+
+
+# --- sliders and pickers ------------------------------------------------------------------------
+def slider_range(switch: Switch) -> tuple[float, float]:
+    """At least −10…+10 ε0 units, wider when the switch recommends more."""
+    lo, hi = switch.eps_range
+    r = float(math.ceil(max(10.0, abs(lo), abs(hi))))
+    return -r, r
+
+
+def slider_label(switch: Switch) -> str:
+    return f"{switch.name}: + → {switch.positive_label}, − → {switch.negative_label}"
+
+
+def slot_updates(session: Session, library: SwitchLibrary, *, reset: bool = False, values: dict[str, float] | None = None) -> list:
+    """One update per slider slot: the session's switches for this model in their stable order, then hidden slots.
+
+    ``reset`` puts every slider back to 0 (another model's switches now fill the slots); ``values`` sets some.
+    """
+    names = session.available(library)[:MAX_SLOTS]
+    values = values or {}
+    updates = []
+    for i in range(MAX_SLOTS):
+        if i >= len(names):
+            updates.append(gr.Slider(visible=False, value=0.0) if reset else gr.Slider(visible=False))
+            continue
+        switch = session.get(names[i], library)
+        lo, hi = slider_range(switch)
+        extra = {"value": values.get(names[i], 0.0)} if reset or names[i] in values else {}
+        updates.append(gr.Slider(minimum=lo, maximum=hi, label=slider_label(switch), visible=True, info=switch.description[:120] or None,
+                                 **extra))
+    return updates
+
+
+def dropdown_updates(session: Session, library: SwitchLibrary, values: Sequence[str | None]) -> list:
+    """Switch pickers of the other views, keeping each current choice when it still exists."""
+    names = session.available(library)
+    out = []
+    for value, (preferred, slot) in zip(values, PICKER_DEFAULTS, strict=True):
+        if value not in names:
+            value = preferred if preferred in names else names[min(slot, len(names) - 1)] if names else None
+        out.append(gr.Dropdown(choices=names, value=value))
+    return out
+
+
+# --- outputs ------------------------------------------------------------------------------------
+def format_scores(scores: TextScores) -> str:
+    ppl = "–" if scores.perplexity is None else f"{scores.perplexity:.1f}"
+    return (f"sentiment **{scores.sentiment:+.2f}** · toxicity **{scores.toxicity:.2f}** · "
+            f"perplexity **{ppl}** <small>(vader, profanity-check, unsteered model; {scores.tokens} tokens)</small>")
+
+
+def _token_tip(t: TokenChange) -> str:
+    if not t.scored:
+        return "not scored (no context before it)"
+    up = ", ".join(f"{a.token!r} {a.delta:+.2f}" for a in t.promoted)
+    down = ", ".join(f"{a.token!r} {a.delta:+.2f}" for a in t.demoted)
+    return (f"Δ log p {t.delta:+.2f} (steered {t.logp_steered:.2f}, unsteered {t.logp_base:.2f})\n"
+            f"promoted here: {up}\ndemoted here: {down}")
+
+
+TOKEN_LEGEND = ('<div class="legend"><span class="tok" style="background:rgba(22,163,74,.55)">raised</span> '
+                '<span class="tok" style="background:rgba(220,38,38,.55)">lowered</span> by the switches · hover a token for the '
+                'alternatives they promoted and demoted most at that step</div>')
+
+
+def token_html(changes: list[TokenChange] | None, pending: bool = False) -> str:
+    """Steered tokens coloured by how much the switches raised (green) or lowered (red) them; alternatives on hover."""
+    if pending:
+        return '<div class="tokens empty">generating…</div>'
+    if not changes:
+        return '<div class="tokens empty">Move a slider away from 0 to see which tokens the switches changed.</div>'
+    parts = []
+    for t in changes:
+        alpha = min(abs(t.delta) / 3.0, 1.0) * 0.65
+        colour = f"rgba(22,163,74,{alpha:.2f})" if t.delta > 0 else f"rgba(220,38,38,{alpha:.2f})"
+        parts.append(f'<span class="tok" style="background:{colour}" title="{html.escape(_token_tip(t))}">{html.escape(t.text)}</span>')
+    return f'<div class="tokens">{"".join(parts)}</div>{TOKEN_LEGEND}'
