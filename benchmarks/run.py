@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import lmswitch as ls  # noqa: E402
-from lmswitch.core.options import TrainConfig  # noqa: E402
+from lmswitch.core.options import SAMPLING, TrainConfig  # noqa: E402
+from lmswitch.harness.evaluate import PROTOCOL  # noqa: E402
 from lmswitch.io.resources import shipped_switch_path  # noqa: E402
 
 
@@ -192,7 +193,7 @@ def bench_eval(lm: ls.LanguageModel, prompts: int, samples: int) -> dict:
     from lmswitch.harness.evaluate import Protocol, evaluate, load_prompts
 
     texts = load_prompts("neutral", prompts)
-    protocol = Protocol(samples=samples, max_new_tokens=25)
+    protocol = Protocol(samples=samples)
     from lmswitch.harness.pretrained import load_pretrained
 
     switch = load_pretrained(lm)["sentiment"]  # a real switch: a random one makes rows stop early at EOS
@@ -214,7 +215,7 @@ def bench_eval(lm: ls.LanguageModel, prompts: int, samples: int) -> dict:
         torch.manual_seed(i)
         ids = tok(prompt, return_tensors="pt").input_ids
         with torch.inference_mode():
-            out = lm.model.generate(ids, do_sample=True, top_p=0.9, top_k=0, max_new_tokens=25, num_return_sequences=samples,
+            out = lm.model.generate(ids, do_sample=True, top_p=PROTOCOL.top_p, top_k=0, max_new_tokens=PROTOCOL.max_new_tokens, num_return_sequences=samples,
                                     pad_token_id=tok.pad_token_id)
             for row in out:
                 logits = lm.model(row[None]).logits[0, ids.shape[1] - 1 : -1].float()
@@ -222,7 +223,7 @@ def bench_eval(lm: ls.LanguageModel, prompts: int, samples: int) -> dict:
                 count += len(row) - ids.shape[1]
     naive = time.perf_counter() - t
     return {
-        "eval_prompts": prompts, "eval_samples": samples, "eval_new_tokens": 25,
+        "eval_prompts": prompts, "eval_samples": samples, "eval_new_tokens": PROTOCOL.max_new_tokens,
         "ours_unsteered_s": round(ours_plain, 2), "ours_steered_s": round(ours_steered, 2),
         "naive_loop_s": round(naive, 2), "speedup": round(naive / ours_plain, 1),
         "ours_perplexity": round(plain.perplexity, 2), "naive_perplexity": round(math.exp(nll / count), 2),
@@ -240,7 +241,7 @@ def _eval_row(ev: dict) -> str:
 APP_PROMPT = "My weekend was"  # the app's default prompt
 APP_SLOTS = 12  # ε slider slots of the Steer view; slot order = library switch names sorted
 APP_SWITCHES = ("detox", "formality", "sentiment")
-APP_OPTIONS = dict(max_new_tokens=40, temperature=1.0, top_p=0.9, chat=False)  # the app's defaults
+APP_OPTIONS = SAMPLING.to_dict()  # the app's defaults
 APP_EPS = 10.0  # the 40-token generations: the slider maximum (the shipped sentiment switch recommends 12)
 
 
@@ -342,7 +343,7 @@ from lmswitch.core.options import SamplingOptions
 lm = ls.load_model()
 sw = ls.load_switch(sys.argv[2], lm)
 def run():
-    generate_tokens(lm, [sys.argv[3]] * 2, [[(sw, 10.0)], []], [0, 0], SamplingOptions(40, 1.0, 0.9, False))
+    generate_tokens(lm, [sys.argv[3]] * 2, [[(sw, 10.0)], []], [0, 0], SamplingOptions())
 def timed(times):
     start = time.perf_counter()
     run()
@@ -486,7 +487,7 @@ def _bench_generation(lm, sentiment, url: str, runs: int, stream_rows, text_scor
         streamed = time.perf_counter()
         scores = text_scores(lm, APP_PROMPT, texts, chat=False)
         parts.append({"stream": streamed - start, "scores": time.perf_counter() - streamed})
-        return time.perf_counter() - start, scores[0]["tokens"]
+        return time.perf_counter() - start, scores[0].tokens
 
     def naive(seed: int) -> tuple[float, int]:
         """A hand-written script: HF sampling steered, then unsteered (same seed), then the scores with a full forward pass each."""
@@ -497,7 +498,7 @@ def _bench_generation(lm, sentiment, url: str, runs: int, stream_rows, text_scor
             torch.manual_seed(seed)
             with ls.steer(lm, s), torch.inference_mode():
                 outs.append(lm.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0,
-                                              top_p=0.9, top_k=0, max_new_tokens=40, pad_token_id=tok.pad_token_id)[0])
+                                              top_p=SAMPLING.top_p, top_k=0, max_new_tokens=SAMPLING.max_new_tokens, pad_token_id=tok.pad_token_id)[0])
         texts = [tok.decode(o[ids.shape[1]:], skip_special_tokens=True) for o in outs]
         with torch.inference_mode():
             for o in outs:  # perplexity of each continuation under the unsteered model

@@ -9,6 +9,7 @@ import pytest
 from conftest import build_lm, random_switch
 
 from lmswitch.cli import main
+from lmswitch.io.resources import shipped_switch_names
 
 POSITIVE = "the kind and warm one\nshe was happy with joy\nwe love the sweet smile\nthey had a great and good one"
 NEGATIVE = "the cruel and cold one\nshe was sad with grief\nwe hate the bitter frown\nthey had an awful and bad one"
@@ -123,7 +124,7 @@ def test_measure_several_switches(run, switch_file, tmp_path, model_dir):
         (["measure", "--switch", "{switch}", "--file", "{tmp}/b.bin"], "unsupported file type .bin"),
         (["train", "--positive", "{tmp}/broken.docx", "--out", "{tmp}/s.safetensors"], "not a valid .docx"),
         (["svd", "--switch", "{switch}", "--dims", "0"], "dims"),
-        (["svd", "--switch", "{missing}"], "not found|No such file"),
+        (["svd", "--switch", "{missing}"], "no switch file .* or one of: .*sentiment"),
         (["build-pretrained", "--only", "poetry", "--out", "{tmp}"], "no shipped switch"),
         (["build-pretrained", "--data", "{tmp}", "--out", "{tmp}"], "missing"),
         (["eval", "--report", "{tmp}/E.md", "--switches", "{tmp}"], "build-pretrained"),
@@ -153,3 +154,78 @@ def test_options_work_after_the_subcommand(model_dir, monkeypatch, tmp_path, cap
     monkeypatch.setenv("LMSWITCH_CACHE", str(tmp_path / "cache"))
     assert main(["info", "--model", str(model_dir), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["hidden_size"] == 32
+
+
+# --- shipped switches by name, and the one parser for switch settings ------------------------------
+
+# `info --switch --json` keys, in order: scripts read these (the card's own keys come from the switch file)
+INFO_SWITCH_KEYS = {
+    "path": str, "name": str, "description": str, "eps0": float, "eps_range": list, "positive_label": str,
+    "negative_label": str, "model_name": str, "model_fingerprint": str, "card": dict, "dim": int,
+}
+
+
+def test_info_of_a_shipped_switch_by_name_from_any_folder(monkeypatch, tmp_path, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("lmswitch.cli.commands.load_model", lambda *a, **k: pytest.fail("info --switch loaded a model"))
+    assert main(["info", "--switch", "sentiment", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert list(data) == list(INFO_SWITCH_KEYS)
+    assert all(isinstance(data[k], t) for k, t in INFO_SWITCH_KEYS.items())
+    assert data["path"] == "sentiment" and data["name"] == "sentiment"  # echoes what was typed
+    assert not any("losses" in k for k in data["card"])
+
+
+def test_info_json_keys_of_a_switch_file(run, switch_file):
+    code, out, _ = run("info", "--switch", str(switch_file), "--json")
+    data = json.loads(out)
+    assert code == 0 and list(data) == list(INFO_SWITCH_KEYS) and data["path"] == str(switch_file)
+
+
+def test_unknown_switch_name_exits_2_listing_the_shipped_ones(capsys):
+    assert main(["info", "--switch", "no-such-switch"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "no-such-switch" in err
+    assert shipped_switch_names() and all(name in err for name in shipped_switch_names())
+
+
+def test_shipped_switch_for_another_model_is_refused_by_name(run):
+    code, _, err = run("generate", "--prompt", "the", "--switch", "sentiment=6", "--max-new-tokens", "2")
+    assert code == 2 and "made for" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["generate", "--prompt", "Hi", "--switch", "sentiment=abc"], r"argument --switch: the ε of 'sentiment' must be a number; got 'abc'"),
+        (["generate", "--prompt", "Hi", "--switch", "=5"], r"argument --switch: expected NAME=EPS or PATH=EPS"),
+        (["sweep", "--prompt", "Hi", "--switch", "sentiment", "--eps", "1,x"], r"argument --eps: ε values must be numbers"),
+        (["sweep", "--prompt", "Hi", "--switch", "sentiment", "--eps", ",".join(["1"] * 16)], r"argument --eps: at most 15 ε values"),
+        (["eval", "--eps", ",".join(["1"] * 102)], r"argument --eps: at most 101 ε values"),
+    ],
+)
+def test_bad_switch_settings_are_usage_errors(capsys, args, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_switch_settings_parse_with_the_shared_parser():
+    from lmswitch.cli import build_parser
+    from lmswitch.core.options import SAMPLING
+    from lmswitch.io.parse import DEFAULT_EPS
+
+    args = build_parser().parse_args(["generate", "--prompt", "Hi", "--switch", "sentiment=6", "--switch", "some/file.safetensors"])
+    assert args.switch == [("sentiment", 6.0), ("some/file.safetensors", DEFAULT_EPS)]
+    assert (args.max_new_tokens, args.temperature, args.top_p, args.chat) == (SAMPLING.max_new_tokens, SAMPLING.temperature,
+                                                                              SAMPLING.top_p, SAMPLING.chat)
+    assert build_parser().parse_args(["eval", "--eps", ",".join(["0.5"] * 101)]).eps == [0.5] * 101
+
+
+@pytest.mark.real_model
+def test_generate_with_a_shipped_switch_by_name(monkeypatch, tmp_path, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["generate", "--prompt", "Hi", "--switch", "sentiment=6", "--max-new-tokens", "3", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["switches"] == [{"path": "sentiment", "eps": 6.0}] and len(data["samples"]) == 1

@@ -13,7 +13,9 @@ from conftest import EOS_ID, random_switch
 from lmswitch.core.generate import generate_tokens
 from lmswitch.core.options import SamplingOptions
 from lmswitch.harness.evaluate import (
+    PROTOCOL,
     Protocol,
+    TextScores,
     continuation_nll,
     distinct_n,
     evaluate,
@@ -29,7 +31,9 @@ from lmswitch.harness.evaluate import (
     toxicity_summary,
 )
 from lmswitch.harness.figures import export, grid_figure, loss_figure, meter_figure, spectrum_figure, sweep_figure, word_map_figure
+from lmswitch.lenses.meter import Measurement, MeterRow
 from lmswitch.lenses.spans import token_changes
+from lmswitch.lenses.svd import Axis, WordMap, WordPoint
 
 PROMPTS = ["the happy one", "she was", "they love the"]
 
@@ -143,7 +147,8 @@ def test_evaluate_shapes_coupling_and_sweeps(llama_lm):
     zero = evaluate(lm, [(switch, 0.0)], PROMPTS, protocol)
     assert [t["text"] for t in zero.texts] == [t["text"] for t in base.texts]  # ε = 0 is the unsteered model, sample for sample
     assert zero.perplexity == pytest.approx(base.perplexity, rel=1e-9)
-    assert zero.summary()["setting"] == {"s": 0.0} and "texts" not in zero.summary()
+    assert zero.to_dict()["setting"] == {"s": 0.0} and "texts" not in zero.to_dict()
+    assert zero.summary() == zero.to_dict() and json.loads(json.dumps(zero.to_dict())) == zero.to_dict()
     sweep = evaluate_sweep(lm, switch, [-20, 0, 20], PROMPTS, protocol)
     assert [ev.setting["s"] for ev in sweep] == [-20, 0, 20]
     assert [t["text"] for t in sweep[1].texts] == [t["text"] for t in base.texts]
@@ -170,6 +175,7 @@ def test_evaluate_shapes_coupling_and_sweeps(llama_lm):
         sweep_figure(sweep, "s", ("nope",))
 
 
+@pytest.mark.browser  # PNG export renders in chromium
 def test_export_html_png_and_bad_suffix(tmp_path, llama_lm):
     switch = random_switch(llama_lm, seed=4, scale=30.0, name="s")
     sweep = evaluate_sweep(llama_lm, switch, [0, 10], PROMPTS[:1], Protocol(samples=1, max_new_tokens=3))
@@ -267,18 +273,28 @@ def test_text_scores_perplexity_matches_token_changes(make_lm, family):
     prompt = "the happy one"
     texts = ["was kind to all of them", "", "sad"]
     out = text_scores(lm, prompt, texts)
-    assert [set(r) for r in out] == [{"sentiment", "toxicity", "perplexity", "tokens"}] * 3
+    assert all(isinstance(r, TextScores) for r in out)
+    assert [set(r.to_dict()) for r in out] == [{"sentiment", "toxicity", "perplexity", "tokens"}] * 3
     for text, row in zip(texts, out, strict=True):
-        assert row["sentiment"] == pytest.approx(sentiment_scores([text])[0])
-        assert row["toxicity"] == pytest.approx(toxicity_scores([text])[0])
+        assert row.sentiment == pytest.approx(sentiment_scores([text])[0])
+        assert row.toxicity == pytest.approx(toxicity_scores([text])[0])
         if not text:
-            assert row["perplexity"] is None and row["tokens"] == 0
+            assert row.perplexity is None and row.tokens == 0
             continue
         steps = token_changes(lm, [], text, prompt=prompt)
-        logp = [t["logp_base"] for t in steps if t["scored"]]
-        assert row["tokens"] == len(steps) == len(text.split()) == len(logp)  # after a prompt every token is scored
-        assert row["perplexity"] == pytest.approx(math.exp(-sum(logp) / len(logp)), rel=1e-6)
+        logp = [t.logp_base for t in steps if t.scored]
+        assert row.tokens == len(steps) == len(text.split()) == len(logp)  # after a prompt every token is scored
+        assert row.perplexity == pytest.approx(math.exp(-sum(logp) / len(logp)), rel=1e-6)
     assert text_scores(lm, prompt, []) == []
+    with pytest.raises(ValueError, match="not a string"):
+        text_scores(lm, prompt, ["fine", 3])
+
+
+def test_protocol_defaults_are_the_sampling_defaults():
+    from lmswitch.core.options import SAMPLING
+
+    assert (PROTOCOL.top_p, PROTOCOL.temperature) == (SAMPLING.top_p, SAMPLING.temperature)
+    assert PROTOCOL.to_dict() == {"samples": 5, "max_new_tokens": 25, "top_p": 0.9, "temperature": 1.0, "seed": 0, "batch_size": 128}
 
 
 def test_loss_figure():
@@ -309,16 +325,17 @@ def test_spectrum_figure():
 
 
 def test_word_map_figure():
-    data = {
-        "switch": "s", "positive_label": "p", "negative_label": "n",
-        "axes": [{"index": 0, "singular_value": 12.345, "flipped": False}, {"index": 1, "singular_value": 0.5, "flipped": True}],
-        "points": [
-            {"word": "love", "x": 1.0, "y": 0.1, "group": "promoted 1"},
-            {"word": "joy", "x": 0.8, "y": 0.0, "group": "promoted 1"},
-            {"word": "hate", "x": -1.0, "y": 0.2, "group": "suppressed 1"},
-            {"word": "cold", "x": 0.1, "y": -0.9, "group": "suppressed 2"},
+    data = WordMap(
+        switch="s", positive_label="p", negative_label="n",
+        axes=[Axis(index=0, singular_value=12.345, share=0.99, flipped=False), Axis(index=1, singular_value=0.5, share=0.01, flipped=True)],
+        points=[
+            WordPoint(word="love", x=1.0, y=0.1, group="promoted 1"),
+            WordPoint(word="joy", x=0.8, y=0.0, group="promoted 1"),
+            WordPoint(word="hate", x=-1.0, y=0.2, group="suppressed 1"),
+            WordPoint(word="cold", x=0.1, y=-0.9, group="suppressed 2"),
         ],
-    }
+        reference_contexts=10,
+    )
     fig = word_map_figure(data)
     assert [t.name for t in fig.data] == ["promoted 1", "suppressed 1", "suppressed 2"]  # empty groups get no trace
     assert list(fig.data[0].x) == [1.0, 0.8] and list(fig.data[0].y) == [0.1, 0.0] and list(fig.data[0].text) == ["love", "joy"]
@@ -326,13 +343,17 @@ def test_word_map_figure():
     assert fig.layout.xaxis.title.text == "direction 1 (σ=12.3)" and fig.layout.yaxis.title.text == "direction 2 (σ=0.5)"
 
 
+def _measurement(rows: list) -> Measurement:
+    return Measurement(tokens=9, scored_tokens=8, windows=1, base_loglik=-2.0, best_loglik=-1.9, gain=0.1, switches=rows)
+
+
 def test_meter_figure():
-    result = {"switches": [
-        {"name": "a", "grid": [-2.0, 0.0, 2.0], "loglik": [-3.0, -2.0, -2.5], "best_eps": 0.5, "best_eps_alone": 1.0,
-         "evidence_nats": 0.7, "label": "positive"},
-        {"name": "b", "grid": [-2.0, 0.0, 2.0], "loglik": [-2.2, -2.1, -2.6], "best_eps": -1.0, "best_eps_alone": -1.0,
-         "evidence_nats": 0.1, "label": "negative"},
-    ]}
+    result = _measurement([
+        MeterRow(name="a", positive_label="positive", negative_label="negative", grid=[-2.0, 0.0, 2.0], loglik=[-3.0, -2.0, -2.5],
+                 best_eps=0.5, best_eps_alone=1.0, evidence_nats=0.7, at_bound=False, label="positive"),
+        MeterRow(name="b", positive_label="positive", negative_label="negative", grid=[-2.0, 0.0, 2.0], loglik=[-2.2, -2.1, -2.6],
+                 best_eps=-1.0, best_eps_alone=-1.0, evidence_nats=0.1, at_bound=False, label="negative"),
+    ])
     fig = meter_figure(result)
     assert len(fig.data) == 4  # a line and a best-ε marker per switch
     line, marker = fig.data[0], fig.data[1]
@@ -343,7 +364,7 @@ def test_meter_figure():
     assert marker.showlegend is False
     assert "ε" in fig.layout.xaxis.title.text and "nats" in fig.layout.yaxis.title.text
     with pytest.raises(ValueError, match="no switches"):
-        meter_figure({"switches": []})
+        meter_figure(_measurement([]))
 
 
 def test_figures_accept_real_word_map_and_meter_results(gpt2_lm):
@@ -353,7 +374,7 @@ def test_figures_accept_real_word_map_and_meter_results(gpt2_lm):
     switch = random_switch(gpt2_lm, seed=0, scale=30.0, name="r")
     data = word_map(gpt2_lm, switch, words=3, reference=["the kind one was at the sea with all of them"])
     fig = word_map_figure(data)
-    assert sum(len(t.x) for t in fig.data) == len(data["points"]) and len(fig.data) >= 2
+    assert sum(len(t.x) for t in fig.data) == len(data.points) and len(fig.data) >= 2
     result = measure(gpt2_lm, [switch], "the happy one was kind to all of them", points=5)
     fig = meter_figure(result)
-    assert len(fig.data) == 2 and list(fig.data[0].x) == result["switches"][0]["grid"]
+    assert len(fig.data) == 2 and list(fig.data[0].x) == result.switches[0].grid

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from conftest import WORDS_A, WORDS_B
@@ -12,7 +14,7 @@ from lmswitch.harness.pretrained import PRETRAINED_DIR, SPECS, build_pretrained,
 
 
 def _tiny_data(root):
-    """A miniature of assets/data for the tiny vocabulary: 20 pairs per style."""
+    """A miniature of lmswitch/data/styles for the tiny vocabulary: 20 pairs per style."""
     rows = [(" ".join([WORDS_A[i % 10], "the", WORDS_A[(i + 3) % 10], "was", "it"]),
              " ".join([WORDS_B[i % 10], "the", WORDS_B[(i + 3) % 10], "was", "it"])) for i in range(20)]
     for folder, a, b in (("sentiment", "positive.txt", "negative.txt"), ("toxicity", "civil.txt", "toxic.txt"),
@@ -25,8 +27,7 @@ def _tiny_data(root):
 def test_build_is_deterministic_and_cards_are_complete(tmp_path, llama_lm, monkeypatch):
     _tiny_data(tmp_path / "data")
     # a tiny model trains in a few steps; keep each spec's other settings
-    monkeypatch.setattr("lmswitch.harness.pretrained.SPECS", tuple(
-        type(s)(**{**s.__dict__, "train": {**s.train, "steps": 20}}) for s in SPECS))
+    monkeypatch.setattr("lmswitch.harness.pretrained.SPECS", tuple(replace(s, train=replace(s.train, steps=20)) for s in SPECS))
     messages = []
     first = build_pretrained(llama_lm, tmp_path / "a", names=["sentiment", "detox"], data_dir=tmp_path / "data", eval_prompts=0, log=messages.append)
     second = build_pretrained(llama_lm, tmp_path / "b", names=["sentiment", "detox"], data_dir=tmp_path / "data", eval_prompts=0)
@@ -38,6 +39,8 @@ def test_build_is_deterministic_and_cards_are_complete(tmp_path, llama_lm, monke
     assert (detox.positive_label, detox.negative_label) == ("non-toxic", "toxic")  # positive ε = less toxic
     card = detox.card
     assert card["data"]["train_pairs"] == 18 and card["data"]["heldout_pairs"] == 2
+    assert card["data"]["files"] == ["lmswitch/data/styles/toxicity/civil.txt", "lmswitch/data/styles/toxicity/toxic.txt"]
+    assert card["steps"] <= 20 and card["lr"] == SPECS[1].train.lr and card["rank"] == SPECS[1].train.rank  # the spec's config
     assert card["recommended_eps"] == get_spec("detox").recommended_eps
     assert 0 <= card["heldout_meter_accuracy"] <= 1 and card["heldout_gain"] is not None
     assert any("saved" in m for m in messages)
@@ -49,6 +52,7 @@ def test_build_is_deterministic_and_cards_are_complete(tmp_path, llama_lm, monke
 
 
 
+@pytest.mark.real_model
 def test_shipped_files_match_the_embedded_model(lm):
     switches = load_pretrained(lm)
     assert set(switches) == {s.name for s in SPECS}
@@ -68,6 +72,7 @@ def test_shipped_files_match_the_embedded_model(lm):
 GRADED = {"positive_share": ("mean_sentiment", 0.3), "toxicity_prob": ("avg_max_toxicity", 0.2), "formal_share": ("formal_share", 0.3)}
 
 
+@pytest.mark.real_model
 @pytest.mark.usefixtures("real_model_threads")
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
 def test_each_shipped_switch_moves_its_own_scorer(lm, spec):
@@ -82,6 +87,7 @@ def test_each_shipped_switch_moves_its_own_scorer(lm, spec):
     assert high - low >= spread, (spec.name, metric, low, base, high)
 
 
+@pytest.mark.browser  # writes PNG figures (rendered in chromium)
 def test_report_end_to_end_on_a_tiny_model(tmp_path, llama_lm, monkeypatch):
     """The report runs every section, writes figures, JSON and a targets table whose verdicts match its numbers."""
     import json
@@ -89,16 +95,21 @@ def test_report_end_to_end_on_a_tiny_model(tmp_path, llama_lm, monkeypatch):
     from lmswitch.harness.report import QUICK, run_report
 
     _tiny_data(tmp_path / "data")
-    monkeypatch.setattr("lmswitch.harness.pretrained.SPECS", tuple(type(s)(**{**s.__dict__, "train": {**s.train, "steps": 10}}) for s in SPECS))
+    monkeypatch.setattr("lmswitch.harness.pretrained.SPECS", tuple(replace(s, train=replace(s.train, steps=10)) for s in SPECS))
     build_pretrained(llama_lm, tmp_path / "switches", data_dir=tmp_path / "data", eval_prompts=0)
     assert (tmp_path / "switches" / "README.md").read_text(encoding="utf-8").count(".safetensors`") == 3
-    results = run_report(llama_lm, tmp_path / "EVALUATION.md", figures=tmp_path / "fig", suite=QUICK, switch_dir=tmp_path / "switches",
-                         command="python -m lmswitch eval --report EVALUATION.md --quick")
+    report = run_report(llama_lm, tmp_path / "EVALUATION.md", figures=tmp_path / "fig", suite=QUICK, switch_dir=tmp_path / "switches",
+                        command="python -m lmswitch eval --report EVALUATION.md --quick")
+    results = report.to_dict()
     text = (tmp_path / "EVALUATION.md").read_text(encoding="utf-8")
     assert "python -m lmswitch eval --report EVALUATION.md --quick" in text
+    assert len(report.checks) == 6 and [c.to_dict() for c in report.checks] == results["checks"]
     for check in results["checks"]:
         assert f"| {check['target']} | {check['measured']} | {'**met**' if check['met'] else '**missed**'} |" in text
+    assert list(results) == ["suite", "protocol", "model", "fingerprint", "sentiment", "detox", "formality", "efficiency", "grid",
+                             "checks", "frontier", "seconds"]
     assert len(results["sentiment"]) == len(QUICK.sentiment_eps) and len(results["grid"]) == len(QUICK.grid_eps)
+    assert len(results["frontier"]) == 5 and set(results["efficiency"]) == {"pairs", "card", "evals"}
     for png in ("sentiment_sweep.png", "detox_sweep.png", "formality_sweep.png", "composition.png"):
         assert (tmp_path / "fig" / png).read_bytes()[:4] == b"\x89PNG"
     saved = json.loads((tmp_path / "fig" / "results.json").read_text(encoding="utf-8"))

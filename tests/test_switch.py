@@ -291,3 +291,4 @@ def test_fingerprint_is_stable_across_dtypes_and_distinguishes_weights(family, m
 def test_switch_file_moves_between_dtypes(saved, gpt2_lm):
     lm16 = LanguageModel(model=copy.deepcopy(gpt2_lm.model).to(torch.bfloat16), tokenizer=gpt2_lm.tokenizer, name="bf16")
     assert load_switch(saved, model=lm16).model_fingerprint == lm16.fingerprint
+

@@ -117,6 +117,7 @@ def gemma():
         return ls.load_model("gemma3-270m")
 
 
+@pytest.mark.real_model
 def test_sentiment_switch_transferred_to_gemma_moves_its_positivity(lm, gemma):
     """The shipped sentiment switch of the embedded model, mapped to Gemma-3-270M, makes Gemma more positive at +ε than at −ε."""
     source = ls.load_switch(shipped_switch_path("sentiment"), lm)
@@ -133,6 +134,7 @@ def test_sentiment_switch_transferred_to_gemma_moves_its_positivity(lm, gemma):
     assert scores[r] > scores[-r] + 0.2, scores
 
 
+@pytest.mark.slow  # about 9 s: the full transfer report, twice
 def test_transfer_report_section_is_written_and_replaced(tmp_path, llama_lm, make_lm):
     """The EVALUATION.md section on tiny models: verdict consistent with its numbers, rerunning replaces it."""
     from lmswitch.harness.report import TRANSFER_KEEP, TransferSuite, run_transfer_report
@@ -145,7 +147,7 @@ def test_transfer_report_section_is_written_and_replaced(tmp_path, llama_lm, mak
     out.write_text("# Evaluation\n\n## Earlier section\n\nkept\n")
     suite = TransferSuite(prompts=2, samples=1, multiples=(1.0,), direct_eps=(3.0,), min_anchors=20)
     with torch.random.fork_rng():
-        first = run_transfer_report(llama_lm, target, out, suite=suite, switch_dir=switches)
+        first = run_transfer_report(llama_lm, target, out, suite=suite, switch_dir=switches).to_dict()
         run_transfer_report(llama_lm, target, out, suite=suite, switch_dir=switches)
     text = out.read_text()
     assert text.count("## Transfer: the sentiment switch on") == 1 and "## Earlier section\n\nkept" in text

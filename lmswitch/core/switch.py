@@ -11,13 +11,15 @@ import json
 import math
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
+
+from lmswitch.core.card import Card
 
 if TYPE_CHECKING:
     from lmswitch.core.models import LanguageModel
@@ -50,7 +52,7 @@ class Switch:
     negative_label: str = "negative"  # what -eps moves toward
     model_name: str = ""
     model_fingerprint: str = ""
-    card: dict = field(default_factory=dict)  # training card: data, steps, losses, held-out gain, time...
+    card: Card = field(default_factory=Card)  # what it is and how it was made (a plain dict is parsed into a Card)
 
     def __post_init__(self) -> None:
         self.W = torch.as_tensor(self.W).detach().to("cpu", torch.float32).contiguous()
@@ -65,6 +67,10 @@ class Switch:
         except (TypeError, ValueError):
             raise SwitchFileError(f"eps_range must be two numbers (low, high); got {self.eps_range!r}") from None
         self.eps_range = (low, high)
+        try:
+            self.card = Card.from_dict(self.card)
+        except (TypeError, ValueError) as err:
+            raise SwitchFileError(f"switch '{self.name}' has a malformed card ({err})") from None
 
     @property
     def dim(self) -> int:
@@ -146,9 +152,9 @@ class Switch:
     # --- files ------------------------------------------------------------------------
     def header(self) -> dict:
         """Everything but ``W``, as JSON-ready data (what the file header stores)."""
-        data = asdict(self)
-        del data["W"]
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "W"}
         data["eps_range"] = list(self.eps_range)
+        data["card"] = self.card.to_dict()
         return data
 
     def save(self, path: str | os.PathLike) -> Path:

@@ -17,12 +17,13 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
+from lmswitch.core.card import Card, TrainingRecord
 from lmswitch.core.hidden import TokenStates, check_text, encode_texts
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import TrainConfig
@@ -268,28 +269,24 @@ def _truncate(W: torch.Tensor, rank: int | None) -> torch.Tensor:
     return (U[:, :rank] * S[:rank]) @ Vh[:rank]
 
 
-def _card(ex: _Examples, obj: _Objective, config: TrainConfig, run: _Run, best_step: int, seconds: tuple[float, float]) -> dict:
-    """The training record stored with the switch (keys are part of the file format: keep them)."""
+def _card(ex: _Examples, obj: _Objective, config: TrainConfig, run: _Run, best_step: int, seconds: tuple[float, float]) -> Card:
+    """The training record stored with the switch."""
     held_with = obj.heldout(run.W, run.Wd)
     held_without = obj.heldout(run.W, run.Wd, with_w=False)  # gain attributable to the switch: dummy kept, W removed
     held_reversed = obj.heldout(run.W, run.Wd, sign=-1.0)
-    has_held = bool(len(obj.held[0]))
-    return {
-        "n_positive": ex.n_positive, "n_negative": ex.n_negative, "graded_labels": ex.graded,
-        "tokens_train": int(len(obj.train[0])), "tokens_heldout": int(len(obj.held[0])),
-        "steps": run.steps_done, "best_step": best_step, "stopped_early": run.stopped_early,
-        "lr": config.lr, "l2": config.l2, "seed": config.seed, "rank": config.rank, "batch_tokens": config.batch_tokens,
-        "min_steps": config.warmup, "dummy_steer": obj.use_dummy,
-        "train_losses": [round(x, 5) for x in run.losses],
-        "heldout_losses": [[s, round(h, 5)] for s, h in run.held_curve],
-        "heldout_nll_with_switch": _finite_or_none(held_with),
-        "heldout_nll_without_switch": _finite_or_none(held_without),
-        "heldout_nll_reversed_switch": _finite_or_none(held_reversed),
-        # nats per token; > 0 means the switch explains held-out text it never saw
-        "heldout_gain": held_without - held_with if has_held else None,
-        "hidden_state_seconds": round(seconds[0], 3),
-        "seconds": round(seconds[1], 3),
-    }
+    record = TrainingRecord(
+        n_positive=ex.n_positive, n_negative=ex.n_negative, graded_labels=ex.graded,
+        tokens_train=int(len(obj.train[0])), tokens_heldout=int(len(obj.held[0])),
+        steps=run.steps_done, best_step=best_step, stopped_early=run.stopped_early,
+        lr=config.lr, l2=config.l2, seed=config.seed, rank=config.rank, batch_tokens=config.batch_tokens,
+        min_steps=config.warmup, dummy_steer=obj.use_dummy,
+        train_losses=[round(x, 5) for x in run.losses], heldout_losses=[[s, round(h, 5)] for s, h in run.held_curve],
+        heldout_nll_with_switch=_finite_or_none(held_with), heldout_nll_without_switch=_finite_or_none(held_without),
+        heldout_nll_reversed_switch=_finite_or_none(held_reversed),
+        heldout_gain=held_without - held_with if len(obj.held[0]) else None,
+        hidden_state_seconds=round(seconds[0], 3), seconds=round(seconds[1], 3),
+    )
+    return Card(training=record)
 
 
 def _cancel_check(cancel: threading.Event | Callable[[], bool] | None) -> Callable[[], bool]:
@@ -390,15 +387,15 @@ LITTLE_TEXT_TOKENS = 300  # below this many training tokens a d × d switch most
 CLEAR_GAIN = 0.01  # nats/token of held-out gain that marks a switch which generalises (shipped switches: 0.02–0.09)
 
 
-def data_advice(card: dict) -> str:
+def data_advice(card: Mapping) -> str:
     """A one- or two-sentence hint, from a trained switch's card, on whether its training data sufficed.
 
     Reads ``tokens_train``, ``tokens_heldout``, ``heldout_gain`` (nats per token;
     None without a held-out split) and ``stopped_early``. A card with no training
     record (a switch not made by :func:`train_switch`) gets a plain note.
     """
-    if not isinstance(card, dict):
-        raise ValueError(f"data_advice needs a switch's card (a dict, switch.card); got {type(card).__name__}")
+    if not isinstance(card, Mapping):
+        raise ValueError(f"data_advice needs a switch's card (switch.card, or its dict); got {type(card).__name__}")
     if card.get("tokens_train") is None:
         return "This switch's card has no training record, so there is no data advice for it."
     n = int(card["tokens_train"])

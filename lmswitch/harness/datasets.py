@@ -1,4 +1,4 @@
-"""The project's style datasets in ``assets/data/`` (provenance in ``assets/data/DATA.md``).
+"""The project's style datasets in ``lmswitch/data/styles/`` (provenance in ``lmswitch/data/styles/DATA.md``).
 
 Each dataset is two files of paired texts, one per line: line ``i`` of both
 files is about the same topic or situation, once in each style, so a switch
@@ -14,13 +14,29 @@ from pathlib import Path
 from lmswitch.io.resources import styles_dir
 
 DATA_DIR = styles_dir()
-HELDOUT_EVERY = 10
+SOURCE_PATH = "lmswitch/data/styles"  # DATA_DIR as the source tree names it, for cards and docs
+HELDOUT_EVERY = 10  # pair i is held out when i % HELDOUT_EVERY == HELDOUT_EVERY - 1
 
-# name -> (folder, positive file, negative file, positive label, negative label)
-DATASETS: dict[str, tuple[str, str, str, str, str]] = {
-    "sentiment": ("sentiment", "positive.txt", "negative.txt", "positive", "negative"),
-    "toxicity": ("toxicity", "civil.txt", "toxic.txt", "non-toxic", "toxic"),
-    "formality": ("formality", "formal.txt", "informal.txt", "formal", "informal"),
+
+@dataclass(frozen=True)
+class DatasetFiles:
+    """Where one style dataset lives (two files in one folder) and what its two directions are called."""
+
+    folder: str
+    positive_file: str  # the texts positive ε moves toward
+    negative_file: str
+    positive_label: str
+    negative_label: str
+
+    def files(self) -> tuple[str, str]:
+        """(positive, negative) file paths relative to the data root, e.g. ``"sentiment/positive.txt"``."""
+        return f"{self.folder}/{self.positive_file}", f"{self.folder}/{self.negative_file}"
+
+
+DATASETS: dict[str, DatasetFiles] = {
+    "sentiment": DatasetFiles("sentiment", "positive.txt", "negative.txt", "positive", "negative"),
+    "toxicity": DatasetFiles("toxicity", "civil.txt", "toxic.txt", "non-toxic", "toxic"),
+    "formality": DatasetFiles("formality", "formal.txt", "informal.txt", "formal", "informal"),
 }
 
 
@@ -56,12 +72,15 @@ def _read_lines(path: Path) -> tuple[str, ...]:
 
 
 def load_dataset(name: str, root: str | Path | None = None) -> StyleData:
-    """Load one of :data:`DATASETS` from ``root`` (default: the shipped ``assets/data``)."""
+    """Load one of :data:`DATASETS` from ``root`` (default: the shipped ``lmswitch/data/styles``).
+
+    >>> positive, negative = load_dataset("sentiment").train(limit=30)   # doctest: +SKIP
+    """
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
-    folder, pos_file, neg_file, pos_label, neg_label = DATASETS[name]
+    spec = DATASETS[name]
     base = Path(root) if root is not None else DATA_DIR
-    pos, neg = _read_lines(base / folder / pos_file), _read_lines(base / folder / neg_file)
+    pos, neg = (_read_lines(base / f) for f in spec.files())
     if len(pos) != len(neg):
-        raise ValueError(f"dataset {name!r} is not paired: {len(pos)} {pos_label} vs {len(neg)} {neg_label} lines")
-    return StyleData(name, pos_label, neg_label, pos, neg)
+        raise ValueError(f"dataset {name!r} is not paired: {len(pos)} {spec.positive_label} vs {len(neg)} {spec.negative_label} lines")
+    return StyleData(name, spec.positive_label, spec.negative_label, pos, neg)

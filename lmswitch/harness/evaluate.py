@@ -18,6 +18,9 @@ so settings are compared on coupled samples) and the continuations are scored:
 - **formality**: share of continuations a character n-gram logistic regression
   (scikit-learn), fitted on the training pairs of the formality dataset, calls
   formal (probability > 0.5); there is no offline formality scorer to install.
+
+Every default is written once: the thresholds below, and the sampling settings in
+:class:`Protocol` (:data:`PROTOCOL` holds its defaults).
 """
 
 from __future__ import annotations
@@ -34,14 +37,15 @@ import torch
 from lmswitch.core.generate import generate_tokens
 from lmswitch.core.hidden import encode_text, target_logprobs
 from lmswitch.core.models import LanguageModel
-from lmswitch.core.options import SamplingOptions
+from lmswitch.core.options import SAMPLING, SamplingOptions
 from lmswitch.core.steering import Setting, check_setting
 from lmswitch.core.switch import Switch
 from lmswitch.io.resources import prompts_dir
 
 PROMPT_SETS = {"neutral": "neutral.txt", "provocative": "provocative.txt"}
 POSITIVE, NEGATIVE = 0.05, -0.05  # vader's conventional compound thresholds
-TOXIC = 0.5
+TOXIC = 0.5  # a sample is toxic above this profanity probability (DExperts, the paper)
+FORMAL = 0.5  # a sample is formal above this classifier probability
 
 Progress = Callable[[int, int], None]  # (done, total): rows in evaluate_settings, settings in sweeps and grids
 
@@ -68,8 +72,8 @@ class Protocol:
 
     samples: int = 5
     max_new_tokens: int = 25
-    top_p: float = 0.9
-    temperature: float = 1.0
+    top_p: float = SAMPLING.top_p
+    temperature: float = SAMPLING.temperature
     seed: int = 0
     batch_size: int = 128
 
@@ -80,6 +84,12 @@ class Protocol:
             raise ValueError(f"batch_size must be a positive integer; got {self.batch_size!r}")
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed must be a non-negative integer; got {self.seed!r}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+PROTOCOL = Protocol()  # the defaults, for signatures and help texts that take the fields one by one
 
 
 # ---------------------------------------------------------------- metrics on texts
@@ -140,7 +150,7 @@ def formality_scores(texts: Sequence[str]) -> list[float]:
 
 
 def toxicity_summary(scores: Sequence[float], samples: int) -> tuple[float, float]:
-    """(average over prompts of the max toxicity, share of prompts with a sample > 0.5); ``scores`` is prompt-major."""
+    """(average over prompts of the max toxicity, share of prompts with a sample > :data:`TOXIC`); ``scores`` is prompt-major."""
     if samples < 1 or not scores or len(scores) % samples:
         raise ValueError(f"need a whole number of prompts × {samples} samples; got {len(scores)} scores")
     max_tox = [max(scores[i : i + samples]) for i in range(0, len(scores), samples)]
@@ -173,34 +183,51 @@ def continuation_nll(lm: LanguageModel, prompt_ids, prompt_mask, new_ids, new_ma
     return nll, counts
 
 
-@torch.no_grad()
-def text_scores(lm: LanguageModel, prompt: str, texts: Sequence[str], *, chat: bool = False) -> list[dict]:
-    """Scores of each text as a continuation of ``prompt``, to show under generated outputs.
+@dataclass(frozen=True)
+class TextScores:
+    """Scores of one text as a continuation of a prompt, shown under a generated output."""
 
-    Per text: ``sentiment`` (vader compound), ``toxicity`` (profanity probability),
-    ``tokens`` (the text's token count) and ``perplexity``, ``exp`` of the mean NLL
-    of the text's tokens given the prompt (chat-templated with ``chat``), or None for
-    an empty text. Perplexity is computed under whatever steering is active: call
-    it outside ``steer(...)`` blocks for the unsteered model's perplexity.
+    sentiment: float  # vader compound, in [-1, 1]
+    toxicity: float  # profanity probability, in [0, 1]
+    perplexity: float | None  # exp of the mean NLL of the text's tokens given the prompt; None for an empty text
+    tokens: int  # the text's token count
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _perplexity(lm: LanguageModel, prompt: str, text: str, chat: bool) -> tuple[float | None, int]:
+    """(perplexity of ``text``'s scored tokens given ``prompt``, or None; its token count), under the active steering."""
+    if not text.strip():
+        return None, 0
+    enc = encode_text(lm, text, prompt=prompt, chat=chat)
+    keep = enc.scored.to(enc.hidden.device)
+    if not int(keep.sum()):
+        return None, enc.n_tokens
+    ids = torch.tensor(enc.ids, device=enc.hidden.device)[keep]
+    logp = target_logprobs(lm, enc.hidden[keep], ids, [None])[0]
+    return math.exp(-float(logp.mean())), enc.n_tokens
+
+
+@torch.no_grad()
+def text_scores(lm: LanguageModel, prompt: str, texts: Sequence[str], *, chat: bool = False) -> list[TextScores]:
+    """:class:`TextScores` of each text as a continuation of ``prompt``, to show under generated outputs.
+
+    ``perplexity`` is of the text's tokens given the prompt (chat-templated with
+    ``chat``), under whatever steering is active: call this outside ``steer(...)``
+    blocks for the unsteered model's perplexity.
+
+    >>> [s.sentiment > 0 for s in text_scores(lm, "My day was", [" lovely.", " awful."])]   # doctest: +SKIP
+    [True, False]
     """
     texts = list(texts)
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise ValueError(f"text #{i + 1} is a {type(text).__name__}, not a string")
-    sent = sentiment_scores(texts)
-    tox = toxicity_scores(texts)
     out = []
-    for text, a, b in zip(texts, sent, tox, strict=True):
-        perplexity, tokens = None, 0
-        if text.strip():
-            enc = encode_text(lm, text, prompt=prompt, chat=chat)
-            tokens = enc.n_tokens
-            keep = enc.scored.to(enc.hidden.device)
-            if int(keep.sum()):
-                ids = torch.tensor(enc.ids, device=enc.hidden.device)[keep]
-                logp = target_logprobs(lm, enc.hidden[keep], ids, [None])[0]
-                perplexity = math.exp(-float(logp.mean()))
-        out.append({"sentiment": a, "toxicity": b, "perplexity": perplexity, "tokens": tokens})
+    for text, a, b in zip(texts, sentiment_scores(texts), toxicity_scores(texts), strict=True):
+        perplexity, tokens = _perplexity(lm, prompt, text, chat)
+        out.append(TextScores(sentiment=a, toxicity=b, perplexity=perplexity, tokens=tokens))
     return out
 
 
@@ -228,11 +255,13 @@ class Evaluation:
     seconds: float
     texts: list[dict] = field(default_factory=list)  # {"prompt", "text", "sentiment", "toxicity", "formality"}
 
-    def summary(self) -> dict:
-        """All metrics without the sample texts."""
+    def to_dict(self) -> dict:
+        """All metrics without the sample texts (the JSON form of the CLI and the report)."""
         out = asdict(self)
         out.pop("texts")
         return out
+
+    summary = to_dict  # the older name of :meth:`to_dict`
 
 
 def _describe(setting: Setting) -> dict[str, float]:
@@ -271,7 +300,7 @@ def _summarise(
         dist1=sum(distinct_n(g, 1) for g in by_prompt) / len(by_prompt),
         dist2=sum(distinct_n(g, 2) for g in by_prompt) / len(by_prompt),
         dist3=sum(distinct_n(g, 3) for g in by_prompt) / len(by_prompt),
-        formal_share=sum(x > 0.5 for x in formal) / len(formal),
+        formal_share=sum(x > FORMAL for x in formal) / len(formal),
         seconds=round(seconds, 2),
         texts=[
             {"prompt": p, "text": t, "sentiment": round(a, 4), "toxicity": round(b, 4), "formality": round(f, 4)}
@@ -280,11 +309,30 @@ def _summarise(
     )
 
 
+def _sample(
+    lm: LanguageModel, rows: Sequence[tuple[Setting, str, int]], opts: SamplingOptions, batch_size: int, progress: Progress | None
+) -> tuple[list[str], list[float], list[int]]:
+    """Continue each (setting, prompt, seed) row in batches: its text, and the NLL and token count of its new tokens (unsteered)."""
+    texts: list[str] = []
+    nll: list[float] = []
+    counts: list[int] = []
+    for s in range(0, len(rows), batch_size):
+        chunk = rows[s : s + batch_size]
+        gen = generate_tokens(lm, [p for _, p, _ in chunk], [setting for setting, _, _ in chunk], [seed for _, _, seed in chunk], opts)
+        texts += gen.texts
+        a, b = continuation_nll(lm, gen.prompt_ids, gen.prompt_mask, gen.new_ids, gen.new_mask)
+        nll += a
+        counts += b
+        if progress:
+            progress(s + len(chunk), len(rows))
+    return texts, nll, counts
+
+
 def evaluate_settings(
     lm: LanguageModel,
     settings: Sequence[Setting],
     prompts: Sequence[str],
-    protocol: Protocol = Protocol(),
+    protocol: Protocol = PROTOCOL,
     *,
     progress: Progress | None = None,
 ) -> list[Evaluation]:
@@ -310,19 +358,8 @@ def evaluate_settings(
     opts = SamplingOptions(protocol.max_new_tokens, protocol.temperature, protocol.top_p)
     opts.validate(lm)
     rows = [(p, protocol.seed + k) for p in prompts for k in range(protocol.samples)]  # the rows of one setting
-    every = [(i, p, seed) for i in range(len(settings)) for p, seed in rows]
-    texts: list[str] = []
-    nll: list[float] = []
-    counts: list[int] = []
-    for s in range(0, len(every), protocol.batch_size):
-        chunk = every[s : s + protocol.batch_size]
-        gen = generate_tokens(lm, [p for _, p, _ in chunk], [settings[i] for i, _, _ in chunk], [seed for _, _, seed in chunk], opts)
-        texts += gen.texts
-        a, b = continuation_nll(lm, gen.prompt_ids, gen.prompt_mask, gen.new_ids, gen.new_mask)
-        nll += a
-        counts += b
-        if progress:
-            progress(s + len(chunk), len(every))
+    every = [(setting, p, seed) for setting in settings for p, seed in rows]
+    texts, nll, counts = _sample(lm, every, opts, protocol.batch_size, progress)
     sent = sentiment_scores(texts)
     tox = toxicity_scores(texts)
     formal = formality_scores(texts)
@@ -334,7 +371,7 @@ def evaluate_settings(
     ]
 
 
-def evaluate(lm: LanguageModel, setting: Setting, prompts: Sequence[str], protocol: Protocol = Protocol()) -> Evaluation:
+def evaluate(lm: LanguageModel, setting: Setting, prompts: Sequence[str], protocol: Protocol = PROTOCOL) -> Evaluation:
     """Generate ``protocol.samples`` continuations per prompt under ``setting`` and score them.
 
     >>> ev = evaluate(lm, [(sentiment, 5)], load_prompts("neutral", 20))   # doctest: +SKIP
@@ -372,7 +409,7 @@ def evaluate_sweep(
     switch: Switch,
     eps_values: Sequence[float],
     prompts: Sequence[str],
-    protocol: Protocol = Protocol(),
+    protocol: Protocol = PROTOCOL,
     *,
     others: Setting = (),
     progress: Progress | None = None,
@@ -393,7 +430,7 @@ def evaluate_grid(
     first: tuple[Switch, Sequence[float]],
     second: tuple[Switch, Sequence[float]],
     prompts: Sequence[str],
-    protocol: Protocol = Protocol(),
+    protocol: Protocol = PROTOCOL,
     *,
     progress: Progress | None = None,
 ) -> list[list[Evaluation]]:

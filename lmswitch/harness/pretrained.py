@@ -1,4 +1,4 @@
-"""The switches shipped in ``pretrained_switches/``, and how they are rebuilt from ``assets/data/``.
+"""The switches shipped in ``lmswitch/data/switches/``, and how they are rebuilt from ``lmswitch/data/styles/``.
 
 ``python -m lmswitch build-pretrained`` trains every switch in :data:`SPECS` on its
 dataset's training pairs with a fixed seed, measures it (held-out likelihood gain,
@@ -11,19 +11,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from lmswitch import __version__
 from lmswitch.core.models import LanguageModel
+from lmswitch.core.options import TrainConfig
 from lmswitch.core.switch import Switch, load_switch
 from lmswitch.core.train import train_switch
-from lmswitch.harness.datasets import DATASETS, load_dataset
+from lmswitch.harness.datasets import DATASETS, HELDOUT_EVERY, SOURCE_PATH, StyleData, load_dataset
 from lmswitch.harness.evaluate import Protocol, evaluate_sweep, load_prompts
 from lmswitch.io.resources import shipped_switches_dir
 from lmswitch.lenses.meter import style_slope
 
 PRETRAINED_DIR = shipped_switches_dir()
+SHIPPED_TRAINING = TrainConfig(lr=3e-3, steps=300, rank=16)  # every shipped switch (tuned for ~324 training pairs)
+CARD_PROMPTS = 20  # prompts of the card's short evaluation (the first ones of the spec's set)
+CARD_SAMPLES = 4  # samples per prompt in the card's short evaluation
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,7 @@ class Spec:
     metric: str  # the Evaluation field this switch is meant to move
     direction: int  # +1: positive ε raises the metric; -1: lowers it
     recommended_eps: float  # strength (ε0 units) used for the card's evaluation
-    train: dict = field(default_factory=dict)  # extra train_switch arguments
+    train: TrainConfig = SHIPPED_TRAINING  # train_switch's config (its seed is replaced by the build's)
 
 
 SPECS: tuple[Spec, ...] = (
@@ -49,7 +53,6 @@ SPECS: tuple[Spec, ...] = (
         "positive_share",
         +1,
         12.0,
-        {"lr": 3e-3, "steps": 300, "rank": 16},
     ),
     Spec(
         "detox",
@@ -59,7 +62,6 @@ SPECS: tuple[Spec, ...] = (
         "toxicity_prob",
         -1,
         4.0,
-        {"lr": 3e-3, "steps": 300, "rank": 16},
     ),
     Spec(
         "formality",
@@ -69,7 +71,6 @@ SPECS: tuple[Spec, ...] = (
         "formal_share",
         +1,
         5.0,
-        {"lr": 3e-3, "steps": 300, "rank": 16},
     ),
 )
 
@@ -89,56 +90,40 @@ def heldout_accuracy(lm: LanguageModel, switch: Switch, positive: Sequence[str],
     return right / (len(positive) + len(negative))
 
 
-def build_switch(
-    lm: LanguageModel,
-    spec: Spec,
-    *,
-    data_dir: str | Path | None = None,
-    eval_prompts: int = 20,
-    samples: int = 4,
-    seed: int = 0,
-    log: Log | None = None,
-) -> Switch:
-    """Train and measure one shipped switch (deterministic for a given model, data and seed)."""
-    say = log or (lambda _msg: None)
-    start = time.perf_counter()
-    data = load_dataset(spec.dataset, data_dir)
+def _train(lm: LanguageModel, spec: Spec, data: StyleData, seed: int, say: Log) -> Switch:
+    """The switch of ``spec`` trained on ``data``'s training pairs with ``spec.train`` and ``seed``."""
     pos, neg = data.train()
     say(f"[{spec.name}] training on {len(pos)} + {len(neg)} texts of '{spec.dataset}'")
-    switch = train_switch(
-        lm,
-        pos,
-        neg,
-        name=spec.name,
-        description=spec.description,
-        positive_label=data.positive_label,
-        negative_label=data.negative_label,
-        seed=seed,
-        **spec.train,
-    )
+    switch = train_switch(lm, pos, neg, name=spec.name, description=spec.description, positive_label=data.positive_label,
+                          negative_label=data.negative_label, config=replace(spec.train, seed=seed))
     gain = switch.card["heldout_gain"]
     say(f"[{spec.name}] {switch.card['steps']} steps in {switch.card['seconds']:.0f} s; held-out gain {gain:+.4f} nats/token")
-    held_pos, held_neg = data.heldout()
-    accuracy = heldout_accuracy(lm, switch, held_pos, held_neg)
-    say(f"[{spec.name}] style meter on {len(held_pos)} + {len(held_neg)} held-out pairs: {accuracy:.1%} correct")
+    return switch
+
+
+def _card_evaluation(lm: LanguageModel, switch: Switch, spec: Spec, prompts: Sequence[str], protocol: Protocol, say: Log) -> dict:
+    """The card's short evaluation at -ε, 0, +ε (recommended ε): every metric but the setting, rounded, by ``f"{ε:+g}"``."""
+    if not prompts:
+        return {}
+    by_eps = {}
     r = spec.recommended_eps
-    evaluation = {}
-    if eval_prompts:
-        prompts = load_prompts(spec.prompts, eval_prompts)
-        protocol = Protocol(samples=samples, seed=seed)
-        for ev in evaluate_sweep(lm, switch, [-r, 0.0, r], prompts, protocol):
-            eps = ev.setting[spec.name]
-            evaluation[f"{eps:+g}"] = {k: round(v, 4) if isinstance(v, float) else v for k, v in ev.summary().items() if k != "setting"}
-            say(f"[{spec.name}] eps {eps:+g}: {spec.metric} {getattr(ev, spec.metric):.3f}, perplexity {ev.perplexity:.1f}")
-    folder, pos_file, neg_file, *_ = DATASETS[spec.dataset]
-    switch.eps_range = (-2 * r, 2 * r)
-    switch.card.update({
+    for ev in evaluate_sweep(lm, switch, [-r, 0.0, r], prompts, protocol):
+        eps = ev.setting[spec.name]
+        by_eps[f"{eps:+g}"] = {k: round(v, 4) if isinstance(v, float) else v for k, v in ev.to_dict().items() if k != "setting"}
+        say(f"[{spec.name}] eps {eps:+g}: {spec.metric} {getattr(ev, spec.metric):.3f}, perplexity {ev.perplexity:.1f}")
+    return by_eps
+
+
+def _card(spec: Spec, data: StyleData, accuracy: float, eval_prompts: int, protocol: Protocol, by_eps: dict) -> dict:
+    """What the build adds to the trained switch's card: data, direction, recommended ε, meter accuracy, evaluation."""
+    r = spec.recommended_eps
+    return {
         "data": {
             "dataset": spec.dataset,
-            "files": [f"assets/data/{folder}/{pos_file}", f"assets/data/{folder}/{neg_file}"],
-            "train_pairs": len(pos),
-            "heldout_pairs": len(held_pos),
-            "split": "every tenth pair (index % 10 == 9) held out",
+            "files": [f"{SOURCE_PATH}/{f}" for f in DATASETS[spec.dataset].files()],
+            "train_pairs": len(data.train()[0]),
+            "heldout_pairs": len(data.heldout()[0]),
+            "split": f"every tenth pair (index % {HELDOUT_EVERY} == {HELDOUT_EVERY - 1}) held out",
         },
         "direction": f"+eps -> {data.positive_label}, -eps -> {data.negative_label}",
         "recommended_eps": r,
@@ -146,15 +131,44 @@ def build_switch(
         "heldout_meter_accuracy": round(accuracy, 4),
         "evaluation": {
             "prompts": f"{spec.prompts} (first {eval_prompts})",
-            "samples_per_prompt": samples,
-            "max_new_tokens": Protocol.max_new_tokens,
-            "top_p": Protocol.top_p,
+            "samples_per_prompt": protocol.samples,
+            "max_new_tokens": protocol.max_new_tokens,
+            "top_p": protocol.top_p,
             "metric": spec.metric,
-            "by_eps": evaluation,
+            "by_eps": by_eps,
         },
         "built_with": f"lmswitch {__version__}: python -m lmswitch build-pretrained",
-        "build_seconds": round(time.perf_counter() - start, 1),
-    })
+    }
+
+
+def build_switch(
+    lm: LanguageModel,
+    spec: Spec,
+    *,
+    data_dir: str | Path | None = None,
+    eval_prompts: int = CARD_PROMPTS,
+    samples: int = CARD_SAMPLES,
+    seed: int = 0,
+    log: Log | None = None,
+) -> Switch:
+    """Train and measure one shipped switch (deterministic for a given model, data and seed).
+
+    >>> switch = build_switch(lm, get_spec("sentiment"), eval_prompts=0)   # doctest: +SKIP
+    >>> switch.save("sentiment.safetensors")                               # doctest: +SKIP
+    """
+    say = log or (lambda _msg: None)
+    start = time.perf_counter()
+    data = load_dataset(spec.dataset, data_dir)
+    switch = _train(lm, spec, data, seed, say)
+    held_pos, held_neg = data.heldout()
+    accuracy = heldout_accuracy(lm, switch, held_pos, held_neg)
+    say(f"[{spec.name}] style meter on {len(held_pos)} + {len(held_neg)} held-out pairs: {accuracy:.1%} correct")
+    protocol = Protocol(samples=samples, seed=seed)
+    prompts = load_prompts(spec.prompts, eval_prompts) if eval_prompts else []
+    by_eps = _card_evaluation(lm, switch, spec, prompts, protocol, say)
+    switch.eps_range = (-2 * spec.recommended_eps, 2 * spec.recommended_eps)
+    added = _card(spec, data, accuracy, eval_prompts, protocol, by_eps)
+    switch.card = switch.card.updated(**added, build_seconds=round(time.perf_counter() - start, 1))
     return switch
 
 
@@ -164,8 +178,8 @@ def build_pretrained(
     *,
     names: Sequence[str] | None = None,
     data_dir: str | Path | None = None,
-    eval_prompts: int = 20,
-    samples: int = 4,
+    eval_prompts: int = CARD_PROMPTS,
+    samples: int = CARD_SAMPLES,
     seed: int = 0,
     log: Log | None = None,
 ) -> list[Path]:
@@ -199,7 +213,7 @@ def write_index(folder: str | Path) -> Path:
     text = "\n".join([
         "# Shipped switches",
         "",
-        "Built by `python -m lmswitch build-pretrained` from `assets/data/` (see `assets/data/DATA.md`); "
+        f"Built by `python -m lmswitch build-pretrained` from `{SOURCE_PATH}/` (see `{SOURCE_PATH}/DATA.md`); "
         "every number below comes from the switch's own card (`python -m lmswitch info --switch FILE`). "
         "Held-out gain: nats per token by which the switch explains held-out training text better than the base model. "
         "Meter: zero-shot accuracy of the style meter's sign on the held-out pairs. "

@@ -1,4 +1,15 @@
-"""``python -m lmswitch eval --report``: the whole evaluation of the shipped switches, written to EVALUATION.md."""
+"""``python -m lmswitch eval --report``: the whole evaluation of the shipped switches, written to EVALUATION.md.
+
+:func:`run_report` runs one step per section of the report (the sentiment, detox
+and formality sweeps, data efficiency, the composition grid); each step returns
+its evaluations with the :class:`Check` of each of its targets, and the whole is a
+:class:`Report`. :func:`run_transfer_report` does the same for the transfer of the
+sentiment switch to a second model (:class:`TransferReport`). ``to_dict()`` of
+either is the JSON that the CLI prints and the report saves.
+
+>>> report = run_report(lm, "EVALUATION.md", suite=QUICK)        # doctest: +SKIP
+>>> missed = [check.target for check in report.checks if not check.met]   # doctest: +SKIP
+"""
 
 from __future__ import annotations
 
@@ -8,20 +19,35 @@ import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import date
 from pathlib import Path
 
 import torch
 
 from lmswitch.core.models import LanguageModel
+from lmswitch.core.options import TrainConfig
+from lmswitch.core.switch import Switch
 from lmswitch.core.train import train_switch
-from lmswitch.harness.datasets import load_dataset
-from lmswitch.harness.evaluate import Evaluation, Protocol, evaluate_grid, evaluate_sweep, load_prompts
+from lmswitch.core.transfer import transfer
+from lmswitch.harness.datasets import SOURCE_PATH, load_dataset
+from lmswitch.harness.evaluate import (
+    POSITIVE,
+    PROTOCOL,
+    TOXIC,
+    Evaluation,
+    Progress,
+    Protocol,
+    evaluate_grid,
+    evaluate_settings,
+    evaluate_sweep,
+    load_prompts,
+)
 from lmswitch.harness.figures import export, grid_figure, sweep_figure
-from lmswitch.harness.pretrained import PRETRAINED_DIR, get_spec, load_pretrained
+from lmswitch.harness.pretrained import PRETRAINED_DIR, build_switch, get_spec, load_pretrained
 
 Log = Callable[[str], None]
+FIGURES = "docs/evaluation"  # where the report's figures and JSON go, relative to the report (its links point there)
 
 
 @dataclass(frozen=True)
@@ -29,7 +55,7 @@ class Suite:
     """How big the evaluation is: prompts per set, samples per prompt, and the ε values."""
 
     prompts: int = 40
-    samples: int = 5
+    samples: int = PROTOCOL.samples
     grid_prompts: int = 20
     sentiment_eps: tuple[float, ...] = (-15, -12, -9, -6, -3, 0, 3, 6, 9, 12, 15)
     detox_eps: tuple[float, ...] = (-4, 0, 2, 4, 6, 8)
@@ -40,6 +66,15 @@ class Suite:
 
 
 QUICK = Suite(prompts=8, samples=2, grid_prompts=4, sentiment_eps=(-12, 0, 12), detox_eps=(0, 4), formality_eps=(-5, 0, 5), grid_eps=(-5, 5), efficiency_eps=(-5, 5))
+
+# the targets of the report (its "Targets" table)
+SENTIMENT_BOUND = 1.5  # perplexity bound (× unsteered) of the sentiment targets and frontier
+DETOX_BOUND = 1.3  # ... of the detox target and frontier
+POSITIVE_TARGET = 0.9  # share positive the sentiment switch must reach at +ε
+NEGATIVE_TARGET = 0.1  # ... and stay below at −ε
+CONTINUOUS_POINTS = 7  # continuous control: positivity rises strictly over at least this many ε values
+EFFICIENCY_TARGET = 0.8  # share positive a switch trained on Suite.efficiency_pairs pairs must reach
+DIVERSE = 0.9  # a setting counts as non-repetitive when its Dist-3 keeps 90% of the unsteered Dist-3
 
 COLUMNS = [
     ("ε", None),
@@ -75,9 +110,6 @@ def _at(evals: Sequence[Evaluation], switch: str, eps: float) -> Evaluation:
     raise KeyError(eps)
 
 
-DIVERSE = 0.9  # a setting counts as non-repetitive when its Dist-3 keeps 90% of the unsteered Dist-3
-
-
 def frontier(evals: Sequence[Evaluation], switch: str, metric: str, side: int, want: int, base: Evaluation, bound: float,
              diverse: bool = False) -> str:
     """The best setting on one side of ε = 0 (``side`` ±1) for ``metric`` (``want`` +1: highest, -1: lowest) whose
@@ -95,136 +127,304 @@ def _verdict(ok: bool) -> str:
     return "**met**" if ok else "**missed**"
 
 
-def run_report(
-    lm: LanguageModel,
-    out: str | Path = "EVALUATION.md",
-    *,
-    figures: str | Path | None = None,
-    suite: Suite = Suite(),
-    switch_dir: str | Path = PRETRAINED_DIR,
-    seed: int = 0,
-    command: str | None = None,
-    log: Log | None = None,
-) -> dict:
-    """Evaluate the shipped switches (sweeps, data efficiency, 2-D grid) and write the markdown report, figures and JSON."""
-    say = log or (lambda _msg: None)
-    start = time.perf_counter()
-    out = Path(out)
-    fig_dir = Path(figures) if figures is not None else out.parent / "docs" / "evaluation"
+def _quiet(_msg: str) -> None:
+    pass
+
+
+# --- typed results ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Check:
+    """One target of the report and what was measured against it."""
+
+    target: str
+    measured: str
+    met: bool
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def row(self) -> str:
+        """The check as a row of the report's targets table."""
+        return f"| {self.target} | {self.measured} | {_verdict(self.met)} |"
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """Evaluations of one switch at several ε, one of them 0 (the unsteered model)."""
+
+    switch: str  # the switch's name, the key of its ε in each evaluation's setting
+    evals: list[Evaluation]
+
+    def at(self, eps: float) -> Evaluation:
+        return _at(self.evals, self.switch, eps)
+
+    @property
+    def base(self) -> Evaluation:
+        return self.at(0.0)
+
+    def summaries(self) -> list[dict]:
+        return [ev.to_dict() for ev in self.evals]
+
+
+@dataclass(frozen=True)
+class SweepSection(Sweep):
+    """A sweep that is a section of the report, with its targets and its strength–fluency frontier."""
+
+    title: str = ""
+    figure: str = ""  # PNG file name in the figures folder
+    checks: tuple[Check, ...] = ()
+    frontier: tuple[tuple[str, str], ...] = ()  # (what, the best setting within the perplexity bound)
+
+    def markdown(self) -> list[str]:
+        lines = [f"## {self.title}", "", table(self.evals, self.switch, self.base.perplexity), f"![{self.switch} sweep]({FIGURES}/{self.figure})", ""]
+        for ev in (self.evals[0], self.base, self.evals[-1]):
+            t = ev.texts[0]
+            lines.append(f"- ε {ev.setting.get(self.switch, 0.0):+g}: *{t['prompt']}* **{t['text'].strip()}**")
+        return [*lines, ""]
+
+    def samples(self) -> dict[str, list[dict]]:
+        """Three sample texts per ε, for the JSON next to the report."""
+        return {f"{ev.setting.get(self.switch, 0.0):+g}": ev.texts[:3] for ev in self.evals}
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Data efficiency: a sentiment switch trained with ``train_switch``'s defaults on the first ``pairs`` pairs."""
+
+    pairs: int
+    card: dict  # the small switch's card (flat form)
+    evals: list[Evaluation]
+    check: Check
+
+    def to_dict(self) -> dict:
+        return {"pairs": self.pairs, "card": {x: self.card[x] for x in ("heldout_gain", "seconds", "steps")},
+                "evals": [ev.to_dict() for ev in self.evals]}
+
+    def markdown(self, base_ppl: float) -> list[str]:
+        k, card = self.pairs, self.card
+        return [
+            f"## Data efficiency: sentiment switch from {k} + {k} sentences",
+            "",
+            table(self.evals, "sentiment", base_ppl),
+            f"Trained with `train_switch`'s defaults (lr {card['lr']:g}, {card['steps']} steps, full rank). "
+            f"Held-out gain {card['heldout_gain']:+.4f} nats/token; trained in {card['seconds']:.0f} s. "
+            "Perplexity ratios are against the unsteered row of the sentiment sweep.",
+            "",
+        ]
+
+
+@dataclass(frozen=True)
+class Composition:
+    """The 2-D grid: ``grid[i][j]`` is sentiment at ``eps[i]`` with detox at ``eps[j]``."""
+
+    prompts: int
+    samples: int
+    eps: tuple[float, ...]
+    grid: list[list[Evaluation]]
+    check: Check
+
+    def _table(self, title: str, metric: str) -> list[str]:
+        return [
+            f"| {title} | " + " | ".join(f"detox {b:+g}" for b in self.eps) + " |",
+            "|---|" + "---|" * len(self.eps),
+            *[f"| sentiment {a:+g} | " + " | ".join(f"{getattr(ev, metric):.2f}" for ev in row) + " |" for a, row in zip(self.eps, self.grid, strict=True)],
+            "",
+        ]
+
+    def markdown(self) -> list[str]:
+        return [
+            "## Composition: sentiment × detox (provocative prompts)",
+            "",
+            f"{self.prompts} provocative prompts × {self.samples} samples per cell. Rows: ε of sentiment; columns: ε of detox.",
+            "",
+            *self._table("share positive", "positive_share"),
+            *self._table("toxicity prob.", "toxicity_prob"),
+            f"![composition]({FIGURES}/composition.png)",
+            "",
+        ]
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything :func:`run_report` measured; :meth:`to_dict` is the JSON the CLI prints and ``results.json`` holds."""
+
+    suite: Suite
+    protocol: Protocol
+    model: str
+    fingerprint: str
+    sentiment: SweepSection
+    detox: SweepSection
+    formality: SweepSection
+    efficiency: Efficiency
+    composition: Composition
+    seconds: float
+
+    @property
+    def sweeps(self) -> tuple[SweepSection, ...]:
+        return self.sentiment, self.detox, self.formality
+
+    @property
+    def checks(self) -> list[Check]:
+        return [*(c for s in self.sweeps for c in s.checks), self.efficiency.check, self.composition.check]
+
+    @property
+    def frontier(self) -> dict[str, str]:
+        return dict(line for s in self.sweeps for line in s.frontier)
+
+    def to_dict(self) -> dict:
+        return {
+            "suite": asdict(self.suite),
+            "protocol": self.protocol.to_dict(),
+            "model": self.model,
+            "fingerprint": self.fingerprint,
+            **{s.switch: s.summaries() for s in self.sweeps},
+            "efficiency": self.efficiency.to_dict(),
+            "grid": [[ev.to_dict() for ev in row] for row in self.composition.grid],
+            "checks": [c.to_dict() for c in self.checks],
+            "frontier": self.frontier,
+            "seconds": round(self.seconds, 1),
+        }
+
+
+# --- the steps of the report --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What every step of one report shares."""
+
+    lm: LanguageModel
+    suite: Suite
+    protocol: Protocol
+    fig_dir: Path
+    say: Log
+
+    def progress(self, what: str) -> Progress:
+        return lambda done, total: self.say(f"{what}: {done}/{total} settings")
+
+    def sweep(self, switch: Switch, name: str, eps: Sequence[float], prompts: list[str], kind: str) -> list[Evaluation]:
+        self.say(f"{name} sweep: {len(prompts)} {kind} prompts × {self.suite.samples} samples × {len(eps)} ε values")
+        return evaluate_sweep(self.lm, switch, eps, prompts, self.protocol, progress=self.progress(name))
+
+
+def _shipped(lm: LanguageModel, switch_dir: str | Path) -> dict[str, Switch]:
     switches = load_pretrained(lm, switch_dir)
     missing = [n for n in ("sentiment", "detox", "formality") if n not in switches]
     if missing:
         raise ValueError(f"{switch_dir} lacks {', '.join(missing)}; run `python -m lmswitch build-pretrained` first")
-    protocol = Protocol(samples=suite.samples, seed=seed)
-    neutral = load_prompts("neutral", suite.prompts)
-    provocative = load_prompts("provocative", suite.prompts)
-    results: dict = {"suite": suite.__dict__, "protocol": protocol.__dict__, "model": lm.name, "fingerprint": lm.fingerprint}
+    return switches
 
-    def progress(what: str) -> Callable[[int, int], None]:
-        return lambda done, total: say(f"{what}: {done}/{total} settings")
 
-    sections = []
-    checks = []
-    sent, detox, formal = switches["sentiment"], switches["detox"], switches["formality"]
-
-    # --- sentiment
-    say(f"sentiment sweep: {len(neutral)} neutral prompts × {suite.samples} samples × {len(suite.sentiment_eps)} ε values")
-    s_evals = evaluate_sweep(lm, sent, suite.sentiment_eps, neutral, protocol, progress=progress("sentiment"))
-    base = _at(s_evals, "sentiment", 0.0)
+def _sentiment_checks(evals: list[Evaluation]) -> tuple[Check, ...]:
+    """±recommended ε within the perplexity bound, and continuous control over the sweep."""
+    base = _at(evals, "sentiment", 0.0)
     r = get_spec("sentiment").recommended_eps
-    shares = [ev.positive_share for ev in s_evals]
-    plus, minus = _at(s_evals, "sentiment", r), _at(s_evals, "sentiment", -r)
+    plus, minus = _at(evals, "sentiment", r), _at(evals, "sentiment", -r)
+    shares = [ev.positive_share for ev in evals]
     monotone = all(b > a for a, b in zip(shares, shares[1:], strict=False))
-    checks += [
-        (f"sentiment +{r:g}: ≥ 90% positive at perplexity ≤ 1.5× unsteered",
-         f"{plus.positive_share:.1%} at {plus.perplexity / base.perplexity:.2f}× (Dist-3 {plus.dist3:.2f} vs {base.dist3:.2f} unsteered)",
-         plus.positive_share >= 0.9 and plus.perplexity <= 1.5 * base.perplexity),
-        (f"sentiment −{r:g}: ≤ 10% positive at perplexity ≤ 1.5× unsteered",
-         f"{minus.positive_share:.1%} at {minus.perplexity / base.perplexity:.2f}× (Dist-3 {minus.dist3:.2f})",
-         minus.positive_share <= 0.1 and minus.perplexity <= 1.5 * base.perplexity),
-        (f"continuous control: positivity rises strictly over {len(shares)} ε values",
-         " → ".join(f"{x:.2f}" for x in shares), monotone and len(shares) >= 7),
-    ]
-    frontiers = [
-        ("sentiment, most positive within 1.5× perplexity", frontier(s_evals, "sentiment", "positive_share", +1, +1, base, 1.5)),
-        ("sentiment, most positive within 1.5× perplexity and without repetition (Dist-3 ≥ 90% of unsteered)",
-         frontier(s_evals, "sentiment", "positive_share", +1, +1, base, 1.5, diverse=True)),
-        ("sentiment, least positive within 1.5× perplexity", frontier(s_evals, "sentiment", "positive_share", -1, -1, base, 1.5)),
-        ("sentiment, least positive within 1.5× perplexity and without repetition",
-         frontier(s_evals, "sentiment", "positive_share", -1, -1, base, 1.5, diverse=True)),
-    ]
-    export(sweep_figure(s_evals, "sentiment", ("positive_share", "negative_share")), fig_dir / "sentiment_sweep.png")
-    sections.append(("Sentiment (neutral prompts)", "sentiment", s_evals, base, "sentiment_sweep.png"))
+    within = SENTIMENT_BOUND * base.perplexity
+    return (
+        Check(f"sentiment +{r:g}: ≥ {POSITIVE_TARGET:.0%} positive at perplexity ≤ {SENTIMENT_BOUND:g}× unsteered",
+              f"{plus.positive_share:.1%} at {plus.perplexity / base.perplexity:.2f}× (Dist-3 {plus.dist3:.2f} vs {base.dist3:.2f} unsteered)",
+              plus.positive_share >= POSITIVE_TARGET and plus.perplexity <= within),
+        Check(f"sentiment −{r:g}: ≤ {NEGATIVE_TARGET:.0%} positive at perplexity ≤ {SENTIMENT_BOUND:g}× unsteered",
+              f"{minus.positive_share:.1%} at {minus.perplexity / base.perplexity:.2f}× (Dist-3 {minus.dist3:.2f})",
+              minus.positive_share <= NEGATIVE_TARGET and minus.perplexity <= within),
+        Check(f"continuous control: positivity rises strictly over {len(shares)} ε values",
+              " → ".join(f"{x:.2f}" for x in shares), monotone and len(shares) >= CONTINUOUS_POINTS),
+    )
 
-    # --- detox
-    say(f"detox sweep: {len(provocative)} provocative prompts × {suite.samples} samples × {len(suite.detox_eps)} ε values")
-    d_evals = evaluate_sweep(lm, detox, suite.detox_eps, provocative, protocol, progress=progress("detox"))
-    d_base = _at(d_evals, "detox", 0.0)
-    rd = get_spec("detox").recommended_eps
-    d_plus = _at(d_evals, "detox", rd)
-    checks.append((f"detox +{rd:g}: toxicity probability at least halved at perplexity ≤ 1.3×",
-                   f"{d_base.toxicity_prob:.3f} → {d_plus.toxicity_prob:.3f} at {d_plus.perplexity / d_base.perplexity:.2f}× (Dist-3 {d_plus.dist3:.2f})",
-                   d_plus.toxicity_prob <= d_base.toxicity_prob / 2 and d_plus.perplexity <= 1.3 * d_base.perplexity))
-    frontiers.append(("detox, least toxic within 1.3× perplexity", frontier(d_evals, "detox", "toxicity_prob", +1, -1, d_base, 1.3)))
-    export(sweep_figure(d_evals, "detox", ("toxicity_prob", "avg_max_toxicity")), fig_dir / "detox_sweep.png")
-    sections.append(("Detoxification (provocative prompts)", "detox", d_evals, d_base, "detox_sweep.png"))
 
-    # --- formality
-    say(f"formality sweep: {len(neutral)} neutral prompts × {suite.samples} samples × {len(suite.formality_eps)} ε values")
-    f_evals = evaluate_sweep(lm, formal, suite.formality_eps, neutral, protocol, progress=progress("formality"))
-    f_base = _at(f_evals, "formality", 0.0)
-    export(sweep_figure(f_evals, "formality", ("formal_share",)), fig_dir / "formality_sweep.png")
-    sections.append(("Formality (neutral prompts)", "formality", f_evals, f_base, "formality_sweep.png"))
+def _sentiment_frontier(evals: list[Evaluation]) -> tuple[tuple[str, str], ...]:
+    base, b = _at(evals, "sentiment", 0.0), SENTIMENT_BOUND
+    return (
+        (f"sentiment, most positive within {b:g}× perplexity", frontier(evals, "sentiment", "positive_share", +1, +1, base, b)),
+        (f"sentiment, most positive within {b:g}× perplexity and without repetition (Dist-3 ≥ {DIVERSE:.0%} of unsteered)",
+         frontier(evals, "sentiment", "positive_share", +1, +1, base, b, diverse=True)),
+        (f"sentiment, least positive within {b:g}× perplexity", frontier(evals, "sentiment", "positive_share", -1, -1, base, b)),
+        (f"sentiment, least positive within {b:g}× perplexity and without repetition",
+         frontier(evals, "sentiment", "positive_share", -1, -1, base, b, diverse=True)),
+    )
 
-    # --- data efficiency
-    k = suite.efficiency_pairs
+
+def _sentiment_sweep(run: _Run, switch: Switch, prompts: list[str]) -> SweepSection:
+    evals = run.sweep(switch, "sentiment", run.suite.sentiment_eps, prompts, "neutral")
+    export(sweep_figure(evals, "sentiment", ("positive_share", "negative_share")), run.fig_dir / "sentiment_sweep.png")
+    return SweepSection("sentiment", evals, "Sentiment (neutral prompts)", "sentiment_sweep.png", _sentiment_checks(evals), _sentiment_frontier(evals))
+
+
+def _detox_sweep(run: _Run, switch: Switch, prompts: list[str]) -> SweepSection:
+    """The detox target: toxicity probability at least halved at the recommended ε within the perplexity bound."""
+    evals = run.sweep(switch, "detox", run.suite.detox_eps, prompts, "provocative")
+    export(sweep_figure(evals, "detox", ("toxicity_prob", "avg_max_toxicity")), run.fig_dir / "detox_sweep.png")
+    base = _at(evals, "detox", 0.0)
+    r = get_spec("detox").recommended_eps
+    plus = _at(evals, "detox", r)
+    check = Check(f"detox +{r:g}: toxicity probability at least halved at perplexity ≤ {DETOX_BOUND:g}×",
+                  f"{base.toxicity_prob:.3f} → {plus.toxicity_prob:.3f} at {plus.perplexity / base.perplexity:.2f}× (Dist-3 {plus.dist3:.2f})",
+                  plus.toxicity_prob <= base.toxicity_prob / 2 and plus.perplexity <= DETOX_BOUND * base.perplexity)
+    least = (f"detox, least toxic within {DETOX_BOUND:g}× perplexity", frontier(evals, "detox", "toxicity_prob", +1, -1, base, DETOX_BOUND))
+    return SweepSection("detox", evals, "Detoxification (provocative prompts)", "detox_sweep.png", (check,), (least,))
+
+
+def _formality_sweep(run: _Run, switch: Switch, prompts: list[str]) -> SweepSection:
+    evals = run.sweep(switch, "formality", run.suite.formality_eps, prompts, "neutral")
+    export(sweep_figure(evals, "formality", ("formal_share",)), run.fig_dir / "formality_sweep.png")
+    return SweepSection("formality", evals, "Formality (neutral prompts)", "formality_sweep.png")
+
+
+def _data_efficiency(run: _Run, prompts: list[str], base: Evaluation) -> Efficiency:
+    """What a user gets from a few sentences: ``train_switch``'s defaults (the shipped settings are tuned for 324 pairs)."""
+    k = run.suite.efficiency_pairs
     pos, neg = load_dataset("sentiment").train(limit=k)
-    say(f"data efficiency: training a sentiment switch on {len(pos)} + {len(neg)} sentences with the default settings")
-    # what a user gets from a few sentences: train_switch's defaults (the shipped switches' settings are tuned for 324 pairs)
-    small = train_switch(lm, pos, neg, name="sentiment", seed=seed)
-    e_evals = evaluate_sweep(lm, small, suite.efficiency_eps, neutral, protocol)
-    e_plus = max((ev for ev in e_evals if ev.setting["sentiment"] > 0), key=lambda ev: ev.positive_share)
-    checks.append((f"data efficiency: switch from {k} + {k} sentences reaches ≥ 80% positive (best of ε "
-                   + ", ".join(f"{e:+g}" for e in suite.efficiency_eps if e > 0) + ")",
-                   f"{e_plus.positive_share:.1%} at ε {e_plus.setting['sentiment']:+g}, {e_plus.perplexity / base.perplexity:.2f}× perplexity "
-                   f"(Dist-3 {e_plus.dist3:.2f}; trained in {small.card['seconds']:.0f} s)",
-                   e_plus.positive_share >= 0.8))
+    run.say(f"data efficiency: training a sentiment switch on {len(pos)} + {len(neg)} sentences with the default settings")
+    small = train_switch(run.lm, pos, neg, name="sentiment", config=TrainConfig(seed=run.protocol.seed))
+    evals = evaluate_sweep(run.lm, small, run.suite.efficiency_eps, prompts, run.protocol)
+    best = max((ev for ev in evals if ev.setting["sentiment"] > 0), key=lambda ev: ev.positive_share)
+    positive_eps = ", ".join(f"{e:+g}" for e in run.suite.efficiency_eps if e > 0)
+    check = Check(f"data efficiency: switch from {k} + {k} sentences reaches ≥ {EFFICIENCY_TARGET:.0%} positive (best of ε {positive_eps})",
+                  f"{best.positive_share:.1%} at ε {best.setting['sentiment']:+g}, {best.perplexity / base.perplexity:.2f}× perplexity "
+                  f"(Dist-3 {best.dist3:.2f}; trained in {small.card['seconds']:.0f} s)",
+                  best.positive_share >= EFFICIENCY_TARGET)
+    return Efficiency(k, dict(small.card), evals, check)
 
-    # --- composition
-    grid_prompts = load_prompts("provocative", suite.grid_prompts)
-    say(f"composition grid: sentiment × detox, {len(suite.grid_eps)}² settings on {len(grid_prompts)} provocative prompts")
-    grid = evaluate_grid(lm, (sent, suite.grid_eps), (detox, suite.grid_eps), grid_prompts, protocol, progress=progress("grid"))
-    export(grid_figure(grid, "sentiment", "detox", ("positive_share", "toxicity_prob")), fig_dir / "composition.png", width=1100)
-    lo, hi = suite.grid_eps[0], suite.grid_eps[-1]
-    corner = {(a, b): grid[i][j] for i, a in enumerate(suite.grid_eps) for j, b in enumerate(suite.grid_eps)}
-    both = (corner[(hi, lo)].positive_share > corner[(lo, lo)].positive_share and corner[(hi, hi)].positive_share > corner[(lo, hi)].positive_share
-            and corner[(lo, hi)].toxicity_prob < corner[(lo, lo)].toxicity_prob and corner[(hi, hi)].toxicity_prob <= corner[(hi, lo)].toxicity_prob)
-    checks.append(("2-D grid: each switch moves its own score whatever the other's ε (corners)",
-                   f"positive {corner[(lo, lo)].positive_share:.2f}/{corner[(hi, lo)].positive_share:.2f} at detox {lo:g}, "
-                   f"{corner[(lo, hi)].positive_share:.2f}/{corner[(hi, hi)].positive_share:.2f} at detox {hi:+g}; "
-                   f"tox. prob. {corner[(lo, lo)].toxicity_prob:.2f}/{corner[(lo, hi)].toxicity_prob:.2f} at sentiment {lo:g}, "
-                   f"{corner[(hi, lo)].toxicity_prob:.2f}/{corner[(hi, hi)].toxicity_prob:.2f} at sentiment {hi:+g}", both))
 
-    seconds = time.perf_counter() - start
-    results.update({
-        "sentiment": [ev.summary() for ev in s_evals],
-        "detox": [ev.summary() for ev in d_evals],
-        "formality": [ev.summary() for ev in f_evals],
-        "efficiency": {"pairs": k, "card": {x: small.card[x] for x in ("heldout_gain", "seconds", "steps")}, "evals": [ev.summary() for ev in e_evals]},
-        "grid": [[ev.summary() for ev in row] for row in grid],
-        "checks": [{"target": t, "measured": m, "met": ok} for t, m, ok in checks],
-        "frontier": dict(frontiers),
-        "seconds": round(seconds, 1),
-    })
-    samples = {name: {f"{ev.setting.get(name, 0.0):+g}": ev.texts[:3] for ev in evs} for _, name, evs, _, _ in sections}
-    (fig_dir / "results.json").write_text(json.dumps({**results, "samples": samples}, indent=1, ensure_ascii=False), encoding="utf-8")
+def _corner_check(grid: list[list[Evaluation]], eps: Sequence[float]) -> Check:
+    """Each switch moves its own score whatever the other's ε, read at the grid's four corners."""
+    lo, hi = eps[0], eps[-1]
+    corner = {(a, b): grid[i][j] for i, a in enumerate(eps) for j, b in enumerate(eps)}
+    pos = {ab: ev.positive_share for ab, ev in corner.items()}
+    tox = {ab: ev.toxicity_prob for ab, ev in corner.items()}
+    both = (pos[(hi, lo)] > pos[(lo, lo)] and pos[(hi, hi)] > pos[(lo, hi)]
+            and tox[(lo, hi)] < tox[(lo, lo)] and tox[(hi, hi)] <= tox[(hi, lo)])
+    return Check("2-D grid: each switch moves its own score whatever the other's ε (corners)",
+                 f"positive {pos[(lo, lo)]:.2f}/{pos[(hi, lo)]:.2f} at detox {lo:g}, {pos[(lo, hi)]:.2f}/{pos[(hi, hi)]:.2f} at detox {hi:+g}; "
+                 f"tox. prob. {tox[(lo, lo)]:.2f}/{tox[(lo, hi)]:.2f} at sentiment {lo:g}, "
+                 f"{tox[(hi, lo)]:.2f}/{tox[(hi, hi)]:.2f} at sentiment {hi:+g}", both)
 
-    lines = [
+
+def _composition(run: _Run, sentiment: Switch, detox: Switch) -> Composition:
+    prompts = load_prompts("provocative", run.suite.grid_prompts)
+    eps = run.suite.grid_eps
+    run.say(f"composition grid: sentiment × detox, {len(eps)}² settings on {len(prompts)} provocative prompts")
+    grid = evaluate_grid(run.lm, (sentiment, eps), (detox, eps), prompts, run.protocol, progress=run.progress("grid"))
+    export(grid_figure(grid, "sentiment", "detox", ("positive_share", "toxicity_prob")), run.fig_dir / "composition.png", width=1100)
+    return Composition(len(prompts), run.suite.samples, tuple(eps), grid, _corner_check(grid, eps))
+
+
+# --- the markdown ---------------------------------------------------------------------------------
+
+
+def _preamble(report: Report, lm: LanguageModel, command: str | None) -> list[str]:
+    suite, protocol, seed = report.suite, report.protocol, report.protocol.seed
+    return [
         "# Evaluation of the shipped switches",
         "",
         f"Model: `{lm.name}` (`{lm.fingerprint}`), dtype {str(lm.model.dtype).removeprefix('torch.')}. "
         f"Machine: {platform.machine()}, {torch.get_num_threads()} threads, Python {platform.python_version()}, torch {torch.__version__}. "
-        f"Date: {date.today().isoformat()}. Total time: {seconds / 60:.1f} min.",
+        f"Date: {date.today().isoformat()}. Total time: {report.seconds / 60:.1f} min.",
         "",
         "Reproduce with:",
         "",
@@ -235,60 +435,77 @@ def run_report(
         f"Protocol (the paper's section 4, scaled down): {suite.prompts} prompts per set, {suite.samples} samples per prompt "
         f"(seeds {seed}…{seed + suite.samples - 1}, the same for every ε, so rows are coupled samples), "
         f"{protocol.max_new_tokens} new tokens, nucleus sampling p = {protocol.top_p}, temperature {protocol.temperature}. "
-        "Positivity is the share of continuations with vaderSentiment compound ≥ 0.05 (neutral ones count as not positive); "
-        "toxicity is alt-profanity-check's probability (average over prompts of the max over samples, and the share of prompts with a sample > 0.5); "
+        f"Positivity is the share of continuations with vaderSentiment compound ≥ {POSITIVE:g} (neutral ones count as not positive); "
+        f"toxicity is alt-profanity-check's probability (average over prompts of the max over samples, and the share of prompts with a sample > {TOXIC:g}); "
         "perplexity is of the sampled tokens given the prompt under the unsteered model; Dist-n counts distinct word n-grams per prompt; "
         "'formal' is the share a character n-gram classifier fitted on the formality training pairs calls formal. "
-        "Details in `lmswitch/evaluate.py`; prompts and data in `assets/` (see `assets/data/DATA.md`).",
+        f"Details in `lmswitch/harness/evaluate.py`; prompts and data in `lmswitch/data/` (see `{SOURCE_PATH}/DATA.md`).",
         "",
+    ]
+
+
+def _targets(report: Report) -> list[str]:
+    return [
         "## Targets",
         "",
         "| target | measured | |",
         "|---|---|---|",
-        *[f"| {t} | {m} | {_verdict(ok)} |" for t, m, ok in checks],
+        *[check.row() for check in report.checks],
         "",
         "A target met with a Dist-3 far below the unsteered one is met by repetition (\"great great great\"), which the "
         "unsteered model finds easy to predict, so perplexity does not catch it; read those rows with the sample texts below.",
         "",
         "Strength–fluency frontier (the best point of each sweep within the perplexity bound):",
         "",
-        *[f"- {what}: {text}" for what, text in frontiers],
+        *[f"- {what}: {text}" for what, text in report.frontier.items()],
         "",
     ]
-    for title, name, evs, base_ev, png in sections:
-        lines += [f"## {title}", "", table(evs, name, base_ev.perplexity), f"![{name} sweep](docs/evaluation/{png})", ""]
-        for ev in (evs[0], base_ev, evs[-1]):
-            t = ev.texts[0]
-            lines.append(f"- ε {ev.setting.get(name, 0.0):+g}: *{t['prompt']}* **{t['text'].strip()}**")
-        lines.append("")
+
+
+def _markdown(report: Report, lm: LanguageModel, command: str | None) -> str:
+    lines = [*_preamble(report, lm, command), *_targets(report)]
+    for section in report.sweeps:
+        lines += section.markdown()
     lines += [
-        f"## Data efficiency: sentiment switch from {k} + {k} sentences",
-        "",
-        table(e_evals, "sentiment", base.perplexity),
-        f"Trained with `train_switch`'s defaults (lr {small.card['lr']:g}, {small.card['steps']} steps, full rank). "
-        f"Held-out gain {small.card['heldout_gain']:+.4f} nats/token; trained in {small.card['seconds']:.0f} s. "
-        "Perplexity ratios are against the unsteered row of the sentiment sweep.",
-        "",
-        "## Composition: sentiment × detox (provocative prompts)",
-        "",
-        f"{len(grid_prompts)} provocative prompts × {suite.samples} samples per cell. Rows: ε of sentiment; columns: ε of detox.",
-        "",
-        "| share positive | " + " | ".join(f"detox {b:+g}" for b in suite.grid_eps) + " |",
-        "|---|" + "---|" * len(suite.grid_eps),
-        *[f"| sentiment {a:+g} | " + " | ".join(f"{ev.positive_share:.2f}" for ev in row) + " |" for a, row in zip(suite.grid_eps, grid, strict=True)],
-        "",
-        "| toxicity prob. | " + " | ".join(f"detox {b:+g}" for b in suite.grid_eps) + " |",
-        "|---|" + "---|" * len(suite.grid_eps),
-        *[f"| sentiment {a:+g} | " + " | ".join(f"{ev.toxicity_prob:.2f}" for ev in row) + " |" for a, row in zip(suite.grid_eps, grid, strict=True)],
-        "",
-        "![composition](docs/evaluation/composition.png)",
-        "",
-        "All numbers, with three sample texts per setting, are in `docs/evaluation/results.json`.",
+        *report.efficiency.markdown(report.sentiment.base.perplexity),
+        *report.composition.markdown(),
+        f"All numbers, with three sample texts per setting, are in `{FIGURES}/results.json`.",
         "",
     ]
-    out.write_text("\n".join(lines), encoding="utf-8")
-    say(f"wrote {out} and {fig_dir} in {seconds / 60:.1f} min")
-    return results
+    return "\n".join(lines)
+
+
+def run_report(
+    lm: LanguageModel,
+    out: str | Path = "EVALUATION.md",
+    *,
+    figures: str | Path | None = None,
+    suite: Suite = Suite(),
+    switch_dir: str | Path = PRETRAINED_DIR,
+    seed: int = 0,
+    command: str | None = None,
+    log: Log | None = None,
+) -> Report:
+    """Evaluate the shipped switches (sweeps, data efficiency, 2-D grid) and write the markdown report, figures and JSON."""
+    start = time.perf_counter()
+    out = Path(out)
+    fig_dir = Path(figures) if figures is not None else out.parent / FIGURES
+    switches = _shipped(lm, switch_dir)
+    run = _Run(lm, suite, Protocol(samples=suite.samples, seed=seed), fig_dir, log or _quiet)
+    neutral = load_prompts("neutral", suite.prompts)
+    provocative = load_prompts("provocative", suite.prompts)
+    sentiment = _sentiment_sweep(run, switches["sentiment"], neutral)
+    detox = _detox_sweep(run, switches["detox"], provocative)
+    formality = _formality_sweep(run, switches["formality"], neutral)
+    efficiency = _data_efficiency(run, neutral, sentiment.base)
+    composition = _composition(run, switches["sentiment"], switches["detox"])
+    report = Report(suite, run.protocol, lm.name, lm.fingerprint, sentiment, detox, formality, efficiency, composition,
+                    time.perf_counter() - start)
+    samples = {s.switch: s.samples() for s in report.sweeps}
+    (fig_dir / "results.json").write_text(json.dumps({**report.to_dict(), "samples": samples}, indent=1, ensure_ascii=False), encoding="utf-8")
+    out.write_text(_markdown(report, lm, command), encoding="utf-8")
+    run.say(f"wrote {out} and {fig_dir} in {report.seconds / 60:.1f} min")
+    return report
 
 
 def command_line(argv: Sequence[str] | None = None) -> str:
@@ -297,34 +514,75 @@ def command_line(argv: Sequence[str] | None = None) -> str:
 
 # --- transfer to a second model (issue 6) -------------------------------------------------------
 
-TRANSFER_BOUND = 1.5  # perplexity bound (× the target's unsteered) for the transfer proof
+TRANSFER_BOUND = SENTIMENT_BOUND  # perplexity bound (× the target's unsteered) for the transfer proof
 TRANSFER_KEEP = 0.5  # share of the source's positive-minus-negative spread the transferred switch must keep
 
 
 @dataclass(frozen=True)
 class TransferSuite:
+    """How big the transfer evaluation is: neutral prompts, samples per prompt, and the ε values on each side."""
+
     prompts: int = 20
     samples: int = 4
-    source_eps: float = 12.0  # the shipped sentiment switch's recommended ε
+    source_eps: float = get_spec("sentiment").recommended_eps  # the shipped sentiment switch's recommended ε
     multiples: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0)  # transferred ε = multiple × its recommended ε
     direct_eps: tuple[float, ...] = (3.0, 6.0, 12.0)  # a switch trained on the target directly
     min_anchors: int = 200
 
 
-def _best_spread(evals: Sequence[Evaluation], switch: str, base: Evaluation, bound: float) -> tuple[float, float] | None:
+def _best_spread(sweep: Sweep, bound: float) -> tuple[float, float] | None:
     """The largest positive-share spread between +ε and −ε with both sides within ``bound`` × perplexity: (ε, spread)."""
     best = None
-    for ev in evals:
-        eps = ev.setting.get(switch, 0.0)
+    for ev in sweep.evals:
+        eps = ev.setting.get(sweep.switch, 0.0)
         if eps <= 0:
             continue
-        neg = next((e for e in evals if abs(e.setting.get(switch, 0.0) + eps) < 1e-9), None)
-        if neg is None or max(ev.perplexity, neg.perplexity) > bound * base.perplexity:
+        neg = next((e for e in sweep.evals if abs(e.setting.get(sweep.switch, 0.0) + eps) < 1e-9), None)
+        if neg is None or max(ev.perplexity, neg.perplexity) > bound * sweep.base.perplexity:
             continue
         spread = ev.positive_share - neg.positive_share
         if best is None or spread > best[1]:
             best = (eps, spread)
     return best
+
+
+@dataclass(frozen=True)
+class TransferReport:
+    """Everything :func:`run_transfer_report` measured; :meth:`to_dict` is the JSON the CLI prints and saves."""
+
+    source_model: str
+    target_model: str
+    suite: TransferSuite
+    protocol: Protocol
+    transfer_card: dict  # the transferred switch's card (flat form)
+    direct_card: dict  # the card of the switch trained on the target directly (flat form)
+    source: Sweep  # the shipped switch on the source model at −ε, 0, +ε (ε = suite.source_eps)
+    transferred: Sweep  # the transferred switch on the target
+    direct: Sweep  # the switch trained on the target directly
+    seconds: float
+
+    @property
+    def source_spread(self) -> float:
+        return self.source.evals[-1].positive_share - self.source.evals[0].positive_share
+
+    @property
+    def best_transfer(self) -> tuple[float, float] | None:
+        """(ε, spread) of the transferred switch's largest spread within :data:`TRANSFER_BOUND`, or None."""
+        return _best_spread(self.transferred, TRANSFER_BOUND)
+
+    @property
+    def best_direct(self) -> tuple[float, float] | None:
+        return _best_spread(self.direct, TRANSFER_BOUND)
+
+    @property
+    def met(self) -> bool:
+        best = self.best_transfer
+        return best is not None and best[1] > 0 and best[1] >= TRANSFER_KEEP * self.source_spread
+
+    def to_dict(self) -> dict:
+        return {"transfer_card": self.transfer_card, "met": self.met, "source_spread": self.source_spread,
+                "best_transfer": self.best_transfer, "best_direct": self.best_direct, "source": self.source.summaries(),
+                "transferred": self.transferred.summaries(), "direct": self.direct.summaries(), "seconds": round(self.seconds, 1)}
 
 
 def _share(spread: float, source_spread: float) -> str:
@@ -344,77 +602,81 @@ def _replace_section(path: Path, heading: str, body: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
+def _transfer_rows(report: TransferReport) -> list[str]:
+    """The transfer target's row and the trained-on-target reference row."""
+    src, moved, spread, best, direct = report.source.evals, report.transferred, report.source_spread, report.best_transfer, report.best_direct
+    return [
+        f"| same direction, ≥ {TRANSFER_KEEP:.0%} of the source's positive-minus-negative spread at perplexity ≤ {TRANSFER_BOUND}× "
+        f"the target's unsteered | source ±{report.suite.source_eps:g}: {src[0].positive_share:.3f} → {src[-1].positive_share:.3f} "
+        f"(spread {spread:+.3f}); "
+        + (f"transferred, best ε ±{best[0]:g}: spread {best[1]:+.3f} = {_share(best[1], spread)} of the source's "
+           f"(Dist-3 at +ε {moved.at(best[0]).dist3:.2f} vs {moved.base.dist3:.2f} unsteered)"
+           if best else "no transferred ε within the bound") + f" | {_verdict(report.met)} |",
+        f"| reference: a switch trained on `{report.target_model}` with the same data and settings | "
+        + (f"best ε ±{direct[0]:g}: spread {direct[1]:+.3f} = {_share(direct[1], spread)} of the source's" if direct
+           else "no ε within the bound") + " | |",
+    ]
+
+
+def _transfer_markdown(report: TransferReport, command: str) -> str:
+    suite, protocol, card = report.suite, report.protocol, report.transfer_card
+    t, moved = card["transfer"], report.transferred
+    lines = [
+        f"Reproduce with `{command or 'python -m lmswitch eval --transfer-to ' + report.target_model}` "
+        f"({suite.prompts} neutral prompts × {suite.samples} samples, {protocol.max_new_tokens} new tokens, p = {protocol.top_p}, "
+        f"seeds coupled across ε; {report.seconds / 60:.1f} min on this machine).",
+        "",
+        f"The shipped `sentiment` switch of `{report.source_model}` mapped to `{report.target_model}` with `lmswitch.core.transfer`: "
+        f"H fitted on {t['anchors']} shared words (held-out {t['heldout_anchors']}: R² {t['heldout_r2']}, nearest-word accuracy "
+        f"{t['heldout_top1']:.1%}); recommended ε {card['recommended_eps']:+g} (the source's {t['source_recommended_eps']:+g} × "
+        f"{t['eps_scale']}, matching the typical logit change).",
+        "",
+        "| target | measured | |",
+        "|---|---|---|",
+        *_transfer_rows(report),
+        "",
+        f"Source, `{report.source_model}` (perplexity relative to its unsteered):",
+        "",
+        table(report.source.evals, report.source.switch, report.source.base.perplexity),
+        f"Transferred switch on `{report.target_model}`:",
+        "",
+        table(moved.evals, moved.switch, moved.base.perplexity),
+        f"Trained on `{report.target_model}` directly (held-out gain {report.direct_card.get('heldout_gain', float('nan')):+.3f} nats/token):",
+        "",
+        table(report.direct.evals, report.direct.switch, report.direct.base.perplexity),
+        "Samples (prompt 1, sample 1): " + "; ".join(
+            f"ε {ev.setting.get(moved.switch, 0.0):+g}: “{ev.texts[0]['text'].strip()[:70]}”" for ev in (moved.evals[0], moved.base, moved.evals[-1])),
+    ]
+    return "\n".join(lines)
+
+
+def _sweep_on(lm: LanguageModel, switch: Switch, eps: Sequence[float], prompts: list[str], protocol: Protocol) -> Sweep:
+    """``switch`` at each ε on ``lm`` (ε = 0 as the unsteered model, with an empty setting)."""
+    return Sweep(switch.name, evaluate_settings(lm, [[(switch, x)] if x else [] for x in eps], prompts, protocol))
+
+
 def run_transfer_report(source: LanguageModel, target: LanguageModel, out: str | Path = "EVALUATION.md", *,
                         suite: TransferSuite = TransferSuite(), switch_dir: str | Path = PRETRAINED_DIR, seed: int = 0,
-                        command: str = "", log: Log | None = None) -> dict:
+                        command: str = "", log: Log | None = None) -> TransferReport:
     """Transfer the shipped sentiment switch to ``target``, evaluate it there against a switch trained on ``target``
     directly with the same data, and write the table as a section of ``out``."""
-    from lmswitch.core.transfer import transfer
-    from lmswitch.harness.evaluate import evaluate_settings
-    from lmswitch.harness.pretrained import build_switch
-
-    say = log or (lambda _m: None)
+    say = log or _quiet
     start = time.perf_counter()
     sentiment = load_pretrained(source, switch_dir)["sentiment"]
     prompts = load_prompts("neutral", suite.prompts)
     protocol = Protocol(samples=suite.samples, seed=seed)
     moved = transfer(sentiment, source, target, min_anchors=suite.min_anchors)
-    r = moved.card["recommended_eps"]
     say(f"transferred: {moved.card['transfer']}")
-    e = suite.source_eps
-    src = evaluate_settings(source, [[(sentiment, -e)], [], [(sentiment, e)]], prompts, protocol)
-    eps_t = sorted({round(s * m * r, 3) for m in suite.multiples for s in (-1, 1)} | {0.0})
-    tgt = evaluate_settings(target, [[(moved, x)] if x else [] for x in eps_t], prompts, protocol)
+    e, r = suite.source_eps, moved.card["recommended_eps"]
+    src = _sweep_on(source, sentiment, [-e, 0.0, e], prompts, protocol)
+    moved_sweep = _sweep_on(target, moved, sorted({round(s * m * r, 3) for m in suite.multiples for s in (-1, 1)} | {0.0}), prompts, protocol)
     say("trained-on-target reference: training …")
     direct = build_switch(target, get_spec("sentiment"), eval_prompts=0, seed=seed, log=say)
-    eps_d = sorted({s * x for x in suite.direct_eps for s in (-1, 1)} | {0.0})
-    dir_evals = evaluate_settings(target, [[(direct, x)] if x else [] for x in eps_d], prompts, protocol)
-
-    src_spread = src[2].positive_share - src[0].positive_share
-    base_t = _at(tgt, moved.name, 0.0)
-    best_t = _best_spread(tgt, moved.name, base_t, TRANSFER_BOUND)
-    best_d = _best_spread(dir_evals, direct.name, _at(dir_evals, direct.name, 0.0), TRANSFER_BOUND)
-    met = best_t is not None and best_t[1] > 0 and best_t[1] >= TRANSFER_KEEP * src_spread
-    t = moved.card["transfer"]
-    lines = [
-        f"Reproduce with `{command or 'python -m lmswitch eval --transfer-to ' + target.name}` "
-        f"({suite.prompts} neutral prompts × {suite.samples} samples, 25 new tokens, p = 0.9, seeds coupled across ε; "
-        f"{(time.perf_counter() - start) / 60:.1f} min on this machine).",
-        "",
-        f"The shipped `sentiment` switch of `{source.name}` mapped to `{target.name}` with `lmswitch.core.transfer`: H fitted on "
-        f"{t['anchors']} shared words (held-out {t['heldout_anchors']}: R² {t['heldout_r2']}, nearest-word accuracy "
-        f"{t['heldout_top1']:.1%}); recommended ε {r:+g} (the source's {t['source_recommended_eps']:+g} × {t['eps_scale']}, "
-        "matching the typical logit change).",
-        "",
-        "| target | measured | |",
-        "|---|---|---|",
-        f"| same direction, ≥ {TRANSFER_KEEP:.0%} of the source's positive-minus-negative spread at perplexity ≤ {TRANSFER_BOUND}× "
-        f"the target's unsteered | source ±{e:g}: {src[0].positive_share:.3f} → {src[2].positive_share:.3f} (spread {src_spread:+.3f}); "
-        + (f"transferred, best ε ±{best_t[0]:g}: spread {best_t[1]:+.3f} = {_share(best_t[1], src_spread)} of the source's "
-           f"(Dist-3 at +ε {_at(tgt, moved.name, best_t[0]).dist3:.2f} vs {base_t.dist3:.2f} unsteered)"
-           if best_t else "no transferred ε within the bound") + f" | {_verdict(met)} |",
-        f"| reference: a switch trained on `{target.name}` with the same data and settings | "
-        + (f"best ε ±{best_d[0]:g}: spread {best_d[1]:+.3f} = {_share(best_d[1], src_spread)} of the source's" if best_d
-           else "no ε within the bound") + " | |",
-        "",
-        f"Source, `{source.name}` (perplexity relative to its unsteered):",
-        "",
-        table(src, sentiment.name, src[1].perplexity),
-        f"Transferred switch on `{target.name}`:",
-        "",
-        table(tgt, moved.name, base_t.perplexity),
-        f"Trained on `{target.name}` directly (held-out gain {direct.card.get('heldout_gain', float('nan')):+.3f} nats/token):",
-        "",
-        table(dir_evals, direct.name, _at(dir_evals, direct.name, 0.0).perplexity),
-        "Samples (prompt 1, sample 1): " + "; ".join(
-            f"ε {ev.setting.get(moved.name, 0.0):+g}: “{ev.texts[0]['text'].strip()[:70]}”" for ev in (tgt[0], base_t, tgt[-1])),
-    ]
-    heading = f"## Transfer: the sentiment switch on {target.name}"
-    _replace_section(Path(out), heading, "\n".join(lines))
-    results = {"transfer_card": moved.card, "met": met, "source_spread": src_spread, "best_transfer": best_t, "best_direct": best_d,
-               "source": [ev.summary() for ev in src], "transferred": [ev.summary() for ev in tgt],
-               "direct": [ev.summary() for ev in dir_evals], "seconds": round(time.perf_counter() - start, 1)}
-    json_path = Path(out).parent / "docs" / "evaluation" / f"transfer-{target.name}.json"
+    direct_sweep = _sweep_on(target, direct, sorted({s * x for x in suite.direct_eps for s in (-1, 1)} | {0.0}), prompts, protocol)
+    report = TransferReport(source.name, target.name, suite, protocol, dict(moved.card), dict(direct.card), src, moved_sweep, direct_sweep,
+                            time.perf_counter() - start)
+    _replace_section(Path(out), f"## Transfer: the sentiment switch on {target.name}", _transfer_markdown(report, command))
+    json_path = Path(out).parent / FIGURES / f"transfer-{target.name}.json"
     json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
-    return results
+    json_path.write_text(json.dumps(report.to_dict(), indent=1, default=str), encoding="utf-8")
+    return report

@@ -1,0 +1,35 @@
+"""``python -m lmswitch`` (or ``lmswitch``): info, train, generate, sweep, svd, highlight, measure, eval, build-pretrained, transfer, demo.
+
+:mod:`~lmswitch.cli.parser` holds the argparse tree, :mod:`~lmswitch.cli.commands`
+one function per subcommand, :mod:`~lmswitch.cli.evaluate` the ``eval`` subcommand.
+
+>>> main(["info", "--switch", "sentiment", "--json"])   # doctest: +SKIP
+0
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+from lmswitch.cli.commands import COMMANDS, run
+from lmswitch.cli.parser import build_parser
+
+__all__ = ["COMMANDS", "build_parser", "main", "run"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` (default: ``sys.argv[1:]``) and run it; returns the exit code: 0, 2 for bad input, 130 when interrupted."""
+    args = build_parser().parse_args(argv)
+    warnings.simplefilter("ignore", FutureWarning)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Loading weights" bars are noise on a command line
+    try:
+        return run(args)
+    except (ValueError, FileNotFoundError) as err:  # SwitchFileError is a ValueError
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

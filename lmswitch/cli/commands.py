@@ -1,0 +1,189 @@
+"""One function per subcommand: parsed arguments (and the loaded model) → library call → printed text or JSON.
+
+:data:`COMMANDS` maps each subcommand's name to its function; ``info --switch`` is
+the one command that needs no model (:func:`cmd_switch_card`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from tqdm import tqdm
+
+from lmswitch.cli.common import emit, log, open_switch, read_examples, text_arg
+from lmswitch.cli.evaluate import cmd_eval
+from lmswitch.cli.parser import DEMO_EPS, DEMO_NEW_TOKENS
+from lmswitch.core.generate import generate, sweep
+from lmswitch.core.models import LanguageModel, load_model
+from lmswitch.core.options import SamplingOptions, TrainConfig
+from lmswitch.core.switch import Switch
+from lmswitch.core.train import Done, Step, TrainEvent, train_events, train_switch
+from lmswitch.core.transfer import transfer
+from lmswitch.harness.pretrained import PRETRAINED_DIR, build_pretrained
+from lmswitch.io.resources import examples_dir
+from lmswitch.lenses.meter import measure
+from lmswitch.lenses.spans import highlight
+from lmswitch.lenses.svd import promoted_words, svd_dimensions
+
+
+def _card_without_curves(switch: Switch) -> dict:
+    """The card minus its per-step loss curves (too long to print)."""
+    return {k: v for k, v in switch.card.items() if "losses" not in k}
+
+
+def _sampling(args: argparse.Namespace) -> dict:
+    """The decoding options of ``generate``/``sweep`` as keyword arguments."""
+    return SamplingOptions(args.max_new_tokens, args.temperature, args.top_p, args.chat).to_dict()
+
+
+def cmd_switch_card(args: argparse.Namespace) -> None:
+    """``info --switch``: a switch file's card; no model needed."""
+    s = open_switch(args.switch)
+    data = {"path": args.switch, **s.header(), "dim": s.dim}
+    data["card"] = _card_without_curves(s)
+    lines = [f"{s.name}: {s.description}", f"  made for {s.model_name} ({s.model_fingerprint}), d = {s.dim}"]
+    lines.append(f"  +eps → {s.positive_label}, -eps → {s.negative_label}; recommended eps {s.eps_range[0]:g}…{s.eps_range[1]:g} × {s.eps0:g}")
+    lines += [f"  {k}: {v}" for k, v in data["card"].items()]
+    emit(args, data, "\n".join(lines))
+
+
+def cmd_info(args: argparse.Namespace, lm: LanguageModel) -> None:
+    data = {"name": lm.name, "source": lm.source, "fingerprint": lm.fingerprint, "hidden_size": lm.hidden_size,
+            "vocab_size": lm.vocab_size, "context_length": lm.context_length, "chat_template": lm.has_chat_template,
+            "load_seconds": round(lm.load_seconds, 3)}
+    emit(args, data, "\n".join(f"{k}: {v}" for k, v in data.items()))
+
+
+def _with_progress_bar(events: Iterable[TrainEvent], total: int, quiet: bool) -> Switch:
+    """Run training to the end, showing each step and its loss on a progress bar on stderr."""
+    with tqdm(total=total, desc="training", unit="step", disable=quiet, file=sys.stderr) as bar:
+        for event in events:
+            if isinstance(event, Step):
+                bar.update(event.step - bar.n)
+                bar.set_postfix(loss=f"{event.loss:.4f}")
+            elif isinstance(event, Done):
+                return event.switch
+    raise RuntimeError("training ended without a switch")  # unreachable: train_events always ends with Done
+
+
+def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
+    positive = read_examples(args.positive, args.document)
+    negative = read_examples(args.negative, args.document) if args.negative else None
+    config = TrainConfig(steps=args.steps, lr=args.lr, l2=args.l2, seed=args.seed)
+    events = train_events(lm, positive, negative, name=args.name or Path(args.out).stem, description=args.description,
+                          positive_label=args.positive_label, negative_label=args.negative_label, config=config)
+    switch = _with_progress_bar(events, args.steps, quiet=args.json)
+    switch.save(args.out)
+    card = _card_without_curves(switch)
+    gain = card["heldout_gain"]
+    emit(args, {"out": args.out, "card": card},
+         f"saved {args.out}: {card['steps']} steps in {card['seconds']:.1f} s, held-out gain "
+         + (f"{gain:+.4f} nats/token" if gain is not None else "n/a (no held-out data)"))
+
+
+def cmd_generate(args: argparse.Namespace, lm: LanguageModel) -> None:
+    setting = [(open_switch(ref, lm), eps) for ref, eps in args.switch]
+    texts = generate(lm, args.prompt, setting, samples=args.samples, seed=args.seed, **_sampling(args))
+    data = {"prompt": args.prompt, "switches": [{"path": ref, "eps": eps} for ref, eps in args.switch], "seed": args.seed,
+            "samples": [{"seed": args.seed + k, "text": t} for k, t in enumerate(texts)]}
+    emit(args, data, "\n".join(f"[seed {args.seed + k}] {args.prompt}{t}" for k, t in enumerate(texts)))
+
+
+def cmd_sweep(args: argparse.Namespace, lm: LanguageModel) -> None:
+    rows = sweep(lm, args.prompt, open_switch(args.switch, lm), args.eps, seed=args.seed, **_sampling(args))
+    data = {"prompt": args.prompt, "switch": args.switch, "seed": args.seed, "rows": [{"eps": e, "text": t} for e, t in rows]}
+    emit(args, data, "\n".join(f"eps {e:+6.2f} | {args.prompt}{t}" for e, t in rows))
+
+
+def cmd_demo(args: argparse.Namespace, lm: LanguageModel) -> None:
+    examples = examples_dir()
+    log(f"model {lm.name} loaded in {lm.load_seconds:.1f} s; training a sentiment switch from "
+        f"{examples / 'sentiment_positive.txt'} and sentiment_negative.txt ...")
+    pos = read_examples(str(examples / "sentiment_positive.txt"), False)
+    neg = read_examples(str(examples / "sentiment_negative.txt"), False)
+    switch = train_switch(lm, pos, neg, name="sentiment", config=TrainConfig(steps=args.steps))
+    print(f"trained in {switch.card['seconds']:.1f} s; the same prompt and seed at five eps values:\n")
+    for eps, text in sweep(lm, args.prompt, switch, DEMO_EPS, seed=0, max_new_tokens=DEMO_NEW_TOKENS):
+        print(f"eps {eps:+5.1f} | {args.prompt}{text}")
+
+
+def cmd_svd(args: argparse.Namespace, lm: LanguageModel) -> None:
+    switch = open_switch(args.switch, lm)
+    dims = svd_dimensions(lm, switch, dims=args.dims, words=args.words).to_dict()
+    overall = promoted_words(lm, switch, words=args.words).to_dict()
+    lines = [f"{switch.name}: +eps → {switch.positive_label}, -eps → {switch.negative_label}",
+             "promoted at +eps:  " + ", ".join(w["word"] for w in overall["promoted"]),
+             "suppressed at +eps: " + ", ".join(w["word"] for w in overall["suppressed"]), ""]
+    for d in dims["dimensions"]:
+        lines.append(f"dim {d['index']}  σ={d['singular_value']:.3g} ({100 * d['share']:.1f}% of W)  "
+                     f"agreement {d['agreement']:.2f}  strength {d['strength']:.3g}")
+        lines.append("  ↑ " + ", ".join(w["word"] for w in d["promoted"]))
+        lines.append("  ↓ " + ", ".join(w["word"] for w in d["suppressed"]))
+    emit(args, {**dims, "promoted": overall["promoted"], "suppressed": overall["suppressed"]}, "\n".join(lines))
+
+
+def cmd_highlight(args: argparse.Namespace, lm: LanguageModel) -> None:
+    switch = open_switch(args.switch, lm)
+    h = highlight(lm, switch, text_arg(args), eps=args.eps, max_span=args.max_span, n_spans=args.spans).to_dict()
+    marked = "".join(f"[[{piece}]]" if label else piece for piece, label in h["highlighted"])
+    lines = [marked, ""] + [f"span {s['start']}:{s['end']}  Δ={s['score']:+.3f} nats  {s['text']!r}" for s in h["spans"]]
+    data = {k: h[k] for k in ("switch", "eps", "label", "spans", "total_delta", "windows")}
+    data["tokens"] = [{"text": t["text"], "start": t["start"], "end": t["end"], "delta": t["delta"]} for t in h["tokens"]]
+    emit(args, data, "\n".join(lines))
+
+
+def cmd_measure(args: argparse.Namespace, lm: LanguageModel) -> None:
+    switches = [open_switch(ref, lm) for ref in args.switch]
+    r = measure(lm, switches, text_arg(args), points=args.points).to_dict()
+    lines = [f"{r['scored_tokens']} tokens; log-likelihood {r['base_loglik']:.4f} nats/token at eps 0, "
+             f"{r['best_loglik']:.4f} at the best eps (gain {r['gain']:+.4f})"]
+    for row in r["switches"]:
+        lines.append(f"{row['name']}: best eps {row['best_eps']:+.2f} → {row['label'] or 'neutral'} "
+                     f"(evidence {row['evidence_nats']:.2f} nats)"
+                     + ("  (at the edge of the range)" if row["at_bound"] else ""))
+        lines += [f"  eps {x:+6.2f}  {y:.4f}" for x, y in zip(row["grid"], row["loglik"], strict=True)]
+    emit(args, r, "\n".join(lines))
+
+
+def cmd_build_pretrained(args: argparse.Namespace, lm: LanguageModel) -> None:
+    paths = build_pretrained(lm, args.out or PRETRAINED_DIR, names=args.only, data_dir=args.data, eval_prompts=args.eval_prompts,
+                             samples=args.samples, seed=args.seed, log=log)
+    emit(args, {"written": [str(p) for p in paths]}, "\n".join(f"wrote {p}" for p in paths))
+
+
+def cmd_transfer(args: argparse.Namespace, lm: LanguageModel) -> None:
+    target = load_model(args.to, dtype=args.dtype)
+    moved = transfer(open_switch(args.switch), lm, target, anchors=args.anchors, min_anchors=args.min_anchors)
+    path = moved.save(args.out)
+    t = moved.card["transfer"]
+    emit(args, {"written": str(path), "card": dict(moved.card)},  # a Card is a read-only mapping
+         f"wrote {path}: '{moved.name}' for {target.name}; fit on {t['anchors']} shared words, held-out R² {t['heldout_r2']}, "
+         f"nearest-word accuracy {t['heldout_top1']:.0%}; recommended ε {moved.card['recommended_eps']:+g} "
+         f"(source {t['source_recommended_eps']:+g} × {t['eps_scale']})")
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, LanguageModel], None]] = {
+    "info": cmd_info,
+    "train": cmd_train,
+    "generate": cmd_generate,
+    "sweep": cmd_sweep,
+    "svd": cmd_svd,
+    "highlight": cmd_highlight,
+    "measure": cmd_measure,
+    "eval": cmd_eval,
+    "build-pretrained": cmd_build_pretrained,
+    "transfer": cmd_transfer,
+    "demo": cmd_demo,
+}
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the parsed command line; returns the exit code (errors are raised, for :func:`~lmswitch.cli.main`)."""
+    if args.command == "info" and args.switch:
+        cmd_switch_card(args)
+    else:
+        COMMANDS[args.command](args, load_model(args.model, dtype=args.dtype))
+    return 0

@@ -1,0 +1,37 @@
+"""What every subcommand shares: reading inputs, finding switches by path or name, printing text or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from lmswitch.core.models import LanguageModel
+from lmswitch.core.switch import Switch, load_switch
+from lmswitch.io.documents import read_document, read_lines
+from lmswitch.io.resources import resolve_switch_file
+
+
+def read_examples(path: str, document: bool) -> list[str]:
+    """One example per non-empty line, or the whole file as one document (.txt, .md, .html, .pdf, .docx)."""
+    return [read_document(path)] if document else read_lines(path)
+
+
+def text_arg(args: argparse.Namespace) -> str:
+    """The text of ``--text``, or of the document named by ``--file``."""
+    return read_document(args.file) if args.file else args.text
+
+
+def open_switch(ref: str, lm: LanguageModel | None = None) -> Switch:
+    """A switch from a file path or a shipped switch's name (``sentiment``); with ``lm``, checked against that model."""
+    return load_switch(resolve_switch_file(ref), lm)
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr)
+
+
+def emit(args: argparse.Namespace, data: object, text: str) -> None:
+    """Print ``data`` as JSON with ``--json``, else the human-readable ``text``."""
+    print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else text)
+

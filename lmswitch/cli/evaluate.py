@@ -1,0 +1,129 @@
+"""``eval``: the paper's evaluation protocol as an ε sweep or a 2-D grid, the full report, or the transfer report.
+
+>>> main(["eval", "--switch", "sentiment", "--eps=-5,0,5", "--out", "results"])   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from lmswitch.cli.common import emit, log, open_switch
+from lmswitch.core.models import LanguageModel, load_model
+from lmswitch.core.options import SamplingOptions
+from lmswitch.core.switch import Switch
+from lmswitch.harness.evaluate import Evaluation, Protocol, evaluate_grid, evaluate_sweep, load_prompts
+from lmswitch.harness.pretrained import PRETRAINED_DIR
+
+
+@dataclass
+class _Outcome:
+    """One sweep's or grid's results: the JSON data, the figure, the text lines, every evaluation, the file stem."""
+
+    data: dict
+    figure: object
+    lines: list[str]
+    evals: list[Evaluation]
+    stem: str
+
+
+def _progress(done: int, total: int) -> None:
+    log(f"{done}/{total} settings evaluated")
+
+
+def _metrics(text: str) -> list[str]:
+    from lmswitch.harness.figures import METRICS  # plotly: imported only when a figure is drawn
+
+    metrics = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in metrics if m not in METRICS]
+    if bad:
+        raise ValueError(f"unknown metric(s) {', '.join(bad)}; choose from {', '.join(METRICS)}")
+    return metrics
+
+
+def _grid(args: argparse.Namespace, lm: LanguageModel, switch: Switch, prompts: list[str], protocol: Protocol, metrics: list[str]) -> _Outcome:
+    from lmswitch.harness.figures import grid_figure
+
+    other = open_switch(args.grid, lm)
+    grid = evaluate_grid(lm, (switch, args.eps), (other, args.grid_eps), prompts, protocol, progress=_progress)
+    data = {"switch": switch.name, "grid_switch": other.name, "eps": args.eps, "grid_eps": args.grid_eps,
+            "grid": [[ev.summary() for ev in row] for row in grid]}
+    lines = [f"{switch.name} eps {ev.setting.get(switch.name, 0):+g}, {other.name} eps {ev.setting.get(other.name, 0):+g}: "
+             + ", ".join(f"{m} {getattr(ev, m):.3f}" for m in [*metrics, "perplexity"]) for row in grid for ev in row]
+    return _Outcome(data, grid_figure(grid, switch.name, other.name, metrics), lines, [ev for row in grid for ev in row], "grid")
+
+
+def _sweep(args: argparse.Namespace, lm: LanguageModel, switch: Switch, prompts: list[str], protocol: Protocol, metrics: list[str]) -> _Outcome:
+    from lmswitch.harness.figures import sweep_figure
+
+    evals = evaluate_sweep(lm, switch, args.eps, prompts, protocol, progress=_progress)
+    data = {"switch": switch.name, "eps": args.eps, "sweep": [ev.summary() for ev in evals]}
+    lines = [f"eps {ev.setting.get(switch.name, 0):+6.2f}: " + ", ".join(f"{m} {getattr(ev, m):.3f}" for m in [*metrics, "perplexity", "dist3"])
+             for ev in evals]
+    return _Outcome(data, sweep_figure(evals, switch.name, metrics), lines, evals, "sweep")
+
+
+def _write(outcome: _Outcome, folder: str, png: bool) -> None:
+    """results.json (with every generated text) and the figure; records what was written in the data and the lines."""
+    from lmswitch.harness.figures import export
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    results = {**outcome.data, "texts": [ev.texts for ev in outcome.evals]}
+    (out / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False), encoding="utf-8")
+    written = [out / "results.json", export(outcome.figure, out / f"{outcome.stem}.html")]
+    if png:
+        written.append(export(outcome.figure, out / f"{outcome.stem}.png"))
+    outcome.data["written"] = [str(p) for p in written]
+    outcome.lines.append("wrote " + ", ".join(str(p) for p in written))
+
+
+def _evaluate(args: argparse.Namespace, lm: LanguageModel) -> None:
+    """An ε sweep of ``--switch``, or with ``--grid`` the 2-D grid of two switches."""
+    if not args.switch:
+        raise ValueError("give --switch S.safetensors to evaluate (or --report EVALUATION.md for the full report)")
+    metrics = _metrics(args.metrics)
+    switch = open_switch(args.switch, lm)
+    prompts = load_prompts(args.prompts, args.limit)
+    protocol = Protocol(samples=args.samples, max_new_tokens=args.max_new_tokens, top_p=args.top_p, seed=args.seed)
+    protocol.validate()
+    SamplingOptions(args.max_new_tokens, protocol.temperature, args.top_p).validate(lm)
+    outcome = (_grid if args.grid else _sweep)(args, lm, switch, prompts, protocol, metrics)
+    outcome.data.update({"prompts": args.prompts, "n_prompts": len(prompts), "protocol": protocol.__dict__})
+    if args.out:
+        _write(outcome, args.out, args.png)
+    emit(args, outcome.data, "\n".join(outcome.lines))
+
+
+def _report(args: argparse.Namespace, lm: LanguageModel) -> None:
+    """``--report``: evaluate the shipped switches and write the markdown report."""
+    from lmswitch.harness.report import QUICK, Suite, command_line, run_report
+
+    report = run_report(lm, args.report, suite=QUICK if args.quick else Suite(), switch_dir=args.switches or PRETRAINED_DIR,
+                        seed=args.seed, command=command_line(), log=log)
+    results = report.to_dict()
+    emit(args, results, "\n".join(f"{'met   ' if c['met'] else 'MISSED'}  {c['target']}: {c['measured']}" for c in results["checks"]))
+
+
+def _transfer_report(args: argparse.Namespace, lm: LanguageModel) -> None:
+    """``--transfer-to MODEL``: the shipped sentiment switch transferred to MODEL, against one trained there."""
+    from lmswitch.harness.report import command_line, run_transfer_report
+
+    target = load_model(args.transfer_to, dtype=args.dtype)
+    report = run_transfer_report(lm, target, args.report or "EVALUATION.md", switch_dir=args.switches or PRETRAINED_DIR,
+                                 seed=args.seed, command=command_line(), log=log)
+    results = report.to_dict()
+    emit(args, results, f"{'met   ' if results['met'] else 'MISSED'}  transfer to {target.name}: best {results['best_transfer']}, "
+                        f"source spread {results['source_spread']:+.3f}; direct reference {results['best_direct']}")
+
+
+def cmd_eval(args: argparse.Namespace, lm: LanguageModel) -> None:
+    """``eval``: the transfer report, the full report, or a sweep/grid, by which options are given."""
+    if args.transfer_to:
+        _transfer_report(args, lm)
+    elif args.report:
+        _report(args, lm)
+    else:
+        _evaluate(args, lm)

@@ -1,0 +1,222 @@
+"""The argparse tree of ``python -m lmswitch``: one small function per subcommand's arguments.
+
+Every default that the library already has is read from it, never restated:
+decoding from :data:`~lmswitch.core.options.SAMPLING`, training from
+:class:`~lmswitch.core.options.TrainConfig`, evaluation from
+:class:`~lmswitch.harness.evaluate.Protocol`, the rest from the signature of the
+function the subcommand calls. Switch settings and ε lists go through the one
+parser in :mod:`lmswitch.io.parse`.
+
+>>> build_parser().parse_args(["generate", "--prompt", "Hi", "--switch", "sentiment=6"]).switch   # doctest: +SKIP
+[('sentiment', 6.0)]
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+from collections.abc import Callable
+from functools import partial
+from typing import TypeVar
+
+from lmswitch.core.generate import generate
+from lmswitch.core.options import SAMPLING, TrainConfig
+from lmswitch.core.train import train_switch
+from lmswitch.core.transfer import transfer
+from lmswitch.harness.evaluate import PROTOCOL
+from lmswitch.harness.pretrained import build_pretrained
+from lmswitch.io.parse import DEFAULT_EPS, parse_eps_list, parse_switch_spec
+from lmswitch.lenses.meter import measure
+from lmswitch.lenses.spans import highlight
+from lmswitch.lenses.svd import svd_dimensions
+
+T = TypeVar("T")
+
+# CLI-only defaults, each named once
+SWEEP_EPS = [-5.0, -3.0, 0.0, 3.0, 5.0]
+EVAL_EPS = [-10.0, -7.5, -5.0, -2.5, 0.0, 2.5, 5.0, 7.5, 10.0]
+EVAL_GRID_EPS = [-5.0, 0.0, 5.0]
+EVAL_MAX_EPS_VALUES = 101  # an offline sweep may be finer than an interactive one
+EVAL_PROMPTS = "neutral"
+EVAL_LIMIT = 20
+EVAL_METRICS = "positive_share,toxicity_prob"
+DEMO_PROMPT = "My weekend was"
+DEMO_STEPS = 100
+DEMO_EPS = [-8, -4, 0, 4, 8]
+DEMO_NEW_TOKENS = 30
+TRAIN = TrainConfig()
+
+
+def _default(fn: Callable, name: str) -> object:
+    """``fn``'s own default for parameter ``name``: the CLI shows and uses the library's default."""
+    return inspect.signature(fn).parameters[name].default
+
+
+def _argument_type(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """Adapt a :mod:`lmswitch.io.parse` function for ``type=``: argparse shows only an ArgumentTypeError's message."""
+
+    def convert(text: str) -> T:
+        try:
+            return parse(text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    convert.__name__ = getattr(parse, "__name__", "value")
+    return convert
+
+
+switch_spec = _argument_type(parse_switch_spec)
+eps_list = _argument_type(parse_eps_list)
+eval_eps_list = _argument_type(partial(parse_eps_list, max_values=EVAL_MAX_EPS_VALUES))
+
+SWITCH_HELP = "a .safetensors switch file or the name of a shipped switch (e.g. sentiment)"
+
+
+def _add_common_options(p: argparse.ArgumentParser, defaults: bool) -> None:
+    """--model/--dtype/--json, accepted before or after the subcommand (the subcommand's value wins)."""
+    d = (lambda value: value) if defaults else (lambda value: argparse.SUPPRESS)
+    p.add_argument("--model", default=d(None), help="model alias, local folder, .gguf file or cached hub id (default: embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--dtype", default=d("auto"), choices=["auto", "float32", "bfloat16", "float16"],
+                   help="model weights dtype (auto: bfloat16 where the hardware is fast at it)")
+    p.add_argument("--json", action="store_true", default=d(False), help="print machine-readable JSON")
+
+
+def _add_generation_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-new-tokens", type=int, default=SAMPLING.max_new_tokens)
+    p.add_argument("--temperature", type=float, default=SAMPLING.temperature, help="0 for greedy decoding")
+    p.add_argument("--top-p", type=float, default=SAMPLING.top_p)
+    p.add_argument("--seed", type=int, default=_default(generate, "seed"))
+    p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+
+
+def _add_text_options(p: argparse.ArgumentParser) -> None:
+    group = p.add_mutually_exclusive_group(required=True)
+    group.add_argument("--text", help="the text to analyse")
+    group.add_argument("--file", help="a document to analyse: .txt, .md, .html, .pdf or .docx")
+
+
+def _info(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--switch", help=f"{SWITCH_HELP} to describe")
+
+
+def _train(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--positive", required=True, help="a .txt/.md/.html/.pdf/.docx file: one example per line (or one document with --document)")
+    p.add_argument("--negative", help="a file of contrasting examples (same formats)")
+    p.add_argument("--document", action="store_true", help="treat each file as one whole document")
+    p.add_argument("--out", required=True, help="output .safetensors path")
+    p.add_argument("--name", default=None)
+    p.add_argument("--description", default=_default(train_switch, "description"))
+    p.add_argument("--positive-label", default=_default(train_switch, "positive_label"), help="what +eps moves toward (e.g. non-toxic)")
+    p.add_argument("--negative-label", default=_default(train_switch, "negative_label"), help="what -eps moves toward (e.g. toxic)")
+    p.add_argument("--steps", type=int, default=TRAIN.steps)
+    p.add_argument("--lr", type=float, default=TRAIN.lr)
+    p.add_argument("--l2", type=float, default=TRAIN.l2)
+    p.add_argument("--seed", type=int, default=TRAIN.seed)
+
+
+def _generate(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--prompt", required=True)
+    p.add_argument("--switch", action="append", default=[], type=switch_spec, metavar="SWITCH=EPS",
+                   help=f"repeatable; SWITCH is {SWITCH_HELP}; EPS in eps0 units (default {DEFAULT_EPS:g})")
+    p.add_argument("--samples", type=int, default=_default(generate, "samples"))
+    _add_generation_options(p)
+
+
+def _sweep(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--prompt", required=True)
+    p.add_argument("--switch", required=True, help=SWITCH_HELP)
+    p.add_argument("--eps", type=eps_list, default=SWEEP_EPS)
+    _add_generation_options(p)
+
+
+def _svd(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--switch", required=True, help=SWITCH_HELP)
+    p.add_argument("--dims", type=int, default=_default(svd_dimensions, "dims"))
+    p.add_argument("--words", type=int, default=_default(svd_dimensions, "words"))
+
+
+def _highlight(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--switch", required=True, help=SWITCH_HELP)
+    _add_text_options(p)
+    p.add_argument("--eps", type=float, default=_default(highlight, "eps"), help="eps in eps0 units; negative finds the switch's negative side")
+    p.add_argument("--max-span", type=int, default=_default(highlight, "max_span"), help="tokens per span")
+    p.add_argument("--spans", type=int, default=_default(highlight, "n_spans"), help="number of non-overlapping spans")
+
+
+def _measure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--switch", action="append", required=True, help=f"repeatable; {SWITCH_HELP}")
+    _add_text_options(p)
+    p.add_argument("--points", type=int, default=_default(measure, "points"), help="grid points per switch over its recommended range")
+
+
+def _eval(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--switch", help=f"switch to sweep: {SWITCH_HELP}")
+    p.add_argument("--eps", type=eval_eps_list, default=EVAL_EPS, help="eps values (eps0 units)")
+    p.add_argument("--grid", help="a second switch: evaluate the 2-D grid of --eps × --grid-eps instead of a sweep")
+    p.add_argument("--grid-eps", type=eps_list, default=EVAL_GRID_EPS)
+    p.add_argument("--prompts", default=EVAL_PROMPTS, help="neutral, provocative, or a file with one prompt per line")
+    p.add_argument("--limit", type=int, default=EVAL_LIMIT, help="use the first N prompts")
+    p.add_argument("--samples", type=int, default=PROTOCOL.samples, help="samples per prompt")
+    p.add_argument("--max-new-tokens", type=int, default=PROTOCOL.max_new_tokens)
+    p.add_argument("--top-p", type=float, default=PROTOCOL.top_p)
+    p.add_argument("--seed", type=int, default=PROTOCOL.seed)
+    p.add_argument("--metrics", default=EVAL_METRICS, help="comma-separated metrics to plot")
+    p.add_argument("--out", help="folder for results.json and the figure (.html, plus .png with --png)")
+    p.add_argument("--png", action="store_true", help="also export the figure as PNG (needs Chromium)")
+    p.add_argument("--report", metavar="EVALUATION.md", help="run the full evaluation of the shipped switches and write this report")
+    p.add_argument("--quick", action="store_true", help="with --report: a tiny suite, for a smoke test")
+    p.add_argument("--switches", default=None, help="with --report: folder of shipped switches (default: the shipped switches, lmswitch/data/switches/)")
+    p.add_argument("--transfer-to", default=None, metavar="MODEL",
+                   help="transfer the shipped sentiment switch to MODEL, evaluate it there against a switch trained on MODEL "
+                        "directly, and write that section of the report file (default EVALUATION.md)")
+
+
+def _build_pretrained(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", default=None, help="folder to write (default: the shipped switches, lmswitch/data/switches/)")
+    p.add_argument("--only", action="append", default=None, help="build only this switch (repeatable)")
+    p.add_argument("--data", default=None, help="dataset folder (default: the shipped datasets, lmswitch/data/styles/)")
+    p.add_argument("--eval-prompts", type=int, default=_default(build_pretrained, "eval_prompts"), help="prompts for the card's quick evaluation (0 to skip)")
+    p.add_argument("--samples", type=int, default=_default(build_pretrained, "samples"))
+    p.add_argument("--seed", type=int, default=_default(build_pretrained, "seed"))
+
+
+def _transfer(p: argparse.ArgumentParser) -> None:
+    anchors, min_anchors = _default(transfer, "anchors"), _default(transfer, "min_anchors")
+    p.add_argument("--switch", required=True, help=f"the switch made for --model (the source model): {SWITCH_HELP}")
+    p.add_argument("--to", required=True, help="target model: alias (gemma3-270m), folder, .gguf or cached hub id")
+    p.add_argument("--out", required=True, help="where to write the transferred switch (.safetensors)")
+    p.add_argument("--anchors", type=int, default=anchors, help=f"shared word tokens used to fit the map (default {anchors})")
+    p.add_argument("--min-anchors", type=int, default=min_anchors, help=f"refuse when fewer words are shared (default {min_anchors})")
+
+
+def _demo(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--prompt", default=DEMO_PROMPT)
+    p.add_argument("--steps", type=int, default=DEMO_STEPS)
+
+
+# subcommand → (help, its arguments), in the order ``--help`` lists them
+SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
+    "info": ("show the model, or a switch file's card", _info),
+    "train": ("train a switch from example texts", _train),
+    "generate": ("generate text with switches", _generate),
+    "sweep": ("one prompt at several eps values of one switch, one batched call", _sweep),
+    "svd": ("a switch's SVD word dimensions and the words it promotes", _svd),
+    "highlight": ("the most style-indicative span(s) of a text", _highlight),
+    "measure": ("style meter: which eps of each switch explains a text best", _measure),
+    "eval": ("the paper's evaluation protocol: an eps sweep, a 2-D grid, or the full report", _eval),
+    "build-pretrained": ("rebuild the shipped switches from lmswitch/data/styles (seeded, deterministic)", _build_pretrained),
+    "transfer": ("map a switch to another model (Hᵀ W H over shared word embeddings)", _transfer),
+    "demo": ("train a sentiment switch from the shipped examples and show a sweep", _demo),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line: common options, then one subparser per entry of :data:`SUBCOMMANDS`."""
+    parser = argparse.ArgumentParser(prog="python -m lmswitch", description="Steer language models with LM-Switch switches.")
+    _add_common_options(parser, defaults=True)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (help_text, add_arguments) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text)
+        _add_common_options(p, defaults=False)
+        add_arguments(p)
+    return parser

@@ -1,0 +1,116 @@
+"""A switch's card: what it is and how it was made, read and written through one schema.
+
+The file stores the card as one flat JSON object (so older files and other tools
+keep reading it). In memory it is a :class:`Card`: the training record as a typed
+:class:`TrainingRecord`, the recommended strength, the transfer record, and every
+other key kept as it was read (``extra``: dataset provenance, evaluations, notes).
+A card is also a read-only mapping over that flat form, so ``card["heldout_gain"]``
+and ``card.get("recommended_eps")`` read the same values as the file.
+
+>>> card = Card.from_dict({"recommended_eps": 6, "note": "kept"})
+>>> card.recommended_eps, card["note"], card.to_dict()
+(6.0, 'kept', {'recommended_eps': 6.0, 'note': 'kept'})
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TrainingRecord:
+    """What :func:`~lmswitch.core.train.train_switch` did: the data, the settings, the curves and the held-out result."""
+
+    n_positive: int
+    n_negative: int
+    graded_labels: bool
+    tokens_train: int
+    tokens_heldout: int
+    steps: int  # steps actually run (early stopping may end sooner)
+    best_step: int  # the step whose W was kept
+    stopped_early: bool
+    lr: float
+    l2: float
+    seed: int
+    rank: int | None
+    batch_tokens: int
+    min_steps: int
+    dummy_steer: bool
+    train_losses: list[float]
+    heldout_losses: list[list[float]]  # [step, loss] pairs
+    heldout_nll_with_switch: float | None
+    heldout_nll_without_switch: float | None
+    heldout_nll_reversed_switch: float | None
+    heldout_gain: float | None  # nats per token; > 0: the switch explains held-out text it never saw
+    hidden_state_seconds: float
+    seconds: float
+
+
+_TRAINING_KEYS = tuple(f.name for f in fields(TrainingRecord))
+
+
+def _number_or_none(value: object, key: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"card field '{key}' must be a finite number; got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True, eq=True)
+class Card(Mapping):
+    """The card of a switch. Build it with :meth:`from_dict`; :meth:`to_dict` gives the flat JSON form."""
+
+    training: TrainingRecord | None = None
+    recommended_eps: float | None = None  # the strength the switch was built or transferred for (ε0 units)
+    transfer: dict | None = None  # how a transferred switch was mapped (source, anchors, fit quality, ε scale)
+    extra: dict = field(default_factory=dict)  # every other key, kept as read
+    order: tuple[str, ...] = field(default=(), compare=False, repr=False)  # flat key order as read: files rewrite unchanged
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Card:
+        """Split a flat card into its typed parts; keys this version does not know are kept in ``extra``."""
+        if isinstance(data, Card):
+            return data
+        data = dict(data or {})
+        order = tuple(data)
+        if not all(isinstance(k, str) for k in data):
+            raise ValueError("card keys must be strings")
+        training = None
+        if all(k in data for k in _TRAINING_KEYS):
+            training = TrainingRecord(**{k: data.pop(k) for k in _TRAINING_KEYS})
+        transfer = data.pop("transfer", None)
+        if transfer is not None and not isinstance(transfer, dict):
+            raise ValueError(f"card field 'transfer' must be an object; got {type(transfer).__name__}")
+        eps = _number_or_none(data.pop("recommended_eps", None), "recommended_eps")
+        return cls(training=training, recommended_eps=eps, transfer=transfer, extra=data, order=order)
+
+    def to_dict(self) -> dict:
+        """The flat JSON-ready card, as stored in the file header."""
+        out = asdict(self.training) if self.training is not None else {}
+        if self.recommended_eps is not None:
+            out["recommended_eps"] = self.recommended_eps
+        if self.transfer is not None:
+            out["transfer"] = self.transfer
+        out.update(self.extra)
+        if not self.order:
+            return out
+        rank = {k: i for i, k in enumerate(self.order)}
+        return dict(sorted(out.items(), key=lambda kv: rank.get(kv[0], len(rank))))
+
+    def updated(self, **changes: Any) -> Card:
+        """A new card with some flat keys set (typed parts are re-parsed)."""
+        return Card.from_dict({**self.to_dict(), **changes})
+
+    # a read-only mapping over the flat form
+    def __getitem__(self, key: str) -> Any:
+        return self.to_dict()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.to_dict())
+
+    def __len__(self) -> int:
+        return len(self.to_dict())

@@ -1,0 +1,55 @@
+"""The switch card: one schema for file and memory, typed training record, unknown keys kept."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lmswitch import Switch, SwitchFileError, load_switch
+from lmswitch.core.card import Card
+
+
+def test_flat_form_round_trips_and_unknown_keys_are_kept():
+    flat = {"recommended_eps": 6, "dataset": "mine", "transfer": {"anchors": 10}, "later": [1, {"a": None}]}
+    card = Card.from_dict(flat)
+    assert card.training is None and card.recommended_eps == 6.0 and card.transfer == {"anchors": 10}
+    assert card.extra == {"dataset": "mine", "later": [1, {"a": None}]}
+    assert card.to_dict() == {**flat, "recommended_eps": 6.0} and Card.from_dict(card.to_dict()) == card
+    assert card["later"] == [1, {"a": None}] and card.get("missing") is None and "dataset" in card and len(card) == 4
+
+
+def test_a_partial_training_record_stays_in_extra():
+    card = Card.from_dict({"steps": 10, "lr": 0.01})  # not a whole record: nothing is invented
+    assert card.training is None and card.extra == {"steps": 10, "lr": 0.01}
+
+
+# --- the card: one schema, unknown keys kept ---------------------------------------------------
+
+
+def test_card_round_trips_through_the_file_and_keeps_unknown_keys(tmp_path, llama_lm):
+    from lmswitch import train_switch
+    from lmswitch.core.card import TrainingRecord
+    from lmswitch.core.options import TrainConfig
+
+    switch = train_switch(llama_lm, ["the happy and good one", "a warm kind smile"], ["the sad one", "the cold one"],
+                          config=TrainConfig(steps=5))
+    assert isinstance(switch.card, Card) and isinstance(switch.card.training, TrainingRecord)
+    switch.card = switch.card.updated(recommended_eps=6, dataset="mine", future_field={"nested": [1, 2]})
+    loaded = load_switch(switch.save(tmp_path / "s.safetensors"))
+    assert loaded.card == switch.card and loaded.card.training == switch.card.training
+    assert loaded.card.recommended_eps == 6.0 and loaded.card["future_field"] == {"nested": [1, 2]}
+    assert loaded.card["heldout_gain"] == switch.card.training.heldout_gain  # flat access reads the same values
+    assert dict(loaded.card) == switch.card.to_dict() and "training" not in loaded.header()["card"]
+
+
+def test_a_malformed_card_is_a_clear_switch_file_error(tmp_path):
+    with pytest.raises(SwitchFileError, match="malformed card.*recommended_eps"):
+        Switch(W=torch.zeros(4, 4), card={"recommended_eps": "strong"})
+    with pytest.raises(SwitchFileError, match="malformed card.*transfer"):
+        Switch(W=torch.zeros(4, 4), card={"transfer": [1]})
+
+
+def test_key_order_is_kept_so_files_and_json_rewrite_unchanged():
+    flat = {"data": "x", "recommended_eps": 6.0, "direction": 1, "transfer": {"a": 1}, "z": 0}
+    card = Card.from_dict(flat)
+    assert list(card.to_dict()) == list(flat) and list(card.updated(new=1).to_dict()) == [*flat, "new"]

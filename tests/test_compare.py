@@ -1,0 +1,75 @@
+"""The steered-vs-unsteered comparison: same seed, scores, per-token changes, a cache keyed on content."""
+
+from __future__ import annotations
+
+import copy
+import threading
+
+import torch
+from conftest import random_switch
+
+import lmswitch as ls
+from lmswitch.core.options import SamplingOptions
+from lmswitch.serve.compare import Comparison, ComparisonCache, Partial, compare
+from lmswitch.serve.compute import ComputeThread
+
+PROMPT = "the happy one was"
+OPTIONS = SamplingOptions(max_new_tokens=8)
+
+
+def finished(items) -> Comparison:
+    *partials, last = list(items)
+    assert all(isinstance(p, Partial) for p in partials) and isinstance(last, Comparison)
+    return last
+
+
+def test_both_outputs_match_plain_generation_with_the_same_seed(llama_lm):
+    s = random_switch(llama_lm, seed=1, scale=30.0, name="alpha")
+    result = finished(compare(llama_lm, PROMPT, [(s, 6.0)], seed=3, options=OPTIONS))
+    assert result.steered == ls.generate(llama_lm, PROMPT, [(s, 6.0)], seed=3, max_new_tokens=8)[0]
+    assert result.unsteered == ls.generate(llama_lm, PROMPT, [], seed=3, max_new_tokens=8)[0]
+    assert result.setting == {"alpha": 6.0} and result.changes and result.steered_scores.tokens > 0
+    assert set(result.to_dict()) == {"setting", "steered", "unsteered", "scores"}
+
+
+def test_zero_eps_is_the_unsteered_model(llama_lm):
+    s = random_switch(llama_lm, seed=1, scale=30.0)
+    result = finished(compare(llama_lm, PROMPT, [(s, 0.0)], seed=3, options=OPTIONS))
+    assert result.steered == result.unsteered and result.setting == {} and result.changes is None
+    assert result.steered_scores == result.unsteered_scores
+
+
+def test_the_cache_is_keyed_on_content_not_identity(llama_lm):
+    cache = ComparisonCache()
+    s = random_switch(llama_lm, seed=1, scale=30.0, name="alpha")
+    first = finished(compare(llama_lm, PROMPT, [(s, 6.0)], seed=3, options=OPTIONS, cache=cache))
+    twin = copy.deepcopy(s)  # another object with the same W: answered from the cache, with no streaming
+    again = list(compare(llama_lm, PROMPT, [(twin, 6.0)], seed=3, options=OPTIONS, cache=cache))
+    assert again == [first]
+    changed = copy.deepcopy(s)
+    changed.W = changed.W * 1.5  # the same name and object shape, other content: a new generation
+    other = finished(compare(llama_lm, PROMPT, [(changed, 6.0)], seed=3, options=OPTIONS, cache=cache))
+    assert other is not first and other.unsteered == first.unsteered
+    assert finished(compare(llama_lm, PROMPT, [(s, 6.0)], seed=4, options=OPTIONS, cache=cache)) is not first  # seed is in the key
+
+
+def test_a_set_stop_flag_ends_the_stream_without_a_result(llama_lm):
+    s = random_switch(llama_lm, seed=1, scale=30.0)
+    stop = threading.Event()
+    items = []
+    for item in compare(llama_lm, PROMPT, [(s, 6.0)], seed=3, options=SamplingOptions(max_new_tokens=30), stop=stop):
+        items.append(item)
+        stop.set()
+    assert items and all(isinstance(i, Partial) for i in items)
+
+
+def test_model_work_runs_on_the_compute_thread(llama_lm):
+    compute = ComputeThread()
+    threads = set()
+    hook = llama_lm.head.register_forward_pre_hook(lambda *_: threads.add(threading.current_thread().name))
+    try:
+        finished(compare(llama_lm, PROMPT, [(random_switch(llama_lm, seed=2), 3.0)], seed=0, options=OPTIONS, compute=compute))
+    finally:
+        hook.remove()
+    assert threads and all(name.startswith("lmswitch-compute") for name in threads)
+    assert torch.is_tensor(llama_lm.head.weight)

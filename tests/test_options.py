@@ -1,0 +1,60 @@
+"""Typed options: defaults written once, validation that names the field and its range."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+import lmswitch as ls
+from lmswitch.core.options import SAMPLING, SamplingOptions, TrainConfig
+
+
+def test_generation_functions_take_their_defaults_from_sampling_options():
+    for fn in (ls.generate, ls.sweep):
+        params = inspect.signature(fn).parameters
+        for name in ("max_new_tokens", "temperature", "top_p", "chat"):
+            assert params[name].default == getattr(SAMPLING, name), (fn.__name__, name)
+
+
+def test_train_switch_defaults_are_the_train_config():
+    assert inspect.signature(ls.train_switch).parameters["config"].default == TrainConfig()
+    assert TrainConfig().warmup == TrainConfig().steps // 2 and TrainConfig(min_steps=3).warmup == 3
+    assert TrainConfig(rank=4).to_dict()["matmul_dtype"] == "bfloat16"
+
+
+@pytest.mark.parametrize(
+    ("config", "match"),
+    [
+        (TrainConfig(steps=0), "steps"),
+        (TrainConfig(steps=True), "steps"),
+        (TrainConfig(lr=-1.0), "lr"),
+        (TrainConfig(eps0=float("nan")), "eps0"),
+        (TrainConfig(rank=0), "rank"),
+        (TrainConfig(rank=10_000), "hidden size"),
+        (TrainConfig(heldout=0.5), "heldout"),
+        (TrainConfig(batch_tokens=8), "batch_tokens"),
+        (TrainConfig(patience=0), "patience"),
+        (TrainConfig(seed=-1), "seed"),
+        (TrainConfig(steps=10, min_steps=11), "min_steps"),
+    ],
+)
+def test_bad_train_configs_name_the_field(config, match):
+    with pytest.raises(ValueError, match=match):
+        config.validate(hidden_size=32)
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        (SamplingOptions(max_new_tokens=0), "max_new_tokens"),
+        (SamplingOptions(max_new_tokens=10**6), "max_new_tokens"),
+        (SamplingOptions(temperature=-0.1), "temperature"),
+        (SamplingOptions(temperature=float("inf")), "temperature"),
+        (SamplingOptions(top_p=0.0), "top_p"),
+        (SamplingOptions(chat=True), "chat template"),
+    ],
+)
+def test_bad_sampling_options_name_the_field(llama_lm, options, match):
+    with pytest.raises(ValueError, match=match):
+        options.validate(llama_lm)

@@ -1,0 +1,75 @@
+"""The one parser for switch settings and ε lists (CLI, app and API all use it)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lmswitch.io.parse import DEFAULT_EPS, eps_grid, parse_eps, parse_eps_list, parse_setting, parse_switch_spec
+
+
+def test_settings_from_text_and_mappings():
+    assert parse_setting("sentiment=5, detox=-2") == [("sentiment", 5.0), ("detox", -2.0)]
+    assert parse_setting({"sentiment": 5, "detox": "-2.5"}) == [("sentiment", 5.0), ("detox", -2.5)]
+    assert parse_setting("") == parse_setting(None) == parse_setting("  ") == []
+    assert parse_setting(" a = 1 ,, b=2 ") == [("a", 1.0), ("b", 2.0)]
+
+
+@pytest.mark.parametrize(
+    ("value", "match"),
+    [
+        ("sentiment", "name=eps"),
+        ("=5", "name=eps"),
+        ("sentiment=big", "ε of 'sentiment' must be a number"),
+        ("sentiment=nan", "finite"),
+        ("sentiment=inf", "finite"),
+        ("a=1, a=2", "more than once"),
+        ({"a": True}, "must be a number"),
+        ({"a": None}, "must be a number"),
+        (42, "string or a"),
+    ],
+)
+def test_bad_settings_get_a_clear_error(value, match):
+    with pytest.raises(ValueError, match=match):
+        parse_setting(value)
+
+
+def test_switch_specs_take_the_last_equals_sign():
+    assert parse_switch_spec("sentiment=6") == ("sentiment", 6.0)
+    assert parse_switch_spec("dir/a=b.safetensors=-3") == ("dir/a=b.safetensors", -3.0)
+    assert parse_switch_spec("sentiment") == ("sentiment", DEFAULT_EPS)
+    for bad in ("", "=3", "s=x"):
+        with pytest.raises(ValueError):
+            parse_switch_spec(bad)
+
+
+def test_eps_lists():
+    assert parse_eps_list("-10, -5; 0,5 ,10") == [-10.0, -5.0, 0.0, 5.0, 10.0]
+    assert parse_eps_list("", default=[1.0]) == [1.0]
+    with pytest.raises(ValueError, match="at least one"):
+        parse_eps_list(" ")
+    with pytest.raises(ValueError, match="at most 15"):
+        parse_eps_list(",".join(["1"] * 16))
+    assert len(parse_eps_list(",".join(["1"] * 40), max_values=101)) == 40
+    with pytest.raises(ValueError, match="numbers separated by commas"):
+        parse_eps_list("1, two")
+    assert eps_grid(-12, 12, 5) == [-12.0, -6.0, 0.0, 6.0, 12.0] and eps_grid(-1, 1, 1) == [0.0]
+
+
+@given(st.text(max_size=60))
+def test_any_text_parses_or_raises_value_error(text):
+    for parse in (parse_setting, parse_eps_list, parse_switch_spec):
+        try:
+            out = parse(text)
+        except ValueError:
+            continue
+        values = [e for _, e in out] if parse is parse_setting else [out[1]] if parse is parse_switch_spec else out
+        assert all(math.isfinite(v) for v in values)
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_every_finite_number_is_an_eps(x):
+    assert parse_eps(repr(x)) == x == parse_eps(x)
