@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: app test bench lint install chromium
+.PHONY: app test fast build bench lint install chromium
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,9 +27,21 @@ chromium:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get install -y -q chromium || { $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }; }
 
-# Unit tests, the app against a launched server (gradio_client) and in a real browser (Playwright on chromium).
+# Everything: unit tests, the wheel (built, installed in a fresh venv, its command run), the app against a
+# launched server (gradio_client) and in a real browser (Playwright on chromium).
 test: $(STAMP) chromium
 	$(PY) -m pytest -q
+
+# The fast set (under a minute on 2 cores): no chromium, no real model, no wheel build.
+FAST := not slow and not browser and not real_model
+fast: $(STAMP)
+	$(PY) -m pytest -q -m "$(FAST)"
+
+# The wheel (code, package data, the `lmswitch` command) into dist/; a stale build/ would leak
+# deleted modules into it, so it goes first.
+build: $(STAMP)
+	rm -rf build
+	$(PY) -m pip wheel . --no-deps -w dist
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py

@@ -4,29 +4,35 @@
 >>> lm = ls.load_model()                                           # embedded SmolLM2-135M-Instruct
 >>> s = ls.train_switch(lm, happy_sentences, sad_sentences, name="sentiment")
 >>> ls.generate(lm, "The food was", [(s, 5)], seed=0)
->>> ls.highlight(lm, s, "The soup was cold and the waiter rude.", eps=-5)["spans"]
->>> ls.svd_dimensions(lm, s)["dimensions"][0]["promoted"]
->>> ls.measure(lm, [s], "What a lovely evening!")["switches"][0]["best_eps"]
+>>> ls.highlight(lm, s, "The soup was cold and the waiter rude.", eps=-5).spans
+>>> ls.svd_dimensions(lm, s).dimensions[0].promoted
+>>> ls.measure(lm, [s], "What a lovely evening!").switches[0].best_eps
 """
-
-from lmswitch.core.generate import generate, stream_generate, stream_rows, sweep
-from lmswitch.core.models import DEFAULT_MODEL, LanguageModel, cache_dir, load_model, model_fingerprint, preferred_dtype
-from lmswitch.core.steering import steer, steer_rows, steering_matrix
-from lmswitch.core.switch import Switch, SwitchFileError, load_switch
-from lmswitch.core.train import TrainingCancelled, train_switch
-from lmswitch.core.transfer import transfer
-from lmswitch.lenses.meter import measure
-from lmswitch.lenses.spans import best_spans, highlight, token_changes
-from lmswitch.lenses.svd import promoted_words, svd_dimensions
 
 __version__ = "0.1.0"
 
+from lmswitch.core.card import Card, TrainingRecord  # noqa: E402
+from lmswitch.core.generate import generate, stream_generate, stream_rows, sweep  # noqa: E402
+from lmswitch.core.models import DEFAULT_MODEL, LanguageModel, cache_dir, load_model, model_fingerprint, preferred_dtype  # noqa: E402
+from lmswitch.core.options import SamplingOptions, TrainConfig  # noqa: E402
+from lmswitch.core.steering import steer, steer_rows, steering_matrix  # noqa: E402
+from lmswitch.core.switch import Switch, SwitchFileError, load_switch  # noqa: E402
+from lmswitch.core.train import TrainingCancelled, train_events, train_switch  # noqa: E402
+from lmswitch.core.transfer import transfer  # noqa: E402
+from lmswitch.lenses.meter import measure  # noqa: E402
+from lmswitch.lenses.spans import best_spans, highlight, token_changes  # noqa: E402
+from lmswitch.lenses.svd import promoted_words, svd_dimensions  # noqa: E402
+
 __all__ = [
     "DEFAULT_MODEL",
+    "Card",
     "LanguageModel",
+    "SamplingOptions",
     "Switch",
     "SwitchFileError",
+    "TrainConfig",
     "TrainingCancelled",
+    "TrainingRecord",
     "best_spans",
     "cache_dir",
     "generate",
@@ -45,6 +51,7 @@ __all__ = [
     "svd_dimensions",
     "sweep",
     "token_changes",
+    "train_events",
     "train_switch",
     "transfer",
 ]

@@ -24,6 +24,8 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 from lmswitch.io.resources import examples_dir
 
+pytestmark = [pytest.mark.browser, pytest.mark.real_model, pytest.mark.slow]  # chromium against app.py on the embedded model
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]

@@ -11,6 +11,8 @@ from gradio_client.exceptions import AppError
 
 from lmswitch.harness.evaluate import sentiment_scores
 
+pytestmark = [pytest.mark.real_model, pytest.mark.slow]  # a launched app.py on the embedded model
+
 PROMPT = "My weekend was"
 SLOTS = 12  # ε slider slots of the Steer view; the library's switches come first, sorted: detox, formality, sentiment
 

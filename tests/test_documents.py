@@ -102,6 +102,7 @@ def test_docx_paragraphs_and_table(tmp_path):
                                                    "After the table."]
 
 
+@pytest.mark.browser  # the PDFs are printed by chromium
 def test_pdf_printed_by_chromium(pdfs):
     text = read_document(pdfs["text"])
     assert "Quarterly notes" in text and "The kind and warm one smiled." in text
@@ -110,6 +111,7 @@ def test_pdf_printed_by_chromium(pdfs):
     assert "\r" not in text and text == text.strip()
 
 
+@pytest.mark.browser  # the PDFs are printed by chromium
 def test_name_decides_the_format_of_an_extensionless_upload(tmp_path, pdfs):
     upload = _write(tmp_path / "tmpab12cd", pdfs["text"].read_bytes())
     assert "Quarterly notes" in read_document(upload, name="report.pdf")
@@ -188,6 +190,7 @@ def test_corrupted_pdf_and_docx(tmp_path, name):
     assert name in message and ("corrupted" in message or "not a valid .docx" in message)
 
 
+@pytest.mark.browser  # the PDFs are printed by chromium
 def test_truncated_pdf_and_zip_that_is_not_docx(tmp_path, pdfs):
     import zipfile
 
@@ -198,11 +201,13 @@ def test_truncated_pdf_and_zip_that_is_not_docx(tmp_path, pdfs):
     assert "not a valid .docx" in _refusal(tmp_path / "other.docx")
 
 
+@pytest.mark.browser  # the PDFs are printed by chromium
 def test_pdf_without_text_looks_scanned(pdfs):
     message = _refusal(pdfs["blank"])
     assert "blank.pdf has no extractable text" in message and "scanned" in message
 
 
+@pytest.mark.browser  # the PDFs are printed by chromium
 def test_password_protected_pdf(tmp_path, pdfs):
     from pypdf import PdfWriter
 

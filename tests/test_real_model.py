@@ -11,7 +11,7 @@ from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
 
 import lmswitch as ls
 
-pytestmark = pytest.mark.usefixtures("real_model_threads")
+pytestmark = [pytest.mark.real_model, pytest.mark.usefixtures("real_model_threads")]
 
 NEUTRAL_PROMPTS = [
     "The restaurant down the street",
