@@ -17,13 +17,11 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # offline: no teleme
 
 from lmswitch.core.models import DEFAULT_MODEL  # noqa: E402
 from lmswitch.webapp.backend import DEFAULT_SWITCHES, Backend  # noqa: E402
-from lmswitch.webapp.layout import build_app  # noqa: E402
+from lmswitch.webapp.layout import CSS_PATH, build_app  # noqa: E402
 from lmswitch.webapp.lens import inspect_switch, run_highlight  # noqa: E402
 from lmswitch.webapp.steer import generate_api, on_load, run_grid, run_sweep, run_transfer, select_model, steer  # noqa: E402
 from lmswitch.webapp.train import MODES, cancel_training, import_switch, save_switch, train  # noqa: E402
 from lmswitch.webapp.widgets import MAX_SLOTS, PENDING, dropdown_updates, slot_updates  # noqa: E402
-
-CSS = Path(__file__).resolve().parent / "assets" / "app.css"
 
 __all__ = [  # the handlers, for scripts and tests that call them without a server
     "MAX_SLOTS", "MODES", "PENDING", "Backend", "build_app", "cancel_training", "dropdown_updates", "generate_api", "import_switch",
@@ -53,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     demo = build_app(backend)
     demo.queue(default_concurrency_limit=2)
     print(f"lmswitch: loading {args.model} in the background; open http://{args.host}:{args.port}", flush=True)
-    demo.launch(server_name=args.host, server_port=args.port, share=args.share, show_error=True, ssr_mode=False, css_paths=[CSS],
+    demo.launch(server_name=args.host, server_port=args.port, share=args.share, show_error=True, ssr_mode=False, css_paths=[CSS_PATH],
                 footer_links=["api"], max_file_size="256mb")  # documents are refused above 20 MB; switches of big models are larger
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from conftest import random_switch
@@ -27,22 +29,34 @@ def mean_loglik(lm, setting, text) -> float:
 def test_curve_matches_full_forward_passes(tiny_lm):
     switch = strong_switch(tiny_lm, 1)
     r = measure(tiny_lm, switch, TEXT, grid=[-10.0, 0.0, 7.5])
-    row = r["switches"][0]
-    expected = [mean_loglik(tiny_lm, [(switch, e)], TEXT) for e in row["grid"]]
-    assert row["loglik"] == pytest.approx(expected, abs=1e-4)
-    assert r["base_loglik"] == pytest.approx(expected[1], abs=1e-4)
-    assert r["scored_tokens"] == r["tokens"] - 1
+    row = r.switches[0]
+    expected = [mean_loglik(tiny_lm, [(switch, e)], TEXT) for e in row.grid]
+    assert row.loglik == pytest.approx(expected, abs=1e-4)
+    assert r.base_loglik == pytest.approx(expected[1], abs=1e-4)
+    assert r.scored_tokens == r.tokens - 1
+
+
+def test_measurement_to_dict_is_the_plain_json_shape(gpt2_lm):
+    a, b = strong_switch(gpt2_lm, 1), strong_switch(gpt2_lm, 2)
+    r = measure(gpt2_lm, [a, b], TEXT, grid=[-1.0, 0.0, 1.0], bound=3.0)
+    d = json.loads(json.dumps(r.to_dict()))
+    assert list(d) == ["tokens", "scored_tokens", "windows", "base_loglik", "best_loglik", "gain", "switches"]
+    assert [d[k] for k in ("tokens", "scored_tokens", "windows", "gain")] == [r.tokens, r.scored_tokens, r.windows, r.gain]
+    keys = ["name", "positive_label", "negative_label", "grid", "loglik", "best_eps", "best_eps_alone", "evidence_nats", "at_bound", "label"]
+    assert [list(row) for row in d["switches"]] == [keys, keys]
+    assert d["switches"] == [{k: getattr(row, k) for k in keys} for row in r.switches]
+    assert d["switches"][1]["name"] == "random2" and d["switches"][1]["grid"] == [-1.0, 0.0, 1.0]
 
 
 def test_best_eps_is_the_maximum_of_a_fine_grid(gpt2_lm):
     switch = strong_switch(gpt2_lm, 2)
     fine = [x / 4 for x in range(-80, 81)]
     r = measure(gpt2_lm, switch, TEXT, grid=fine)
-    row = r["switches"][0]
-    grid_best = max(zip(row["loglik"], row["grid"], strict=True))
-    assert abs(row["best_eps"] - grid_best[1]) <= 0.25 + 1e-6
-    assert r["best_loglik"] >= grid_best[0] - 1e-6
-    assert r["gain"] >= 0
+    row = r.switches[0]
+    grid_best = max(zip(row.loglik, row.grid, strict=True))
+    assert abs(row.best_eps - grid_best[1]) <= 0.25 + 1e-6
+    assert r.best_loglik >= grid_best[0] - 1e-6
+    assert r.gain >= 0
 
 
 def sample(lm, setting, seed: int) -> str:
@@ -53,7 +67,7 @@ def sample(lm, setting, seed: int) -> str:
 def test_text_written_at_an_eps_prefers_that_eps(gpt2_lm, eps):
     """Text sampled from the model steered at ε is explained best near that ε (the MLE of ε)."""
     switch = strong_switch(gpt2_lm, 3)
-    found = [measure(gpt2_lm, switch, "the " + sample(gpt2_lm, [(switch, eps)], seed))["switches"][0]["best_eps"] for seed in range(4)]
+    found = [measure(gpt2_lm, switch, "the " + sample(gpt2_lm, [(switch, eps)], seed)).switches[0].best_eps for seed in range(4)]
     assert all((f > 0) == (eps > 0) for f in found), found
     assert abs(sum(found) / len(found) - eps) < 6, found
 
@@ -63,18 +77,18 @@ def test_two_switches_are_measured_jointly(gpt2_lm):
     a.name, b.name = "a", "b"
     text = "the " + sample(gpt2_lm, [(a, 12.0), (b, -12.0)], seed=0)
     r = measure(gpt2_lm, [a, b], text)
-    best = {row["name"]: row["best_eps"] for row in r["switches"]}
+    best = {row.name: row.best_eps for row in r.switches}
     assert best["a"] > 0 > best["b"], best
-    assert r["switches"][0]["label"] == "positive" and r["switches"][1]["label"] == "negative"
-    assert len(r["switches"][0]["grid"]) == 21 and r["switches"][0]["grid"][0] == -20.0
+    assert r.switches[0].label == "positive" and r.switches[1].label == "negative"
+    assert len(r.switches[0].grid) == 21 and r.switches[0].grid[0] == -20.0
 
 
 def test_optimum_stays_inside_the_bound(gpt2_lm):
     switch = strong_switch(gpt2_lm, 3)
     text = "the " + sample(gpt2_lm, [(switch, 20.0)], seed=0)
-    row = measure(gpt2_lm, switch, text, bound=2.0)["switches"][0]
-    assert -2.0 <= row["best_eps"] <= 2.0
-    assert row["at_bound"] == (abs(row["best_eps"]) > 1.99)
+    row = measure(gpt2_lm, switch, text, bound=2.0).switches[0]
+    assert -2.0 <= row.best_eps <= 2.0
+    assert row.at_bound == (abs(row.best_eps) > 1.99)
 
 
 @pytest.mark.parametrize(
@@ -107,7 +121,7 @@ def test_style_slope_is_the_derivative_of_the_curve_at_zero(llama_lm):
     s = random_switch(llama_lm, seed=31, scale=20.0)
     text = "the kind and warm one was happy with the sweet smile"
     h = 0.05  # central differences: O(h²) curvature error, and float32 curve values need a step this wide
-    curve = measure(llama_lm, [s], text, grid=[-h, h])["switches"][0]["loglik"]
+    curve = measure(llama_lm, [s], text, grid=[-h, h]).switches[0].loglik
     slope = style_slope(llama_lm, s, text)
     assert slope == pytest.approx((curve[1] - curve[0]) / (2 * h), rel=1e-2)
     assert abs(slope) > 1e-4

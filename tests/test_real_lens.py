@@ -9,17 +9,17 @@ from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
 import lmswitch as ls
 from lmswitch.lenses.meter import measure
 from lmswitch.lenses.spans import highlight, token_changes
-from lmswitch.lenses.svd import promoted_words, svd_dimensions
+from lmswitch.lenses.svd import WordDelta, WordScore, promoted_words, svd_dimensions
 from lmswitch.lenses.vocab import complete_words
 
-pytestmark = pytest.mark.usefixtures("real_model_threads")
+pytestmark = [pytest.mark.real_model, pytest.mark.usefixtures("real_model_threads")]
 
 LEXICON = SentimentIntensityAnalyzer().lexicon  # ~7.5k words with human valence ratings, bundled with vaderSentiment
 
 
-def polarity_counts(words: list[dict]) -> tuple[int, int, int]:
+def polarity_counts(words: list[WordScore] | list[WordDelta]) -> tuple[int, int, int]:
     """(words rated by vader, rated positive, rated negative)."""
-    rated = [LEXICON[w["word"].lower()] for w in words if w["word"].lower() in LEXICON]
+    rated = [LEXICON[w.word.lower()] for w in words if w.word.lower() in LEXICON]
     return len(rated), sum(v > 0 for v in rated), sum(v < 0 for v in rated)
 
 
@@ -29,21 +29,21 @@ def test_promoted_words_are_positive_and_suppressed_words_negative(lm, sentiment
     to have the right polarity, with at least 10 rated words per list: by chance (p = 0.52) that has a
     probability below 1e-3. Measured on 2026-11-21: 22/22 positive and 22/22 negative."""
     words = promoted_words(lm, sentiment, words=50)
-    n, positive, _ = polarity_counts(words["promoted"])
-    assert n >= 10 and positive / n >= 0.9, words["promoted"]
-    n, _, negative = polarity_counts(words["suppressed"])
-    assert n >= 10 and negative / n >= 0.9, words["suppressed"]
+    n, positive, _ = polarity_counts(words.promoted)
+    assert n >= 10 and positive / n >= 0.9, words.promoted
+    n, _, negative = polarity_counts(words.suppressed)
+    assert n >= 10 and negative / n >= 0.9, words.suppressed
 
 
 def test_strongest_svd_direction_is_the_sentiment_axis(lm, sentiment):
     """The direction with the largest effect over real contexts reads as positive ↑ / negative ↓ (same bar)."""
-    dims = svd_dimensions(lm, sentiment, dims=10, words=50)["dimensions"]
-    top = max(dims, key=lambda d: d["strength"])
-    n, positive, _ = polarity_counts(top["promoted"])
-    assert n >= 10 and positive / n >= 0.9, top["promoted"]
-    n, _, negative = polarity_counts(top["suppressed"])
-    assert n >= 10 and negative / n >= 0.8, top["suppressed"]
-    assert top["agreement"] > 0.9  # it pushes the same way in nearly every context
+    dims = svd_dimensions(lm, sentiment, dims=10, words=50).dimensions
+    top = max(dims, key=lambda d: d.strength)
+    n, positive, _ = polarity_counts(top.promoted)
+    assert n >= 10 and positive / n >= 0.9, top.promoted
+    n, _, negative = polarity_counts(top.suppressed)
+    assert n >= 10 and negative / n >= 0.8, top.suppressed
+    assert top.agreement > 0.9  # it pushes the same way in nearly every context
 
 
 def test_word_fragments_are_not_listed_as_words(lm):
@@ -56,7 +56,7 @@ def detox(lm) -> ls.Switch:
     """Paper convention: positive eps = less toxic. 40 + 40 project-written comments (assets/examples)."""
     with all_threads():
         return ls.train_switch(lm, lines(EXAMPLES / "civil_comments.txt"), lines(EXAMPLES / "toxic_comments.txt"), name="detox",
-                               positive_label="non-toxic", negative_label="toxic", seed=0)
+                               positive_label="non-toxic", negative_label="toxic")
 
 
 # held-out insulting sentences (not in the training data), each with the words that make it an insult
@@ -76,17 +76,18 @@ def test_highlight_finds_the_insult(lm, detox):
     """At negative eps (toward toxic) the best span of ≤ 5 tokens contains an insulting word."""
     hits = []
     for text, insult in INSULTS.items():
-        span = highlight(lm, detox, text, eps=-5.0)["spans"][0]
-        hits.append(any(word in span["text"].lower() for word in insult))
+        span = highlight(lm, detox, text, eps=-5.0).spans[0]
+        hits.append(any(word in span.text.lower() for word in insult))
     assert sum(hits) >= 6, list(zip(INSULTS, hits, strict=True))
 
 
 def test_real_tokenizer_offsets_are_exact_for_unicode(lm, sentiment):
     text = "Café 😀 was lovely — 日本語, naïve\r\n\tbut the 👩‍👩‍👧 family hated it!  "
     h = highlight(lm, sentiment, text, n_spans=3, max_span=3)
-    assert "".join(t["text"] for t in h["tokens"]) == text
-    assert "".join(p for p, _ in h["highlighted"]) == text
-    assert all(text[s["start"] : s["end"]] == s["text"] for s in h["spans"])
+    assert "".join(t.text for t in h.tokens) == text
+    assert "".join(p for p, _ in h.highlighted) == text
+    assert "".join(w for w, _ in h.word_heatmap()) == text
+    assert all(text[s.start : s.end] == s.text for s in h.spans)
 
 
 def test_token_changes_explain_a_steered_generation(lm, sentiment):
@@ -94,8 +95,8 @@ def test_token_changes_explain_a_steered_generation(lm, sentiment):
     prompt = "My weekend was"
     text = ls.generate(lm, prompt, [(sentiment, 5.0)], max_new_tokens=20, seed=0)[0]
     rows = token_changes(lm, [(sentiment, 5.0)], text, prompt=prompt)
-    assert rows[0]["scored"] and sum(r["delta"] for r in rows) > 0
-    assert all(len(r["promoted"]) == 5 and len(r["demoted"]) == 5 for r in rows)
+    assert rows[0].scored and sum(r.delta for r in rows) > 0
+    assert all(len(r.promoted) == 5 and len(r.demoted) == 5 for r in rows)
 
 
 def test_style_meter_classifies_held_out_sentences(lm, sentiment):
@@ -103,6 +104,6 @@ def test_style_meter_classifies_held_out_sentences(lm, sentiment):
     Required ≥ 15/20 (chance: p = 0.02); measured 18/20 on 2026-11-21."""
     pos = lines(EXAMPLES / "sentiment_positive.txt")[30:]
     neg = lines(EXAMPLES / "sentiment_negative.txt")[30:]
-    right = [measure(lm, sentiment, t)["switches"][0]["best_eps"] > 0 for t in pos]
-    right += [measure(lm, sentiment, t)["switches"][0]["best_eps"] < 0 for t in neg]
+    right = [measure(lm, sentiment, t).switches[0].best_eps > 0 for t in pos]
+    right += [measure(lm, sentiment, t).switches[0].best_eps < 0 for t in neg]
     assert sum(right) >= 15, right

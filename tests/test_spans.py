@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 
 import numpy as np
@@ -13,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lmswitch as ls
-from lmswitch.lenses.spans import best_spans, highlight, token_changes
+from lmswitch.lenses.spans import Highlight, best_spans, highlight, token_changes
 
 
 def brute_force(scores: list[float], max_span: int, n_spans: int) -> float:
@@ -95,8 +96,8 @@ def test_token_deltas_match_full_steered_forward(tiny_lm):
     switch = random_switch(tiny_lm, seed=3, scale=2.0)
     h = highlight(tiny_lm, switch, TEXT, eps=40.0)
     expected = _deltas_by_forward(tiny_lm, [(switch, 40.0)], TEXT)
-    assert [t["delta"] for t in h["tokens"]] == pytest.approx(expected, abs=1e-4)
-    assert not h["tokens"][0]["scored"] and all(t["scored"] for t in h["tokens"][1:])
+    assert [t.delta for t in h.tokens] == pytest.approx(expected, abs=1e-4)
+    assert not h.tokens[0].scored and all(t.scored for t in h.tokens[1:])
     assert max(abs(x) for x in expected) > 1e-2  # the switch really changes something
 
 
@@ -110,8 +111,8 @@ def test_planted_switch_highlights_the_promoted_word(gpt2_lm):
     W = 2000 * torch.outer(E[target] / E[target].norm(), c.mean(0) / c.mean(0).norm())
     switch = ls.Switch(W=W, name="cruel", model_name=lm.name, model_fingerprint=lm.fingerprint)
     h = highlight(lm, switch, TEXT, eps=5.0, max_span=1)
-    assert h["spans"][0]["text"] == "cruel"
-    assert h["highlighted"] == [(TEXT[: TEXT.index("cruel")], None), ("cruel", "positive"), (TEXT[TEXT.index("cruel") + 5 :], None)]
+    assert h.spans[0].text == "cruel"
+    assert h.highlighted == [(TEXT[: TEXT.index("cruel")], None), ("cruel", "positive"), (TEXT[TEXT.index("cruel") + 5 :], None)]
 
 
 TRICKY = [
@@ -126,12 +127,13 @@ TRICKY = [
 def test_offsets_reassemble_the_exact_text(gpt2_lm, text):
     switch = random_switch(gpt2_lm, seed=1, scale=0.5)
     h = highlight(gpt2_lm, switch, text, n_spans=2, max_span=2)
-    assert "".join(t["text"] for t in h["tokens"]) == text
-    assert "".join(p for p, _ in h["highlighted"]) == text
-    assert "".join(p for p, _ in h["heatmap"]) == text
-    for s in h["spans"]:
-        assert text[s["start"] : s["end"]] == s["text"]
-    assert all(-1 <= v <= 1 for _, v in h["heatmap"])
+    assert "".join(t.text for t in h.tokens) == text
+    assert "".join(p for p, _ in h.highlighted) == text
+    assert "".join(p for p, _ in h.heatmap) == text
+    assert "".join(w for w, _ in h.word_heatmap()) == text
+    for s in h.spans:
+        assert text[s.start : s.end] == s.text
+    assert all(-1 <= v <= 1 for _, v in h.heatmap)
 
 
 def test_long_text_is_scored_in_windows(gpt2_lm):
@@ -140,12 +142,12 @@ def test_long_text_is_scored_in_windows(gpt2_lm):
     words = (TEXT.split() * 12)[: CONTEXT * 3]
     text = _text(words)
     h = highlight(gpt2_lm, switch, text, eps=20.0)
-    assert h["windows"] > 1 and len(h["tokens"]) == len(words)
-    assert all(math.isfinite(t["delta"]) for t in h["tokens"])
+    assert h.windows > 1 and len(h.tokens) == len(words)
+    assert all(math.isfinite(t.delta) for t in h.tokens)
     # the first window's tokens equal a direct forward pass on that prefix
     head = _text(words[: CONTEXT - 1])
     expected = _deltas_by_forward(gpt2_lm, [(switch, 20.0)], head)
-    assert [t["delta"] for t in h["tokens"][: len(expected)]] == pytest.approx(expected, abs=1e-4)
+    assert [t.delta for t in h.tokens[: len(expected)]] == pytest.approx(expected, abs=1e-4)
 
 
 @pytest.mark.parametrize(
@@ -175,26 +177,65 @@ def test_token_changes_match_forward_and_rank_alternatives(tiny_lm):
     switch = random_switch(tiny_lm, seed=5, scale=2.0)
     setting = [(switch, 40.0)]
     rows = token_changes(tiny_lm, setting, TEXT, top=3, among=None)
-    assert "".join(r["text"] for r in rows) == TEXT
-    assert [r["delta"] for r in rows] == pytest.approx(_deltas_by_forward(tiny_lm, setting, TEXT), abs=1e-4)
+    assert "".join(r.text for r in rows) == TEXT
+    assert [r.delta for r in rows] == pytest.approx(_deltas_by_forward(tiny_lm, setting, TEXT), abs=1e-4)
     for r in rows[1:]:
-        ups = [a["delta"] for a in r["promoted"]]
-        downs = [a["delta"] for a in r["demoted"]]
+        ups = [a.delta for a in r.promoted]
+        downs = [a.delta for a in r.demoted]
         assert ups == sorted(ups, reverse=True) and downs == sorted(downs)
-        assert ups[0] >= r["delta"] >= downs[0] - 1e-6  # the chosen token lies within the extremes
-        assert r["logp_steered"] - r["logp_base"] == pytest.approx(r["delta"], abs=1e-5)
+        assert ups[0] >= r.delta >= downs[0] - 1e-6  # the chosen token lies within the extremes
+        assert r.logp_steered - r.logp_base == pytest.approx(r.delta, abs=1e-5)
 
 
 def test_token_changes_with_zero_eps_change_nothing(gpt2_lm):
     rows = token_changes(gpt2_lm, [(random_switch(gpt2_lm, seed=1), 0.0)], TEXT, prompt="she was")
-    assert all(r["delta"] == 0.0 for r in rows)
-    assert all(a["delta"] == 0.0 for r in rows for a in r["promoted"])
+    assert all(r.delta == 0.0 for r in rows)
+    assert all(a.delta == 0.0 for r in rows for a in r.promoted)
 
 
 def test_token_changes_condition_on_the_prompt(gpt2_lm):
     """With a prompt, the first text token is scored, and its context is the prompt."""
     switch = random_switch(gpt2_lm, seed=4, scale=2.0)
     rows = token_changes(gpt2_lm, [(switch, 30.0)], "kind one", prompt="the warm")
-    assert rows[0]["scored"]
+    assert rows[0].scored
     full = _deltas_by_forward(gpt2_lm, [(switch, 30.0)], "the warm kind one")
-    assert [r["delta"] for r in rows] == pytest.approx(full[2:], abs=1e-4)
+    assert [r.delta for r in rows] == pytest.approx(full[2:], abs=1e-4)
+
+
+def test_highlight_to_dict_is_the_plain_json_shape(gpt2_lm):
+    text = "the kind one  was cold"
+    h = highlight(gpt2_lm, random_switch(gpt2_lm, seed=6, scale=2.0), text, eps=-8.0, n_spans=2, max_span=2)
+    d = json.loads(json.dumps(h.to_dict()))
+    assert list(d) == ["switch", "eps", "label", "text", "spans", "highlighted", "heatmap", "tokens", "total_delta", "windows"]
+    assert (d["switch"], d["eps"], d["label"], d["text"], d["windows"]) == ("random6", -8.0, "negative", text, 1)
+    assert d["spans"] == [{"start": s.start, "end": s.end, "text": s.text, "score": s.score, "tokens": s.tokens} for s in h.spans]
+    assert [tuple(x) for x in d["highlighted"]] == h.highlighted and [tuple(x) for x in d["heatmap"]] == h.heatmap
+    assert d["tokens"] == [{"text": t.text, "start": t.start, "end": t.end, "delta": t.delta, "scored": t.scored} for t in h.tokens]
+    assert d["total_delta"] == pytest.approx(sum(t.delta for t in h.tokens))
+
+
+def test_token_changes_to_dict_is_the_plain_json_shape(gpt2_lm):
+    rows = token_changes(gpt2_lm, [(random_switch(gpt2_lm, seed=4, scale=2.0), 30.0)], "kind one", top=2)
+    first, second = (json.loads(json.dumps(r.to_dict())) for r in rows)
+    keys = ["text", "token", "start", "end", "scored", "logp_base", "logp_steered", "delta", "promoted", "demoted"]
+    assert list(first) == list(second) == keys
+    assert first["logp_base"] is None and first["promoted"] == first["demoted"] == [] and first["delta"] == 0.0
+    r = rows[1]
+    assert second["promoted"] == [{"token": a.token, "delta": a.delta} for a in r.promoted] and len(second["promoted"]) == 2
+    assert second["demoted"] == [{"token": a.token, "delta": a.delta} for a in r.demoted]
+    assert (second["text"], second["token"], second["logp_steered"]) == ("one", "one", r.logp_steered)
+
+
+def _highlight_of(heatmap: list[tuple[str, float]]) -> Highlight:
+    text = "".join(p for p, _ in heatmap)
+    return Highlight(switch="s", eps=1.0, label="positive", text=text, spans=[], highlighted=[(text, None)], heatmap=heatmap,
+                     tokens=[], total_delta=0.0, windows=1)
+
+
+def test_word_heatmap_joins_pieces_into_words():
+    """Pieces meeting letter-to-letter (or digit) join; the word keeps its strongest piece's score (ties: the first)."""
+    heatmap = [("The", 0.1), (" fant", 0.2), ("astic", -0.9), ("!", 0.3), (" 2", 0.5), ("0", -0.5), ("24", 0.1),
+               (" ", 0.0), ("né", 0.4), ("e", -0.6)]
+    assert _highlight_of(heatmap).word_heatmap() == [("The", 0.1), (" fantastic", -0.9), ("!", 0.3), (" 2024", 0.5), (" ", 0.0),
+                                                     ("née", -0.6)]
+    assert _highlight_of([]).word_heatmap() == []

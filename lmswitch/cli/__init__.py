@@ -33,3 +33,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `lmswitch info --switch sentiment | head -3`: the reader left, nothing to report
+        sys.stdout = None  # no flush of the closed pipe at exit
+        return 0

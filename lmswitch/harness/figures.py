@@ -6,12 +6,17 @@ import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from lmswitch.harness.evaluate import Evaluation
+
+if TYPE_CHECKING:  # the lenses pull in scipy and the SVD code; the figures only read their results
+    from lmswitch.lenses.meter import Measurement
+    from lmswitch.lenses.svd import WordMap
 
 # metric key -> (axis title, range or None)
 METRICS: dict[str, tuple[str, tuple[float, float] | None]] = {
@@ -129,46 +134,47 @@ def spectrum_figure(singular_values: Sequence[float], top: int = 40) -> go.Figur
 WORD_GROUP_COLORS = {"promoted 1": "#2ca02c", "suppressed 1": "#d62728", "promoted 2": "#1f77b4", "suppressed 2": "#ff7f0e"}
 
 
-def word_map_figure(data: dict) -> go.Figure:
-    """Scatter of :func:`~lmswitch.lenses.svd.word_map` points, one trace per non-empty group, labelled with the words."""
+def word_map_figure(data: WordMap) -> go.Figure:
+    """Scatter of a :func:`~lmswitch.lenses.svd.word_map`'s points, one trace per non-empty group, labelled with the words."""
     fig = go.Figure()
     for group, color in WORD_GROUP_COLORS.items():
-        points = [p for p in data["points"] if p["group"] == group]
+        points = [p for p in data.points if p.group == group]
         if points:
             fig.add_trace(go.Scatter(
-                x=[p["x"] for p in points], y=[p["y"] for p in points], text=[p["word"] for p in points], mode="markers+text",
+                x=[p.x for p in points], y=[p.y for p in points], text=[p.word for p in points], mode="markers+text",
                 textposition="top center", name=group, marker={"color": color, "size": 7},
                 hovertemplate="%{text}<br>x=%{x:.3f}<br>y=%{y:.3f}<extra>" + group + "</extra>",
             ))
-    sigma = [ax["singular_value"] for ax in data["axes"]]
+    sigma = [ax.singular_value for ax in data.axes]
     fig.add_hline(y=0, line={"color": "lightgray", "width": 1})
     fig.add_vline(x=0, line={"color": "lightgray", "width": 1})
     fig.update_layout(
-        title=f"words of '{data['switch']}' on its top two directions (positive = pushed up at ε > 0)",
+        title=f"words of '{data.switch}' on its top two directions (positive = pushed up at ε > 0)",
         xaxis_title=f"direction 1 (σ={sigma[0]:.3g})", yaxis_title=f"direction 2 (σ={sigma[1]:.3g})",
         template="plotly_white", legend={"orientation": "h", "y": -0.2}, margin={"t": 50},
     )
     return fig
 
 
-def meter_figure(result: dict) -> go.Figure:
-    """Style meter curves: mean log-likelihood per token vs ε, one line per switch, a marker at its best ε (alone)."""
-    if not result.get("switches"):
+def meter_figure(result: Measurement) -> go.Figure:
+    """Style meter curves of a :func:`~lmswitch.lenses.meter.measure`: mean log-likelihood per token vs ε,
+    one line per switch, a marker at its best ε (alone)."""
+    if not result.switches:
         raise ValueError("no switches in the meter result to plot")
     fig = go.Figure()
     palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
-    for i, row in enumerate(result["switches"]):
+    for i, row in enumerate(result.switches):
         color = palette[i % len(palette)]
-        best = float(row["best_eps_alone"])
-        name = f"{row['name']} (best ε {best:+.2f})"
-        xs, ys = [float(x) for x in row["grid"]], [float(y) for y in row["loglik"]]
+        best = float(row.best_eps_alone)
+        name = f"{row.name} (best ε {best:+.2f})"
+        xs, ys = [float(x) for x in row.grid], [float(y) for y in row.loglik]
         order = np.argsort(xs)
         at_best = float(np.interp(best, np.asarray(xs)[order], np.asarray(ys)[order]))
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name, legendgroup=row["name"], line={"color": color}))
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name, legendgroup=row.name, line={"color": color}))
         fig.add_trace(go.Scatter(
-            x=[best], y=[at_best], mode="markers", name=f"best ε of {row['name']}", legendgroup=row["name"], showlegend=False,
+            x=[best], y=[at_best], mode="markers", name=f"best ε of {row.name}", legendgroup=row.name, showlegend=False,
             marker={"color": color, "size": 11, "symbol": "star"},
-            hovertemplate=f"{row['name']}: best ε %{{x:+.2f}}<br>{row.get('evidence_nats', 0):.2f} nats of evidence<extra></extra>",
+            hovertemplate=f"{row.name}: best ε %{{x:+.2f}}<br>{row.evidence_nats:.2f} nats of evidence<extra></extra>",
         ))
     fig.update_layout(title="style meter: how well each ε explains the text", xaxis_title="ε (ε0 units)",
                       yaxis_title="mean log-likelihood per token (nats)", template="plotly_white",

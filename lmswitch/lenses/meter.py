@@ -2,27 +2,60 @@
 
 The log-likelihood of a text under ``c → c + Σ_i ε_i ε0_i W_i c`` is concave in the
 vector ε (the raw logits are affine in ε and log-softmax is concave), so its
-maximiser is found reliably by a few L-BFGS-B steps on cached hidden states. A
-text written in a switch's style prefers positive ε: the sign is a zero-shot
-classifier, and the curve shows how sure it is.
+maximiser is found reliably by a few trust-region Newton steps (exact gradient and
+Hessian) on cached hidden states. A text written in a switch's style prefers
+positive ε: the sign is a zero-shot classifier, and the curve shows how sure it is.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import scipy.optimize
 import torch
 
-from lmswitch.core.hidden import HEAD_CHUNK, encode_text, raw_logits
+from lmswitch.core.hidden import HEAD_CHUNK, encode_text
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.switch import Switch
 
 MAX_SWITCHES = 8
 MAX_GRID = 201
 CACHE_FLOATS = 96 * 1024**2  # cache base and per-switch logit changes up to ~400 MB, else recompute per evaluation
+
+
+@dataclass(frozen=True)
+class MeterRow:
+    """One switch's reading: its likelihood curve and the ε that explains the text best."""
+
+    name: str
+    positive_label: str
+    negative_label: str
+    grid: list[float]  # ε values (ε0 units), the other switches at 0
+    loglik: list[float]  # mean log-likelihood per scored token (nats) at each grid value
+    best_eps: float  # jointly with the other switches, rounded to 4 places
+    best_eps_alone: float  # the other switches at 0
+    evidence_nats: float  # log-likelihood ratio of the text at best_eps_alone vs ε 0: below ~1 nat the sign means little
+    at_bound: bool  # best_eps pressed on the edge of the allowed range
+    label: str | None  # the label on the side of best_eps's sign (None at exactly 0)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What :func:`measure` found. :meth:`to_dict` gives the plain JSON-ready dict (rows as dicts)."""
+
+    tokens: int
+    scored_tokens: int
+    windows: int  # body passes used
+    base_loglik: float  # mean log-likelihood per scored token at ε = 0
+    best_loglik: float  # at the joint best ε
+    gain: float  # best_loglik − base_loglik
+    switches: list[MeterRow]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 class _Surface:
@@ -38,7 +71,7 @@ class _Surface:
     def __init__(self, lm: LanguageModel, hidden: torch.Tensor, targets: torch.Tensor, switches: Sequence[Switch]) -> None:
         self.lm, self.hidden, self.targets = lm, hidden, targets.to(hidden.device)
         self.Ws = [s.W.to(hidden.device) * s.eps0 for s in switches]
-        self.cap = getattr(lm.model.config.get_text_config(), "final_logit_softcapping", None)
+        self.cap = lm.logit_softcap
         n, V = len(targets), lm.vocab_size
         self.cached: list[tuple[torch.Tensor, list[torch.Tensor]]] | None = None
         if n * V * (1 + len(switches)) <= CACHE_FLOATS:
@@ -49,8 +82,7 @@ class _Surface:
     def _chunk(self, s: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
         h = self.hidden[s : s + HEAD_CHUNK]
         # the raw head is linear, so raw logits at ε are L0 + Σ ε_i D_i exactly
-        bias = getattr(self.lm.head, "bias", None)
-        return raw_logits(self.lm, h), [raw_logits(self.lm, h @ W.T) - (0.0 if bias is None else bias.float()) for W in self.Ws]
+        return self.lm.raw_logits(h), [self.lm.raw_logits(h @ W.T, bias=False) for W in self.Ws]
 
     @torch.no_grad()
     def value(self, eps: Sequence[float]) -> float:
@@ -61,8 +93,7 @@ class _Surface:
             for e, D in zip(eps, Ds, strict=True):
                 if e:
                     z.add_(D, alpha=float(e))
-            if self.cap:
-                z = torch.tanh(z / self.cap) * self.cap
+            z = self.lm.softcap(z)
             y = self.targets[s : s + HEAD_CHUNK, None]
             total += float((z.gather(1, y)[:, 0] - torch.logsumexp(z, dim=-1)).double().sum())
         self.evaluations += 1
@@ -168,30 +199,7 @@ def _scored_states(lm: LanguageModel, text: str) -> tuple:
     return enc, enc.hidden[keep], torch.tensor(enc.ids, device=enc.hidden.device)[keep]
 
 
-def measure(
-    lm: LanguageModel,
-    switches: Switch | Sequence[Switch],
-    text: str,
-    *,
-    grid: Sequence[float] | None = None,
-    points: int = 21,
-    bound: float | None = None,
-) -> dict:
-    """Log-likelihood of ``text`` as a function of each switch's ε, and the ε that explains it best.
-
-    - ``curves``: per switch, the mean log-likelihood per token (nats) over a grid of
-      ε values with the other switches at 0 (default grid: ``points`` values over
-      the switch's recommended range, or ``grid``);
-    - ``best_eps``: the jointly best ε of every switch (L-BFGS-B within ±``bound``,
-      default: each switch's recommended range), and ``best_eps_alone`` per switch;
-    - ``label``: the switch's positive or negative label by the sign of its best ε;
-      ``evidence_nats``: how much more likely the text is at the switch's best ε
-      than at 0 (a log-likelihood ratio; below ~1 nat the sign means little).
-
-    >>> r = measure(lm, [sentiment], "What a lovely, kind and generous host she was.")  # doctest: +SKIP
-    >>> r["switches"][0]["best_eps"] > 0                                                  # doctest: +SKIP
-    True
-    """
+def _checked_switches(lm: LanguageModel, switches: Switch | Sequence[Switch]) -> list[Switch]:
     if isinstance(switches, Switch):
         switches = [switches]
     switches = list(switches)
@@ -203,6 +211,10 @@ def measure(
         if not isinstance(s, Switch):
             raise TypeError(f"expected Switch objects; got {type(s).__name__}")
         s.check_model(lm)
+    return switches
+
+
+def _checked_grid(grid: Sequence[float] | None, points: object, bound: object) -> list[float] | None:
     if grid is not None:
         grid = [float(x) for x in grid]
         if not grid or len(grid) > MAX_GRID or not all(math.isfinite(x) and abs(x) <= 1000 for x in grid):
@@ -211,7 +223,37 @@ def measure(
         raise ValueError(f"points must be an integer from 2 to {MAX_GRID}; got {points!r}")
     if bound is not None and not (isinstance(bound, (int, float)) and math.isfinite(bound) and 0 < bound <= 1000):
         raise ValueError(f"bound must be a number in (0, 1000]; got {bound!r}")
+    return grid
 
+
+def measure(
+    lm: LanguageModel,
+    switches: Switch | Sequence[Switch],
+    text: str,
+    *,
+    grid: Sequence[float] | None = None,
+    points: int = 21,
+    bound: float | None = None,
+) -> Measurement:
+    """Log-likelihood of ``text`` as a function of each switch's ε, and the ε that explains it best.
+
+    The :class:`Measurement` holds one :class:`MeterRow` per switch in ``switches``:
+
+    - ``grid``, ``loglik``: the mean log-likelihood per token (nats) over a grid of
+      ε values with the other switches at 0 (default grid: ``points`` values over
+      the switch's recommended range, or ``grid``);
+    - ``best_eps``: the jointly best ε of every switch (within ±``bound``, default:
+      each switch's recommended range), and ``best_eps_alone`` per switch;
+    - ``label``: the switch's positive or negative label by the sign of its best ε;
+      ``evidence_nats``: how much more likely the text is at the switch's best ε
+      than at 0 (a log-likelihood ratio; below ~1 nat the sign means little).
+
+    >>> r = measure(lm, [sentiment], "What a lovely, kind and generous host she was.")  # doctest: +SKIP
+    >>> r.switches[0].best_eps > 0                                                        # doctest: +SKIP
+    True
+    """
+    switches = _checked_switches(lm, switches)
+    grid = _checked_grid(grid, points, bound)
     enc, hidden, targets = _scored_states(lm, text)
     surface = _Surface(lm, hidden, targets, switches)
     base = surface.value([0.0] * len(switches))
@@ -226,28 +268,20 @@ def measure(
     for i, s in enumerate(switches):
         b = float(best[i])
         lo, hi = bounds[i]
-        rows.append({
-            "name": s.name,
-            "positive_label": s.positive_label,
-            "negative_label": s.negative_label,
-            "grid": curves[i][0],
-            "loglik": curves[i][1],
-            "best_eps": round(b, 4),
-            "best_eps_alone": round(alone[i], 4),
-            # log-likelihood ratio of the text at this switch's best eps (alone) vs eps 0, in nats: < ~1 is weak evidence
-            "evidence_nats": round(len(targets) * (surface.value([alone[i] if j == i else 0.0 for j in range(k)]) - base), 4),
-            "at_bound": bool(min(abs(b - lo), abs(b - hi)) < 1e-3 * max(1.0, hi - lo)),
-            "label": s.positive_label if b > 0 else s.negative_label if b < 0 else None,
-        })
-    return {
-        "tokens": enc.n_tokens,
-        "scored_tokens": len(targets),
-        "windows": enc.windows,
-        "base_loglik": base,
-        "best_loglik": best_value,
-        "gain": best_value - base,
-        "switches": rows,
-    }
+        rows.append(MeterRow(
+            name=s.name,
+            positive_label=s.positive_label,
+            negative_label=s.negative_label,
+            grid=curves[i][0],
+            loglik=curves[i][1],
+            best_eps=round(b, 4),
+            best_eps_alone=round(alone[i], 4),
+            evidence_nats=round(len(targets) * (surface.value([alone[i] if j == i else 0.0 for j in range(k)]) - base), 4),
+            at_bound=bool(min(abs(b - lo), abs(b - hi)) < 1e-3 * max(1.0, hi - lo)),
+            label=s.positive_label if b > 0 else s.negative_label if b < 0 else None,
+        ))
+    return Measurement(tokens=enc.n_tokens, scored_tokens=len(targets), windows=enc.windows, base_loglik=base,
+                       best_loglik=best_value, gain=best_value - base, switches=rows)
 
 
 def style_slope(lm: LanguageModel, switch: Switch, text: str) -> float:

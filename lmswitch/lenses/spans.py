@@ -11,16 +11,107 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
 
-from lmswitch.core.hidden import EncodedText, encode_text, head_logprobs, target_logprobs
+from lmswitch.core.hidden import EncodedText, encode_text, target_logprobs
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.steering import Setting, check_setting, steering_matrix
 from lmswitch.core.switch import Switch
 
-Span = tuple[int, int, float]  # token range [start, end) and its summed score
+
+@dataclass(frozen=True)
+class Span:
+    """A highlighted run of text: ``text[start:end]`` (widened to whole words), its summed Δ, and its exact tokens ``[a, b)``."""
+
+    start: int
+    end: int
+    text: str
+    score: float  # Σ Δ_i over the span's tokens (nats)
+    tokens: list[int]  # [a, b): the exact token range the dynamic programme chose
+
+
+@dataclass(frozen=True)
+class TokenDelta:
+    """One token of a highlighted text: its piece ``text[start:end]`` and its Δ (0 when not scored)."""
+
+    text: str
+    start: int
+    end: int
+    delta: float
+    scored: bool  # False for a first token with nothing before it
+
+
+@dataclass(frozen=True)
+class Highlight:
+    """What :func:`highlight` found. ``highlighted`` and ``heatmap`` are what ``gr.HighlightedText`` takes.
+
+    :meth:`to_dict` gives the plain JSON-ready dict (same keys, nested rows as dicts).
+    """
+
+    switch: str
+    eps: float
+    label: str  # the switch's label on the side of eps's sign
+    text: str
+    spans: list[Span]  # sorted by position
+    highlighted: list[tuple[str, str | None]]  # (piece, label or None), covering the whole text
+    heatmap: list[tuple[str, float]]  # (piece, Δ scaled by the largest |Δ| into [-1, 1]), one per non-empty token piece
+    tokens: list[TokenDelta]
+    total_delta: float
+    windows: int  # body passes used (> 1 for texts longer than the model's window)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def word_heatmap(self) -> list[tuple[str, float]]:
+        """:attr:`heatmap` with sub-word pieces joined into words for display; a word shows its strongest piece's score.
+
+        Pieces join where a letter or digit meets a letter or digit, the rule that
+        also widens spans to whole words: ``("The", 0.1), (" fant", 0.2), ("astic", -0.9)``
+        becomes ``("The", 0.1), (" fantastic", -0.9)``.
+        """
+        words: list[tuple[str, float]] = []
+        for piece, score in self.heatmap:
+            if words and _glued(words[-1][0], piece):
+                word, strongest = words[-1]
+                words[-1] = (word + piece, max(strongest, score, key=abs))
+            else:
+                words.append((piece, score))
+        return words
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """A token the steering promoted or demoted at one step, with the exact change of its log-probability."""
+
+    token: str
+    delta: float
+
+
+@dataclass(frozen=True)
+class TokenChange:
+    """What a switch setting changed at one token: see :func:`token_changes`. :meth:`to_dict` gives the plain dict."""
+
+    text: str  # the token's piece of the text, ``text[start:end]``
+    token: str  # the token decoded alone
+    start: int
+    end: int
+    scored: bool  # False for a first token with nothing before it: no log-probabilities, no alternatives
+    logp_base: float | None
+    logp_steered: float | None
+    delta: float  # logp_steered − logp_base (0 when not scored)
+    promoted: list[Alternative]  # most promoted first
+    demoted: list[Alternative]  # most demoted first
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _glued(left: str, right: str) -> bool:
+    """Whether ``left`` followed by ``right`` meet inside a word (a letter or digit on both sides)."""
+    return left[-1:].isalnum() and right[:1].isalnum()
 
 
 def _check_span_args(max_span: object, n_spans: object) -> None:
@@ -30,12 +121,13 @@ def _check_span_args(max_span: object, n_spans: object) -> None:
         raise ValueError(f"n_spans must be an integer ≥ 1; got {n_spans!r}")
 
 
-def best_spans(scores: Sequence[float], max_span: int = 5, n_spans: int = 1) -> list[Span]:
+def best_spans(scores: Sequence[float], max_span: int = 5, n_spans: int = 1) -> list[tuple[int, int, float]]:
     """The ``n_spans`` non-overlapping runs of ≤ ``max_span`` items with the largest total score.
 
     Exact O(n · n_spans · max_span) dynamic programming. Exactly
     ``min(n_spans, len(scores))`` spans are returned, sorted by position, even when
     some have a negative total (their scores say so). Ties go to the earliest spans.
+    Each span is ``(start, end, total)``: items ``[start, end)`` and their summed score.
 
     >>> best_spans([0.1, -2, 3, 1, -1, 2], max_span=2)
     [(2, 4, 4.0)]
@@ -90,11 +182,38 @@ def _char_span(text: str, bounds: list[int], a: int, b: int) -> tuple[int, int]:
         end -= 1
     if start == end:
         return bounds[a], bounds[b]
-    while start > 0 and text[start - 1].isalnum() and text[start].isalnum():
+    while start > 0 and _glued(text[start - 1], text[start]):
         start -= 1
-    while end < len(text) and text[end - 1].isalnum() and text[end].isalnum():
+    while end < len(text) and _glued(text[end - 1], text[end]):
         end += 1
     return start, end
+
+
+def _spans(text: str, bounds: list[int], delta: np.ndarray, max_span: int, n_spans: int) -> list[Span]:
+    """The best token spans as character spans widened to whole words (see :func:`_char_span`)."""
+    spans: list[Span] = []
+    cursor = 0
+    for a, b, score in best_spans(delta.tolist(), max_span, n_spans):
+        start, end = _char_span(text, bounds, a, b)
+        start = max(start, cursor)  # two spans widened into the same word: show them as one
+        spans.append(Span(start=start, end=end, text=text[start:end], score=score, tokens=[a, b]))
+        cursor = max(cursor, end)
+    return spans
+
+
+def _highlighted(text: str, spans: list[Span], label: str) -> list[tuple[str, str | None]]:
+    """The whole text as ``(piece, label or None)``, the spans labelled."""
+    out: list[tuple[str, str | None]] = []
+    cursor = 0
+    for span in spans:
+        if span.start > cursor:
+            out.append((text[cursor : span.start], None))
+        if span.end > span.start:
+            out.append((span.text, label))
+        cursor = max(cursor, span.end)
+    if cursor < len(text):
+        out.append((text[cursor:], None))
+    return out
 
 
 def highlight(
@@ -105,24 +224,24 @@ def highlight(
     eps: float = 5.0,
     max_span: int = 5,
     n_spans: int = 1,
-) -> dict:
+) -> Highlight:
     """The most style-indicative span(s) of ``text`` for ``switch`` at ``eps`` (ε0 units).
 
     Positive ``eps`` finds what reads most like the switch's positive side,
     negative ``eps`` its negative side (for the detox switch, ``eps < 0`` finds the
-    insult). Returns plain data:
+    insult). The :class:`Highlight` holds:
 
-    - ``spans``: ``{"start", "end", "text", "score", "tokens": [a, b]}``: the exact
-      best token ranges ``[a, b)`` and their summed Δ, with character offsets into
-      ``text`` widened to whole words for display;
+    - ``spans``: :class:`Span` ``(start, end, text, score, tokens)``: the exact best
+      token ranges ``tokens = [a, b)`` and their summed Δ, with character offsets
+      into ``text`` widened to whole words for display;
     - ``highlighted``: ``[(piece, label or None), ...]`` covering the whole text,
       ready for ``gr.HighlightedText``;
     - ``heatmap``: ``[(piece, score in [-1, 1]), ...]``, one entry per token
-      (scaled by the largest ``|Δ|``);
-    - ``tokens``: per token ``{"text", "start", "end", "delta", "scored"}``.
+      (scaled by the largest ``|Δ|``); :meth:`Highlight.word_heatmap` joins it into words;
+    - ``tokens``: per token a :class:`TokenDelta` ``(text, start, end, delta, scored)``.
 
     >>> h = highlight(lm, detox, "You are a complete idiot and everyone knows it.", eps=-5)  # doctest: +SKIP
-    >>> h["spans"][0]["text"]                                                               # doctest: +SKIP
+    >>> h.spans[0].text                                                                     # doctest: +SKIP
     'a complete idiot'
     """
     if not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps == 0:
@@ -132,47 +251,34 @@ def highlight(
     check_setting(lm, setting)
     enc = encode_text(lm, text)
     delta = _token_deltas(lm, enc, steering_matrix(setting))
-    bounds = enc.boundaries()
+    bounds, pieces = enc.boundaries(), enc.pieces()
     label = switch.positive_label if eps > 0 else switch.negative_label
-
-    spans = []
-    for a, b, score in best_spans(delta.tolist(), max_span, n_spans):
-        start, end = _char_span(text, bounds, a, b)
-        spans.append({"start": start, "end": end, "text": text[start:end], "score": score, "tokens": [a, b]})
-
-    highlighted: list[tuple[str, str | None]] = []
-    cursor = 0
-    for span in spans:
-        if span["start"] < cursor:  # two spans widened into the same word: show them as one
-            span["start"] = cursor
-            span["text"] = text[cursor : span["end"]]
-        if span["start"] > cursor:
-            highlighted.append((text[cursor : span["start"]], None))
-        if span["end"] > span["start"]:
-            highlighted.append((span["text"], label))
-        cursor = max(cursor, span["end"])
-    if cursor < len(text):
-        highlighted.append((text[cursor:], None))
-
+    spans = _spans(text, bounds, delta, max_span, n_spans)
     scale = float(np.abs(delta).max()) or 1.0
-    pieces = enc.pieces()
-    tokens = [
-        {"text": pieces[i], "start": bounds[i], "end": bounds[i + 1], "delta": float(delta[i]), "scored": bool(enc.scored[i])}
-        for i in range(enc.n_tokens)
-    ]
-    heatmap = [(p, round(float(v) / scale, 4)) for p, v in zip(pieces, delta, strict=True) if p]
-    return {
-        "switch": switch.name,
-        "eps": float(eps),
-        "label": label,
-        "text": text,
-        "spans": spans,
-        "highlighted": highlighted,
-        "heatmap": heatmap,
-        "tokens": tokens,
-        "total_delta": float(delta.sum()),
-        "windows": enc.windows,
-    }
+    return Highlight(
+        switch=switch.name,
+        eps=float(eps),
+        label=label,
+        text=text,
+        spans=spans,
+        highlighted=_highlighted(text, spans, label),
+        heatmap=[(p, round(float(v) / scale, 4)) for p, v in zip(pieces, delta, strict=True) if p],
+        tokens=[TokenDelta(text=pieces[i], start=bounds[i], end=bounds[i + 1], delta=float(delta[i]), scored=bool(enc.scored[i]))
+                for i in range(enc.n_tokens)],
+        total_delta=float(delta.sum()),
+        windows=enc.windows,
+    )
+
+
+def _ranked(change: torch.Tensor, lp0: torch.Tensor, lp1: torch.Tensor, top: int, among: int | None):
+    """The ``top`` largest and smallest changes ``(b, V)`` per row, among tokens in the top ``among`` of either model."""
+    if among is None:
+        return change.topk(top, dim=-1), (-change).topk(top, dim=-1)
+    k = min(among, change.shape[1])
+    plausible = torch.zeros_like(change, dtype=torch.bool)
+    plausible.scatter_(1, lp0.topk(k, dim=-1).indices, True)
+    plausible.scatter_(1, lp1.topk(k, dim=-1).indices, True)
+    return change.masked_fill(~plausible, -math.inf).topk(top, dim=-1), (-change).masked_fill(~plausible, -math.inf).topk(top, dim=-1)
 
 
 @torch.no_grad()
@@ -185,16 +291,21 @@ def token_changes(
     chat: bool = False,
     top: int = 5,
     among: int | None = 100,
-) -> list[dict]:
+) -> list[TokenChange]:
     """What a switch setting changed at each token of ``text`` (e.g. a generation after ``prompt``).
 
-    For every token: the log-probability of the token under the unsteered and the
-    steered model, their difference ``delta``, and the ``top`` alternatives the
-    steering promoted and demoted most at that step, ranked by the exact change of
-    their log-probability (``Δlogits = (M c)ᵀ E`` minus the change of the normaliser).
+    For every token, a :class:`TokenChange`: the log-probability of the token under
+    the unsteered and the steered model (``logp_base``, ``logp_steered``), their
+    difference ``delta``, and the ``top`` alternatives the steering ``promoted`` and
+    ``demoted`` most at that step, ranked by the exact change of their
+    log-probability (``Δlogits = (M c)ᵀ E`` minus the change of the normaliser).
     ``among`` restricts the alternatives to tokens in the top ``among`` of either
     model at that step (the ones that could actually be sampled); ``None`` ranks the
     whole vocabulary.
+
+    >>> rows = token_changes(lm, [(sentiment, 5.0)], " was lovely", prompt="My weekend")  # doctest: +SKIP
+    >>> [(r.text, round(r.delta, 2)) for r in rows]                                      # doctest: +SKIP
+    >>> [a.token for a in rows[-1].promoted]  # what the switch pushed up most instead    # doctest: +SKIP
     """
     if not isinstance(top, int) or not 0 <= top <= 100:
         raise ValueError(f"top must be an integer from 0 to 100; got {top!r}")
@@ -204,36 +315,27 @@ def token_changes(
     M = steering_matrix(setting)
     enc = encode_text(lm, text, prompt=prompt, chat=chat)
     bounds, pieces = enc.boundaries(), enc.pieces()
-    tok = lm.tokenizer
-    out: list[dict] = []
+    decode = lm.tokenizer.decode
+    out: list[TokenChange] = []
     for s in range(0, enc.n_tokens, 128):
         h = enc.hidden[s : s + 128]
-        lp0 = head_logprobs(lm, h)  # (b, V)
-        lp1 = lp0 if M is None else head_logprobs(lm, h, M)
+        lp0 = lm.head_logprobs(h)  # (b, V)
+        lp1 = lp0 if M is None else lm.head_logprobs(h, M)
         change = lp1 - lp0  # (b, V) exact Δ log p
-        if among is not None:
-            k = min(among, change.shape[1])
-            plausible = torch.zeros_like(change, dtype=torch.bool)
-            plausible.scatter_(1, lp0.topk(k, dim=-1).indices, True)
-            plausible.scatter_(1, lp1.topk(k, dim=-1).indices, True)
-            up = change.masked_fill(~plausible, -math.inf).topk(top, dim=-1)
-            down = (-change).masked_fill(~plausible, -math.inf).topk(top, dim=-1)
-        else:
-            up, down = change.topk(top, dim=-1), (-change).topk(top, dim=-1)
+        up, down = _ranked(change, lp0, lp1, top, among)
         for r in range(h.shape[0]):
-            i = s + r
+            i, x = s + r, enc.ids[s + r]
             scored = bool(enc.scored[i])
-            x = enc.ids[i]
-            out.append({
-                "text": pieces[i],
-                "token": tok.decode([x]),
-                "start": bounds[i],
-                "end": bounds[i + 1],
-                "scored": scored,
-                "logp_base": float(lp0[r, x]) if scored else None,
-                "logp_steered": float(lp1[r, x]) if scored else None,
-                "delta": float(change[r, x]) if scored else 0.0,
-                "promoted": [{"token": tok.decode([int(t)]), "delta": float(v)} for v, t in zip(up.values[r], up.indices[r], strict=True)] if scored else [],
-                "demoted": [{"token": tok.decode([int(t)]), "delta": -float(v)} for v, t in zip(down.values[r], down.indices[r], strict=True)] if scored else [],
-            })
+            out.append(TokenChange(
+                text=pieces[i],
+                token=decode([x]),
+                start=bounds[i],
+                end=bounds[i + 1],
+                scored=scored,
+                logp_base=float(lp0[r, x]) if scored else None,
+                logp_steered=float(lp1[r, x]) if scored else None,
+                delta=float(change[r, x]) if scored else 0.0,
+                promoted=[Alternative(decode([int(t)]), float(v)) for v, t in zip(up.values[r], up.indices[r], strict=True)] if scored else [],
+                demoted=[Alternative(decode([int(t)]), -float(v)) for v, t in zip(down.values[r], down.indices[r], strict=True)] if scored else [],
+            ))
     return out

@@ -18,7 +18,7 @@ import hashlib
 import os
 import tempfile
 import weakref
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -33,6 +33,101 @@ MAX_DIMS = 100
 MAX_WORDS = 500
 
 _REFERENCE_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+@dataclass(frozen=True)
+class WordScore:
+    """A word at one pole of a direction and its oriented score ``e_vᵀ u_i · sign_i`` (rounded to 6 places)."""
+
+    word: str
+    score: float
+
+
+@dataclass(frozen=True)
+class WordDelta:
+    """A word and the mean change of its logit over the reference contexts at ε = 1 (one ε0), rounded to 6 places."""
+
+    word: str
+    delta: float
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One singular direction of ``W``, oriented by the reference contexts (see :func:`svd_dimensions`)."""
+
+    index: int
+    singular_value: float
+    share: float  # σ_i² / Σσ²: its share of ‖W‖²
+    flipped: bool  # positive ε raises the −u pole
+    agreement: float  # share of reference contexts where the direction acts that way round
+    strength: float  # s_i · |mean v_iᵀ c| · ε0: the typical logit change scale at ε = 1
+    promoted: list[WordScore]  # pushed up at positive ε, strongest first
+    suppressed: list[WordScore]  # pushed down at positive ε, strongest first
+
+
+@dataclass(frozen=True)
+class Dimensions:
+    """What :func:`svd_dimensions` found. :meth:`to_dict` gives the plain JSON-ready dict (rows as dicts)."""
+
+    switch: str
+    positive_label: str
+    negative_label: str
+    singular_values: list[float]  # all of them, descending
+    dimensions: list[Dimension]
+    reference_contexts: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class WordChanges:
+    """What :func:`promoted_words` found. :meth:`to_dict` gives the plain JSON-ready dict."""
+
+    switch: str
+    positive_label: str
+    negative_label: str
+    promoted: list[WordDelta]  # largest rise first
+    suppressed: list[WordDelta]  # largest fall first (negative deltas)
+    reference_contexts: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One of the two directions a :class:`WordMap` is drawn on."""
+
+    index: int
+    singular_value: float
+    share: float
+    flipped: bool
+
+
+@dataclass(frozen=True)
+class WordPoint:
+    """A word on the map: ``x``, ``y`` its oriented scores on directions 0 and 1, ``group`` the list it came from."""
+
+    word: str
+    x: float
+    y: float
+    group: str  # one of GROUPS
+
+
+@dataclass(frozen=True)
+class WordMap:
+    """What :func:`word_map` found. :meth:`to_dict` gives the plain JSON-ready dict."""
+
+    switch: str
+    positive_label: str
+    negative_label: str
+    axes: list[Axis]
+    points: list[WordPoint]
+    reference_contexts: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 def reference_texts() -> list[str]:
@@ -66,7 +161,7 @@ def _bundled_reference_hidden(lm: LanguageModel) -> torch.Tensor:
     try:
         hidden = load_file(str(path))["hidden"]
         if hidden.ndim == 2 and hidden.shape[1] == lm.hidden_size and torch.isfinite(hidden).all():
-            return hidden.to(lm.head.weight.device)
+            return hidden.to(lm.head_weight().device)
     except (OSError, KeyError, RuntimeError, ValueError):
         pass  # missing or damaged: recompute
     hidden = reference_hidden(lm, texts)
@@ -131,9 +226,9 @@ def _top_words(lm: LanguageModel, rankings: torch.Tensor, ids: torch.Tensor, sur
                 outs[r].append(j)
 
 
-def _listed(rankings: torch.Tensor, surfaces: list[str], rows: list[list[int]], key: str) -> list[list[dict]]:
-    """``{"word", key: score}`` entries of the indices :func:`_top_words` chose, score rounded to 6 places."""
-    return [[{"word": surfaces[j], key: round(float(rankings[r, j]), 6)} for j in row] for r, row in enumerate(rows)]
+def _listed(rankings: torch.Tensor, surfaces: list[str], rows: list[list[int]], entry: type[WordScore] | type[WordDelta]) -> list[list]:
+    """``entry(word, score)`` for the indices :func:`_top_words` chose, score rounded to 6 places."""
+    return [[entry(surfaces[j], round(float(rankings[r, j]), 6)) for j in row] for r, row in enumerate(rows)]
 
 
 @dataclass
@@ -162,7 +257,7 @@ def _directions(lm: LanguageModel, switch: Switch, k: int, reference: list[str] 
     sign = torch.where(mean < 0, -1.0, 1.0).double()
     agreement = ((a * sign) > 0).double().mean(0)
     ids, surfaces = _word_table(lm)
-    E = lm.head.weight.detach()[ids].double().cpu()  # (n_words, d)
+    E = lm.head_weight()[ids].double().cpu()  # (n_words, d)
     proj = E @ U[:, :k].cpu()  # (n_words, k): e_vᵀ u_i
     oriented = (proj * sign.cpu()).T  # (k, n_words)
     return _Directions(S=S, sign=sign, mean=mean, agreement=agreement, oriented=oriented, ids=ids, surfaces=surfaces,
@@ -170,18 +265,18 @@ def _directions(lm: LanguageModel, switch: Switch, k: int, reference: list[str] 
 
 
 @torch.no_grad()
-def svd_dimensions(lm: LanguageModel, switch: Switch, *, dims: int = 10, words: int = 20, reference: list[str] | None = None) -> dict:
+def svd_dimensions(lm: LanguageModel, switch: Switch, *, dims: int = 10, words: int = 20, reference: list[str] | None = None) -> Dimensions:
     """The switch's top ``dims`` singular directions, each with ``words`` words at each pole.
 
-    Every direction is oriented so that ``promoted`` lists the words it pushes *up*
-    at positive ε over the reference contexts and ``suppressed`` the words it pushes
-    down. ``flipped`` says whether that is the ``−u`` pole; ``agreement`` is the share
-    of reference contexts where the direction acts that way round (near 0.5: it
-    promotes either pole depending on the context); ``strength`` is
-    ``s_i · |mean v_iᵀ c|``, the typical logit change scale at ε = 1/ε0.
+    Every :class:`Dimension` is oriented so that ``promoted`` lists the words it
+    pushes *up* at positive ε over the reference contexts and ``suppressed`` the
+    words it pushes down. ``flipped`` says whether that is the ``−u`` pole;
+    ``agreement`` is the share of reference contexts where the direction acts that
+    way round (near 0.5: it promotes either pole depending on the context);
+    ``strength`` is ``s_i · |mean v_iᵀ c|``, the typical logit change scale at ε = 1/ε0.
 
     >>> d = svd_dimensions(lm, sentiment)                 # doctest: +SKIP
-    >>> [w["word"] for w in d["dimensions"][0]["promoted"][:3]]  # doctest: +SKIP
+    >>> [w.word for w in d.dimensions[0].promoted[:3]]    # doctest: +SKIP
     ['wonderful', 'great', 'love']
     """
     _check_counts(dims, words)
@@ -189,37 +284,36 @@ def svd_dimensions(lm: LanguageModel, switch: Switch, *, dims: int = 10, words: 
     S, k = dirs.S, len(dirs.sign)
     total = float((S**2).sum()) or 1.0
     rankings = torch.cat([dirs.oriented, -dirs.oriented])
-    lists = _listed(rankings, dirs.surfaces, _top_words(lm, rankings, dirs.ids, dirs.surfaces, words), "score")
-    directions = []
-    for i in range(k):
-        directions.append({
-            "index": i,
-            "singular_value": float(S[i]),
-            "share": float(S[i] ** 2) / total,
-            "flipped": bool(dirs.sign[i] < 0),
-            "agreement": float(dirs.agreement[i]),
-            "strength": float(S[i] * dirs.mean[i].abs() * switch.eps0),
-            "promoted": lists[i],
-            "suppressed": lists[k + i],
-        })
-    return {
-        "switch": switch.name,
-        "positive_label": switch.positive_label,
-        "negative_label": switch.negative_label,
-        "singular_values": S.tolist(),
-        "dimensions": directions,
-        "reference_contexts": dirs.contexts,
-    }
+    lists = _listed(rankings, dirs.surfaces, _top_words(lm, rankings, dirs.ids, dirs.surfaces, words), WordScore)
+    directions = [
+        Dimension(
+            index=i,
+            singular_value=float(S[i]),
+            share=float(S[i] ** 2) / total,
+            flipped=bool(dirs.sign[i] < 0),
+            agreement=float(dirs.agreement[i]),
+            strength=float(S[i] * dirs.mean[i].abs() * switch.eps0),
+            promoted=lists[i],
+            suppressed=lists[k + i],
+        )
+        for i in range(k)
+    ]
+    return Dimensions(switch=switch.name, positive_label=switch.positive_label, negative_label=switch.negative_label,
+                      singular_values=S.tolist(), dimensions=directions, reference_contexts=dirs.contexts)
 
 
 @torch.no_grad()
-def promoted_words(lm: LanguageModel, switch: Switch, *, words: int = 20, reference: list[str] | None = None) -> dict:
+def promoted_words(lm: LanguageModel, switch: Switch, *, words: int = 20, reference: list[str] | None = None) -> WordChanges:
     """The words whose logits the switch raises and lowers most at positive ε, on average over contexts.
 
     The mean logit change over reference contexts is ``ε · e_vᵀ W c̄`` (linear in
-    ``c``); ``delta`` is that change at ε = 1 (one ε0). Within one context a
-    constant shift of all logits does not change probabilities, so the ranking is
-    also the ranking of the mean change in log-probability.
+    ``c``); each :class:`WordDelta`'s ``delta`` is that change at ε = 1 (one ε0).
+    Within one context a constant shift of all logits does not change
+    probabilities, so the ranking is also the ranking of the mean change in
+    log-probability.
+
+    >>> w = promoted_words(lm, sentiment, words=5)            # doctest: +SKIP
+    >>> [x.word for x in w.promoted], [x.word for x in w.suppressed]  # doctest: +SKIP
     """
     _check_counts(1, words)
     switch.check_model(lm)
@@ -227,46 +321,22 @@ def promoted_words(lm: LanguageModel, switch: Switch, *, words: int = 20, refere
     c_mean = C.double().mean(0).to(switch.W.device)
     direction = switch.W.double() @ c_mean * switch.eps0  # (d,)
     ids, surfaces = _word_table(lm)
-    E = lm.head.weight.detach()[ids].double().cpu()
+    E = lm.head_weight()[ids].double().cpu()  # (n_words, d)
     delta = E @ direction.cpu()
     rankings = torch.stack([delta, -delta])
-    up, down = _listed(rankings, surfaces, _top_words(lm, rankings, ids, surfaces, words), "delta")
-    return {
-        "switch": switch.name,
-        "positive_label": switch.positive_label,
-        "negative_label": switch.negative_label,
-        "promoted": up,
-        "suppressed": [{"word": w["word"], "delta": -w["delta"]} for w in down],
-        "reference_contexts": int(C.shape[0]),
-    }
+    up, down = _listed(rankings, surfaces, _top_words(lm, rankings, ids, surfaces, words), WordDelta)
+    return WordChanges(switch=switch.name, positive_label=switch.positive_label, negative_label=switch.negative_label,
+                       promoted=up, suppressed=[WordDelta(w.word, -w.delta) for w in down], reference_contexts=int(C.shape[0]))
 
 
 NULL_DIRECTION = 1e-5  # a singular value below this share of the largest one is numerical noise, not a direction
 GROUPS = ("promoted 1", "suppressed 1", "promoted 2", "suppressed 2")
 
 
-@torch.no_grad()
-def word_map(lm: LanguageModel, switch: Switch, *, words: int = 15, reference: list[str] | None = None) -> dict:
-    """Words placed on the switch's top two SVD directions, for a scatter plot.
-
-    The points are the top ``words`` promoted and suppressed words of directions 0
-    and 1, oriented as :func:`svd_dimensions` orients them: ``x`` is a word's score
-    on direction 0 and ``y`` on direction 1 (``e_vᵀ u_i``, signed so that positive
-    means pushed up at positive ε). A word on several lists appears once, in the
-    first of the groups ``promoted 1``, ``suppressed 1``, ``promoted 2``,
-    ``suppressed 2``. A direction whose singular value is numerically zero (a
-    rank-1 switch's second) lists no words and puts every ``y`` at 0.
-    """
-    _check_counts(2, words)
-    dirs = _directions(lm, switch, 2, reference)
-    S = dirs.S
-    if float(S[0]) == 0.0:
-        raise ValueError(f"switch '{switch.name}' is all zeros: it has no directions to map; train it or load another")
-    live = [i < len(dirs.sign) and float(S[i]) > NULL_DIRECTION * float(S[0]) for i in range(2)]
+def _map_points(dirs: _Directions, chosen: list[list[int]], live: list[bool]) -> list[WordPoint]:
+    """The chosen words of the live directions' poles as points, each word once (in its first group)."""
     k = len(dirs.sign)
-    rankings = torch.cat([dirs.oriented, -dirs.oriented])  # rows: promoted 0..k-1, then suppressed 0..k-1
-    chosen = _top_words(lm, rankings, dirs.ids, dirs.surfaces, words)
-    points: list[dict] = []
+    points: list[WordPoint] = []
     seen: set[str] = set()
     for i in range(2):
         if not live[i]:
@@ -279,22 +349,42 @@ def word_map(lm: LanguageModel, switch: Switch, *, words: int = 15, reference: l
                 seen.add(word.lower())
                 x = round(float(dirs.oriented[0, j]), 6)
                 y = round(float(dirs.oriented[1, j]), 6) if live[1] else 0.0
-                points.append({"word": word, "x": x, "y": y, "group": group})
+                points.append(WordPoint(word=word, x=x, y=y, group=group))
+    return points
+
+
+@torch.no_grad()
+def word_map(lm: LanguageModel, switch: Switch, *, words: int = 15, reference: list[str] | None = None) -> WordMap:
+    """Words placed on the switch's top two SVD directions, for a scatter plot.
+
+    The points are the top ``words`` promoted and suppressed words of directions 0
+    and 1, oriented as :func:`svd_dimensions` orients them: a :class:`WordPoint`'s
+    ``x`` is the word's score on direction 0 and ``y`` on direction 1 (``e_vᵀ u_i``,
+    signed so that positive means pushed up at positive ε). A word on several
+    lists appears once, in the first of the groups ``promoted 1``, ``suppressed 1``,
+    ``promoted 2``, ``suppressed 2``. A direction whose singular value is
+    numerically zero (a rank-1 switch's second) lists no words and puts every ``y`` at 0.
+
+    >>> m = word_map(lm, sentiment)                                  # doctest: +SKIP
+    >>> [(p.word, p.x) for p in m.points if p.group == "promoted 1"]  # doctest: +SKIP
+    """
+    _check_counts(2, words)
+    dirs = _directions(lm, switch, 2, reference)
+    S = dirs.S
+    if float(S[0]) == 0.0:
+        raise ValueError(f"switch '{switch.name}' is all zeros: it has no directions to map; train it or load another")
+    live = [i < len(dirs.sign) and float(S[i]) > NULL_DIRECTION * float(S[0]) for i in range(2)]
+    rankings = torch.cat([dirs.oriented, -dirs.oriented])  # rows: promoted 0..k-1, then suppressed 0..k-1
+    points = _map_points(dirs, _top_words(lm, rankings, dirs.ids, dirs.surfaces, words), live)
     total = float((S**2).sum())
     axes = [
-        {
-            "index": i,
-            "singular_value": float(S[i]) if i < len(S) else 0.0,
-            "share": float(S[i] ** 2) / total if i < len(S) else 0.0,
-            "flipped": bool(live[i] and dirs.sign[i] < 0),
-        }
+        Axis(
+            index=i,
+            singular_value=float(S[i]) if i < len(S) else 0.0,
+            share=float(S[i] ** 2) / total if i < len(S) else 0.0,
+            flipped=bool(live[i] and dirs.sign[i] < 0),
+        )
         for i in range(2)
     ]
-    return {
-        "switch": switch.name,
-        "positive_label": switch.positive_label,
-        "negative_label": switch.negative_label,
-        "axes": axes,
-        "points": points,
-        "reference_contexts": dirs.contexts,
-    }
+    return WordMap(switch=switch.name, positive_label=switch.positive_label, negative_label=switch.negative_label,
+                   axes=axes, points=points, reference_contexts=dirs.contexts)

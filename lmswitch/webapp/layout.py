@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from types import SimpleNamespace
 
 import gradio as gr
@@ -15,6 +16,7 @@ from lmswitch.webapp.backend import Backend
 from lmswitch.webapp.widgets import MAX_SLOTS, token_html
 
 DOCUMENT_TYPES = [".txt", ".md", ".html", ".htm", ".pdf", ".docx"]
+CSS_PATH = Path(__file__).with_name("app.css")  # the page's styles (token colours, legend), shipped with the package
 TRAIN = TrainConfig()  # the Train tab's defaults
 
 

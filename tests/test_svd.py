@@ -1,14 +1,16 @@
-"""SVD word dimensions and promoted words: the sign convention is checked with planted switches."""
+"""SVD word dimensions, promoted words and the word map: the sign convention is checked with planted switches."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 import torch
 from conftest import FILLER, WORDS_A, WORDS_B, random_switch
 
 import lmswitch as ls
-from lmswitch.lenses.svd import promoted_words, reference_hidden, reference_texts, svd_dimensions, word_map
-from lmswitch.lenses.vocab import complete_words, is_readable_word, token_words
+from lmswitch.lenses.svd import GROUPS, promoted_words, reference_hidden, reference_texts, svd_dimensions, word_map
+from lmswitch.lenses.vocab import is_readable_word
 
 REFERENCE = [
     "the kind one was at the sea with all of them",
@@ -43,15 +45,15 @@ def test_planted_direction_promotes_its_word_at_positive_eps(tiny_lm, sign):
     truth_up = mean_logprob(tiny_lm, switch, 5.0, word) > mean_logprob(tiny_lm, switch, 0.0, word)
     assert truth_up == (sign > 0)  # the plant does what we say it does
 
-    top = svd_dimensions(tiny_lm, switch, dims=1, words=5, reference=REFERENCE)["dimensions"][0]
-    promoted = [w["word"] for w in top["promoted"]]
-    suppressed = [w["word"] for w in top["suppressed"]]
+    top = svd_dimensions(tiny_lm, switch, dims=1, words=5, reference=REFERENCE).dimensions[0]
+    promoted = [w.word for w in top.promoted]
+    suppressed = [w.word for w in top.suppressed]
     assert (promoted[0] if truth_up else suppressed[0]) == word
     assert word not in (suppressed if truth_up else promoted)
-    assert top["agreement"] > 0.5  # most reference contexts have v·c of the mean's sign (v is that mean)
+    assert top.agreement > 0.5  # most reference contexts have v·c of the mean's sign (v is that mean)
 
     overall = promoted_words(tiny_lm, switch, words=5, reference=REFERENCE)
-    assert (overall["promoted"] if truth_up else overall["suppressed"])[0]["word"] == word
+    assert (overall.promoted if truth_up else overall.suppressed)[0].word == word
 
 
 def rank_two(lm) -> ls.Switch:
@@ -75,50 +77,24 @@ def test_rank_two_plant_gives_two_directions_in_order(gpt2_lm):
     """Two planted directions with different strengths come out as dims 0 and 1, each with its own word."""
     lm = gpt2_lm
     d = svd_dimensions(lm, rank_two(lm), dims=2, words=3, reference=REFERENCE)
-    first, second = d["dimensions"]
-    assert first["singular_value"] == pytest.approx(900, rel=1e-4) and second["singular_value"] == pytest.approx(300, rel=1e-4)
-    assert first["promoted"][0]["word"] == "love"
-    assert second["suppressed"][0]["word"] == "hate"  # the −300 direction pushes 'hate' down at positive eps
-    assert d["singular_values"][:2] == pytest.approx([900, 300], rel=1e-4)
-    assert sum(x["share"] for x in d["dimensions"]) == pytest.approx(1.0, abs=1e-6)
+    first, second = d.dimensions
+    assert first.singular_value == pytest.approx(900, rel=1e-4) and second.singular_value == pytest.approx(300, rel=1e-4)
+    assert first.promoted[0].word == "love"
+    assert second.suppressed[0].word == "hate"  # the −300 direction pushes 'hate' down at positive eps
+    assert d.singular_values[:2] == pytest.approx([900, 300], rel=1e-4)
+    assert sum(x.share for x in d.dimensions) == pytest.approx(1.0, abs=1e-6)
 
 
 def test_word_lists_hold_only_readable_distinct_words(gpt2_lm):
     d = svd_dimensions(gpt2_lm, random_switch(gpt2_lm, seed=0), dims=3, words=8, reference=REFERENCE)
-    for dim in d["dimensions"]:
-        words = [w["word"] for w in dim["promoted"] + dim["suppressed"]]
+    for dim in d.dimensions:
+        words = [w.word for w in dim.promoted + dim.suppressed]
         assert all(is_readable_word(w) for w in words)
-        assert len({w["word"].lower() for w in dim["promoted"]}) == len(dim["promoted"]) == 8
-        scores = [w["score"] for w in dim["promoted"]]
+        assert len({w.word.lower() for w in dim.promoted}) == len(dim.promoted) == 8
+        scores = [w.score for w in dim.promoted]
         assert scores == sorted(scores, reverse=True)
     valid = set(WORDS_A + WORDS_B + FILLER)
-    assert all(w["word"] in valid for dim in d["dimensions"] for w in dim["promoted"])
-
-
-@pytest.mark.parametrize(
-    ("surface", "ok"),
-    [
-        ("wonderful", True), ("Zürich", True), ("don't", True), ("well-known", True), ("日本語", True),
-        ("ok", False), ("x2", False), ("</", False), ("...", False), ("", False), ("\ufffd\ufffd\ufffd", False),
-        ("   ", False), ("123", False), ("_init", False), ("-ing", False),
-    ],
-)
-def test_readable_word_filter(surface, ok):
-    assert is_readable_word(surface) is ok
-
-
-def test_token_words_on_a_word_level_vocabulary(tokenizer):
-    tw = token_words(tokenizer)
-    assert tw.surface[tokenizer.convert_tokens_to_ids("happy")] == "happy"
-    assert tw.surface[tokenizer.convert_tokens_to_ids("of")] == ""  # too short
-    assert tw.surface[tokenizer.eos_token_id] == ""  # special tokens are never words
-    assert not any(tw.continues_word)  # no space markers: every token is a whole word
-    assert all(tw.starts_word[i] for i in tw.readable_ids())
-
-
-def test_word_level_tokens_are_complete_words(gpt2_lm):
-    ids = gpt2_lm.tokenizer.convert_tokens_to_ids(["happy", "grief"])
-    assert complete_words(gpt2_lm, ids) == [True, True]
+    assert all(w.word in valid for dim in d.dimensions for w in dim.promoted)
 
 
 def test_bundled_reference_texts_are_varied():
@@ -143,42 +119,69 @@ def test_word_map_puts_planted_words_at_the_extremes(gpt2_lm):
     lm = gpt2_lm
     switch = rank_two(lm)
     m = word_map(lm, switch, words=4, reference=REFERENCE)
-    assert (m["switch"], m["positive_label"], m["negative_label"]) == ("two", "positive", "negative")
-    assert [a["index"] for a in m["axes"]] == [0, 1]
-    assert [a["singular_value"] for a in m["axes"]] == pytest.approx([900, 300], rel=1e-4)
-    points = {p["word"]: p for p in m["points"]}
-    assert len(points) == len(m["points"])  # each word once
-    assert {p["group"] for p in m["points"]} <= {"promoted 1", "suppressed 1", "promoted 2", "suppressed 2"}
-    assert max(m["points"], key=lambda p: p["x"])["word"] == "love" and points["love"]["group"] == "promoted 1"
-    assert min(m["points"], key=lambda p: p["y"])["word"] == "hate"  # −300: 'hate' is pushed down at positive ε
+    assert (m.switch, m.positive_label, m.negative_label) == ("two", "positive", "negative")
+    assert [a.index for a in m.axes] == [0, 1]
+    assert [a.singular_value for a in m.axes] == pytest.approx([900, 300], rel=1e-4)
+    points = {p.word: p for p in m.points}
+    assert len(points) == len(m.points)  # each word once
+    assert {p.group for p in m.points} <= {"promoted 1", "suppressed 1", "promoted 2", "suppressed 2"}
+    assert max(m.points, key=lambda p: p.x).word == "love" and points["love"].group == "promoted 1"
+    assert min(m.points, key=lambda p: p.y).word == "hate"  # −300: 'hate' is pushed down at positive ε
     # x is the oriented score svd_dimensions reports on direction 0 (suppressed words: minus their score)
-    d = svd_dimensions(lm, switch, dims=2, words=4, reference=REFERENCE)["dimensions"]
-    for w in d[0]["promoted"]:
-        assert points[w["word"]]["x"] == w["score"]
-    for w in d[0]["suppressed"]:
-        assert points[w["word"]]["x"] == -w["score"]
-    for w in d[1]["promoted"]:
-        assert points[w["word"]]["y"] == w["score"]
+    d = svd_dimensions(lm, switch, dims=2, words=4, reference=REFERENCE).dimensions
+    for w in d[0].promoted:
+        assert points[w.word].x == w.score
+    for w in d[0].suppressed:
+        assert points[w.word].x == -w.score
+    for w in d[1].promoted:
+        assert points[w.word].y == w.score
     # every listed word is present; a word on two lists keeps its first group
-    listed = [(w["word"], g) for g, ws in (("promoted 1", d[0]["promoted"]), ("suppressed 1", d[0]["suppressed"]),
-                                            ("promoted 2", d[1]["promoted"]), ("suppressed 2", d[1]["suppressed"])) for w in ws]
+    listed = [(w.word, g) for g, ws in (("promoted 1", d[0].promoted), ("suppressed 1", d[0].suppressed),
+                                        ("promoted 2", d[1].promoted), ("suppressed 2", d[1].suppressed)) for w in ws]
     first: dict[str, str] = {}
     for word, group in listed:
         first.setdefault(word, group)
-    assert {w: p["group"] for w, p in points.items()} == first
-    assert m["axes"][0]["flipped"] == d[0]["flipped"] and m["axes"][1]["flipped"] == d[1]["flipped"]
+    assert {w: p.group for w, p in points.items()} == first
+    assert m.axes[0].flipped == d[0].flipped and m.axes[1].flipped == d[1].flipped
 
 
 def test_word_map_of_a_rank_one_switch(llama_lm):
     switch = planted(llama_lm, "grief", -1.0)
     m = word_map(llama_lm, switch, words=5, reference=REFERENCE)
-    assert m["axes"][1]["singular_value"] < 1e-3 * m["axes"][0]["singular_value"]
-    assert all(p["y"] == 0.0 for p in m["points"])
-    assert {p["group"] for p in m["points"]} == {"promoted 1", "suppressed 1"}
-    assert len(m["points"]) == 10
-    assert min(m["points"], key=lambda p: p["x"])["word"] == "grief"  # sign −1: grief is pushed down at positive ε
+    assert m.axes[1].singular_value < 1e-3 * m.axes[0].singular_value
+    assert all(p.y == 0.0 for p in m.points)
+    assert {p.group for p in m.points} == {"promoted 1", "suppressed 1"}
+    assert len(m.points) == 10
+    assert min(m.points, key=lambda p: p.x).word == "grief"  # sign −1: grief is pushed down at positive ε
     zero = ls.Switch(W=torch.zeros_like(switch.W), name="zero", model_name=llama_lm.name, model_fingerprint=llama_lm.fingerprint)
     with pytest.raises(ValueError, match="all zeros"):
         word_map(llama_lm, zero, reference=REFERENCE)
     with pytest.raises(ValueError, match="words"):
         word_map(llama_lm, switch, words=0, reference=REFERENCE)
+
+
+def test_results_to_dict_are_the_plain_json_shapes(gpt2_lm):
+    """to_dict gives plain data with the documented keys; json round-trips it unchanged."""
+    lm, switch = gpt2_lm, rank_two(gpt2_lm)
+    d = svd_dimensions(lm, switch, dims=2, words=3, reference=REFERENCE)
+    plain = json.loads(json.dumps(d.to_dict()))
+    assert plain == d.to_dict()
+    assert list(plain) == ["switch", "positive_label", "negative_label", "singular_values", "dimensions", "reference_contexts"]
+    dim = plain["dimensions"][1]
+    assert list(dim) == ["index", "singular_value", "share", "flipped", "agreement", "strength", "promoted", "suppressed"]
+    assert dim["suppressed"][0] == {"word": "hate", "score": d.dimensions[1].suppressed[0].score}
+    assert plain["reference_contexts"] == d.reference_contexts > 0
+
+    w = promoted_words(lm, switch, words=3, reference=REFERENCE)
+    plain = json.loads(json.dumps(w.to_dict()))
+    assert plain == w.to_dict()
+    assert list(plain) == ["switch", "positive_label", "negative_label", "promoted", "suppressed", "reference_contexts"]
+    assert plain["promoted"] == [{"word": x.word, "delta": x.delta} for x in w.promoted]
+    assert all(x["delta"] < 0 for x in plain["suppressed"])
+
+    m = word_map(lm, switch, words=3, reference=REFERENCE)
+    plain = json.loads(json.dumps(m.to_dict()))
+    assert plain == m.to_dict()
+    assert list(plain) == ["switch", "positive_label", "negative_label", "axes", "points", "reference_contexts"]
+    assert [list(a) for a in plain["axes"]] == [["index", "singular_value", "share", "flipped"]] * 2
+    assert all(list(p) == ["word", "x", "y", "group"] and p["group"] in GROUPS for p in plain["points"])
