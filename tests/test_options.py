@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 
 import pytest
+import torch
 
 import lmswitch as ls
 from lmswitch.core.options import SAMPLING, SamplingOptions, TrainConfig
@@ -20,7 +21,8 @@ def test_generation_functions_take_their_defaults_from_sampling_options():
 def test_train_switch_defaults_are_the_train_config():
     assert inspect.signature(ls.train_switch).parameters["config"].default == TrainConfig()
     assert TrainConfig().warmup == TrainConfig().steps // 2 and TrainConfig(min_steps=3).warmup == 3
-    assert TrainConfig(rank=4).to_dict()["matmul_dtype"] == "bfloat16"
+    assert TrainConfig().to_dict()["matmul_dtype"] == "auto"
+    assert TrainConfig(matmul_dtype=torch.bfloat16).to_dict()["matmul_dtype"] == "bfloat16"
 
 
 @pytest.mark.parametrize(

@@ -36,7 +36,7 @@ def _card_without_curves(switch: Switch) -> dict:
 
 def _sampling(args: argparse.Namespace) -> dict:
     """The decoding options of ``generate``/``sweep`` as keyword arguments."""
-    return SamplingOptions(args.max_new_tokens, args.temperature, args.top_p, args.chat).to_dict()
+    return SamplingOptions(args.max_new_tokens, args.temperature, args.top_p, args.chat, args.adaptive, args.kl_budget).to_dict()
 
 
 def cmd_switch_card(args: argparse.Namespace) -> None:

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from lmswitch.cli.common import emit, log, open_switch
 from lmswitch.core.models import LanguageModel, load_model
-from lmswitch.core.options import SamplingOptions
 from lmswitch.core.switch import Switch
 from lmswitch.harness.evaluate import Evaluation, Protocol, evaluate_grid, evaluate_sweep, load_prompts
 from lmswitch.harness.pretrained import PRETRAINED_DIR
@@ -87,9 +86,10 @@ def _evaluate(args: argparse.Namespace, lm: LanguageModel) -> None:
     metrics = _metrics(args.metrics)
     switch = open_switch(args.switch, lm)
     prompts = load_prompts(args.prompts, args.limit)
-    protocol = Protocol(samples=args.samples, max_new_tokens=args.max_new_tokens, top_p=args.top_p, seed=args.seed)
+    protocol = Protocol(samples=args.samples, max_new_tokens=args.max_new_tokens, top_p=args.top_p, seed=args.seed,
+                        adaptive=args.adaptive, kl_budget=args.kl_budget)
     protocol.validate()
-    SamplingOptions(args.max_new_tokens, protocol.temperature, args.top_p).validate(lm)
+    protocol.sampling().validate(lm)
     outcome = (_grid if args.grid else _sweep)(args, lm, switch, prompts, protocol, metrics)
     outcome.data.update({"prompts": args.prompts, "n_prompts": len(prompts), "protocol": protocol.__dict__})
     if args.out:

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import sys
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import TypeVar
 
 from lmswitch.core.generate import generate
@@ -87,6 +89,13 @@ def _add_generation_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=SAMPLING.top_p)
     p.add_argument("--seed", type=int, default=_default(generate, "seed"))
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    _add_adaptive_options(p)
+
+
+def _add_adaptive_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--adaptive", action="store_true",
+                   help="adaptive strength: per token, scale the steering down so KL(steered ‖ unsteered) stays within --kl-budget")
+    p.add_argument("--kl-budget", type=float, default=SAMPLING.kl_budget, help="with --adaptive: nats per token (default %(default)s)")
 
 
 def _add_text_options(p: argparse.ArgumentParser) -> None:
@@ -160,6 +169,7 @@ def _eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=PROTOCOL.max_new_tokens)
     p.add_argument("--top-p", type=float, default=PROTOCOL.top_p)
     p.add_argument("--seed", type=int, default=PROTOCOL.seed)
+    _add_adaptive_options(p)
     p.add_argument("--metrics", default=EVAL_METRICS, help="comma-separated metrics to plot")
     p.add_argument("--out", help="folder for results.json and the figure (.html, plus .png with --png)")
     p.add_argument("--png", action="store_true", help="also export the figure as PNG (needs Chromium)")
@@ -212,7 +222,8 @@ SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = 
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: common options, then one subparser per entry of :data:`SUBCOMMANDS`."""
-    parser = argparse.ArgumentParser(prog="python -m lmswitch", description="Steer language models with LM-Switch switches.")
+    prog = "lmswitch" if Path(sys.argv[0]).name == "lmswitch" else "python -m lmswitch"  # the console script, or the module
+    parser = argparse.ArgumentParser(prog=prog, description="Steer language models with LM-Switch switches.")
     _add_common_options(parser, defaults=True)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_text, add_arguments) in SUBCOMMANDS.items():

@@ -182,7 +182,7 @@ def generate_tokens(
     )
     stopping = StoppingCriteriaList([_StopOnEvent(stop)]) if stop is not None else None
     same = all(list(s) == list(settings[0]) for s in settings)
-    ctx = steer(lm, settings[0]) if same else steer_rows(lm, settings)
+    ctx = steer(lm, settings[0], kl_budget=opts.budget) if same else steer_rows(lm, settings, kl_budget=opts.budget)
     with ctx, torch.inference_mode():
         out = lm.model.generate(
             input_ids=input_ids.to(lm.input_device),
@@ -217,6 +217,8 @@ def generate(
     seed: int = 0,
     samples: int = 1,
     chat: bool = SAMPLING.chat,
+    adaptive: bool = SAMPLING.adaptive,
+    kl_budget: float = SAMPLING.kl_budget,
 ) -> list[str]:
     """Continuations of ``prompt`` steered by ``switches`` (pairs of switch and ε in ε0 units).
 
@@ -234,7 +236,7 @@ def generate(
     _check_seed(seed)
     rows = [p for p in prompts for _ in range(samples)]
     seeds = [seed + k for _ in prompts for k in range(samples)]
-    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat)
+    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget)
     return generate_tokens(lm, rows, [list(switches)] * len(rows), seeds, opts).texts
 
 
@@ -250,6 +252,8 @@ def sweep(
     temperature: float = SAMPLING.temperature,
     top_p: float = SAMPLING.top_p,
     chat: bool = SAMPLING.chat,
+    adaptive: bool = SAMPLING.adaptive,
+    kl_budget: float = SAMPLING.kl_budget,
 ) -> list[tuple[float, str]]:
     """The same prompt and seed at each ε of one switch, in one batched call (the paper's Table 5).
 
@@ -263,7 +267,7 @@ def sweep(
         raise ValueError("give at least one eps value to sweep")
     _check_seed(seed)
     settings = [[(switch, e), *others] for e in eps_values]
-    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat)
+    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget)
     texts = generate_tokens(lm, [prompt] * len(eps_values), settings, [seed] * len(eps_values), opts).texts
     return list(zip(eps_values, texts, strict=False))
 
@@ -278,6 +282,8 @@ def stream_rows(
     temperature: float = SAMPLING.temperature,
     top_p: float = SAMPLING.top_p,
     chat: bool = SAMPLING.chat,
+    adaptive: bool = SAMPLING.adaptive,
+    kl_budget: float = SAMPLING.kl_budget,
     executor: Executor | None = None,
 ) -> Iterator[list[str]]:
     """Stream several settings of one prompt side by side (same seed): yields the texts so far, per row.
@@ -290,7 +296,7 @@ def stream_rows(
     if not settings:
         raise ValueError("give at least one setting")
     _check_seed(seed)
-    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat)
+    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget)
     opts.validate(lm)
     out: queue.Queue = queue.Queue()
     stop = threading.Event()

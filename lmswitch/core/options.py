@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from lmswitch.core.adaptive import KL_BUDGET
+
 if TYPE_CHECKING:
     from lmswitch.core.models import LanguageModel
 
@@ -37,6 +39,8 @@ class SamplingOptions:
     temperature: float = field(default=1.0, metadata={"help": "softmax temperature; 0 means greedy"})
     top_p: float = field(default=0.9, metadata={"help": "nucleus sampling mass, in (0, 1]"})
     chat: bool = field(default=False, metadata={"help": "wrap the prompt in the model's chat template (instruct models)"})
+    adaptive: bool = field(default=False, metadata={"help": "adaptive strength: per token, scale steering down to the KL budget"})
+    kl_budget: float = field(default=KL_BUDGET, metadata={"help": "with adaptive: the most KL(steered ‖ unsteered) per token, in nats"})
 
     def validate(self, lm: LanguageModel) -> None:
         if not _whole(self.max_new_tokens) or not 1 <= self.max_new_tokens < lm.context_length:
@@ -45,8 +49,15 @@ class SamplingOptions:
             raise ValueError(f"temperature must be a number from 0 (greedy) to 100; got {self.temperature!r}")
         if not (_finite(self.top_p) and 0 < self.top_p <= 1):
             raise ValueError(f"top_p must be in (0, 1]; got {self.top_p!r}")
+        if not (_finite(self.kl_budget) and self.kl_budget > 0):
+            raise ValueError(f"kl_budget must be a positive number of nats per token; got {self.kl_budget!r}")
         if self.chat and not lm.has_chat_template:
             raise ValueError(f"model '{lm.name}' has no chat template; generate without chat=True")
+
+    @property
+    def budget(self) -> float | None:
+        """The KL budget the steering hook applies: ``kl_budget`` with ``adaptive``, else None (no cap)."""
+        return self.kl_budget if self.adaptive else None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -71,7 +82,8 @@ class TrainConfig:
     chunk_tokens: int = field(default=512, metadata={"help": "tokens per chunk when a long document is encoded"})
     seed: int = field(default=0, metadata={"help": "seed of the held-out split and the batches"})
     rank: int | None = field(default=None, metadata={"help": "keep only the top singular directions of W (None: full rank)"})
-    matmul_dtype: torch.dtype = field(default=torch.bfloat16, metadata={"help": "dtype of the head matmuls in training"})
+    matmul_dtype: torch.dtype | None = field(
+        default=None, metadata={"help": "dtype of the head matmuls in training (None: bfloat16 where the hardware is fast at it, else float32)"})
 
     def validate(self, hidden_size: int) -> None:
         """Raise a ValueError that names the bad field and its allowed range."""
@@ -101,5 +113,5 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         data = asdict(self)
-        data["matmul_dtype"] = str(self.matmul_dtype).removeprefix("torch.")
+        data["matmul_dtype"] = "auto" if self.matmul_dtype is None else str(self.matmul_dtype).removeprefix("torch.")
         return data

@@ -17,6 +17,7 @@ from contextvars import ContextVar
 
 import torch
 
+from lmswitch.core.adaptive import kl_scale
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.switch import Switch
 
@@ -60,10 +61,19 @@ class _Steer:
     (d, d) matrices, not 128, and each group is one ordinary matmul.
     """
 
-    def __init__(self, matrix: torch.Tensor, groups: torch.Tensor | None = None) -> None:
+    def __init__(self, matrix: torch.Tensor, groups: torch.Tensor | None = None, cap: tuple[LanguageModel, float] | None = None) -> None:
         self.matrix = matrix
         self.groups = groups
+        self.cap = cap  # (model, KL budget in nats per token): adaptive strength, see lmswitch.core.adaptive
         self._by_device: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+
+    def _step(self, c: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
+        """``c + M c``, or with a KL cap ``c + α M c`` with the per-position ``α`` that keeps the budget."""
+        delta = c @ M.T  # (n, T, d) @ (d, d)
+        if self.cap is not None:
+            lm, budget = self.cap
+            delta = delta * kl_scale(lm, c, delta, budget).to(delta.dtype)
+        return c + delta
 
     def apply(self, c: torch.Tensor) -> torch.Tensor:
         key = (c.device, c.dtype)
@@ -71,7 +81,7 @@ class _Steer:
         if M is None:
             M = self._by_device[key] = self.matrix.to(c.device, c.dtype)
         if M.ndim == 2:
-            return c + c @ M.T  # (B, T, d) @ (d, d)
+            return self._step(c, M)
         groups = self.groups
         rows = c.shape[0]
         if rows != len(groups):
@@ -82,8 +92,7 @@ class _Steer:
         for u in range(M.shape[0]):
             idx = (groups == u).nonzero().squeeze(1).to(c.device)
             if idx.numel():
-                h = c[idx]
-                out[idx] = h + h @ M[u].T
+                out[idx] = self._step(c[idx], M[u])
         return out
 
 
@@ -122,24 +131,35 @@ def _activate(lm: LanguageModel, steer: _Steer | None) -> Iterator[None]:
                 del _INSTALLED[key]
 
 
+def _cap(lm: LanguageModel, kl_budget: float | None) -> tuple[LanguageModel, float] | None:
+    if kl_budget is None:
+        return None
+    if not (isinstance(kl_budget, (int, float)) and math.isfinite(kl_budget) and kl_budget > 0):
+        raise ValueError(f"kl_budget must be a positive number of nats per token (or None for no cap); got {kl_budget!r}")
+    return lm, float(kl_budget)
+
+
 @contextmanager
-def steer(lm: LanguageModel, setting: Setting) -> Iterator[None]:
+def steer(lm: LanguageModel, setting: Setting, *, kl_budget: float | None = None) -> Iterator[None]:
     """Steer ``lm`` inside the block: ``c → c + (Σ eps_i · eps0 · W_i) c`` on the head input.
 
     The sum is formed once. With every eps 0 the model is left exactly as it is.
-    Only the current thread (context) is affected.
+    Only the current thread (context) is affected. ``kl_budget`` (nats per token)
+    turns on adaptive strength: at each position the steering term is scaled down
+    just enough that ``KL(steered ‖ unsteered) ≤ kl_budget``
+    (:mod:`lmswitch.core.adaptive`).
 
     >>> with steer(lm, [(sentiment, 5.0), (detox, 3.0)]):   # doctest: +SKIP
     ...     logits = lm.model(ids).logits
     """
     check_setting(lm, setting)
     matrix = steering_matrix(setting)
-    with _activate(lm, _Steer(matrix) if matrix is not None else None):
+    with _activate(lm, _Steer(matrix, cap=_cap(lm, kl_budget)) if matrix is not None else None):
         yield
 
 
 @contextmanager
-def steer_rows(lm: LanguageModel, settings: Sequence[Setting]) -> Iterator[None]:
+def steer_rows(lm: LanguageModel, settings: Sequence[Setting], *, kl_budget: float | None = None) -> Iterator[None]:
     """Per-row steering: row ``b`` of every batch uses ``settings[b]``.
 
     A batch whose size is a multiple of ``len(settings)`` (several samples per
@@ -147,6 +167,7 @@ def steer_rows(lm: LanguageModel, settings: Sequence[Setting]) -> Iterator[None]
     """
     if not settings:
         raise ValueError("steer_rows needs at least one row setting")
+    cap = _cap(lm, kl_budget)
     for setting in settings:
         check_setting(lm, setting)
     distinct: dict[tuple, int] = {}
@@ -161,7 +182,7 @@ def steer_rows(lm: LanguageModel, settings: Sequence[Setting]) -> Iterator[None]
             distinct[key] = len(matrices)
             matrices.append(steering_matrix(setting))
         groups.append(distinct[key])
-    steer_obj = _Steer(torch.stack(matrices), torch.tensor(groups)) if matrices else None
+    steer_obj = _Steer(torch.stack(matrices), torch.tensor(groups), cap=cap) if matrices else None
     with _activate(lm, steer_obj):
         yield
 

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from lmswitch.core.card import Card, TrainingRecord
 from lmswitch.core.hidden import TokenStates, check_text, encode_texts
-from lmswitch.core.models import LanguageModel
+from lmswitch.core.models import LanguageModel, preferred_dtype
 from lmswitch.core.options import TrainConfig
 from lmswitch.core.switch import Switch
 
@@ -73,7 +73,7 @@ class _SteeredNLL(torch.autograd.Function):
     logits. Autograd through ``cross_entropy`` would materialise several (n, V)
     buffers; here the forward keeps one and the backward turns it into the
     softmax in place, so a step is two (n, d, V) matmuls and three passes over
-    (n, V). The matmuls run in ``E_mm``'s dtype (bf16 by default): the steering
+    (n, V). The matmuls run in ``E_mm``'s dtype (bf16 where it is fast): the steering
     term is small, so its relative rounding error barely moves the loss.
     """
 
@@ -175,7 +175,8 @@ class _Objective:
     def __init__(self, lm: LanguageModel, data: TokenStates, masks: tuple[torch.Tensor, torch.Tensor], config: TrainConfig,
                  use_dummy: bool) -> None:
         self.lm, self.eps0, self.use_dummy = lm, config.eps0, use_dummy
-        self.E_mm = lm.head_weight(config.matmul_dtype)  # (V, d) in the training matmul dtype
+        # (V, d) in the training matmul dtype: bfloat16 only where it is fast (a CPU without native bf16 runs it ~100× slower)
+        self.E_mm = lm.head_weight(config.matmul_dtype or preferred_dtype(lm.head.weight.device))
         self.device = self.E_mm.device
         self.train = self._part(data, masks[0])
         self.held = self._part(data, masks[1])

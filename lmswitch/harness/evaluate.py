@@ -76,6 +76,12 @@ class Protocol:
     temperature: float = SAMPLING.temperature
     seed: int = 0
     batch_size: int = 128
+    adaptive: bool = SAMPLING.adaptive  # per-token KL cap on the steering (lmswitch.core.adaptive)
+    kl_budget: float = SAMPLING.kl_budget
+
+    def sampling(self) -> SamplingOptions:
+        """The decoding options of this protocol's generations."""
+        return SamplingOptions(self.max_new_tokens, self.temperature, self.top_p, adaptive=self.adaptive, kl_budget=self.kl_budget)
 
     def validate(self) -> None:
         if not isinstance(self.samples, int) or not 1 <= self.samples <= 100:
@@ -355,7 +361,7 @@ def evaluate_settings(
     for setting in settings:
         check_setting(lm, setting)
     start = time.perf_counter()
-    opts = SamplingOptions(protocol.max_new_tokens, protocol.temperature, protocol.top_p)
+    opts = protocol.sampling()
     opts.validate(lm)
     rows = [(p, protocol.seed + k) for p in prompts for k in range(protocol.samples)]  # the rows of one setting
     every = [(setting, p, seed) for setting in settings for p, seed in rows]
