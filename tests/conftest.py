@@ -110,6 +110,17 @@ def random_ids(lm: LanguageModel, batch: int, length: int, *, seed: int = 0) -> 
     return torch.randint(len(SPECIALS), lm.vocab_size, (batch, length), generator=g)
 
 
+def tiny_style_data(root: Path) -> None:
+    """A miniature of lmswitch/data/styles for the tiny vocabulary: 20 pairs per style (test_pretrained, test_report)."""
+    rows = [(" ".join([WORDS_A[i % 10], "the", WORDS_A[(i + 3) % 10], "was", "it"]),
+             " ".join([WORDS_B[i % 10], "the", WORDS_B[(i + 3) % 10], "was", "it"])) for i in range(20)]
+    for folder, a, b in (("sentiment", "positive.txt", "negative.txt"), ("toxicity", "civil.txt", "toxic.txt"),
+                         ("formality", "formal.txt", "informal.txt")):
+        (root / folder).mkdir(parents=True)
+        (root / folder / a).write_text("\n".join(r[0] for r in rows), encoding="utf-8")
+        (root / folder / b).write_text("\n".join(r[1] for r in rows), encoding="utf-8")
+
+
 @pytest.fixture(scope="session")
 def tokenizer() -> PreTrainedTokenizerFast:
     return make_tokenizer()

@@ -53,3 +53,11 @@ def test_key_order_is_kept_so_files_and_json_rewrite_unchanged():
     flat = {"data": "x", "recommended_eps": 6.0, "direction": 1, "transfer": {"a": 1}, "z": 0}
     card = Card.from_dict(flat)
     assert list(card.to_dict()) == list(flat) and list(card.updated(new=1).to_dict()) == [*flat, "new"]
+
+
+def test_fluent_range_is_typed_and_checked():
+    card = Card.from_dict({"fluent_eps": [-6, 9]})
+    assert card.fluent_eps == (-6.0, 9.0) and card.to_dict() == {"fluent_eps": [-6.0, 9.0]}
+    for bad in ([1, 2], [-1], "wide", [-1, float("nan")]):
+        with pytest.raises(ValueError, match="fluent_eps"):
+            Card.from_dict({"fluent_eps": bad})

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 
 import pytest
 import torch
@@ -30,10 +29,8 @@ from lmswitch.harness.evaluate import (
     toxicity_scores,
     toxicity_summary,
 )
-from lmswitch.harness.figures import export, grid_figure, loss_figure, meter_figure, spectrum_figure, sweep_figure, word_map_figure
-from lmswitch.lenses.meter import Measurement, MeterRow
+from lmswitch.harness.figures import grid_figure, sweep_figure
 from lmswitch.lenses.spans import token_changes
-from lmswitch.lenses.svd import Axis, WordMap, WordPoint
 
 PROMPTS = ["the happy one", "she was", "they love the"]
 
@@ -140,24 +137,24 @@ def test_evaluate_shapes_coupling_and_sweeps(llama_lm):
     protocol = Protocol(samples=2, max_new_tokens=5, batch_size=4)  # 6 rows in two batches
     base = evaluate(lm, [], PROMPTS, protocol)
     assert base.prompts == 3 and base.samples == 2 and len(base.texts) == 6
-    assert [t["prompt"] for t in base.texts] == [p for p in PROMPTS for _ in range(2)]
+    assert [t.prompt for t in base.texts] == [p for p in PROMPTS for _ in range(2)]
     for key in ("positive_share", "negative_share", "toxicity_prob", "avg_max_toxicity", "dist1", "dist2", "dist3", "formal_share"):
         assert 0.0 <= getattr(base, key) <= 1.0
     assert base.perplexity > 1
     zero = evaluate(lm, [(switch, 0.0)], PROMPTS, protocol)
-    assert [t["text"] for t in zero.texts] == [t["text"] for t in base.texts]  # ε = 0 is the unsteered model, sample for sample
+    assert [t.text for t in zero.texts] == [t.text for t in base.texts]  # ε = 0 is the unsteered model, sample for sample
     assert zero.perplexity == pytest.approx(base.perplexity, rel=1e-9)
     assert zero.to_dict()["setting"] == {"s": 0.0} and "texts" not in zero.to_dict()
     assert zero.summary() == zero.to_dict() and json.loads(json.dumps(zero.to_dict())) == zero.to_dict()
     sweep = evaluate_sweep(lm, switch, [-20, 0, 20], PROMPTS, protocol)
     assert [ev.setting["s"] for ev in sweep] == [-20, 0, 20]
-    assert [t["text"] for t in sweep[1].texts] == [t["text"] for t in base.texts]
+    assert [t.text for t in sweep[1].texts] == [t.text for t in base.texts]
     assert sweep[0].texts != sweep[2].texts
     done = []
     grid = evaluate_grid(lm, (switch, [0, 20]), (other, [-20, 0, 20]), PROMPTS, protocol, progress=lambda d, t: done.append((d, t)))
     assert [[ev.setting for ev in row] for row in grid] == [[{"s": a, "o": b} for b in (-20, 0, 20)] for a in (0, 20)]
     assert done[-1] == (6, 6)
-    assert [t["text"] for t in grid[0][1].texts] == [t["text"] for t in base.texts]
+    assert [t.text for t in grid[0][1].texts] == [t.text for t in base.texts]
     with pytest.raises(ValueError):
         evaluate(lm, [], [], protocol)
     with pytest.raises(ValueError):
@@ -173,20 +170,6 @@ def test_evaluate_shapes_coupling_and_sweeps(llama_lm):
     assert len(heat.data) == 2 and list(heat.data[0].x) == [-20, 0, 20] and list(heat.data[0].y) == [0, 20]
     with pytest.raises(ValueError, match="unknown metric"):
         sweep_figure(sweep, "s", ("nope",))
-
-
-@pytest.mark.browser  # PNG export renders in chromium
-def test_export_html_png_and_bad_suffix(tmp_path, llama_lm):
-    switch = random_switch(llama_lm, seed=4, scale=30.0, name="s")
-    sweep = evaluate_sweep(llama_lm, switch, [0, 10], PROMPTS[:1], Protocol(samples=1, max_new_tokens=3))
-    fig = sweep_figure(sweep, "s")
-    html = export(fig, tmp_path / "f.html")
-    assert html.read_text(encoding="utf-8").count("plotly") > 10
-    assert shutil.which("chromium"), "PNG export needs Debian's chromium; `make test` installs it"
-    png = export(fig, tmp_path / "f.png", width=400, height=300)
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    with pytest.raises(ValueError, match=r"\.html or \.png"):
-        export(fig, tmp_path / "f.pdf")
 
 
 def test_cli_eval_sweep_and_grid(tmp_path, llama_lm, capsys):
@@ -224,7 +207,7 @@ def test_cli_eval_sweep_and_grid(tmp_path, llama_lm, capsys):
 
 
 def _same_evaluation(a, b) -> None:
-    assert [(t["prompt"], t["text"]) for t in a.texts] == [(t["prompt"], t["text"]) for t in b.texts]
+    assert [(t.prompt, t.text) for t in a.texts] == [(t.prompt, t.text) for t in b.texts]
     assert a.setting == b.setting and (a.prompts, a.samples) == (b.prompts, b.samples)
     x, y = a.summary(), b.summary()
     for key in x:
@@ -232,7 +215,7 @@ def _same_evaluation(a, b) -> None:
             assert x[key] == pytest.approx(y[key], abs=1e-6), key
     for s, t in zip(a.texts, b.texts, strict=True):
         for key in ("sentiment", "toxicity", "formality"):
-            assert s[key] == pytest.approx(t[key], abs=1e-6)
+            assert getattr(s, key) == pytest.approx(getattr(t, key), abs=1e-6)
 
 
 def test_evaluate_settings_equals_separate_evaluations(llama_lm):
@@ -296,86 +279,3 @@ def test_protocol_defaults_are_the_sampling_defaults():
     assert (PROTOCOL.top_p, PROTOCOL.temperature) == (SAMPLING.top_p, SAMPLING.temperature)
     assert PROTOCOL.to_dict() == {"samples": 5, "max_new_tokens": 25, "top_p": 0.9, "temperature": 1.0, "seed": 0, "batch_size": 128,
                                   "adaptive": False, "kl_budget": 1.0}
-
-
-def test_loss_figure():
-    fig = loss_figure([3.0, 2.5, 2.2], [(2, 2.8), (3, 2.6)], total_steps=10)
-    assert len(fig.data) == 2
-    assert list(fig.data[0].x) == [1, 2, 3] and list(fig.data[0].y) == [3.0, 2.5, 2.2] and fig.data[0].mode == "lines"
-    assert list(fig.data[1].x) == [2, 3] and list(fig.data[1].y) == [2.8, 2.6] and fig.data[1].mode == "markers"
-    assert list(fig.layout.xaxis.range) == [1, 10]
-    assert fig.layout.xaxis.title.text == "step" and "nats" in fig.layout.yaxis.title.text
-    empty = loss_figure([])
-    assert len(empty.data) == 0 and empty.layout.xaxis.title.text == "step" and empty.layout.xaxis.range is None
-    assert len(loss_figure([1.0]).data) == 1
-    with pytest.raises(ValueError, match="total_steps"):
-        loss_figure([1.0], total_steps=0)
-
-
-def test_spectrum_figure():
-    fig = spectrum_figure([1.0, 3.0, 2.0, 0.0], top=2)  # sorted: 3, 2, 1, 0; Σσ² = 14
-    assert len(fig.data) == 2 and fig.data[0].type == "bar"
-    assert list(fig.data[0].x) == [1, 2] and list(fig.data[0].y) == [3.0, 2.0]
-    assert list(fig.data[1].y) == pytest.approx([9 / 14, 13 / 14])
-    assert fig.data[1].yaxis == "y2"
-    assert list(spectrum_figure([2.0, 1.0]).data[1].y) == pytest.approx([0.8, 1.0])
-    with pytest.raises(ValueError, match="no singular values"):
-        spectrum_figure([])
-    with pytest.raises(ValueError, match="top"):
-        spectrum_figure([1.0], top=0)
-
-
-def test_word_map_figure():
-    data = WordMap(
-        switch="s", positive_label="p", negative_label="n",
-        axes=[Axis(index=0, singular_value=12.345, share=0.99, flipped=False), Axis(index=1, singular_value=0.5, share=0.01, flipped=True)],
-        points=[
-            WordPoint(word="love", x=1.0, y=0.1, group="promoted 1"),
-            WordPoint(word="joy", x=0.8, y=0.0, group="promoted 1"),
-            WordPoint(word="hate", x=-1.0, y=0.2, group="suppressed 1"),
-            WordPoint(word="cold", x=0.1, y=-0.9, group="suppressed 2"),
-        ],
-        reference_contexts=10,
-    )
-    fig = word_map_figure(data)
-    assert [t.name for t in fig.data] == ["promoted 1", "suppressed 1", "suppressed 2"]  # empty groups get no trace
-    assert list(fig.data[0].x) == [1.0, 0.8] and list(fig.data[0].y) == [0.1, 0.0] and list(fig.data[0].text) == ["love", "joy"]
-    assert list(fig.data[2].text) == ["cold"] and "text" in fig.data[0].mode
-    assert fig.layout.xaxis.title.text == "direction 1 (σ=12.3)" and fig.layout.yaxis.title.text == "direction 2 (σ=0.5)"
-
-
-def _measurement(rows: list) -> Measurement:
-    return Measurement(tokens=9, scored_tokens=8, windows=1, base_loglik=-2.0, best_loglik=-1.9, gain=0.1, switches=rows)
-
-
-def test_meter_figure():
-    result = _measurement([
-        MeterRow(name="a", positive_label="positive", negative_label="negative", grid=[-2.0, 0.0, 2.0], loglik=[-3.0, -2.0, -2.5],
-                 best_eps=0.5, best_eps_alone=1.0, evidence_nats=0.7, at_bound=False, label="positive"),
-        MeterRow(name="b", positive_label="positive", negative_label="negative", grid=[-2.0, 0.0, 2.0], loglik=[-2.2, -2.1, -2.6],
-                 best_eps=-1.0, best_eps_alone=-1.0, evidence_nats=0.1, at_bound=False, label="negative"),
-    ])
-    fig = meter_figure(result)
-    assert len(fig.data) == 4  # a line and a best-ε marker per switch
-    line, marker = fig.data[0], fig.data[1]
-    assert list(line.x) == [-2.0, 0.0, 2.0] and list(line.y) == [-3.0, -2.0, -2.5]
-    assert list(marker.x) == [1.0] and list(marker.y) == pytest.approx([-2.25])  # interpolated between ε 0 and 2
-    assert list(fig.data[3].y) == pytest.approx([-2.15])
-    assert "a" in line.name and "+1.00" in line.name and "-1.00" in fig.data[2].name
-    assert marker.showlegend is False
-    assert "ε" in fig.layout.xaxis.title.text and "nats" in fig.layout.yaxis.title.text
-    with pytest.raises(ValueError, match="no switches"):
-        meter_figure(_measurement([]))
-
-
-def test_figures_accept_real_word_map_and_meter_results(gpt2_lm):
-    from lmswitch.lenses.meter import measure
-    from lmswitch.lenses.svd import word_map
-
-    switch = random_switch(gpt2_lm, seed=0, scale=30.0, name="r")
-    data = word_map(gpt2_lm, switch, words=3, reference=["the kind one was at the sea with all of them"])
-    fig = word_map_figure(data)
-    assert sum(len(t.x) for t in fig.data) == len(data.points) and len(fig.data) >= 2
-    result = measure(gpt2_lm, [switch], "the happy one was kind to all of them", points=5)
-    fig = meter_figure(result)
-    assert len(fig.data) == 2 and list(fig.data[0].x) == result.switches[0].grid

@@ -231,34 +231,6 @@ def test_nucleus_sampler_equals_a_full_sort(spread):
     assert torch.equal(got, expect)
 
 
-def test_hidden_states_read_in_one_thread_do_not_break_generation_in_another(llama_lm):
-    """final_hidden stops the forward pass at the head only in its own thread (web sessions share one model)."""
-    lm = llama_lm
-    expected = ls.generate(lm, "the happy one", [], max_new_tokens=12, seed=4, samples=3)
-    ids = lm.tokenizer("the sad one was cold", return_tensors="pt").input_ids
-    reference = lm.final_hidden(ids)
-    stop, errors, got = threading.Event(), [], []
-
-    def read() -> None:
-        while not stop.is_set():
-            try:
-                assert torch.equal(lm.final_hidden(ids), reference)
-            except BaseException as err:  # reported below
-                errors.append(err)
-                return
-
-    reader = threading.Thread(target=read)
-    reader.start()
-    try:
-        for _ in range(3):
-            got.append(ls.generate(lm, "the happy one", [], max_new_tokens=12, seed=4, samples=3))
-    finally:
-        stop.set()
-        reader.join()
-    assert not errors
-    assert all(g == expected for g in got)
-
-
 def test_stream_rows_can_run_on_a_given_executor(llama_lm):
     """A server keeps all model work on one long-lived thread: stream_rows submits its generation there."""
     from concurrent.futures import ThreadPoolExecutor

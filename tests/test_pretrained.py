@@ -6,26 +6,15 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import WORDS_A, WORDS_B
+from conftest import tiny_style_data
 
 from lmswitch.core.switch import load_switch
 from lmswitch.harness.evaluate import Protocol, evaluate_sweep, load_prompts
 from lmswitch.harness.pretrained import PRETRAINED_DIR, SPECS, build_pretrained, get_spec, load_pretrained
 
 
-def _tiny_data(root):
-    """A miniature of lmswitch/data/styles for the tiny vocabulary: 20 pairs per style."""
-    rows = [(" ".join([WORDS_A[i % 10], "the", WORDS_A[(i + 3) % 10], "was", "it"]),
-             " ".join([WORDS_B[i % 10], "the", WORDS_B[(i + 3) % 10], "was", "it"])) for i in range(20)]
-    for folder, a, b in (("sentiment", "positive.txt", "negative.txt"), ("toxicity", "civil.txt", "toxic.txt"),
-                         ("formality", "formal.txt", "informal.txt")):
-        (root / folder).mkdir(parents=True)
-        (root / folder / a).write_text("\n".join(r[0] for r in rows), encoding="utf-8")
-        (root / folder / b).write_text("\n".join(r[1] for r in rows), encoding="utf-8")
-
-
 def test_build_is_deterministic_and_cards_are_complete(tmp_path, llama_lm, monkeypatch):
-    _tiny_data(tmp_path / "data")
+    tiny_style_data(tmp_path / "data")
     # a tiny model trains in a few steps; keep each spec's other settings
     monkeypatch.setattr("lmswitch.harness.pretrained.SPECS", tuple(replace(s, train=replace(s.train, steps=20)) for s in SPECS))
     messages = []
@@ -85,34 +74,3 @@ def test_each_shipped_switch_moves_its_own_scorer(lm, spec):
     low, base, high = (getattr(ev, metric) * spec.direction for ev in evals)
     assert low < base < high, (spec.name, metric, low, base, high)
     assert high - low >= spread, (spec.name, metric, low, base, high)
-
-
-@pytest.mark.browser  # writes PNG figures (rendered in chromium)
-def test_report_end_to_end_on_a_tiny_model(tmp_path, llama_lm, monkeypatch):
-    """The report runs every section, writes figures, JSON and a targets table whose verdicts match its numbers."""
-    import json
-
-    from lmswitch.harness.report import QUICK, run_report
-
-    _tiny_data(tmp_path / "data")
-    monkeypatch.setattr("lmswitch.harness.pretrained.SPECS", tuple(replace(s, train=replace(s.train, steps=10)) for s in SPECS))
-    build_pretrained(llama_lm, tmp_path / "switches", data_dir=tmp_path / "data", eval_prompts=0)
-    assert (tmp_path / "switches" / "README.md").read_text(encoding="utf-8").count(".safetensors`") == 3
-    report = run_report(llama_lm, tmp_path / "EVALUATION.md", figures=tmp_path / "fig", suite=QUICK, switch_dir=tmp_path / "switches",
-                        command="python -m lmswitch eval --report EVALUATION.md --quick")
-    results = report.to_dict()
-    text = (tmp_path / "EVALUATION.md").read_text(encoding="utf-8")
-    assert "python -m lmswitch eval --report EVALUATION.md --quick" in text
-    assert len(report.checks) == 6 and [c.to_dict() for c in report.checks] == results["checks"]
-    for check in results["checks"]:
-        assert f"| {check['target']} | {check['measured']} | {'**met**' if check['met'] else '**missed**'} |" in text
-    assert list(results) == ["suite", "protocol", "model", "fingerprint", "sentiment", "detox", "formality", "efficiency", "grid",
-                             "checks", "frontier", "seconds"]
-    assert len(results["sentiment"]) == len(QUICK.sentiment_eps) and len(results["grid"]) == len(QUICK.grid_eps)
-    assert len(results["frontier"]) == 5 and set(results["efficiency"]) == {"pairs", "card", "evals"}
-    for png in ("sentiment_sweep.png", "detox_sweep.png", "formality_sweep.png", "composition.png"):
-        assert (tmp_path / "fig" / png).read_bytes()[:4] == b"\x89PNG"
-    saved = json.loads((tmp_path / "fig" / "results.json").read_text(encoding="utf-8"))
-    assert saved["checks"] == results["checks"]
-    with pytest.raises(ValueError, match="build-pretrained"):
-        run_report(llama_lm, tmp_path / "E2.md", suite=QUICK, switch_dir=tmp_path / "data")

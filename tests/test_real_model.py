@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import statistics
-import time
 
 import pytest
 import torch
@@ -23,21 +22,6 @@ NEUTRAL_PROMPTS = [
     "Our trip to the coast",
     "The city council announced",
 ]
-
-
-def test_cached_load_is_fast_and_identified(lm):
-    start = time.perf_counter()
-    again = ls.load_model()
-    assert time.perf_counter() - start <= 3.0 + 2.0  # spec: ≤ 3 s; slack for a loaded CI machine
-    assert again.fingerprint == lm.fingerprint
-    assert (lm.hidden_size, lm.vocab_size) == (576, 49152)
-
-
-def test_unknown_model_fails_fast_with_guidance():
-    start = time.perf_counter()
-    with pytest.raises(FileNotFoundError, match="local Hugging Face model folder"):
-        ls.load_model("no-such-org/no-such-model-xyz")
-    assert time.perf_counter() - start < 10
 
 
 def test_zero_eps_is_exactly_the_base_model(lm, sentiment):

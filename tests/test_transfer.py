@@ -132,26 +132,3 @@ def test_sentiment_switch_transferred_to_gemma_moves_its_positivity(lm, gemma):
             texts = ls.generate(gemma, prompts, [(moved, eps)], seed=100, samples=2, max_new_tokens=20)
             scores[eps] = sum(sentiment_scores(texts)) / len(texts)
     assert scores[r] > scores[-r] + 0.2, scores
-
-
-@pytest.mark.slow  # about 9 s: the full transfer report, twice
-def test_transfer_report_section_is_written_and_replaced(tmp_path, llama_lm, make_lm):
-    """The EVALUATION.md section on tiny models: verdict consistent with its numbers, rerunning replaces it."""
-    from lmswitch.harness.report import TRANSFER_KEEP, TransferSuite, run_transfer_report
-
-    target = make_lm("gpt2", hidden=24)
-    switches = tmp_path / "switches"
-    switches.mkdir()
-    random_switch(llama_lm, seed=5, name="sentiment").save(switches / "sentiment.safetensors")
-    out = tmp_path / "EVAL.md"
-    out.write_text("# Evaluation\n\n## Earlier section\n\nkept\n")
-    suite = TransferSuite(prompts=2, samples=1, multiples=(1.0,), direct_eps=(3.0,), min_anchors=20)
-    with torch.random.fork_rng():
-        first = run_transfer_report(llama_lm, target, out, suite=suite, switch_dir=switches).to_dict()
-        run_transfer_report(llama_lm, target, out, suite=suite, switch_dir=switches)
-    text = out.read_text()
-    assert text.count("## Transfer: the sentiment switch on") == 1 and "## Earlier section\n\nkept" in text
-    best = first["best_transfer"]
-    assert first["met"] == (best is not None and best[1] > 0 and best[1] >= TRANSFER_KEEP * first["source_spread"])
-    assert ("**met**" in text) == first["met"]
-    assert (tmp_path / "docs" / "evaluation" / f"transfer-{target.name}.json").exists()

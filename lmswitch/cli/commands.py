@@ -22,6 +22,7 @@ from lmswitch.core.options import SamplingOptions, TrainConfig
 from lmswitch.core.switch import Switch
 from lmswitch.core.train import Done, Step, TrainEvent, train_events, train_switch
 from lmswitch.core.transfer import transfer
+from lmswitch.harness.frontier import calibrated_card
 from lmswitch.harness.pretrained import PRETRAINED_DIR, build_pretrained
 from lmswitch.io.resources import examples_dir
 from lmswitch.lenses.meter import measure
@@ -76,16 +77,32 @@ def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
     events = train_events(lm, positive, negative, name=args.name or Path(args.out).stem, description=args.description,
                           positive_label=args.positive_label, negative_label=args.negative_label, config=config)
     switch = _with_progress_bar(events, args.steps, quiet=args.json)
+    fluent = ""
+    if args.calibrate:
+        if not args.json:
+            log("probing the fluent ε range on a few dev prompts …")
+        switch.card = calibrated_card(lm, switch)
+        fluent = f"; fluent ε {switch.card.fluent_eps[0]:+g} … {switch.card.fluent_eps[1]:+g}"
     switch.save(args.out)
     card = _card_without_curves(switch)
     gain = card["heldout_gain"]
     emit(args, {"out": args.out, "card": card},
          f"saved {args.out}: {card['steps']} steps in {card['seconds']:.1f} s, held-out gain "
-         + (f"{gain:+.4f} nats/token" if gain is not None else "n/a (no held-out data)"))
+         + (f"{gain:+.4f} nats/token" if gain is not None else "n/a (no held-out data)") + fluent)
+
+
+def _warn_beyond_fluent(setting: list[tuple[Switch, float]]) -> None:
+    """A warning on stderr for each ε outside its switch's calibrated fluent range (text there tends to loop)."""
+    for switch, eps in setting:
+        fluent = switch.card.fluent_eps
+        if fluent is not None and not fluent[0] <= eps <= fluent[1]:
+            log(f"warning: ε {eps:+g} for '{switch.name}' is beyond its fluent range {fluent[0]:+g} … {fluent[1]:+g}; "
+                "expect repetition and lower fluency")
 
 
 def cmd_generate(args: argparse.Namespace, lm: LanguageModel) -> None:
     setting = [(open_switch(ref, lm), eps) for ref, eps in args.switch]
+    _warn_beyond_fluent(setting)
     texts = generate(lm, args.prompt, setting, samples=args.samples, seed=args.seed, **_sampling(args))
     data = {"prompt": args.prompt, "switches": [{"path": ref, "eps": eps} for ref, eps in args.switch], "seed": args.seed,
             "samples": [{"seed": args.seed + k, "text": t} for k, t in enumerate(texts)]}

@@ -70,7 +70,7 @@ def _write(outcome: _Outcome, folder: str, png: bool) -> None:
 
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
-    results = {**outcome.data, "texts": [ev.texts for ev in outcome.evals]}
+    results = {**outcome.data, "texts": [[t.to_dict() for t in ev.texts] for ev in outcome.evals]}
     (out / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False), encoding="utf-8")
     written = [out / "results.json", export(outcome.figure, out / f"{outcome.stem}.html")]
     if png:
@@ -119,9 +119,35 @@ def _transfer_report(args: argparse.Namespace, lm: LanguageModel) -> None:
                         f"source spread {results['source_spread']:+.3f}; direct reference {results['best_direct']}")
 
 
+def _frontier(args: argparse.Namespace, lm: LanguageModel) -> None:
+    """``--frontier NAME …``: each switch's fluent frontier (choose on dev, report on test); JSON, figures, report section."""
+    from lmswitch.harness.figures import export, frontier_figure
+    from lmswitch.harness.frontier import FrontierSpec, markdown, run_frontier, target_checks
+    from lmswitch.harness.report import command_line, replace_section
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    protocol = Protocol(samples=args.samples, max_new_tokens=args.max_new_tokens, top_p=args.top_p, seed=args.seed, kl_budget=args.kl_budget)
+    frontiers = [run_frontier(lm, open_switch(name, lm), FrontierSpec.for_switch(name), methods=methods, protocol=protocol,
+                              dev_limit=args.limit, test_limit=args.limit, log=log) for name in args.frontier]
+    data = {"frontiers": [f.to_dict() for f in frontiers], "command": command_line()}
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "frontier.json").write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
+        for f in frontiers:
+            export(frontier_figure(f), out / f"frontier-{f.spec.switch}.html")
+    if args.report:
+        body = f"Command: `{command_line()}`\n\n" + "\n".join(markdown(f) for f in frontiers)
+        replace_section(Path(args.report), "## Fluent frontier (dev → test)", body)
+    lines = [f"{'met   ' if met else 'MISSED'}  {target}: {shown}" for f in frontiers for target, shown, met in target_checks(f)]
+    emit(args, data, "\n".join(lines))
+
+
 def cmd_eval(args: argparse.Namespace, lm: LanguageModel) -> None:
-    """``eval``: the transfer report, the full report, or a sweep/grid, by which options are given."""
-    if args.transfer_to:
+    """``eval``: the frontier, the transfer report, the full report, or a sweep/grid, by which options are given."""
+    if args.frontier:
+        _frontier(args, lm)
+    elif args.transfer_to:
         _transfer_report(args, lm)
     elif args.report:
         _report(args, lm)

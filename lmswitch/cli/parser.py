@@ -26,6 +26,7 @@ from lmswitch.core.options import SAMPLING, TrainConfig
 from lmswitch.core.train import train_switch
 from lmswitch.core.transfer import transfer
 from lmswitch.harness.evaluate import PROTOCOL
+from lmswitch.harness.frontier import METHODS as FRONTIER_METHODS
 from lmswitch.harness.pretrained import build_pretrained
 from lmswitch.io.parse import DEFAULT_EPS, parse_eps_list, parse_switch_spec
 from lmswitch.lenses.meter import measure
@@ -121,6 +122,8 @@ def _train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, default=TRAIN.lr)
     p.add_argument("--l2", type=float, default=TRAIN.l2)
     p.add_argument("--seed", type=int, default=TRAIN.seed)
+    p.add_argument("--no-calibrate", dest="calibrate", action="store_false",
+                   help="skip the quick probe of the fluent ε range after training (stored in the card as fluent_eps)")
 
 
 def _generate(p: argparse.ArgumentParser) -> None:
@@ -176,6 +179,10 @@ def _eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--report", metavar="EVALUATION.md", help="run the full evaluation of the shipped switches and write this report")
     p.add_argument("--quick", action="store_true", help="with --report: a tiny suite, for a smoke test")
     p.add_argument("--switches", default=None, help="with --report: folder of shipped switches (default: the shipped switches, lmswitch/data/switches/)")
+    p.add_argument("--frontier", nargs="+", metavar="SWITCH", help="the fluent frontier of shipped switches (sentiment, detox, "
+                   "formality): sweep each method on the dev prompts, report its strongest fluent setting on the test prompts; "
+                   "with --report FILE, write that section of FILE; with --out DIR, JSON and figures")
+    p.add_argument("--methods", default=",".join(FRONTIER_METHODS), help="with --frontier: comma-separated methods (default %(default)s)")
     p.add_argument("--transfer-to", default=None, metavar="MODEL",
                    help="transfer the shipped sentiment switch to MODEL, evaluate it there against a switch trained on MODEL "
                         "directly, and write that section of the report file (default EVALUATION.md)")

@@ -60,12 +60,24 @@ def _number_or_none(value: object, key: str) -> float | None:
     return float(value)
 
 
+def _fluent_range(value: object) -> tuple[float, float] | None:
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise ValueError(f"card field 'fluent_eps' must be [most negative, most positive]; got {value!r}")
+    low, high = (_number_or_none(v, "fluent_eps") for v in value)
+    if low is None or high is None or low > 0 or high < 0:
+        raise ValueError(f"card field 'fluent_eps' must be [ε ≤ 0, ε ≥ 0]; got {value!r}")
+    return low, high
+
+
 @dataclass(frozen=True, eq=True)
 class Card(Mapping):
     """The card of a switch. Build it with :meth:`from_dict`; :meth:`to_dict` gives the flat JSON form."""
 
     training: TrainingRecord | None = None
     recommended_eps: float | None = None  # the strength the switch was built or transferred for (ε0 units)
+    fluent_eps: tuple[float, float] | None = None  # (most negative, most positive) ε that still wrote fluent text when probed
     transfer: dict | None = None  # how a transferred switch was mapped (source, anchors, fit quality, ε scale)
     extra: dict = field(default_factory=dict)  # every other key, kept as read
     order: tuple[str, ...] = field(default=(), compare=False, repr=False)  # flat key order as read: files rewrite unchanged
@@ -86,13 +98,16 @@ class Card(Mapping):
         if transfer is not None and not isinstance(transfer, dict):
             raise ValueError(f"card field 'transfer' must be an object; got {type(transfer).__name__}")
         eps = _number_or_none(data.pop("recommended_eps", None), "recommended_eps")
-        return cls(training=training, recommended_eps=eps, transfer=transfer, extra=data, order=order)
+        return cls(training=training, recommended_eps=eps, fluent_eps=_fluent_range(data.pop("fluent_eps", None)), transfer=transfer,
+                   extra=data, order=order)
 
     def to_dict(self) -> dict:
         """The flat JSON-ready card, as stored in the file header."""
         out = asdict(self.training) if self.training is not None else {}
         if self.recommended_eps is not None:
             out["recommended_eps"] = self.recommended_eps
+        if self.fluent_eps is not None:
+            out["fluent_eps"] = list(self.fluent_eps)
         if self.transfer is not None:
             out["transfer"] = self.transfer
         out.update(self.extra)

@@ -113,7 +113,7 @@ class _StopOnEvent(StoppingCriteria):
         return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
 
 
-def _encode(lm: LanguageModel, prompts: Sequence[str], opts: SamplingOptions) -> tuple[torch.Tensor, torch.Tensor]:
+def encode_prompts(lm: LanguageModel, prompts: Sequence[str], opts: SamplingOptions) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-padded ``(input_ids, attention_mask)``; prompts too long for the context are cut from the left."""
     tok = lm.tokenizer
     budget = lm.context_length - opts.max_new_tokens
@@ -172,7 +172,7 @@ def generate_tokens(
     Keeps the token ids as well as the texts, for scoring the exact tokens that were sampled.
     """
     opts.validate(lm)
-    input_ids, mask = _encode(lm, prompts, opts)
+    input_ids, mask = encode_prompts(lm, prompts, opts)
     tok = lm.tokenizer
     config = GenerationConfig(
         max_new_tokens=opts.max_new_tokens,

@@ -26,6 +26,7 @@ Every default is written once: the thresholds below, and the sampling settings i
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -34,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from lmswitch.core.generate import generate_tokens
+from lmswitch.core.generate import encode_prompts, generate_tokens
 from lmswitch.core.hidden import encode_text, target_logprobs
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SAMPLING, SamplingOptions
@@ -50,15 +51,26 @@ FORMAL = 0.5  # a sample is formal above this classifier probability
 Progress = Callable[[int, int], None]  # (done, total): rows in evaluate_settings, settings in sweeps and grids
 
 
-def load_prompts(which: str | Path, limit: int | None = None) -> list[str]:
-    """A shipped prompt set (``"neutral"``, ``"provocative"``) or a text file with one prompt per line."""
+SPLITS = ("dev", "test")  # every prompt set: even lines (0, 2, …) are dev, odd lines are test; settings are chosen on dev only
+
+
+def load_prompts(which: str | Path, limit: int | None = None, split: str | None = None) -> list[str]:
+    """A shipped prompt set (``"neutral"``, ``"provocative"``) or a text file with one prompt per line.
+
+    ``split="dev"`` keeps the even lines and ``"test"`` the odd ones (fixed, so nothing
+    tuned on dev is reported on test); ``limit`` then keeps the first prompts.
+    """
+    if split is not None and split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)} (or None for every prompt); got {split!r}")
     path = prompts_dir() / PROMPT_SETS[which] if which in PROMPT_SETS else Path(which)
     if not path.is_file():
         names = ", ".join(PROMPT_SETS)
         raise ValueError(f"no prompt set {str(which)!r}: give one of {names} or a text file with one prompt per line")
     prompts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if split is not None:
+        prompts = prompts[SPLITS.index(split) :: 2]
     if not prompts:
-        raise ValueError(f"{path} contains no prompts")
+        raise ValueError(f"{path} contains no prompts" + (f" in its {split} split" if split else ""))
     if limit is not None:
         if not isinstance(limit, int) or limit < 1:
             raise ValueError(f"the prompt limit must be a positive integer; got {limit!r}")
@@ -107,6 +119,26 @@ def distinct_n(texts: Sequence[str], n: int) -> float:
         raise ValueError(f"n must be ≥ 1; got {n}")
     grams = [tuple(words[i : i + n]) for text in texts for words in [text.split()] for i in range(len(words) - n + 1)]
     return len(set(grams)) / len(grams) if grams else 0.0
+
+
+LOOP_REPEATS = 3  # a word this many times in a row ("great great great") marks a sample as looping
+_WORDS = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+
+
+def loops(text: str, repeats: int = LOOP_REPEATS) -> bool:
+    """Whether ``text`` has one word ``repeats`` times in a row, ignoring case and punctuation ("cramped, cramped, cramped")."""
+    words = [w.lower() for w in _WORDS.findall(text)]
+    run = 1
+    for a, b in zip(words, words[1:], strict=False):
+        run = run + 1 if a == b else 1
+        if run >= repeats:
+            return True
+    return False
+
+
+def repetition_share(texts: Sequence[str]) -> float:
+    """Share of ``texts`` that loop (see :func:`loops`); 0 for no texts."""
+    return sum(map(loops, texts)) / len(texts) if texts else 0.0
 
 
 @lru_cache(maxsize=1)
@@ -240,6 +272,20 @@ def text_scores(lm: LanguageModel, prompt: str, texts: Sequence[str], *, chat: b
 # ---------------------------------------------------------------- evaluation of steering settings
 
 
+@dataclass(frozen=True)
+class Sample:
+    """One generated continuation of an evaluation and its scores (rounded to 4 places)."""
+
+    prompt: str
+    text: str
+    sentiment: float  # vader compound
+    toxicity: float  # profanity probability
+    formality: float  # formal-class probability
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
 @dataclass
 class Evaluation:
     """Scores of one steering setting on one prompt set."""
@@ -258,8 +304,9 @@ class Evaluation:
     dist2: float
     dist3: float
     formal_share: float
+    repetition: float  # share of samples with a word three times in a row
     seconds: float
-    texts: list[dict] = field(default_factory=list)  # {"prompt", "text", "sentiment", "toxicity", "formality"}
+    texts: list[Sample] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         """All metrics without the sample texts (the JSON form of the CLI and the report)."""
@@ -307,26 +354,43 @@ def _summarise(
         dist2=sum(distinct_n(g, 2) for g in by_prompt) / len(by_prompt),
         dist3=sum(distinct_n(g, 3) for g in by_prompt) / len(by_prompt),
         formal_share=sum(x > FORMAL for x in formal) / len(formal),
+        repetition=repetition_share(texts),
         seconds=round(seconds, 2),
         texts=[
-            {"prompt": p, "text": t, "sentiment": round(a, 4), "toxicity": round(b, 4), "formality": round(f, 4)}
+            Sample(p, t, round(a, 4), round(b, 4), round(f, 4))
             for (p, _), t, a, b, f in zip(rows, texts, sent, tox, formal, strict=True)
         ],
     )
 
 
-def _sample(
-    lm: LanguageModel, rows: Sequence[tuple[Setting, str, int]], opts: SamplingOptions, batch_size: int, progress: Progress | None
-) -> tuple[list[str], list[float], list[int]]:
-    """Continue each (setting, prompt, seed) row in batches: its text, and the NLL and token count of its new tokens (unsteered)."""
+def instructed(lm: LanguageModel, prompt: str, instruction: str | None) -> str:
+    """The text a row is generated from: the prompt itself, or ``instruction`` + prompt through the chat template.
+
+    The prompting baseline: an instruct model is asked to continue the prompt in a
+    style, and its answer is scored as a continuation of the plain prompt.
+    """
+    if instruction is None:
+        return prompt
+    if not lm.has_chat_template:
+        raise ValueError(f"model '{lm.name}' has no chat template, so it cannot be prompted with an instruction")
+    message = [{"role": "user", "content": f"{instruction}\n\n{prompt}"}]
+    return lm.tokenizer.apply_chat_template(message, tokenize=False, add_generation_prompt=True) + prompt
+
+
+def _sample(lm: LanguageModel, rows: Sequence[tuple], opts: SamplingOptions, batch_size: int, progress: Progress | None
+            ) -> tuple[list[str], list[float], list[int]]:
+    """Continue each (setting, prompt, seed, instruction) row in batches: its text, and the NLL and token count of its
+    new tokens under the unsteered model given the plain prompt."""
     texts: list[str] = []
     nll: list[float] = []
     counts: list[int] = []
     for s in range(0, len(rows), batch_size):
         chunk = rows[s : s + batch_size]
-        gen = generate_tokens(lm, [p for _, p, _ in chunk], [setting for setting, _, _ in chunk], [seed for _, _, seed in chunk], opts)
+        sources = [instructed(lm, p, instruction) for _, p, _, instruction in chunk]
+        gen = generate_tokens(lm, sources, [r[0] for r in chunk], [r[2] for r in chunk], opts)
         texts += gen.texts
-        a, b = continuation_nll(lm, gen.prompt_ids, gen.prompt_mask, gen.new_ids, gen.new_mask)
+        plain = (gen.prompt_ids, gen.prompt_mask) if sources == [r[1] for r in chunk] else encode_prompts(lm, [r[1] for r in chunk], opts)
+        a, b = continuation_nll(lm, *plain, gen.new_ids, gen.new_mask)
         nll += a
         counts += b
         if progress:
@@ -341,8 +405,13 @@ def evaluate_settings(
     protocol: Protocol = PROTOCOL,
     *,
     progress: Progress | None = None,
+    instructions: Sequence[str | None] | None = None,
 ) -> list[Evaluation]:
     """:func:`evaluate` for several settings at once, one :class:`Evaluation` per setting, in order.
+
+    ``instructions`` (one per setting, or None) generate that setting's rows from the
+    instruction and the prompt through the chat template (:func:`instructed`): the
+    prompting baseline, scored on the same prompts, seeds and metrics.
 
     All rows (settings × prompts × samples, setting-major) are sampled together in
     batched :func:`~lmswitch.core.generate.generate_tokens` calls of ``protocol.batch_size``
@@ -364,7 +433,10 @@ def evaluate_settings(
     opts = protocol.sampling()
     opts.validate(lm)
     rows = [(p, protocol.seed + k) for p in prompts for k in range(protocol.samples)]  # the rows of one setting
-    every = [(setting, p, seed) for setting in settings for p, seed in rows]
+    instructions = list(instructions) if instructions is not None else [None] * len(settings)
+    if len(instructions) != len(settings):
+        raise ValueError(f"got {len(instructions)} instructions for {len(settings)} settings")
+    every = [(setting, p, seed, instruction) for setting, instruction in zip(settings, instructions, strict=True) for p, seed in rows]
     texts, nll, counts = _sample(lm, every, opts, protocol.batch_size, progress)
     sent = sentiment_scores(texts)
     tox = toxicity_scores(texts)

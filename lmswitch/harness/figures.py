@@ -15,6 +15,7 @@ from plotly.subplots import make_subplots
 from lmswitch.harness.evaluate import Evaluation
 
 if TYPE_CHECKING:  # the lenses pull in scipy and the SVD code; the figures only read their results
+    from lmswitch.harness.frontier import Frontier
     from lmswitch.lenses.meter import Measurement
     from lmswitch.lenses.svd import WordMap
 
@@ -29,7 +30,9 @@ METRICS: dict[str, tuple[str, tuple[float, float] | None]] = {
     "formal_share": ("share formal", (0, 1)),
     "perplexity": ("perplexity (unsteered model)", None),
     "dist3": ("Dist-3", (0, 1)),
+    "repetition": ("share of looping samples", (0, 1)),
 }
+METHOD_COLORS = {"switch": "#1f77b4", "switch+adaptive": "#2ca02c", "prompting": "#ff7f0e"}
 
 
 def _check_metric(metric: str) -> str:
@@ -65,7 +68,7 @@ def grid_figure(grid: Sequence[Sequence[Evaluation]], first: str, second: str, m
     eps_a = [row[0].setting.get(first, 0.0) for row in grid]
     eps_b = [ev.setting.get(second, 0.0) for ev in grid[0]]
     fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=[METRICS[_check_metric(m)][0] for m in metrics], horizontal_spacing=0.12)
-    sample = [[(ev.texts[0]["prompt"] + ev.texts[0]["text"])[:90] if ev.texts else "" for ev in row] for row in grid]
+    sample = [[(ev.texts[0].prompt + ev.texts[0].text)[:90] if ev.texts else "" for ev in row] for row in grid]
     for k, metric in enumerate(metrics):
         z = [[getattr(ev, metric) for ev in row] for row in grid]
         lo_hi = METRICS[metric][1]
@@ -207,3 +210,24 @@ def export(fig: go.Figure, path: str | Path, width: int = 1000, height: int = 50
     else:
         raise ValueError(f"figures are exported as .html or .png; got '{path.name}'")
     return path
+
+
+def frontier_figure(frontier: Frontier) -> go.Figure:
+    """Effect vs perplexity on the dev prompts, one curve per method and side; filled markers are fluent settings."""
+    spec = frontier.spec
+    fig = go.Figure()
+    for row in frontier.rows:
+        base = row.dev_base
+        fluent = [not spec.rules.problems(ev, base) for _, ev in row.dev]
+        fig.add_trace(go.Scatter(
+            x=[ev.perplexity / base.perplexity for _, ev in row.dev], y=[getattr(ev, spec.metric) for _, ev in row.dev],
+            mode="lines+markers", name=f"{row.method} {'+' if row.side > 0 else '−'}",
+            line={"color": METHOD_COLORS.get(row.method), "dash": "solid" if row.side > 0 else "dot"},
+            marker={"size": 9, "symbol": ["circle" if f else "circle-open" for f in fluent]},
+            text=[f"strength {s:+g}; Dist-3 {ev.dist3 / base.dist3:.2f}×; looping {ev.repetition:.0%}" for s, ev in row.dev],
+            hovertemplate="%{text}<br>perplexity %{x:.2f}×<br>" + spec.metric + " %{y:.2f}<extra></extra>"))
+    fig.add_vline(x=spec.rules.perplexity_ratio, line_dash="dash", line_color="grey", annotation_text="perplexity bound")
+    title, span = METRICS.get(spec.metric, (spec.metric, None))
+    fig.update_layout(title=f"{spec.switch}: fluent frontier on dev prompts (filled = fluent)", xaxis_title="perplexity ÷ unsteered",
+                      yaxis_title=title, yaxis_range=span, template="plotly_white")
+    return fig

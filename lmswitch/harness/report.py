@@ -181,12 +181,12 @@ class SweepSection(Sweep):
         lines = [f"## {self.title}", "", table(self.evals, self.switch, self.base.perplexity), f"![{self.switch} sweep]({FIGURES}/{self.figure})", ""]
         for ev in (self.evals[0], self.base, self.evals[-1]):
             t = ev.texts[0]
-            lines.append(f"- ε {ev.setting.get(self.switch, 0.0):+g}: *{t['prompt']}* **{t['text'].strip()}**")
+            lines.append(f"- ε {ev.setting.get(self.switch, 0.0):+g}: *{t.prompt}* **{t.text.strip()}**")
         return [*lines, ""]
 
     def samples(self) -> dict[str, list[dict]]:
         """Three sample texts per ε, for the JSON next to the report."""
-        return {f"{ev.setting.get(self.switch, 0.0):+g}": ev.texts[:3] for ev in self.evals}
+        return {f"{ev.setting.get(self.switch, 0.0):+g}": [t.to_dict() for t in ev.texts[:3]] for ev in self.evals}
 
 
 @dataclass(frozen=True)
@@ -589,7 +589,7 @@ def _share(spread: float, source_spread: float) -> str:
     return f"{spread / source_spread:.0%}" if source_spread > 0 else "n/a (the source does not move)"
 
 
-def _replace_section(path: Path, heading: str, body: str) -> None:
+def replace_section(path: Path, heading: str, body: str) -> None:
     """Put ``heading`` + ``body`` into ``path``, replacing an earlier section with the same heading."""
     text = path.read_text(encoding="utf-8") if path.exists() else ""
     section = f"{heading}\n\n{body.rstrip()}\n"
@@ -645,7 +645,7 @@ def _transfer_markdown(report: TransferReport, command: str) -> str:
         "",
         table(report.direct.evals, report.direct.switch, report.direct.base.perplexity),
         "Samples (prompt 1, sample 1): " + "; ".join(
-            f"ε {ev.setting.get(moved.switch, 0.0):+g}: “{ev.texts[0]['text'].strip()[:70]}”" for ev in (moved.evals[0], moved.base, moved.evals[-1])),
+            f"ε {ev.setting.get(moved.switch, 0.0):+g}: “{ev.texts[0].text.strip()[:70]}”" for ev in (moved.evals[0], moved.base, moved.evals[-1])),
     ]
     return "\n".join(lines)
 
@@ -675,7 +675,7 @@ def run_transfer_report(source: LanguageModel, target: LanguageModel, out: str |
     direct_sweep = _sweep_on(target, direct, sorted({s * x for x in suite.direct_eps for s in (-1, 1)} | {0.0}), prompts, protocol)
     report = TransferReport(source.name, target.name, suite, protocol, dict(moved.card), dict(direct.card), src, moved_sweep, direct_sweep,
                             time.perf_counter() - start)
-    _replace_section(Path(out), f"## Transfer: the sentiment switch on {target.name}", _transfer_markdown(report, command))
+    replace_section(Path(out), f"## Transfer: the sentiment switch on {target.name}", _transfer_markdown(report, command))
     json_path = Path(out).parent / FIGURES / f"transfer-{target.name}.json"
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(report.to_dict(), indent=1, default=str), encoding="utf-8")

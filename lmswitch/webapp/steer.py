@@ -146,7 +146,7 @@ def run_sweep(backend: Backend, name: str, eps_text: str, samples, prompt: str, 
     protocol = batch_protocol(len(eps), samples, (max_new_tokens, temperature, top_p, seed, chat))
     evals = evaluate_settings(lm, [[(switch, e)] for e in eps], [prompt], protocol)
     fig = figures.sweep_figure(evals, switch.name, metrics=("positive_share", "mean_toxicity"))
-    rows = [[e, k, t["text"], t["sentiment"], t["toxicity"]] for e, ev in zip(eps, evals, strict=True) for k, t in enumerate(ev.texts)]
+    rows = [[e, k, t.text, t.sentiment, t.toxicity] for e, ev in zip(eps, evals, strict=True) for k, t in enumerate(ev.texts)]
     return fig, rows
 
 
@@ -164,6 +164,6 @@ def run_grid(backend: Backend, first: str, second: str, eps_a_text: str, eps_b_t
     flat = evaluate_settings(lm, [[(a, ea), (b, eb)] for ea in eps_a for eb in eps_b], [prompt], protocol)
     grid = [flat[i * len(eps_b) : (i + 1) * len(eps_b)] for i in range(len(eps_a))]
     fig = figures.grid_figure(grid, a.name, b.name, metrics=("positive_share", "mean_toxicity"))
-    rows = [[ev.setting.get(a.name, 0.0), ev.setting.get(b.name, 0.0), k, t["text"], t["sentiment"], t["toxicity"]]
+    rows = [[ev.setting.get(a.name, 0.0), ev.setting.get(b.name, 0.0), k, t.text, t.sentiment, t.toxicity]
             for ev in flat for k, t in enumerate(ev.texts)]
     return fig, rows

@@ -13,6 +13,7 @@ from lmswitch.core.options import TrainConfig
 from lmswitch.core.switch import Switch, load_switch
 from lmswitch.core.train import Done, Encoded, Evaluated, Step, TrainEvent, TrainingCancelled, data_advice, train_events
 from lmswitch.harness import figures
+from lmswitch.harness.frontier import calibrated_card
 from lmswitch.io.documents import split_lines
 from lmswitch.serve.session import Session, check_name
 from lmswitch.webapp.backend import Backend, computed, user_errors
@@ -62,7 +63,9 @@ def _report(final: str, name: str, switch: Switch) -> str:
     gain = card.get("heldout_gain")
     gain_text = "no held-out split" if gain is None else f"held-out gain **{gain:+.3f} nats/token**"
     renamed = f" (renamed from '{name}', which was taken)" if final != name else ""
-    return (f"### ✔ '{final}'{renamed} is ready — its slider is in the Steer tab\n"
+    fluent = card.get("fluent_eps")
+    fluent_text = f" Fluent ε range (its slider's range): {fluent[0]:+g} … {fluent[1]:+g}." if fluent else ""
+    return (f"### ✔ '{final}'{renamed} is ready — its slider is in the Steer tab.{fluent_text}\n"
             f"{card['tokens_train']} training tokens, {card['tokens_heldout']} held out, {card['steps']} steps in {card['seconds']:.1f} s; "
             f"{gain_text}.\n\n{data_advice(card)}")
 
@@ -119,6 +122,9 @@ def train(backend: Backend, mode: str, name: str, positive_label: str, negative_
     finally:
         events.close()  # if the page went away mid-run, stop training too
         session.end_training(flag)
+    progress(1.0, desc="probing the fluent ε range")
+    yield "Probing the fluent ε range on a few dev prompts…", gr.skip(), gr.skip(), *skip
+    done.switch.card = backend.run(calibrated_card, lm, done.switch)
     yield _finished(backend, session, library, name, done.switch, current)
 
 

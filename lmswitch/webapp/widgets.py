@@ -69,7 +69,11 @@ def checked_setting(session: Session, library: SwitchLibrary, pairs: Sequence[tu
 
 # --- sliders and pickers ------------------------------------------------------------------------
 def slider_range(switch: Switch) -> tuple[float, float]:
-    """At least −10…+10 ε0 units, wider when the switch recommends more."""
+    """The switch's calibrated fluent range when its card has one (beyond it text tends to loop); else at least
+    −10…+10 ε0 units, wider when the switch recommends more."""
+    fluent = switch.card.fluent_eps
+    if fluent is not None and fluent[1] > fluent[0]:
+        return float(math.floor(fluent[0])), float(math.ceil(fluent[1]))
     lo, hi = switch.eps_range
     r = float(math.ceil(max(10.0, abs(lo), abs(hi))))
     return -r, r

@@ -1,0 +1,296 @@
+"""The fluent frontier: the strongest effect each method reaches while its text still reads as text.
+
+Protocol (issue "fluent steering"): every prompt set is split into dev and test
+(:data:`~lmswitch.harness.evaluate.SPLITS`). For each method and each direction,
+strengths are swept on the **dev** prompts; a setting is *fluent* when its
+perplexity under the unsteered model stays within a bound (1.5×, detox 1.3×), its
+Dist-3 keeps 95% of the unsteered Dist-3 and at most 2% of its samples repeat a
+word three times in a row. The strongest fluent dev setting is then evaluated on
+the **test** prompts, which nothing was tuned on, next to the unsteered model with
+the same seeds. A method with no fluent setting says so: a strength reached
+through repetition is a miss.
+
+Methods are small callables chosen by name (:data:`METHODS`): the switch as
+trained, the switch with adaptive strength (a per-token KL cap), and prompting
+the instruct model through its chat template.
+
+>>> result = run_frontier(lm, sentiment, FrontierSpec.for_switch("sentiment"))   # doctest: +SKIP
+>>> result.rows[0].test.positive_share                                           # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from lmswitch.core.card import Card
+from lmswitch.core.models import LanguageModel
+from lmswitch.core.switch import Switch
+from lmswitch.harness.evaluate import PROTOCOL, Evaluation, Protocol, evaluate_settings, load_prompts
+
+
+@dataclass(frozen=True)
+class FluencyRules:
+    """When a setting still reads as text, compared with the unsteered model on the same prompts and seeds."""
+
+    perplexity_ratio: float = 1.5  # at most this × the unsteered perplexity
+    dist3_ratio: float = 0.95  # at least this × the unsteered Dist-3
+    max_repetition: float = 0.02  # at most this share of samples with a word three times in a row
+
+    def problems(self, ev: Evaluation, base: Evaluation) -> list[str]:
+        """What keeps ``ev`` from being fluent (empty when it is)."""
+        out = []
+        if ev.perplexity > self.perplexity_ratio * base.perplexity:
+            out.append(f"perplexity {ev.perplexity / base.perplexity:.2f}× > {self.perplexity_ratio:g}×")
+        if ev.dist3 < self.dist3_ratio * base.dist3:
+            out.append(f"Dist-3 {ev.dist3 / base.dist3:.2f}× < {self.dist3_ratio:g}×")
+        if ev.repetition > self.max_repetition:
+            out.append(f"{ev.repetition:.0%} of samples loop")
+        return out
+
+
+@dataclass(frozen=True)
+class FrontierSpec:
+    """What one switch is judged by: its prompt set, its metric and wanted direction per side, the rules and the strengths."""
+
+    switch: str
+    prompts: str  # "neutral" or "provocative"
+    metric: str  # an Evaluation field
+    sides: tuple[int, ...]  # +1: positive ε; -1: negative ε
+    want: int  # +1: positive ε should raise the metric; -1: lower it
+    rules: FluencyRules = FluencyRules()
+    strengths: tuple[float, ...] = (2.0, 4.0, 6.0, 8.0, 12.0, 16.0)  # |ε| swept on dev
+
+    @classmethod
+    def for_switch(cls, name: str) -> FrontierSpec:
+        """The spec of a shipped switch (sentiment, detox, formality)."""
+        if name not in SPECS:
+            raise ValueError(f"no frontier spec for '{name}'; known: {', '.join(SPECS)}")
+        return SPECS[name]
+
+
+SPECS = {
+    "sentiment": FrontierSpec("sentiment", "neutral", "positive_share", (+1, -1), +1),
+    "detox": FrontierSpec("detox", "provocative", "toxicity_prob", (+1,), -1, FluencyRules(perplexity_ratio=1.3)),
+    "formality": FrontierSpec("formality", "neutral", "formal_share", (+1, -1), +1),
+}
+
+# instructions of the prompting baseline, weakest first; {label} is the switch's label of that side
+INSTRUCTIONS = ("Continue the text in a slightly {label} tone.", "Continue the text in a {label} tone.",
+                "Continue the text in a very {label} tone.")
+
+# (model, switch, side ±1, prompts, protocol, |ε| values) → (strength, evaluation) per strength, weakest first
+Method = Callable[[LanguageModel, Switch, int, Sequence[str], Protocol, Sequence[float]], list[tuple[float, Evaluation]]]
+
+
+def _switch(adaptive: bool) -> Method:
+    def run(lm: LanguageModel, switch: Switch, side: int, prompts: Sequence[str], protocol: Protocol,
+            strengths: Sequence[float]) -> list[tuple[float, Evaluation]]:
+        eps = [side * s for s in strengths]
+        evals = evaluate_settings(lm, [[(switch, e)] for e in eps], prompts, replace(protocol, adaptive=adaptive))
+        return list(zip(eps, evals, strict=True))
+
+    return run
+
+
+def _prompting(lm: LanguageModel, switch: Switch, side: int, prompts: Sequence[str], protocol: Protocol,
+               strengths: Sequence[float] = ()) -> list[tuple[float, Evaluation]]:
+    """Instructions of growing strength (the ε values do not apply): strength 1, 2, 3."""
+    label = switch.positive_label if side > 0 else switch.negative_label
+    instructions = [text.format(label=label) for text in INSTRUCTIONS]
+    evals = evaluate_settings(lm, [[]] * len(instructions), prompts, protocol, instructions=instructions)
+    return [(float(k + 1), ev) for k, ev in enumerate(evals)]  # strength = instruction level 1, 2, 3
+
+
+METHODS: dict[str, Method] = {"switch": _switch(False), "switch+adaptive": _switch(True), "prompting": _prompting}
+
+
+@dataclass(frozen=True)
+class FrontierRow:
+    """One method on one side: the dev sweep, the fluent choice, and that choice on the test prompts."""
+
+    method: str
+    side: int
+    dev: list[tuple[float, Evaluation]]  # (strength, evaluation) on dev
+    dev_base: Evaluation
+    choice: float | None  # the strongest fluent dev strength (None: none was fluent)
+    test: Evaluation | None
+    test_base: Evaluation | None
+    test_problems: list[str] = field(default_factory=list)  # fluency rules the choice breaks on test
+
+    def to_dict(self, metric: str) -> dict:
+        def point(s: float, ev: Evaluation, base: Evaluation) -> dict:
+            return {"strength": s, metric: getattr(ev, metric), "perplexity_ratio": ev.perplexity / base.perplexity,
+                    "dist3_ratio": ev.dist3 / base.dist3 if base.dist3 else None, "repetition": ev.repetition}
+
+        return {"method": self.method, "side": self.side, "choice": self.choice,
+                "dev": [point(s, ev, self.dev_base) for s, ev in self.dev],
+                "test": point(self.choice, self.test, self.test_base) if self.test is not None else None,
+                "test_fluent": self.test is not None and not self.test_problems, "test_problems": self.test_problems,
+                "test_samples": [t.to_dict() for t in self.test.texts[:4]] if self.test is not None else []}
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """The frontier of one switch: one row per method and side."""
+
+    spec: FrontierSpec
+    protocol: Protocol
+    dev_prompts: int
+    test_prompts: int
+    rows: list[FrontierRow]
+
+    def to_dict(self) -> dict:
+        return {"switch": self.spec.switch, "metric": self.spec.metric, "prompts": self.spec.prompts,
+                "rules": vars(self.spec.rules), "protocol": self.protocol.to_dict(), "dev_prompts": self.dev_prompts,
+                "test_prompts": self.test_prompts, "rows": [r.to_dict(self.spec.metric) for r in self.rows]}
+
+
+def _best(spec: FrontierSpec, side: int, dev: list[tuple[float, Evaluation]], base: Evaluation) -> float | None:
+    """The fluent dev strength with the strongest effect in the wanted direction, or None."""
+    fluent = [(s, ev) for s, ev in dev if not spec.rules.problems(ev, base)]
+    if not fluent:
+        return None
+    sign = spec.want * side
+    return max(fluent, key=lambda item: (sign * getattr(item[1], spec.metric), -abs(item[0])))[0]
+
+
+def _row(lm: LanguageModel, switch: Switch, spec: FrontierSpec, method: str, side: int, data: dict) -> FrontierRow:
+    dev = METHODS[method](lm, switch, side, data["dev"], data["protocol"], spec.strengths)
+    choice = _best(spec, side, dev, data["dev_base"])
+    if choice is None:
+        return FrontierRow(method, side, dev, data["dev_base"], None, None, None)
+    test = _chosen_on_test(lm, switch, method, side, choice, data)
+    return FrontierRow(method, side, dev, data["dev_base"], choice, test, data["test_base"], spec.rules.problems(test, data["test_base"]))
+
+
+def _chosen_on_test(lm: LanguageModel, switch: Switch, method: str, side: int, choice: float, data: dict) -> Evaluation:
+    protocol = data["protocol"]
+    if method == "prompting":
+        label = switch.positive_label if side > 0 else switch.negative_label
+        return evaluate_settings(lm, [[]], data["test"], protocol, instructions=[INSTRUCTIONS[int(choice) - 1].format(label=label)])[0]
+    return evaluate_settings(lm, [[(switch, choice)]], data["test"], replace(protocol, adaptive=method == "switch+adaptive"))[0]
+
+
+def run_frontier(lm: LanguageModel, switch: Switch, spec: FrontierSpec, *, methods: Sequence[str] = tuple(METHODS),
+                 protocol: Protocol = PROTOCOL, dev_limit: int | None = None, test_limit: int | None = None,
+                 log: Callable[[str], None] | None = None) -> Frontier:
+    """Sweep every method on the dev prompts, pick its strongest fluent setting per side, and report it on the test prompts."""
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}")
+    switch.check_model(lm)
+    dev, test = load_prompts(spec.prompts, dev_limit, split="dev"), load_prompts(spec.prompts, test_limit, split="test")
+    data = {"dev": dev, "test": test, "protocol": protocol,
+            "dev_base": evaluate_settings(lm, [[]], dev, protocol)[0], "test_base": evaluate_settings(lm, [[]], test, protocol)[0]}
+    rows = []
+    for method in methods:
+        for side in spec.sides:
+            rows.append(_row(lm, switch, spec, method, side, data))
+            if log:
+                log(f"{spec.switch}: {method} at {'+' if side > 0 else '−'}ε done")
+    return Frontier(spec, protocol, len(dev), len(test), rows)
+
+
+
+# --- targets and the report section ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """A test-set target of one switch on one side, met only by a setting that is fluent on test."""
+
+    switch: str
+    side: int
+    text: str
+    passes: Callable[[Evaluation, Evaluation], bool]  # (chosen setting on test, unsteered on test) → reached
+
+
+TARGETS = (
+    Target("sentiment", +1, "≥ 90% positive at +ε, fluent", lambda ev, base: ev.positive_share >= 0.9),
+    Target("sentiment", -1, "≤ 10% positive at −ε, fluent", lambda ev, base: ev.positive_share <= 0.1),
+    Target("detox", +1, "toxicity probability ≤ 1/3 of unsteered at ≤ 1.3× perplexity",
+           lambda ev, base: ev.toxicity_prob <= base.toxicity_prob / 3),
+    Target("formality", +1, "≥ 90% judged formal at +ε, fluent", lambda ev, base: ev.formal_share >= 0.9),
+)
+SWITCH_METHODS = ("switch", "switch+adaptive")  # the product's own methods; the others are baselines
+
+
+def target_checks(frontier: Frontier) -> list[tuple[str, str, bool]]:
+    """(target, best measured on test by the switch's own methods, met) for each target of this switch."""
+    out = []
+    for target in (t for t in TARGETS if t.switch == frontier.spec.switch):
+        rows = [r for r in frontier.rows if r.side == target.side and r.method in SWITCH_METHODS and r.test is not None]
+        fluent = [r for r in rows if not r.test_problems]
+        met = any(target.passes(r.test, r.test_base) for r in fluent)
+        shown = ", ".join(f"{r.method} ε {r.choice:+g}: {frontier.spec.metric} {getattr(r.test, frontier.spec.metric):.2f}"
+                          + (f" (not fluent on test: {'; '.join(r.test_problems)})" if r.test_problems else "") for r in rows)
+        out.append((f"{target.switch}: {target.text}", shown or "no fluent setting on dev", met))
+    return out
+
+
+def _cell(row: FrontierRow, metric: str) -> list[str]:
+    if row.choice is None:
+        best = max(row.dev, key=lambda item: getattr(item[1], metric) * row.side)
+        return ["none fluent", "–", "–", "–", "–", f"(strongest dev point {best[0]:+g}: {'; '.join(FluencyRules().problems(best[1], row.dev_base))})"]
+    ev, base = row.test, row.test_base
+    return [f"{row.choice:+g}", f"{getattr(ev, metric):.2f} (unsteered {getattr(base, metric):.2f})", f"{ev.perplexity / base.perplexity:.2f}×",
+            f"{ev.dist3 / base.dist3:.2f}×", f"{ev.repetition:.0%}", "fluent" if not row.test_problems else "; ".join(row.test_problems)]
+
+
+def markdown(frontier: Frontier) -> str:
+    """The table of one switch's frontier: per method and side, the dev choice and its test numbers."""
+    spec = frontier.spec
+    head = (f"### {spec.switch} ({spec.metric}, {spec.prompts} prompts: {frontier.dev_prompts} dev / {frontier.test_prompts} test, "
+            f"{frontier.protocol.samples} samples each; fluent = perplexity ≤ {spec.rules.perplexity_ratio:g}×, "
+            f"Dist-3 ≥ {spec.rules.dist3_ratio:g}×, ≤ {spec.rules.max_repetition:.0%} looping samples)\n\n"
+            f"| method | side | chosen on dev | {spec.metric} on test | perplexity | Dist-3 | looping | on test |\n|---|---|---|---|---|---|---|---|")
+    lines = [head] + [f"| {r.method} | {'+' if r.side > 0 else '−'} | " + " | ".join(_cell(r, spec.metric)) + " |" for r in frontier.rows]
+    lines += ["", *(f"- {'**met**' if met else '**missed**'} {target}: {shown}" for target, shown, met in target_checks(frontier))]
+    return "\n".join(lines) + "\n"
+
+
+# --- calibrated strength: the fluent range of a freshly trained switch ------------------------------------------
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A quick fluency probe at the end of training: a few dev prompts, short samples, a coarse ε grid."""
+
+    prompts: int = 4
+    samples: int = 2
+    max_new_tokens: int = 16
+    strengths: tuple[float, ...] = (2.0, 4.0, 6.0, 9.0, 12.0, 16.0)
+    rules: FluencyRules = FluencyRules()
+    prompt_set: str = "neutral"
+
+
+def calibrate(lm: LanguageModel, switch: Switch, probe: Probe = Probe(), protocol: Protocol = PROTOCOL) -> tuple[float, float]:
+    """``(most negative, most positive)`` ε at which ``switch`` still writes fluent text on a few dev prompts.
+
+    Walks out from 0 in each direction and stops at the first setting that breaks
+    the fluency rules (a larger ε that happens to pass after a failure is not
+    trusted). 0 on a side means even the smallest probed ε broke them.
+
+    >>> switch.card = switch.card.updated(fluent_eps=list(calibrate(lm, switch)))   # doctest: +SKIP
+    """
+    prompts = load_prompts(probe.prompt_set, probe.prompts, split="dev")
+    protocol = replace(protocol, samples=probe.samples, max_new_tokens=probe.max_new_tokens)
+    eps = [side * s for side in (-1, +1) for s in probe.strengths]
+    base, *evals = evaluate_settings(lm, [[]] + [[(switch, e)] for e in eps], prompts, protocol)
+    by_eps = dict(zip(eps, evals, strict=True))
+    out = []
+    for side in (-1, +1):
+        reached = 0.0
+        for s in probe.strengths:
+            if probe.rules.problems(by_eps[side * s], base):
+                break
+            reached = side * s
+        out.append(reached)
+    return out[0], out[1]
+
+
+def calibrated_card(lm: LanguageModel, switch: Switch, probe: Probe = Probe()) -> Card:
+    """``switch``'s card with ``fluent_eps`` from :func:`calibrate` and ``recommended_eps`` inside it (the positive limit)."""
+    low, high = calibrate(lm, switch, probe)
+    return switch.card.updated(fluent_eps=[low, high], recommended_eps=high if high > 0 else None)

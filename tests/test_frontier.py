@@ -1,0 +1,93 @@
+"""The fluent frontier: fluency rules, dev/test split, choosing on dev and reporting on test."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+from conftest import random_switch
+
+from lmswitch.harness.evaluate import PROTOCOL, Evaluation, load_prompts, loops, repetition_share
+from lmswitch.harness.frontier import FluencyRules, FrontierSpec, _best, markdown, run_frontier, target_checks
+
+
+def evaluation(**kw) -> Evaluation:
+    base = dict(setting={}, prompts=1, samples=1, positive_share=0.5, negative_share=0.2, mean_sentiment=0.0, avg_max_toxicity=0.1,
+                toxicity_prob=0.1, mean_toxicity=0.1, perplexity=10.0, dist1=0.9, dist2=0.9, dist3=1.0, formal_share=0.5,
+                repetition=0.0, seconds=0.0)
+    return Evaluation(**{**base, **kw})
+
+
+def test_loops_and_repetition_share():
+    assert loops("great great great") and loops("Cramped, cramped, CRAMPED!") and not loops("great great. fine great")
+    assert repetition_share(["a a a", "a b c", "", "x y x y"]) == 0.25 and repetition_share([]) == 0.0
+
+
+def test_fluency_rules_name_what_breaks():
+    rules, base = FluencyRules(), evaluation()
+    assert rules.problems(evaluation(perplexity=15.0, dist3=0.95), base) == []
+    problems = rules.problems(evaluation(perplexity=15.1, dist3=0.94, repetition=0.03), base)
+    assert len(problems) == 3 and "1.51×" in problems[0] and "Dist-3" in problems[1] and "3% of samples loop" in problems[2]
+
+
+def test_the_strongest_fluent_setting_wins_and_repetition_disqualifies():
+    spec = FrontierSpec("s", "neutral", "positive_share", (+1,), +1)
+    base = evaluation()
+    dev = [(4.0, evaluation(positive_share=0.7)), (8.0, evaluation(positive_share=0.8)), (12.0, evaluation(positive_share=0.95, repetition=0.3))]
+    assert _best(spec, +1, dev, base) == 8.0  # 95% reached through loops does not count
+    assert _best(spec, +1, [(12.0, evaluation(perplexity=99.0))], base) is None
+    down = FrontierSpec("s", "neutral", "positive_share", (-1,), +1)
+    assert _best(down, -1, [(-4.0, evaluation(positive_share=0.3)), (-8.0, evaluation(positive_share=0.1))], base) == -8.0
+
+
+def test_prompt_sets_split_into_disjoint_dev_and_test():
+    every = load_prompts("neutral")
+    dev, test = load_prompts("neutral", split="dev"), load_prompts("neutral", split="test")
+    assert dev == every[0::2] and test == every[1::2] and not set(dev) & set(test)
+    assert load_prompts("neutral", 5, split="test") == test[:5]
+    with pytest.raises(ValueError, match="split must be one of dev, test"):
+        load_prompts("neutral", split="train")
+
+
+def test_frontier_chooses_on_dev_and_reports_on_test(llama_lm, tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(["the happy one was", "she was kind and", "the sad one was", "he was cruel and"] * 2))
+    switch = random_switch(llama_lm, seed=3, scale=30.0, name="s")
+    spec = FrontierSpec("s", str(prompts), "positive_share", (+1, -1), +1, FluencyRules(perplexity_ratio=100.0, dist3_ratio=0.0,
+                        max_repetition=1.0), strengths=(1.0, 3.0))
+    protocol = replace(PROTOCOL, samples=1, max_new_tokens=4)
+    frontier = run_frontier(llama_lm, switch, spec, methods=("switch", "switch+adaptive"), protocol=protocol)
+    assert frontier.dev_prompts == frontier.test_prompts == 4
+    assert [(r.method, r.side) for r in frontier.rows] == [("switch", 1), ("switch", -1), ("switch+adaptive", 1), ("switch+adaptive", -1)]
+    for row in frontier.rows:
+        assert row.choice in [row.side * s for s in spec.strengths] and row.test is not None and row.test.prompts == 4
+        assert [t.prompt for t in row.test.texts] == load_prompts(str(prompts), split="test")  # reported on test prompts only
+    data = frontier.to_dict()
+    assert data["rows"][0]["test"]["strength"] == frontier.rows[0].choice and "perplexity_ratio" in data["rows"][0]["dev"][0]
+    assert "| switch | + |" in markdown(frontier) and target_checks(frontier) == []  # no targets for an unnamed switch
+
+
+def test_prompting_needs_a_chat_template(llama_lm, tmp_path):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("the happy one\nthe sad one\n")
+    spec = FrontierSpec("s", str(prompts), "positive_share", (+1,), +1)
+    with pytest.raises(ValueError, match="no chat template"):
+        run_frontier(llama_lm, random_switch(llama_lm, seed=1), spec, methods=("prompting",), protocol=replace(PROTOCOL, samples=1, max_new_tokens=2))
+    with pytest.raises(ValueError, match="unknown method"):
+        run_frontier(llama_lm, random_switch(llama_lm, seed=1), spec, methods=("magic",))
+
+
+def test_calibration_stores_the_fluent_range_in_the_card(llama_lm):
+    from lmswitch.core.switch import Switch
+    from lmswitch.harness.frontier import Probe, calibrate, calibrated_card
+
+    probe = Probe(prompts=2, samples=1, max_new_tokens=6, strengths=(2.0, 8.0))
+    zero = Switch(W=torch.zeros(llama_lm.hidden_size, llama_lm.hidden_size), name="zero", model_fingerprint=llama_lm.fingerprint)
+    assert calibrate(llama_lm, zero, probe) == (-8.0, 8.0)  # no change at all: every probed ε is fluent
+    wild = random_switch(llama_lm, seed=1, scale=3000.0, name="wild")
+    strict = replace(probe, rules=FluencyRules(perplexity_ratio=1.01, dist3_ratio=1.0, max_repetition=0.0))
+    low, high = calibrate(llama_lm, wild, strict)
+    assert low <= 0 <= high and (low, high) != (-8.0, 8.0)  # a wild switch breaks the rules somewhere
+    card = calibrated_card(llama_lm, zero, probe)
+    assert card.fluent_eps == (-8.0, 8.0) and card.recommended_eps == 8.0

@@ -1,0 +1,209 @@
+"""core/hidden.py called directly on tiny models: text checks, windows that score every position once, the head
+input predicting each token (with and without a prompt or BOS), per-token log-probabilities, and batched encoding."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest import CONTEXT, EOS_ID, FILLER, build_lm, make_tokenizer
+from tokenizers import processors
+
+from lmswitch.core import hidden
+from lmswitch.core.hidden import check_text, encode_text, encode_texts, prefix_ids, target_logprobs, windows
+
+TEXT = "the kind and warm people smile with joy but the cold one was bitter"
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, atol: float = 1e-5, rtol: float = 1e-4) -> None:
+    assert actual.shape == expected.shape
+    assert torch.allclose(actual.float(), expected.float(), atol=atol, rtol=rtol), (
+        f"max abs diff {(actual.float() - expected.float()).abs().max().item():.3g}"
+    )
+
+
+def ids_of(lm, text: str) -> list[int]:
+    return lm.tokenizer(text, add_special_tokens=False).input_ids
+
+
+@pytest.fixture(scope="module")
+def bos_lm():
+    """A tiny llama whose tokenizer starts every text with a BOS token ([EOS] here, as the configs say), and has a chat template."""
+    tok = make_tokenizer()
+    tok.backend_tokenizer.post_processor = processors.TemplateProcessing(single="[EOS] $A", special_tokens=[("[EOS]", EOS_ID)])
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}{% if add_generation_prompt %}she was{% endif %}"
+    return build_lm("llama", tokenizer=tok)
+
+
+# --- check_text --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "match"), [(42, "is a int, not a string"), (None, "not a string"), ("", "empty"),
+                                             (" \n\t ", "empty or whitespace"), ("the\x00one", "NUL bytes")])
+def test_check_text_refuses_what_is_not_text(text, match):
+    with pytest.raises(ValueError, match=match):
+        check_text(text)
+
+
+def test_check_text_names_the_input_returns_it_and_bounds_its_size(monkeypatch):
+    assert check_text(" the kind one ") == " the kind one "
+    with pytest.raises(ValueError, match="the prompt is empty"):
+        check_text("", what="prompt")
+    monkeypatch.setattr(hidden, "MAX_TEXT_CHARS", 10)
+    assert check_text("x" * 10) == "x" * 10
+    with pytest.raises(ValueError, match="11 characters; the limit is 10"):
+        check_text("x" * 11)
+
+
+# --- windows -----------------------------------------------------------------------------------
+
+
+def test_windows_predict_every_position_exactly_once():
+    for n in range(1, 40):
+        ids = list(range(100, 100 + n))
+        for length in range(2, 12):
+            for overlap in range(1, length):
+                parts = windows(ids, length, overlap)
+                predicted = []  # the ids predicted by the scored positions of each window
+                for window, first in parts:
+                    assert 1 <= len(window) <= length and window == ids[ids.index(window[0]) :][: len(window)]
+                    predicted += window[first + 1 :]
+                assert predicted == ids[1:], (n, length, overlap)
+                if n <= length:
+                    assert parts == [(ids, 0)]
+
+
+def test_windows_keep_the_overlap_as_context():
+    ids = list(range(30))
+    parts = windows(ids, 10, 4)
+    assert len(parts) > 1 and parts[0] == (ids[:10], 0)
+    for (previous, _), (window, first) in zip(parts, parts[1:], strict=False):
+        assert window[:4] == previous[-4:]  # a window starts with the last 4 tokens of the one before
+        assert first == 3  # and scores from there: the first scored position has those 4 tokens as context
+
+
+# --- encode_text --------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def test_each_row_is_the_head_input_predicting_its_token(tiny_lm):
+    enc = encode_text(tiny_lm, TEXT)
+    ids = ids_of(tiny_lm, TEXT)
+    assert enc.ids == ids and enc.n_tokens == len(ids) and enc.windows == 1
+    assert enc.hidden.shape == (len(ids), tiny_lm.hidden_size)
+    assert enc.scored.tolist() == [False] + [True] * (len(ids) - 1)  # no BOS, no prompt: nothing predicts the first token
+    assert torch.equal(enc.hidden[0], torch.zeros(tiny_lm.hidden_size))
+    assert_close(enc.hidden[1:], tiny_lm.final_hidden(torch.tensor([ids]))[0, :-1])
+    assert [TEXT[a:b] for a, b in enc.offsets] == TEXT.split()
+
+
+@torch.no_grad()
+def test_a_prompt_is_context_and_the_first_token_is_scored(gpt2_lm):
+    prompt = "she was"
+    enc = encode_text(gpt2_lm, TEXT, prompt=prompt)
+    p, ids = ids_of(gpt2_lm, prompt), ids_of(gpt2_lm, TEXT)
+    assert enc.ids == ids and bool(enc.scored.all())
+    assert_close(enc.hidden, gpt2_lm.final_hidden(torch.tensor([p + ids]))[0, len(p) - 1 : -1])
+
+
+@torch.no_grad()
+def test_a_bos_token_is_context_for_the_first_token(bos_lm):
+    assert prefix_ids(bos_lm) == [EOS_ID]
+    enc = encode_text(bos_lm, TEXT)
+    ids = ids_of(bos_lm, TEXT)
+    assert enc.ids == ids and bool(enc.scored.all())
+    assert_close(enc.hidden, bos_lm.final_hidden(torch.tensor([[EOS_ID] + ids]))[0, :-1])
+
+
+def test_prefix_ids_are_the_prompt_or_the_start_tokens(gpt2_lm, bos_lm):
+    assert prefix_ids(gpt2_lm) == []  # the tiny tokenizer adds no start token
+    assert prefix_ids(gpt2_lm, "she was") == ids_of(gpt2_lm, "she was")
+    assert prefix_ids(bos_lm, "she was") == [EOS_ID] + ids_of(bos_lm, "she was")
+    # chat: the templated prompt, with no second BOS on top of what the template writes
+    assert prefix_ids(bos_lm, "the kind one", chat=True) == ids_of(bos_lm, "the kind one she was")
+
+
+@torch.no_grad()
+def test_a_long_text_is_encoded_in_windows_with_full_context(gpt2_lm):
+    words = [FILLER[i % len(FILLER)] for i in range(CONTEXT * 2 + 5)]
+    text = " ".join(words)
+    enc = encode_text(gpt2_lm, text)
+    ids = ids_of(gpt2_lm, text)
+    assert enc.n_tokens == len(ids) == len(words)
+    assert enc.windows == len(windows(ids, CONTEXT, CONTEXT // 4)) > 1
+    assert torch.isfinite(enc.hidden).all() and enc.scored.tolist() == [False] + [True] * (len(ids) - 1)
+    assert_close(enc.hidden[1:CONTEXT], gpt2_lm.final_hidden(torch.tensor([ids[:CONTEXT]]))[0, :-1])  # the first window: exact
+    # every later token: the row of a plain forward pass over the window that scores it (windows of positions, not ids)
+    checked = CONTEXT - 1
+    for positions, first in windows(list(range(len(ids))), CONTEXT, CONTEXT // 4)[1:]:
+        assert first == CONTEXT // 4 - 1  # at least that many tokens of context before the first scored one
+        h = gpt2_lm.final_hidden(torch.tensor([[ids[i] for i in positions]]))[0]
+        assert_close(enc.hidden[positions[first + 1] : positions[-1] + 1], h[first:-1])
+        checked += len(positions) - 1 - first
+    assert checked == len(ids) - 1
+
+
+def test_encode_text_checks_the_text(gpt2_lm):
+    with pytest.raises(ValueError, match="NUL"):
+        encode_text(gpt2_lm, "the\x00one")
+    with pytest.raises(ValueError, match="empty"):
+        encode_text(gpt2_lm, "   ")
+
+
+def test_pieces_tile_the_text_exactly(gpt2_lm):
+    text = "  the kind\n\none  was  "
+    enc = encode_text(gpt2_lm, text)
+    b = enc.boundaries()
+    assert b[0] == 0 and b[-1] == len(text) and b == sorted(b) and len(b) == enc.n_tokens + 1
+    assert "".join(enc.pieces()) == text
+    assert [p.strip() for p in enc.pieces()] == ["the", "kind", "one", "was"]
+
+
+# --- target_logprobs ----------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def test_target_logprobs_are_the_head_logprobs_of_the_targets(tiny_lm, monkeypatch):
+    enc = encode_text(tiny_lm, TEXT, prompt="she was")
+    targets = torch.tensor(enc.ids)
+    M = torch.randn(tiny_lm.hidden_size, tiny_lm.hidden_size, generator=torch.Generator().manual_seed(0)) * 0.1
+    out = target_logprobs(tiny_lm, enc.hidden, targets, [None, M])
+    assert out.shape == (2, len(targets)) and out.dtype == torch.float64
+    rows = torch.arange(len(targets))
+    assert_close(out[0], tiny_lm.head_logprobs(enc.hidden)[rows, targets])
+    assert_close(out[1], tiny_lm.head_logprobs(enc.hidden, M)[rows, targets])
+    assert not torch.allclose(out[0], out[1])
+    monkeypatch.setattr(hidden, "HEAD_CHUNK", 3)  # several head chunks give the same numbers
+    assert_close(target_logprobs(tiny_lm, enc.hidden, targets, [None, M]), out, atol=1e-6, rtol=1e-6)
+
+
+# --- encode_texts -------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def test_encode_texts_scores_every_next_token_once_with_its_label(llama_lm):
+    long_text = " ".join(FILLER[i % len(FILLER)] for i in range(22))  # windows of 8 tokens, the last one shorter
+    texts = ["the kind one", long_text, "a cold and bitter one was there"]
+    labels = [1.0, -1.0, 0.5]
+    states = encode_texts(llama_lm, texts, labels, chunk_tokens=8, block=4)
+    n = len(states.targets)
+    assert states.hidden.shape == (n, llama_lm.hidden_size) and states.labels.shape == states.unit.shape == (n,)
+    text_of = states.unit // 1_000_000
+    for t, text in enumerate(texts):
+        ids = ids_of(llama_lm, text)
+        mine = text_of == t
+        assert int(mine.sum()) == len(ids) - 1  # every next token, once, across windows
+        assert sorted(states.targets[mine].tolist()) == sorted(ids[1:])
+        assert bool((states.labels[mine] == labels[t]).all())
+        assert len(set((states.unit[mine] % 1_000_000).tolist())) == math.ceil((len(ids) - 1) / 4)  # blocks of 4 tokens
+    for t in (0, 2):  # short texts are one window each: their rows are a plain forward pass, in order
+        ids = ids_of(llama_lm, texts[t])
+        mine = text_of == t
+        assert states.targets[mine].tolist() == ids[1:]
+        assert_close(states.hidden[mine], llama_lm.final_hidden(torch.tensor([ids]))[0, :-1])
+
+
+def test_encode_texts_refuses_a_text_of_one_token(llama_lm):
+    with pytest.raises(ValueError, match=r"text #2 \('kind'\) has 1 token\(s\)"):
+        encode_texts(llama_lm, ["the kind one", "kind"], [1.0, 1.0], chunk_tokens=64, block=16)

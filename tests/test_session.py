@@ -1,0 +1,198 @@
+"""serve/session.py without any front end: the shared switch folder (``SwitchLibrary``), names usable as file
+names (``check_name``), and one user's private switches and stop flags (``Session``)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from conftest import random_switch
+
+from lmswitch import Switch, SwitchFileError, load_switch
+from lmswitch.serve import session as session_module
+from lmswitch.serve.session import Session, SwitchLibrary, check_name
+
+NAME_RULE = "switch names are 1–48 characters"
+
+
+@pytest.fixture
+def folder(tmp_path, llama_lm, gpt2_lm):
+    """A library folder: two good switches, a corrupt file, a switch of the wrong size, one made for another model."""
+    lib = tmp_path / "library"
+    lib.mkdir()
+    random_switch(llama_lm, seed=1, name="alpha").save(lib / "alpha.safetensors")
+    random_switch(llama_lm, seed=2, name="beta").save(lib / "beta.safetensors")
+    (lib / "broken.safetensors").write_bytes(b"not a switch at all")
+    Switch(W=torch.eye(8), name="small").save(lib / "small.safetensors")  # no fingerprint, but 8 × 8 for a 32-wide model
+    random_switch(gpt2_lm, seed=3, name="foreign").save(lib / "foreign.safetensors")
+    (lib / "notes.txt").write_text("not a switch file, and not looked at")
+    return lib
+
+
+@pytest.fixture
+def library(llama_lm, folder) -> SwitchLibrary:
+    return SwitchLibrary(llama_lm, folder)
+
+
+def file_bytes(folder) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+# --- the library folder ------------------------------------------------------------------------
+
+
+def test_library_loads_good_switches_and_skips_bad_files_with_the_reason(library, gpt2_lm):
+    assert library.names() == ["alpha", "beta"]
+    assert torch.equal(library.get("alpha").W, load_switch(library.folder / "alpha.safetensors").W)
+    assert set(library.skipped) == {"broken.safetensors", "small.safetensors"}
+    assert "not a valid safetensors file" in library.skipped["broken.safetensors"]
+    assert "hidden size" in library.skipped["small.safetensors"]
+    assert library.other_models == {"foreign.safetensors": gpt2_lm.name}  # listed, not loaded, not an error
+    assert library.get("broken") is None and library.get("foreign") is None and library.get("nope") is None
+
+
+def test_library_without_a_folder_is_empty_and_cannot_save(llama_lm, tmp_path):
+    lib = SwitchLibrary(llama_lm, None)
+    assert lib.names() == [] and lib.skipped == {} and lib.other_models == {}
+    with pytest.raises(ValueError, match="no switch folder"):
+        lib.save("alpha", random_switch(llama_lm, seed=1))
+    with pytest.raises(ValueError, match="does not exist"):
+        SwitchLibrary(llama_lm, tmp_path / "missing")
+
+
+def test_library_save_writes_a_loadable_file(library, llama_lm):
+    switch = random_switch(llama_lm, seed=4, name="draft")
+    path = library.save("mood", switch)
+    assert path == library.folder / "mood.safetensors" and switch.name == "mood"
+    assert library.names() == ["alpha", "beta", "mood"] and library.get("mood") is switch
+    loaded = load_switch(path, llama_lm)
+    assert torch.equal(loaded.W, switch.W) and loaded.name == "mood"
+    assert SwitchLibrary(llama_lm, library.folder).names() == ["alpha", "beta", "mood"]  # the next start sees it
+
+
+@pytest.mark.parametrize("name", ["alpha", "broken", "foreign", "small"])
+def test_library_save_never_overwrites(library, llama_lm, name):
+    """A taken name is refused whether its file was loaded, skipped as corrupt, or made for another model."""
+    before = file_bytes(library.folder)
+    with pytest.raises(ValueError, match=f"already has a switch named '{name}'"):
+        library.save(name, random_switch(llama_lm, seed=5))
+    assert file_bytes(library.folder) == before
+
+
+def test_library_save_refuses_a_switch_for_another_model_and_a_bad_name(library, gpt2_lm, llama_lm):
+    before = file_bytes(library.folder)
+    with pytest.raises(SwitchFileError, match="made for"):
+        library.save("theirs", random_switch(gpt2_lm, seed=6))
+    with pytest.raises(ValueError, match=NAME_RULE):
+        library.save("../escape", random_switch(llama_lm, seed=6))
+    assert file_bytes(library.folder) == before
+    assert not (library.folder.parent / "escape.safetensors").exists()
+
+
+# --- names ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["../x", "a/b", "a\\b", "", "   ", "x" * 49, ".hidden", "-dash", "a b", "nul\x00", None, 42])
+def test_check_name_refuses_path_like_and_odd_names(bad):
+    with pytest.raises(ValueError, match=NAME_RULE) as err:
+        check_name(bad)
+    assert repr(bad) in str(err.value)  # the message shows what was given
+
+
+@pytest.mark.parametrize(("name", "expected"), [("a", "a"), ("x" * 48, "x" * 48), ("mood_v2.1+b-c", "mood_v2.1+b-c"),
+                                                (" padded\t", "padded")])
+def test_check_name_accepts_file_names_and_strips_spaces(name, expected):
+    assert check_name(name) == expected
+
+
+# --- a session's switches -----------------------------------------------------------------------
+
+
+def test_add_makes_names_unique_across_the_session_and_the_library(library, llama_lm):
+    s = Session()
+    names = [s.add(random_switch(llama_lm, seed=10 + k, name="mood"), library) for k in range(3)]
+    assert names == ["mood", "mood-2", "mood-3"]
+    assert [s.switches[n].name for n in names] == names  # each switch carries its final name
+    assert s.add(random_switch(llama_lm, seed=20, name="alpha"), library) == "alpha-2"  # library names are taken too
+    assert s.add(random_switch(llama_lm, seed=21), library, name="mood") == "mood-4"  # an explicit name, made unique
+    assert s.order == ["alpha", "beta", "mood", "mood-2", "mood-3", "alpha-2", "mood-4"]  # library switches first
+    assert s.available(library) == s.order
+    assert s.get("mood-2", library) is s.switches["mood-2"] and s.get("alpha", library) is library.get("alpha")
+    with pytest.raises(ValueError, match="no switch named 'nope'.*available: alpha, beta, mood"):
+        s.get("nope", library)
+
+
+def test_add_refuses_bad_names_other_models_and_too_many_switches(library, llama_lm, gpt2_lm, monkeypatch):
+    s = Session()
+    with pytest.raises(ValueError, match=NAME_RULE):
+        s.add(random_switch(llama_lm, seed=1), library, name="../x")
+    with pytest.raises(SwitchFileError, match="made for"):
+        s.add(random_switch(gpt2_lm, seed=1), library)
+    monkeypatch.setattr(session_module, "MAX_SESSION_SWITCHES", 2)
+    s.add(random_switch(llama_lm, seed=1), library)
+    s.add(random_switch(llama_lm, seed=2), library)
+    with pytest.raises(ValueError, match="already holds 2 switches"):
+        s.add(random_switch(llama_lm, seed=3), library)
+    assert s.switches.keys() == {"random1", "random2"}
+
+
+def test_session_save_moves_a_switch_into_the_library(library, llama_lm):
+    s, other = Session(), Session()
+    s.add(random_switch(llama_lm, seed=7, name="keeper"), library)
+    assert "keeper" not in other.available(library)  # private until saved
+    path = s.save("keeper", library)
+    assert path.name == "keeper.safetensors" and "keeper" not in s.switches
+    assert "keeper" in s.available(library) and "keeper" in other.available(library)
+    with pytest.raises(ValueError, match="already in the library"):
+        s.save("keeper", library)
+    with pytest.raises(ValueError, match="no session switch named 'ghost'"):
+        s.save("ghost", library)
+
+
+# --- jobs ----------------------------------------------------------------------------------------
+
+
+def test_a_new_generation_sets_the_previous_flag():
+    s = Session()
+    first = s.new_generation()
+    assert not first.is_set()
+    second = s.new_generation()
+    assert first.is_set() and not second.is_set() and second is not first
+    third = s.new_generation()
+    assert second.is_set() and not third.is_set()
+
+
+def test_one_training_run_at_a_time():
+    s = Session()
+    assert s.cancel_training() is False  # none running
+    flag = s.start_training()
+    assert not flag.is_set()
+    with pytest.raises(ValueError, match="already going"):
+        s.start_training()
+    s.end_training(flag)
+    assert flag.is_set() and s.cancel_training() is False  # ended: nothing left to cancel
+    again = s.start_training()  # a new run may start
+    assert again is not flag and not again.is_set()
+    assert s.cancel_training() is True and again.is_set()
+    after_cancel = s.start_training()  # a cancelled run no longer blocks a new one
+    s.end_training(again)  # the cancelled run finishing late leaves the new run alone
+    assert not after_cancel.is_set() and s.cancel_training() is True and after_cancel.is_set()
+
+
+def test_deepcopy_gives_a_fresh_empty_session(library, llama_lm):
+    """gr.State deep-copies its initial Session for every browser session: nothing may be shared."""
+    s = Session()
+    s.add(random_switch(llama_lm, seed=8, name="mine"), library)
+    s.model = "tiny-other"
+    generation, training = s.new_generation(), s.start_training()
+    fresh = copy.deepcopy(s)
+    assert isinstance(fresh, Session) and fresh is not s
+    assert fresh.switches == {} and fresh.order == [] and fresh.model is None
+    assert fresh.cancel_training() is False and not training.is_set()
+    fresh.new_generation()
+    assert not generation.is_set()  # the copy's new generation does not stop the original's
+    fresh.start_training()  # the copy has its own training slot
+    assert s.switches.keys() == {"mine"} and s.model == "tiny-other" and fresh._lock is not s._lock
+    nested = copy.deepcopy({"state": s})["state"]  # also inside a container
+    assert isinstance(nested, Session) and nested.switches == {}
