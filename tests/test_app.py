@@ -171,6 +171,16 @@ def test_generate_endpoint_takes_named_switches(backend, llama_lm):
     assert set(out["scores"]["steered"]) == {"sentiment", "toxicity", "perplexity", "tokens"}
 
 
+def test_adaptive_strength_reaches_the_library_from_every_generation_endpoint(backend, llama_lm):
+    alpha = backend.library.get("alpha")
+    out = app.generate_api(backend, PROMPT, "alpha=6", *gen_args(), Session(), True)
+    assert out["steered"] == ls.generate(llama_lm, PROMPT, [(alpha, 6.0)], adaptive=True, **GEN)[0]
+    last = list(app.steer(backend, PROMPT, *gen_args(), Session(), 6.0, 0.0, *[0.0] * (app.MAX_SLOTS - 2), True))[-1]
+    assert last[0] == out["steered"]  # the checkbox comes after the sliders
+    plain = list(app.steer(backend, PROMPT, *gen_args(), Session(), 6.0, 0.0))[-1]  # without it (older scripts): off
+    assert plain[0] == ls.generate(llama_lm, PROMPT, [(alpha, 6.0)], **GEN)[0]
+
+
 @pytest.mark.parametrize(
     ("call", "match"),
     [

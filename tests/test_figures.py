@@ -111,3 +111,23 @@ def test_figures_accept_real_word_map_and_meter_results(gpt2_lm):
     result = measure(gpt2_lm, [switch], "the happy one was kind to all of them", points=5)
     fig = meter_figure(result)
     assert len(fig.data) == 2 and list(fig.data[0].x) == result.switches[0].grid
+
+
+def test_frontier_figure_has_a_curve_per_method_and_side_with_fluent_points_filled(llama_lm, tmp_path):
+    from dataclasses import replace
+
+    from conftest import random_switch
+
+    from lmswitch.harness.evaluate import PROTOCOL
+    from lmswitch.harness.figures import frontier_figure
+    from lmswitch.harness.frontier import FluencyRules, FrontierSpec, run_frontier
+
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("the happy one was\nthe sad one was\nshe was\nhe was\n")
+    spec = FrontierSpec("s", str(prompts), "positive_share", (+1, -1), +1, FluencyRules(perplexity_ratio=1e9, dist3_ratio=0.0,
+                        max_repetition=1.0), strengths=(1.0, 2.0))
+    frontier = run_frontier(llama_lm, random_switch(llama_lm, seed=2, name="s"), spec, methods=("switch",),
+                            protocol=replace(PROTOCOL, samples=1, max_new_tokens=3))
+    fig = frontier_figure(frontier)
+    assert [t.name for t in fig.data] == ["switch +", "switch −"]
+    assert all(symbol == "circle" for t in fig.data for symbol in t.marker.symbol)  # every point fluent under these rules

@@ -207,3 +207,15 @@ def test_encode_texts_scores_every_next_token_once_with_its_label(llama_lm):
 def test_encode_texts_refuses_a_text_of_one_token(llama_lm):
     with pytest.raises(ValueError, match=r"text #2 \('kind'\) has 1 token\(s\)"):
         encode_texts(llama_lm, ["the kind one", "kind"], [1.0, 1.0], chunk_tokens=64, block=16)
+
+
+def test_token_blocks_follow_the_document_whatever_the_window_order(gpt2_lm):
+    """A long text is encoded in windows (the shorter last one first); block ids must still run along the document."""
+    from lmswitch.core.hidden import encode_texts
+
+    text = " ".join(["the happy one was kind and warm"] * 4)  # 28 tokens: windows of 8 with overlap 2
+    data = encode_texts(gpt2_lm, [text], [1.0], chunk_tokens=8, block=4)
+    ids = gpt2_lm.tokenizer(text, add_special_tokens=False).input_ids
+    for b in data.unit.unique().tolist():  # block b holds exactly the document's targets b·4 … b·4+3
+        assert sorted(data.targets[data.unit == b].tolist()) == sorted(ids[1 + 4 * b : 1 + 4 * (b + 1)])
+    assert torch.bincount(data.unit).tolist() == [4] * (len(ids) // 4 - 1) + [len(ids) - 1 - 4 * (len(ids) // 4 - 1)]

@@ -183,15 +183,19 @@ def encode_texts(lm: LanguageModel, texts: list[str], labels: list[float], chunk
     tok = lm.tokenizer
     length = min(chunk_tokens, lm.context_length)
     overlap = min(64, length // 4)
-    pieces: list[tuple[list[int], int, int]] = []  # (ids, first scored target, text index)
+    # (ids, first scored target, text index, position in the text of the first scored target): positions follow the
+    # document, whatever order the windows are processed in, so held-out token blocks are contiguous stretches of it
+    pieces: list[tuple[list[int], int, int, int]] = []
     for i, text in enumerate(texts):
         ids = tok(text, add_special_tokens=False).input_ids
         if len(ids) < 2:
             raise ValueError(f"text #{i + 1} ({text[:40]!r}) has {len(ids)} token(s); a text needs at least 2 to learn from")
-        pieces += [(w, first, i) for w, first in windows(ids, length, overlap)]
+        start = 0
+        for w, first in windows(ids, length, overlap):
+            pieces.append((w, first, i, start))
+            start += len(w) - 1 - first
     pieces.sort(key=lambda p: len(p[0]))
     hidden, targets, lab, unit = [], [], [], []
-    position_in_text = [0] * len(texts)
     budget = 4096  # tokens per body pass
     i = 0
     while i < len(pieces):
@@ -202,17 +206,16 @@ def encode_texts(lm: LanguageModel, texts: list[str], labels: list[float], chunk
         width = max(len(p[0]) for p in batch)
         ids = torch.full((len(batch), width), tok.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for r, (w, _, _) in enumerate(batch):
+        for r, (w, *_) in enumerate(batch):
             ids[r, : len(w)] = torch.tensor(w)
             mask[r, : len(w)] = 1
         h = lm.final_hidden(ids, mask.to(lm.input_device))  # (b, width, d)
-        for r, (w, first, t) in enumerate(batch):
+        for r, (w, first, t, start) in enumerate(batch):
             n = len(w) - 1  # positions 0..n-1 predict tokens 1..n
             hidden.append(h[r, first:n].float())
             targets.append(torch.tensor(w[first + 1 : n + 1]))
             lab.append(torch.full((n - first,), labels[t]))
-            pos = torch.arange(position_in_text[t], position_in_text[t] + n - first)
-            position_in_text[t] += n - first
+            pos = torch.arange(start, start + n - first)
             unit.append(t * 1_000_000 + pos // block)
         i = j
     head_device = lm.head.weight.device

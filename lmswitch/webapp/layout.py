@@ -39,6 +39,9 @@ def _steer_tab(ui: SimpleNamespace, backend: Backend) -> None:
                           gr.Slider(0.05, 1.0, value=SAMPLING.top_p, step=0.05, label="top-p"),
                           gr.Number(value=0, precision=0, minimum=0, label="seed"),
                           gr.Checkbox(value=SAMPLING.chat, label="chat template")]
+                ui.adaptive = gr.Checkbox(value=SAMPLING.adaptive, label="adaptive strength",
+                                          info=f"per token, hold the steering back to a KL budget of {SAMPLING.kl_budget:g} nat "
+                                               "so strong settings stay fluent", elem_id="adaptive")
             ui.go = gr.Button("Generate", variant="primary", elem_id="generate")
         with gr.Column(scale=3):
             with gr.Row(equal_height=True):
@@ -159,7 +162,7 @@ def _highlight_tab(ui: SimpleNamespace, shipped: list[str]) -> None:
 def _wire_steer(ui: SimpleNamespace, backend: Backend, demo: gr.Blocks) -> None:
     bind = functools.partial
     live = dict(concurrency_id="generate", concurrency_limit=4, trigger_mode="multiple", show_progress="hidden")
-    steer_inputs = [ui.prompt, *ui.gen, ui.session, *ui.sliders]
+    steer_inputs = [ui.prompt, *ui.gen, ui.session, *ui.sliders, ui.adaptive]
     stream_out = [ui.steered, ui.base, ui.steered_scores, ui.base_scores, ui.tokens]
     run_steer = bind(steer.steer, backend)
     loaded = demo.load(bind(steer.on_load, backend), [ui.session, *ui.pickers], [ui.status, *ui.sliders, *ui.pickers],
@@ -176,12 +179,14 @@ def _wire_steer(ui: SimpleNamespace, backend: Backend, demo: gr.Blocks) -> None:
                    [ui.tr_report, ui.model_pick, ui.status, *ui.sliders, *ui.pickers], api_name="transfer",
                    show_progress_on=[ui.tr_report]).then(run_steer, steer_inputs, stream_out, api_visibility="private", **live)
     batch = dict(concurrency_id="generate", concurrency_limit=4)
-    ui.api_go.click(bind(steer.generate_api, backend), [ui.prompt, ui.api_switches, *ui.gen, ui.session], ui.api_result,
+    ui.api_go.click(bind(steer.generate_api, backend), [ui.prompt, ui.api_switches, *ui.gen, ui.session, ui.adaptive], ui.api_result,
                     api_name="generate", **batch)
-    ui.sweep_go.click(bind(steer.run_sweep, backend), [ui.sweep_switch, ui.sweep_eps, ui.sweep_samples, ui.prompt, *ui.gen, ui.session],
+    ui.sweep_go.click(bind(steer.run_sweep, backend), [ui.sweep_switch, ui.sweep_eps, ui.sweep_samples, ui.prompt, *ui.gen, ui.session,
+                                                       ui.adaptive],
                       [ui.sweep_plot, ui.sweep_table], api_name="sweep", **batch)
     ui.grid_go.click(bind(steer.run_grid, backend), [ui.grid_a, ui.grid_b, ui.grid_eps_a, ui.grid_eps_b, ui.grid_samples, ui.prompt,
-                                                     *ui.gen, ui.session], [ui.grid_plot, ui.grid_table], api_name="compose", **batch)
+                                                     *ui.gen, ui.session, ui.adaptive], [ui.grid_plot, ui.grid_table], api_name="compose",
+                     **batch)
 
 
 def _wire_train_and_lenses(ui: SimpleNamespace, backend: Backend) -> None:
