@@ -229,10 +229,11 @@ def target_checks(frontier: Frontier) -> list[tuple[str, str, bool]]:
     return out
 
 
-def _cell(row: FrontierRow, metric: str) -> list[str]:
+def _cell(row: FrontierRow, spec: FrontierSpec) -> list[str]:
+    metric = spec.metric
     if row.choice is None:
-        best = max(row.dev, key=lambda item: getattr(item[1], metric) * row.side)
-        return ["none fluent", "–", "–", "–", "–", f"(strongest dev point {best[0]:+g}: {'; '.join(FluencyRules().problems(best[1], row.dev_base))})"]
+        best = max(row.dev, key=lambda item: getattr(item[1], metric) * row.side * spec.want)
+        return ["none fluent", "–", "–", "–", "–", f"(strongest dev point {best[0]:+g}: {'; '.join(spec.rules.problems(best[1], row.dev_base))})"]
     ev, base = row.test, row.test_base
     return [f"{row.choice:+g}", f"{getattr(ev, metric):.2f} (unsteered {getattr(base, metric):.2f})", f"{ev.perplexity / base.perplexity:.2f}×",
             f"{ev.dist3 / base.dist3:.2f}×", f"{ev.repetition:.0%}", "fluent" if not row.test_problems else "; ".join(row.test_problems)]
@@ -245,7 +246,7 @@ def markdown(frontier: Frontier) -> str:
             f"{frontier.protocol.samples} samples each; fluent = perplexity ≤ {spec.rules.perplexity_ratio:g}×, "
             f"Dist-3 ≥ {spec.rules.dist3_ratio:g}×, ≤ {spec.rules.max_repetition:.0%} looping samples)\n\n"
             f"| method | side | chosen on dev | {spec.metric} on test | perplexity | Dist-3 | looping | on test |\n|---|---|---|---|---|---|---|---|")
-    lines = [head] + [f"| {r.method} | {'+' if r.side > 0 else '−'} | " + " | ".join(_cell(r, spec.metric)) + " |" for r in frontier.rows]
+    lines = [head] + [f"| {r.method} | {'+' if r.side > 0 else '−'} | " + " | ".join(_cell(r, spec)) + " |" for r in frontier.rows]
     lines += ["", *(f"- {'**met**' if met else '**missed**'} {target}: {shown}" for target, shown, met in target_checks(frontier))]
     return "\n".join(lines) + "\n"
 
