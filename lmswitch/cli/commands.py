@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
 from tqdm import tqdm
@@ -20,7 +20,7 @@ from lmswitch.core.generate import generate, sweep
 from lmswitch.core.models import LanguageModel, load_model
 from lmswitch.core.options import SamplingOptions, TrainConfig
 from lmswitch.core.switch import Switch
-from lmswitch.core.train import Done, Step, TrainEvent, train_events, train_switch
+from lmswitch.core.train import train_switch
 from lmswitch.core.transfer import transfer
 from lmswitch.harness.frontier import calibrated_card
 from lmswitch.harness.pretrained import PRETRAINED_DIR, build_pretrained
@@ -58,25 +58,24 @@ def cmd_info(args: argparse.Namespace, lm: LanguageModel) -> None:
     emit(args, data, "\n".join(f"{k}: {v}" for k, v in data.items()))
 
 
-def _with_progress_bar(events: Iterable[TrainEvent], total: int, quiet: bool) -> Switch:
-    """Run training to the end, showing each step and its loss on a progress bar on stderr."""
-    with tqdm(total=total, desc="training", unit="step", disable=quiet, file=sys.stderr) as bar:
-        for event in events:
-            if isinstance(event, Step):
-                bar.update(event.step - bar.n)
-                bar.set_postfix(loss=f"{event.loss:.4f}")
-            elif isinstance(event, Done):
-                return event.switch
-    raise RuntimeError("training ended without a switch")  # unreachable: train_events always ends with Done
+def _progress_bar(bar: tqdm):
+    """A ``train_switch`` progress callback that moves ``bar`` and shows the loss."""
+
+    def show(step: int, total: int, loss: float) -> None:
+        bar.update(step - bar.n)
+        bar.set_postfix(loss=f"{loss:.4f}")
+
+    return show
 
 
 def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
     positive = read_examples(args.positive, args.document)
     negative = read_examples(args.negative, args.document) if args.negative else None
     config = TrainConfig(steps=args.steps, lr=args.lr, l2=args.l2, seed=args.seed)
-    events = train_events(lm, positive, negative, name=args.name or Path(args.out).stem, description=args.description,
-                          positive_label=args.positive_label, negative_label=args.negative_label, config=config)
-    switch = _with_progress_bar(events, args.steps, quiet=args.json)
+    with tqdm(total=args.steps, desc="training", unit="step", disable=args.json, file=sys.stderr) as bar:
+        switch = train_switch(lm, positive, negative, name=args.name or Path(args.out).stem, description=args.description,
+                              positive_label=args.positive_label, negative_label=args.negative_label, config=config,
+                              progress=_progress_bar(bar))
     fluent = ""
     if args.calibrate:
         if not args.json:

@@ -94,15 +94,16 @@ def _switch(adaptive: bool) -> Method:
 
 
 def _prompting(lm: LanguageModel, switch: Switch, side: int, prompts: Sequence[str], protocol: Protocol,
-               strengths: Sequence[float] = ()) -> list[tuple[float, Evaluation]]:
-    """Instructions of growing strength (the ε values do not apply): strength 1, 2, 3."""
+               strengths: Sequence[float]) -> list[tuple[float, Evaluation]]:
+    """Instructions of growing strength: level k is ``INSTRUCTIONS[k - 1]`` (ε values do not apply)."""
     label = switch.positive_label if side > 0 else switch.negative_label
-    instructions = [text.format(label=label) for text in INSTRUCTIONS]
+    instructions = [INSTRUCTIONS[int(level) - 1].format(label=label) for level in strengths]
     evals = evaluate_settings(lm, [[]] * len(instructions), prompts, protocol, instructions=instructions)
-    return [(float(k + 1), ev) for k, ev in enumerate(evals)]  # strength = instruction level 1, 2, 3
+    return list(zip(map(float, strengths), evals, strict=True))
 
 
 METHODS: dict[str, Method] = {"switch": _switch(False), "switch+adaptive": _switch(True), "prompting": _prompting}
+LEVELS = tuple(float(k) for k in range(1, len(INSTRUCTIONS) + 1))  # the prompting baseline's strengths
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,7 @@ def _best(spec: FrontierSpec, side: int, dev: list[tuple[float, Evaluation]], ba
 
 
 def _row(lm: LanguageModel, switch: Switch, spec: FrontierSpec, method: str, side: int, data: dict) -> FrontierRow:
-    dev = METHODS[method](lm, switch, side, data["dev"], data["protocol"], spec.strengths)
+    dev = METHODS[method](lm, switch, side, data["dev"], data["protocol"], LEVELS if method == "prompting" else spec.strengths)
     choice = _best(spec, side, dev, data["dev_base"])
     if choice is None:
         return FrontierRow(method, side, dev, data["dev_base"], None, None, None)
@@ -165,11 +166,8 @@ def _row(lm: LanguageModel, switch: Switch, spec: FrontierSpec, method: str, sid
 
 
 def _chosen_on_test(lm: LanguageModel, switch: Switch, method: str, side: int, choice: float, data: dict) -> Evaluation:
-    protocol = data["protocol"]
-    if method == "prompting":
-        label = switch.positive_label if side > 0 else switch.negative_label
-        return evaluate_settings(lm, [[]], data["test"], protocol, instructions=[INSTRUCTIONS[int(choice) - 1].format(label=label)])[0]
-    return evaluate_settings(lm, [[(switch, choice)]], data["test"], replace(protocol, adaptive=method == "switch+adaptive"))[0]
+    """The dev choice re-run by the same method on the test prompts."""
+    return METHODS[method](lm, switch, side, data["test"], data["protocol"], [abs(choice)])[0][1]
 
 
 def run_frontier(lm: LanguageModel, switch: Switch, spec: FrontierSpec, *, methods: Sequence[str] = tuple(METHODS),
