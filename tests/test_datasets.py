@@ -23,6 +23,9 @@ def test_size_pairing_and_split(name):
     assert len(set(data.positive)) == len(data.positive) and len(set(data.negative)) == len(data.negative)
     assert not set(data.positive) & set(data.negative)
     assert data.train(limit=30) == (train_pos[:30], train_neg[:30])
+    dev, test = data.heldout("dev"), data.heldout("test")
+    assert sorted(dev[0] + test[0]) == sorted(held_pos) and not set(dev[0]) & set(test[0])
+    assert abs(len(dev[0]) - len(test[0])) <= 1 and len(dev[1]) == len(dev[0])
 
 
 def test_sentiment_labels_agree_with_vader():
@@ -46,6 +49,8 @@ def test_formality_register():
 
 
 def test_bad_dataset_requests(tmp_path):
+    with pytest.raises(ValueError, match="split must be"):
+        load_dataset("sentiment").heldout("train")
     with pytest.raises(ValueError, match="unknown dataset"):
         load_dataset("poetry")
     with pytest.raises(ValueError, match="missing"):

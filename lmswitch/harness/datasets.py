@@ -3,7 +3,8 @@
 Each dataset is two files of paired texts, one per line: line ``i`` of both
 files is about the same topic or situation, once in each style, so a switch
 learns the style rather than the topic. Every tenth pair (``i % 10 == 9``) is
-held out of training and used only for evaluation.
+held out of training and used only for evaluation; alternate held-out pairs form
+its dev and test halves (:meth:`StyleData.heldout`).
 """
 
 from __future__ import annotations
@@ -60,9 +61,19 @@ class StyleData:
         """(positive, negative) training texts; ``limit`` keeps only the first pairs."""
         return self._part(False, limit)
 
-    def heldout(self) -> tuple[list[str], list[str]]:
-        """(positive, negative) texts never used for training."""
-        return self._part(True)
+    def heldout(self, split: str | None = None) -> tuple[list[str], list[str]]:
+        """(positive, negative) texts never used for training: all of them, or their ``"dev"`` or ``"test"`` half.
+
+        The halves alternate (held-out pairs 0, 2, 4 … are dev; 1, 3, 5 … test), like the prompt splits:
+        choices are made on dev and reported on test.
+        """
+        if split not in (None, "dev", "test"):
+            raise ValueError(f"split must be 'dev', 'test' or None (all held-out pairs); got {split!r}")
+        pos, neg = self._part(True)
+        if split is None:
+            return pos, neg
+        first = 0 if split == "dev" else 1
+        return pos[first::2], neg[first::2]
 
 
 def _read_lines(path: Path) -> tuple[str, ...]:
