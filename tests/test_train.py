@@ -6,14 +6,17 @@ from __future__ import annotations
 import math
 import random
 import threading
+from dataclasses import replace
 
 import pytest
 import torch
 from conftest import FILLER, WORDS_A, WORDS_B, build_lm
 
 from lmswitch import Switch, TrainingCancelled, steer, train_switch
+from lmswitch.core.hidden import encode_texts
 from lmswitch.core.options import TrainConfig
 from lmswitch.core.train import data_advice
+from lmswitch.lenses.svd import reference_hidden
 
 
 def sample_texts(rng: random.Random, style: list[str], n: int, length: int = 12, p_style: float = 0.5) -> list[str]:
@@ -308,3 +311,57 @@ def test_closing_the_event_iterator_stops_training(small_lm):
     assert isinstance(seen[-1], Step) and seen[-1].step == 4
     with pytest.raises(StopIteration):
         next(events)
+
+
+# --- the fluency terms ----------------------------------------------------------------------------
+
+
+def _logit_change(lm, switch, C: torch.Tensor, eps: float) -> torch.Tensor:
+    """Vocabulary-centred logit change of ``switch`` at ``eps`` for head inputs ``C`` (n, d)."""
+    E = lm.head_weight(torch.float32)
+    change = (eps * switch.eps0 * (C @ switch.W.float().T)) @ E.T
+    return change - change.mean(-1, keepdim=True)
+
+
+@pytest.fixture(scope="module")
+def fluency_runs(signal_lm):
+    rng = random.Random(3)
+    pos, neg = sample_texts(rng, WORDS_A, 40), sample_texts(rng, WORDS_B, 40)
+    base = TrainConfig(seed=0, steps=120)
+    runs = {name: train_switch(signal_lm, pos, neg, config=replace(base, **kw)) for name, kw in
+            {"plain": {}, "constant": {"constant_penalty": 50.0}, "kl": {"neutral_kl": 20.0}}.items()}
+    contexts = encode_texts(signal_lm, pos + neg, [1.0] * len(pos + neg), 512, 32).hidden
+    return signal_lm, runs, contexts
+
+
+def test_constant_penalty_shrinks_the_context_independent_part(fluency_runs):
+    lm, runs, C = fluency_runs
+
+    def constant_share(switch) -> float:
+        change = _logit_change(lm, switch, C, 8.0)
+        return float(change.mean(0).pow(2).sum() / change.pow(2).sum(-1).mean())
+
+    plain, penalised = constant_share(runs["plain"]), constant_share(runs["constant"])
+    assert penalised < 0.5 * plain, (plain, penalised)
+    assert runs["constant"].card["objective"] == {"neutral_kl": 0.0, "constant_penalty": 50.0, "target_eps": 8.0}
+    assert "objective" not in runs["plain"].card  # the paper's objective alone records nothing extra
+
+
+def test_neutral_kl_keeps_neutral_text_closer_to_the_model(fluency_runs):
+    lm, runs, _ = fluency_runs
+    C = reference_hidden(lm)
+    base = torch.log_softmax(lm.raw_logits(C, dtype=torch.float32), -1)
+
+    def neutral_kl(switch) -> float:
+        steered = torch.log_softmax(lm.raw_logits(C, dtype=torch.float32) + _logit_change(lm, switch, C, 8.0), -1)
+        return float((base.exp() * (base - steered)).sum(-1).mean())
+
+    assert neutral_kl(runs["kl"]) < 0.7 * neutral_kl(runs["plain"])
+    assert runs["kl"].card.training.heldout_gain > 0  # it still learns the style
+
+
+@pytest.mark.parametrize("kw, match", [({"neutral_kl": -1.0}, "neutral_kl"), ({"constant_penalty": float("nan")}, "constant_penalty"),
+                                       ({"target_eps": 0.0}, "target_eps")])
+def test_bad_fluency_settings(small_lm, kw, match):
+    with pytest.raises(ValueError, match=match):
+        train_switch(small_lm, GOOD, config=TrainConfig(steps=5, **kw))

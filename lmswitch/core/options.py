@@ -82,6 +82,12 @@ class TrainConfig:
     chunk_tokens: int = field(default=512, metadata={"help": "tokens per chunk when a long document is encoded"})
     seed: int = field(default=0, metadata={"help": "seed of the held-out split and the batches"})
     rank: int | None = field(default=None, metadata={"help": "keep only the top singular directions of W (None: full rank)"})
+    neutral_kl: float = field(default=0.0, metadata={
+        "help": "weight of the mean KL(unsteered ‖ steered) over neutral reference text at ±target_eps: keeps the change small "
+                "where the model is sure of the next word (0: off)"})
+    constant_penalty: float = field(default=0.0, metadata={
+        "help": "weight of the squared context-independent logit change at target_eps (the fixed word bonus; 0: off)"})
+    target_eps: float = field(default=8.0, metadata={"help": "the strength (ε units) the two fluency terms are measured at"})
     matmul_dtype: torch.dtype | None = field(
         default=None, metadata={"help": "dtype of the head matmuls in training (None: bfloat16 where the hardware is fast at it, else float32)"})
 
@@ -92,6 +98,11 @@ class TrainConfig:
         for label, value, lo, hi in (("lr", self.lr, 0, 1), ("eps0", self.eps0, 0, 1), ("l2", self.l2, -1e-12, 1e6)):
             if not (_finite(value) and lo < value <= hi):
                 raise ValueError(f"{label} must be a finite number in ({lo:g}, {hi:g}]; got {value!r}")
+        for label, value in (("neutral_kl", self.neutral_kl), ("constant_penalty", self.constant_penalty)):
+            if not (_finite(value) and 0 <= value <= 1e6):
+                raise ValueError(f"{label} must be a finite number in [0, 1e6]; got {value!r}")
+        if not (_finite(self.target_eps) and 0 < self.target_eps <= 1000):
+            raise ValueError(f"target_eps must be a finite number in (0, 1000]; got {self.target_eps!r}")
         if self.rank is not None and (not _whole(self.rank) or not 1 <= self.rank <= hidden_size):
             raise ValueError(f"rank must be an integer from 1 to the hidden size {hidden_size}; got {self.rank!r}")
         if not (_finite(self.heldout) and 0 <= self.heldout < 0.5):
@@ -110,6 +121,13 @@ class TrainConfig:
     def warmup(self) -> int:
         """Steps before held-out early stopping may act."""
         return self.steps // 2 if self.min_steps is None else self.min_steps
+
+    @property
+    def fluency_terms(self) -> dict[str, float]:
+        """The fluency terms that are on, with their strength (empty: the paper's objective alone)."""
+        if not (self.neutral_kl or self.constant_penalty):
+            return {}
+        return {"neutral_kl": self.neutral_kl, "constant_penalty": self.constant_penalty, "target_eps": self.target_eps}
 
     def to_dict(self) -> dict:
         data = asdict(self)

@@ -173,13 +173,14 @@ class _Objective:
     CACHE_LOGITS = 256 * 1024**2  # (tokens × vocabulary) floats of base logits kept
 
     def __init__(self, lm: LanguageModel, data: TokenStates, masks: tuple[torch.Tensor, torch.Tensor], config: TrainConfig,
-                 use_dummy: bool) -> None:
+                 use_dummy: bool, neutral: torch.Tensor | None = None) -> None:
         self.lm, self.eps0, self.use_dummy = lm, config.eps0, use_dummy
         # (V, d) in the training matmul dtype: bfloat16 only where it is fast (a CPU without native bf16 runs it ~100× slower)
         self.E_mm = lm.head_weight(config.matmul_dtype or preferred_dtype(lm.head.weight.device))
         self.device = self.E_mm.device
         self.train = self._part(data, masks[0])
         self.held = self._part(data, masks[1])
+        self.fluency = _Fluency(self, config, neutral) if config.fluency_terms else None
 
     def _part(self, data: TokenStates, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
         m = mask.to(self.device)
@@ -210,6 +211,50 @@ class _Objective:
         return float(self.loss(self.held, W, Wd, **kw)) if len(self.held[0]) else math.nan
 
 
+class _Fluency:
+    """The optional fluency terms, measured at the strength a user steers with (``target_eps``), not at ε0.
+
+    * ``neutral_kl``: mean KL(unsteered ‖ steered) over neutral reference contexts at ±target_eps. Pushing a word
+      where the model is sure of the next one (after "great", a comma) costs much; where it is unsure, little, so
+      the switch learns to act where the style has room, the cause of word loops being the opposite.
+    * ``constant_penalty``: the mean squared logit change (vocabulary-centred, nats²) of the *mean* training context at
+      target_eps, the part of the change that is the same in every context: a fixed bonus on a few words.
+    """
+
+    NEUTRAL_ROWS = 128  # neutral contexts per step
+
+    def __init__(self, obj: _Objective, config: TrainConfig, neutral: torch.Tensor | None) -> None:
+        self.obj, self.config, self.scale = obj, config, config.target_eps * config.eps0
+        if config.neutral_kl:
+            if neutral is None or not len(neutral):
+                raise ValueError("neutral_kl needs neutral reference contexts")
+            self.neutral = neutral.to(obj.device, torch.float32)
+            self.neutral_base = obj.base_logits(self.neutral)  # (N, V), computed once
+        if config.constant_penalty:
+            E = obj.lm.head_weight(torch.float32)
+            Ec = E - E.mean(0, keepdim=True)  # a shift of every logit by the same amount changes nothing
+            self.gram = Ec.T @ Ec / len(Ec)  # (d, d): mean over the vocabulary of (Ec v)² = vᵀ G v
+            self.mean_context = obj.train[0].mean(0)
+
+    def __call__(self, W: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        total = torch.zeros((), device=self.obj.device)
+        if self.config.neutral_kl:
+            total = total + self.config.neutral_kl * self.neutral_kl(W, generator)
+        if self.config.constant_penalty:
+            v = self.scale * (W @ self.mean_context)
+            total = total + self.config.constant_penalty * (v @ self.gram @ v)
+        return total
+
+    def neutral_kl(self, W: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        idx = torch.randperm(len(self.neutral), generator=generator)[: self.NEUTRAL_ROWS].to(self.obj.device)
+        C, L0 = self.neutral[idx], self.neutral_base[idx]
+        lm, E = self.obj.lm, self.obj.E_mm
+        base = torch.log_softmax(lm.softcap(L0), -1)
+        shift = ((self.scale * (C @ W.T)).to(E.dtype) @ E.T).float()
+        sign = 1.0 if torch.rand((), generator=generator) < 0.5 else -1.0  # one side per step: unbiased, half the cost
+        return F.kl_div(torch.log_softmax(lm.softcap(L0 + sign * shift), -1), base, log_target=True, reduction="batchmean")
+
+
 @dataclass
 class _Run:
     """The optimisation's state: parameters, curves and the best held-out point."""
@@ -237,6 +282,8 @@ def _optimise(obj: _Objective, config: TrainConfig, is_cancelled: Callable[[], b
         loss = obj.loss(obj.train, run.W, run.Wd, idx)
         if config.l2:
             loss = loss + config.l2 * (config.eps0**2) * sum((p**2).sum() for p in params)
+        if obj.fluency is not None:
+            loss = loss + obj.fluency(run.W, generator)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -287,7 +334,14 @@ def _card(ex: _Examples, obj: _Objective, config: TrainConfig, run: _Run, best_s
         heldout_gain=held_without - held_with if len(obj.held[0]) else None,
         hidden_state_seconds=round(seconds[0], 3), seconds=round(seconds[1], 3),
     )
-    return Card(training=record)
+    return Card(training=record, extra={"objective": config.fluency_terms} if config.fluency_terms else {})
+
+
+def _neutral_contexts(lm: LanguageModel) -> torch.Tensor:
+    """Head inputs over the bundled neutral reference text (cached per model by the lens that reads it too)."""
+    from lmswitch.lenses.svd import reference_hidden  # the lens tier owns the reference text and its cache
+
+    return reference_hidden(lm)
 
 
 def _cancel_check(cancel: threading.Event | Callable[[], bool] | None) -> Callable[[], bool]:
@@ -325,7 +379,8 @@ def train_events(
     train_mask, held_mask = _split(data, len(ex.texts), config.heldout, generator)
     if not train_mask.any():
         raise ValueError("no tokens left to train on after holding out data; give more text or set heldout=0")
-    obj = _Objective(lm, data, (train_mask, held_mask), config, use_dummy=len(set(ex.labels)) > 1)
+    obj = _Objective(lm, data, (train_mask, held_mask), config, use_dummy=len(set(ex.labels)) > 1,
+                     neutral=_neutral_contexts(lm) if config.neutral_kl else None)
     hidden_seconds = time.perf_counter() - start
     yield Encoded(len(obj.train[0]), len(obj.held[0]), hidden_seconds)
     d = lm.hidden_size
