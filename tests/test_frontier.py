@@ -91,3 +91,18 @@ def test_calibration_stores_the_fluent_range_in_the_card(llama_lm):
     assert low <= 0 <= high and (low, high) != (-8.0, 8.0)  # a wild switch breaks the rules somewhere
     card = calibrated_card(llama_lm, zero, probe)
     assert card.fluent_eps == (-8.0, 8.0) and card.recommended_eps == 8.0
+
+
+def test_activation_addition_baseline_runs_on_the_switch_training_pairs(llama_lm, tmp_path):
+    from lmswitch.harness.frontier import CAA_STRENGTHS
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(["the happy one was", "she was kind and", "the sad one was", "he was cruel and"]))
+    switch = random_switch(llama_lm, seed=3, name="sentiment")  # named like the shipped switch: CAA fits on its dataset
+    spec = replace(FrontierSpec.for_switch("sentiment"), prompts=str(prompts), rules=FluencyRules(perplexity_ratio=1e9, dist3_ratio=0.0,
+                                                                                                  max_repetition=1.0))
+    frontier = run_frontier(llama_lm, switch, spec, methods=("caa",), protocol=replace(PROTOCOL, samples=1, max_new_tokens=4))
+    assert [(r.method, r.side) for r in frontier.rows] == [("caa", 1), ("caa", -1)]
+    for row in frontier.rows:
+        assert [s for s, _ in row.dev] == [row.side * a for a in CAA_STRENGTHS] and row.test is not None
+    assert [t.prompt for t in frontier.rows[0].test.texts] == load_prompts(str(prompts), split="test")

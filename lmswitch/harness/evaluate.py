@@ -29,6 +29,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -377,17 +378,18 @@ def instructed(lm: LanguageModel, prompt: str, instruction: str | None) -> str:
     return lm.tokenizer.apply_chat_template(message, tokenize=False, add_generation_prompt=True) + prompt
 
 
-def _sample(lm: LanguageModel, rows: Sequence[tuple], opts: SamplingOptions, batch_size: int, progress: Progress | None
-            ) -> tuple[list[str], list[float], list[int]]:
+def _sample(lm: LanguageModel, rows: Sequence[tuple], opts: SamplingOptions, batch_size: int, progress: Progress | None,
+            during: Callable[[], AbstractContextManager] = nullcontext) -> tuple[list[str], list[float], list[int]]:
     """Continue each (setting, prompt, seed, instruction) row in batches: its text, and the NLL and token count of its
-    new tokens under the unsteered model given the plain prompt."""
+    new tokens under the unsteered model given the plain prompt. ``during()`` is open while tokens are sampled only."""
     texts: list[str] = []
     nll: list[float] = []
     counts: list[int] = []
     for s in range(0, len(rows), batch_size):
         chunk = rows[s : s + batch_size]
         sources = [instructed(lm, p, instruction) for _, p, _, instruction in chunk]
-        gen = generate_tokens(lm, sources, [r[0] for r in chunk], [r[2] for r in chunk], opts)
+        with during():
+            gen = generate_tokens(lm, sources, [r[0] for r in chunk], [r[2] for r in chunk], opts)
         texts += gen.texts
         plain = (gen.prompt_ids, gen.prompt_mask) if sources == [r[1] for r in chunk] else encode_prompts(lm, [r[1] for r in chunk], opts)
         a, b = continuation_nll(lm, *plain, gen.new_ids, gen.new_mask)
@@ -406,12 +408,15 @@ def evaluate_settings(
     *,
     progress: Progress | None = None,
     instructions: Sequence[str | None] | None = None,
+    during: Callable[[], AbstractContextManager] = nullcontext,
 ) -> list[Evaluation]:
     """:func:`evaluate` for several settings at once, one :class:`Evaluation` per setting, in order.
 
     ``instructions`` (one per setting, or None) generate that setting's rows from the
     instruction and the prompt through the chat template (:func:`instructed`): the
-    prompting baseline, scored on the same prompts, seeds and metrics.
+    prompting baseline, scored on the same prompts, seeds and metrics. ``during()``
+    is a context opened around sampling only (never around scoring): a baseline
+    that changes the model, such as activation addition, is scored by the unsteered model.
 
     All rows (settings × prompts × samples, setting-major) are sampled together in
     batched :func:`~lmswitch.core.generate.generate_tokens` calls of ``protocol.batch_size``
@@ -437,7 +442,7 @@ def evaluate_settings(
     if len(instructions) != len(settings):
         raise ValueError(f"got {len(instructions)} instructions for {len(settings)} settings")
     every = [(setting, p, seed, instruction) for setting, instruction in zip(settings, instructions, strict=True) for p, seed in rows]
-    texts, nll, counts = _sample(lm, every, opts, protocol.batch_size, progress)
+    texts, nll, counts = _sample(lm, every, opts, protocol.batch_size, progress, during)
     sent = sentiment_scores(texts)
     tox = toxicity_scores(texts)
     formal = formality_scores(texts)

@@ -11,8 +11,9 @@ the same seeds. A method with no fluent setting says so: a strength reached
 through repetition is a miss.
 
 Methods are small callables chosen by name (:data:`METHODS`): the switch as
-trained, the switch with adaptive strength (a per-token KL cap), and prompting
-the instruct model through its chat template.
+trained, the switch with adaptive strength (a per-token KL cap), prompting the
+instruct model through its chat template, and activation addition (CAA) fitted on
+the switch's own training pairs (:mod:`lmswitch.harness.baselines`).
 
 >>> result = run_frontier(lm, sentiment, FrontierSpec.for_switch("sentiment"))   # doctest: +SKIP
 >>> result.rows[0].test.positive_share                                           # doctest: +SKIP
@@ -22,10 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache, partial
 
 from lmswitch.core.card import Card
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.switch import Switch
+from lmswitch.harness.baselines import ActivationAddition, added, fit_activation_addition
+from lmswitch.harness.datasets import load_dataset
 from lmswitch.harness.evaluate import PROTOCOL, Evaluation, Protocol, evaluate_settings, load_prompts
 
 
@@ -60,6 +64,7 @@ class FrontierSpec:
     want: int  # +1: positive ε should raise the metric; -1: lower it
     rules: FluencyRules = FluencyRules()
     strengths: tuple[float, ...] = (2.0, 4.0, 6.0, 8.0, 12.0, 16.0)  # |ε| swept on dev
+    dataset: str = ""  # the style dataset the switch (and the activation-addition baseline) is trained on ("": its name)
 
     @classmethod
     def for_switch(cls, name: str) -> FrontierSpec:
@@ -70,9 +75,9 @@ class FrontierSpec:
 
 
 SPECS = {
-    "sentiment": FrontierSpec("sentiment", "neutral", "positive_share", (+1, -1), +1),
-    "detox": FrontierSpec("detox", "provocative", "toxicity_prob", (+1,), -1, FluencyRules(perplexity_ratio=1.3)),
-    "formality": FrontierSpec("formality", "neutral", "formal_share", (+1, -1), +1),
+    "sentiment": FrontierSpec("sentiment", "neutral", "positive_share", (+1, -1), +1, dataset="sentiment"),
+    "detox": FrontierSpec("detox", "provocative", "toxicity_prob", (+1,), -1, FluencyRules(perplexity_ratio=1.3), dataset="toxicity"),
+    "formality": FrontierSpec("formality", "neutral", "formal_share", (+1, -1), +1, dataset="formality"),
 }
 
 # instructions of the prompting baseline, weakest first; {label} is the switch's label of that side
@@ -102,8 +107,26 @@ def _prompting(lm: LanguageModel, switch: Switch, side: int, prompts: Sequence[s
     return list(zip(map(float, strengths), evals, strict=True))
 
 
-METHODS: dict[str, Method] = {"switch": _switch(False), "switch+adaptive": _switch(True), "prompting": _prompting}
+@lru_cache(maxsize=8)
+def _caa_vector(lm: LanguageModel, dataset: str) -> ActivationAddition:
+    return fit_activation_addition(lm, *load_dataset(dataset).train())
+
+
+def _caa(lm: LanguageModel, switch: Switch, side: int, prompts: Sequence[str], protocol: Protocol,
+         strengths: Sequence[float]) -> list[tuple[float, Evaluation]]:
+    """Activation addition fitted on the same training pairs as the switch; strengths are multiples α of its vector."""
+    spec = SPECS.get(switch.name)
+    addition = _caa_vector(lm, spec.dataset if spec is not None else switch.name)
+    out = []
+    for alpha in (side * s for s in strengths):
+        ev = evaluate_settings(lm, [[]], prompts, protocol, during=partial(added, lm, addition, alpha))[0]
+        out.append((alpha, ev))
+    return out
+
+
+METHODS: dict[str, Method] = {"switch": _switch(False), "switch+adaptive": _switch(True), "prompting": _prompting, "caa": _caa}
 LEVELS = tuple(float(k) for k in range(1, len(INSTRUCTIONS) + 1))  # the prompting baseline's strengths
+CAA_STRENGTHS = (0.5, 1.0, 2.0, 3.0, 4.0, 6.0)  # |α| swept for activation addition, multiples of its mean-difference vector
 
 
 @dataclass(frozen=True)
@@ -156,8 +179,12 @@ def _best(spec: FrontierSpec, side: int, dev: list[tuple[float, Evaluation]], ba
     return max(fluent, key=lambda item: (sign * getattr(item[1], spec.metric), -abs(item[0])))[0]
 
 
+def _strengths(spec: FrontierSpec, method: str) -> tuple[float, ...]:
+    return {"prompting": LEVELS, "caa": CAA_STRENGTHS}.get(method, spec.strengths)
+
+
 def _row(lm: LanguageModel, switch: Switch, spec: FrontierSpec, method: str, side: int, data: dict) -> FrontierRow:
-    dev = METHODS[method](lm, switch, side, data["dev"], data["protocol"], LEVELS if method == "prompting" else spec.strengths)
+    dev = METHODS[method](lm, switch, side, data["dev"], data["protocol"], _strengths(spec, method))
     choice = _best(spec, side, dev, data["dev_base"])
     if choice is None:
         return FrontierRow(method, side, dev, data["dev_base"], None, None, None)
