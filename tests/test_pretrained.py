@@ -10,6 +10,7 @@ from conftest import tiny_style_data
 
 from lmswitch.core.switch import load_switch
 from lmswitch.harness.evaluate import Protocol, evaluate_sweep, load_prompts
+from lmswitch.harness.frontier import Probe
 from lmswitch.harness.pretrained import PRETRAINED_DIR, SPECS, build_pretrained, get_spec, load_pretrained
 
 
@@ -18,7 +19,9 @@ def test_build_is_deterministic_and_cards_are_complete(tmp_path, llama_lm, monke
     # a tiny model trains in a few steps; keep each spec's other settings
     monkeypatch.setattr("lmswitch.harness.pretrained.SPECS", tuple(replace(s, train=replace(s.train, steps=20)) for s in SPECS))
     messages = []
-    first = build_pretrained(llama_lm, tmp_path / "a", names=["sentiment", "detox"], data_dir=tmp_path / "data", eval_prompts=0, log=messages.append)
+    monkeypatch.setattr("lmswitch.harness.pretrained.CALIBRATION", Probe(prompts=2, samples=1, max_new_tokens=4, strengths=(4.0, 8.0)))
+    first = build_pretrained(llama_lm, tmp_path / "a", names=["sentiment", "detox"], data_dir=tmp_path / "data", eval_prompts=0, log=messages.append,
+                             fluent=False)
     second = build_pretrained(llama_lm, tmp_path / "b", names=["sentiment", "detox"], data_dir=tmp_path / "data", eval_prompts=0)
     assert [p.name for p in first] == ["sentiment.safetensors", "detox.safetensors"]
     for a, b in zip(first, second, strict=True):
@@ -33,6 +36,10 @@ def test_build_is_deterministic_and_cards_are_complete(tmp_path, llama_lm, monke
     assert card["recommended_eps"] == get_spec("detox").recommended_eps
     assert 0 <= card["heldout_meter_accuracy"] <= 1 and card["heldout_gain"] is not None
     assert any("saved" in m for m in messages)
+    calibrated = load_switch(second[1], llama_lm).card  # the default build probes the fluent range on dev prompts
+    low, high = calibrated.fluent_eps
+    assert low in (0.0, -4.0, -8.0) and high in (0.0, 4.0, 8.0)
+    assert calibrated.recommended_eps == (high or -low or get_spec("detox").recommended_eps)
     with pytest.raises(ValueError, match="no shipped switch"):
         build_pretrained(llama_lm, tmp_path / "c", names=["poetry"], data_dir=tmp_path / "data")
 

@@ -166,7 +166,7 @@ def cmd_measure(args: argparse.Namespace, lm: LanguageModel) -> None:
 
 def cmd_build_pretrained(args: argparse.Namespace, lm: LanguageModel) -> None:
     paths = build_pretrained(lm, args.out or PRETRAINED_DIR, names=args.only, data_dir=args.data, eval_prompts=args.eval_prompts,
-                             samples=args.samples, seed=args.seed, log=log)
+                             samples=args.samples, seed=args.seed, fluent=not args.no_calibrate, log=log)
     emit(args, {"written": [str(p) for p in paths]}, "\n".join(f"wrote {p}" for p in paths))
 
 

@@ -195,6 +195,8 @@ def _build_pretrained(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-prompts", type=int, default=_default(build_pretrained, "eval_prompts"), help="prompts for the card's quick evaluation (0 to skip)")
     p.add_argument("--samples", type=int, default=_default(build_pretrained, "samples"))
     p.add_argument("--seed", type=int, default=_default(build_pretrained, "seed"))
+    p.add_argument("--no-calibrate", action="store_true",
+                   help="skip probing each switch's fluent ε range on the dev prompts (the card then recommends the spec's ε)")
 
 
 def _transfer(p: argparse.ArgumentParser) -> None:

@@ -21,6 +21,7 @@ from lmswitch.core.switch import Switch, load_switch
 from lmswitch.core.train import train_switch
 from lmswitch.harness.datasets import DATASETS, HELDOUT_EVERY, SOURCE_PATH, StyleData, load_dataset
 from lmswitch.harness.evaluate import Protocol, evaluate_sweep, load_prompts
+from lmswitch.harness.frontier import FrontierSpec, Probe, calibrate
 from lmswitch.io.resources import shipped_switches_dir
 from lmswitch.lenses.meter import style_slope
 
@@ -149,9 +150,13 @@ def build_switch(
     eval_prompts: int = CARD_PROMPTS,
     samples: int = CARD_SAMPLES,
     seed: int = 0,
+    fluent: bool = True,
     log: Log | None = None,
 ) -> Switch:
     """Train and measure one shipped switch (deterministic for a given model, data and seed).
+
+    ``fluent``: calibrate its fluent ε range on the dev prompts (:data:`CALIBRATION`, the frontier's rules) and
+    recommend the fluent limit of its wanted side; off, the spec's ε is recommended as is.
 
     >>> switch = build_switch(lm, get_spec("sentiment"), eval_prompts=0)   # doctest: +SKIP
     >>> switch.save("sentiment.safetensors")                               # doctest: +SKIP
@@ -164,12 +169,33 @@ def build_switch(
     accuracy = heldout_accuracy(lm, switch, held_pos, held_neg)
     say(f"[{spec.name}] style meter on {len(held_pos)} + {len(held_neg)} held-out pairs: {accuracy:.1%} correct")
     protocol = Protocol(samples=samples, seed=seed)
+    spec = _calibrated(lm, switch, spec, protocol, say) if fluent else spec
     prompts = load_prompts(spec.prompts, eval_prompts) if eval_prompts else []
     by_eps = _card_evaluation(lm, switch, spec, prompts, protocol, say)
     switch.eps_range = (-2 * spec.recommended_eps, 2 * spec.recommended_eps)
     added = _card(spec, data, accuracy, eval_prompts, protocol, by_eps)
+    if fluent:
+        added["fluent_eps"] = list(switch.card.fluent_eps)
     switch.card = switch.card.updated(**added, build_seconds=round(time.perf_counter() - start, 1))
     return switch
+
+
+CALIBRATION = Probe(prompts=16, samples=2, max_new_tokens=25)  # the shipped switches' fluent range: the frontier's dev prompts
+
+
+def _calibrated(lm: LanguageModel, switch: Switch, spec: Spec, protocol: Protocol, say: Log) -> Spec:
+    """Set ``switch``'s fluent range on the dev prompts of its evaluation set (the frontier's rules); the spec with its
+    recommended ε moved to the fluent limit of the wanted side (or kept, with a warning, when nothing was fluent)."""
+    rules = FrontierSpec.for_switch(spec.name).rules
+    probe = replace(CALIBRATION, prompt_set=spec.prompts, rules=rules)
+    low, high = calibrate(lm, switch, probe, protocol)
+    switch.card = switch.card.updated(fluent_eps=[low, high])
+    limit = high if high > 0 else abs(low)  # every shipped switch's wanted side is +ε
+    say(f"[{spec.name}] fluent ε on {probe.prompts} dev prompts: {low:+g} … {high:+g}")
+    if not limit:
+        say(f"[{spec.name}] ⚠ no probed ε was fluent; the card keeps the spec's ε {spec.recommended_eps:+g}")
+        return spec
+    return replace(spec, recommended_eps=limit)
 
 
 def build_pretrained(
@@ -181,6 +207,7 @@ def build_pretrained(
     eval_prompts: int = CARD_PROMPTS,
     samples: int = CARD_SAMPLES,
     seed: int = 0,
+    fluent: bool = True,
     log: Log | None = None,
 ) -> list[Path]:
     """Rebuild the shipped switches (all of :data:`SPECS`, or ``names``) into ``out_dir``; returns the files written."""
@@ -188,7 +215,8 @@ def build_pretrained(
     out = Path(out_dir)
     paths = []
     for spec in specs:
-        switch = build_switch(lm, spec, data_dir=data_dir, eval_prompts=eval_prompts, samples=samples, seed=seed, log=log)
+        switch = build_switch(lm, spec, data_dir=data_dir, eval_prompts=eval_prompts, samples=samples, seed=seed, fluent=fluent,
+                              log=log)
         paths.append(switch.save(out / f"{spec.name}.safetensors"))
         if log:
             log(f"[{spec.name}] saved {paths[-1]}")
