@@ -163,6 +163,24 @@ def test_dragging_a_slider_regenerates_on_release(ui):
         assert after.strip() and after != before_steered
 
 
+def test_sliders_beyond_the_fluent_range_toggle(ui):
+    with ui.view("wide-sliders") as page:
+        ui.tab("Steer")
+        track = ui.slider("sentiment:").locator("input[type=range]")
+        fluent_top = float(track.get_attribute("max"))
+        page.get_by_text("generation settings").click()
+        box = page.locator("#wide-sliders input[type=checkbox]")
+        box.check()
+        expect(page.locator("#wide-warning")).to_contain_text("beyond the fluent range")
+        page.wait_for_function("([el, top]) => parseFloat(el.max) > top", arg=[track.element_handle(), fluent_top])
+        wide_top = float(track.get_attribute("max"))
+        assert wide_top >= 2 * fluent_top, (fluent_top, wide_top)
+        box.uncheck()
+        expect(page.locator("#wide-warning")).to_be_hidden()
+        page.wait_for_function("([el, top]) => parseFloat(el.max) === top", arg=[track.element_handle(), fluent_top])
+        assert float(track.input_value()) <= fluent_top  # a value past the fluent end is moved back inside
+
+
 def test_train_from_pasted_sentences_adds_a_slider(ui):
     positive = [line for line in (EXAMPLES / "sentiment_positive.txt").read_text().splitlines() if line.strip()][:12]
     negative = [line for line in (EXAMPLES / "sentiment_negative.txt").read_text().splitlines() if line.strip()][:12]

@@ -94,6 +94,7 @@ class Session:
         self.switches: dict[str, Switch] = {}
         self.order: list[str] = []
         self.model: str | None = None  # the model this session steers (None: the app's default)
+        self.wide_sliders = False  # sliders span the switch's full range, beyond its calibrated fluent range
         self._generation: threading.Event | None = None
         self._training: threading.Event | None = None
         self._lock = threading.Lock()

@@ -42,6 +42,9 @@ def _steer_tab(ui: SimpleNamespace, backend: Backend) -> None:
                 ui.adaptive = gr.Checkbox(value=SAMPLING.adaptive, label="adaptive strength",
                                           info=f"per token, hold the steering back to a KL budget of {SAMPLING.kl_budget:g} nat "
                                                "so strong settings stay fluent", elem_id="adaptive")
+                ui.wide = gr.Checkbox(value=False, label="sliders beyond the fluent range", elem_id="wide-sliders",
+                                      info="each slider spans the switch's whole range; past its fluent ε text tends to loop")
+            ui.wide_warning = gr.Markdown("", visible=False, elem_id="wide-warning")
             ui.go = gr.Button("Generate", variant="primary", elem_id="generate")
         with gr.Column(scale=3):
             with gr.Row(equal_height=True):
@@ -172,6 +175,8 @@ def _wire_steer(ui: SimpleNamespace, backend: Backend, demo: gr.Blocks) -> None:
     ui.prompt.input(run_steer, steer_inputs, stream_out, api_visibility="private", **live)
     for slider in ui.sliders:
         slider.release(run_steer, steer_inputs, stream_out, api_visibility="private", **live)
+    ui.wide.change(bind(steer.widen_sliders, backend), [ui.wide, ui.session, *ui.sliders], [ui.wide_warning, *ui.sliders], api_visibility="private",
+                   concurrency_limit=None)
     ui.model_pick.input(bind(steer.select_model, backend), [ui.model_pick, ui.session, *ui.pickers], [ui.status, *ui.sliders, *ui.pickers],
                         api_name="select_model", show_progress_on=[ui.status]).then(run_steer, steer_inputs, stream_out,
                                                                                     api_visibility="private", **live)

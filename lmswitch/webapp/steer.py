@@ -24,6 +24,7 @@ from lmswitch.webapp.widgets import (
     format_scores,
     number,
     sampling,
+    slider_range,
     slot_updates,
     token_html,
 )
@@ -46,6 +47,23 @@ def on_load(backend: Backend, session: Session, *current: str | None):
     """Page load: wait for the model, then show this session's sliders and switch pickers."""
     _, library = backend.get(timeout=900)
     return [model_status(backend, session), *slot_updates(session, library), *dropdown_updates(session, library, current)]
+
+
+WIDE_WARNING = ("⚠ **Sliders beyond the fluent range.** Past a switch's calibrated fluent ε, steered text tends to repeat "
+                "words (\"great great great\"); tick *adaptive strength* to hold strong settings back per token.")
+
+
+def widen_sliders(backend: Backend, wide: bool, session: Session, *values: float):
+    """The "beyond the fluent range" toggle: this session's sliders span each switch's full range (with a warning) or
+    its calibrated fluent range again, a value outside it moved to the nearest end."""
+    _, library = backend.get(session=session)
+    session.wide_sliders = bool(wide)
+    names = session.available(library)[:MAX_SLOTS]
+    clamped = {}
+    for name, value in zip(names, values, strict=False):
+        lo, hi = slider_range(session.get(name, library), session.wide_sliders)
+        clamped[name] = min(max(float(value or 0.0), lo), hi)
+    return [gr.Markdown(WIDE_WARNING if wide else "", visible=bool(wide)), *slot_updates(session, library, values=clamped)]
 
 
 @user_errors

@@ -68,12 +68,15 @@ def checked_setting(session: Session, library: SwitchLibrary, pairs: Sequence[tu
 
 
 # --- sliders and pickers ------------------------------------------------------------------------
-def slider_range(switch: Switch) -> tuple[float, float]:
-    """The switch's calibrated fluent range when its card has one (beyond it text tends to loop); else at least
-    −10…+10 ε0 units, wider when the switch recommends more."""
+def slider_range(switch: Switch, wide: bool = False) -> tuple[float, float]:
+    """The switch's calibrated fluent range when its card has one (beyond it text tends to loop); else, or when
+    ``wide``, at least −10…+10 ε0 units, wider when the switch recommends more or its fluent range reaches further."""
     fluent = switch.card.fluent_eps
-    if fluent is not None and fluent[1] > fluent[0]:
+    if fluent is not None and fluent[1] > fluent[0] and not wide:
         return float(math.floor(fluent[0])), float(math.ceil(fluent[1]))
+    if fluent is not None:
+        r = float(math.ceil(max(10.0, 2 * abs(fluent[0]), 2 * abs(fluent[1]), *map(abs, switch.eps_range))))
+        return -r, r
     lo, hi = switch.eps_range
     r = float(math.ceil(max(10.0, abs(lo), abs(hi))))
     return -r, r
@@ -96,7 +99,7 @@ def slot_updates(session: Session, library: SwitchLibrary, *, reset: bool = Fals
             updates.append(gr.Slider(visible=False, value=0.0) if reset else gr.Slider(visible=False))
             continue
         switch = session.get(names[i], library)
-        lo, hi = slider_range(switch)
+        lo, hi = slider_range(switch, session.wide_sliders)
         extra = {"value": values.get(names[i], 0.0)} if reset or names[i] in values else {}
         updates.append(gr.Slider(minimum=lo, maximum=hi, label=slider_label(switch), visible=True, info=switch.description[:120] or None,
                                  **extra))
