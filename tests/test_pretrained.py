@@ -60,9 +60,7 @@ def test_shipped_files_match_the_embedded_model(lm):
             assert key in card, f"{spec.name} card lacks {key}"
         assert card["heldout_gain"] > 0, f"{spec.name} does not explain held-out text better than the base model"
         assert card["heldout_meter_accuracy"] >= 0.75
-        r = card["recommended_eps"]  # the fluent limit calibrated on dev prompts by the build
-        low, high = card["fluent_eps"]
-        assert 0 < r == (high or -low) and set(card["evaluation"]["by_eps"]) == {f"{-r:+g}", "+0", f"{r:+g}"}
+        assert set(card["evaluation"]["by_eps"]) == {f"{-spec.recommended_eps:+g}", "+0", f"{spec.recommended_eps:+g}"}
     assert (PRETRAINED_DIR / "README.md").is_file()
 
 
@@ -74,11 +72,10 @@ GRADED = {"positive_share": ("mean_sentiment", 0.3), "toxicity_prob": ("avg_max_
 @pytest.mark.usefixtures("real_model_threads")
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
 def test_each_shipped_switch_moves_its_own_scorer(lm, spec):
-    """At -ε, 0, +ε (the card's recommended, fluent ε) on prompts and seeds the card did not use, the switch's scorer moves
-    the stated way."""
+    """At -ε, 0, +ε (recommended ε) on prompts and seeds the card did not use, the switch's scorer moves the stated way."""
     switch = load_pretrained(lm)[spec.name]
     prompts = load_prompts(spec.prompts)[-12:]  # the cards use the first 20 prompts
-    r = switch.card.recommended_eps
+    r = spec.recommended_eps
     evals = evaluate_sweep(lm, switch, [-r, 0.0, r], prompts, Protocol(samples=3, max_new_tokens=20, seed=100))
     metric, spread = GRADED[spec.metric]
     low, base, high = (getattr(ev, metric) * spec.direction for ev in evals)

@@ -43,7 +43,7 @@ def _steer_tab(ui: SimpleNamespace, backend: Backend) -> None:
                                           info=f"per token, hold the steering back to a KL budget of {SAMPLING.kl_budget:g} nat "
                                                "so strong settings stay fluent", elem_id="adaptive")
                 ui.wide = gr.Checkbox(value=False, label="sliders beyond the fluent range", elem_id="wide-sliders",
-                                      info="each slider spans the switch's whole range; past its fluent ε text tends to loop")
+                                      info="each slider reaches twice as far; past a switch's fluent ε text tends to loop")
             ui.wide_warning = gr.Markdown("", visible=False, elem_id="wide-warning")
             ui.go = gr.Button("Generate", variant="primary", elem_id="generate")
         with gr.Column(scale=3):

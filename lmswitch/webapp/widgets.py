@@ -69,17 +69,18 @@ def checked_setting(session: Session, library: SwitchLibrary, pairs: Sequence[tu
 
 # --- sliders and pickers ------------------------------------------------------------------------
 def slider_range(switch: Switch, wide: bool = False) -> tuple[float, float]:
-    """The switch's calibrated fluent range when its card has one (beyond it text tends to loop); else, or when
-    ``wide``, at least −10…+10 ε0 units, wider when the switch recommends more or its fluent range reaches further."""
+    """The switch's calibrated fluent range when its card has one (beyond it text tends to loop); else at least
+    −10…+10 ε0 units, wider when the switch recommends more. ``wide``: twice as far each way."""
     fluent = switch.card.fluent_eps
-    if fluent is not None and fluent[1] > fluent[0] and not wide:
-        return float(math.floor(fluent[0])), float(math.ceil(fluent[1]))
-    if fluent is not None:
-        r = float(math.ceil(max(10.0, 2 * abs(fluent[0]), 2 * abs(fluent[1]), *map(abs, switch.eps_range))))
-        return -r, r
-    lo, hi = switch.eps_range
-    r = float(math.ceil(max(10.0, abs(lo), abs(hi))))
-    return -r, r
+    if fluent is not None and fluent[1] > fluent[0]:
+        lo, hi = float(math.floor(fluent[0])), float(math.ceil(fluent[1]))
+    else:
+        r = float(math.ceil(max(10.0, *map(abs, switch.eps_range))))
+        lo, hi = -r, r
+    if wide:
+        reach = max(abs(lo), abs(hi))
+        return -2 * reach, 2 * reach
+    return lo, hi
 
 
 def slider_label(switch: Switch) -> str:
