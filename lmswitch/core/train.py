@@ -229,7 +229,8 @@ class _Fluency:
             if neutral is None or not len(neutral):
                 raise ValueError("neutral_kl needs neutral reference contexts")
             self.neutral = neutral.to(obj.device, torch.float32)
-            self.neutral_base = obj.base_logits(self.neutral)  # (N, V), computed once
+            self.neutral_base = obj.base_logits(self.neutral)  # (N, V) raw logits and their log-probabilities, computed once
+            self.neutral_logp = torch.log_softmax(obj.lm.softcap(self.neutral_base), -1)
         if config.constant_penalty:
             E = obj.lm.head_weight(torch.float32)
             Ec = E - E.mean(0, keepdim=True)  # a shift of every logit by the same amount changes nothing
@@ -247,9 +248,8 @@ class _Fluency:
 
     def neutral_kl(self, W: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         idx = torch.randperm(len(self.neutral), generator=generator)[: self.NEUTRAL_ROWS].to(self.obj.device)
-        C, L0 = self.neutral[idx], self.neutral_base[idx]
+        C, L0, base = self.neutral[idx], self.neutral_base[idx], self.neutral_logp[idx]
         lm, E = self.obj.lm, self.obj.E_mm
-        base = torch.log_softmax(lm.softcap(L0), -1)
         shift = ((self.scale * (C @ W.T)).to(E.dtype) @ E.T).float()
         sign = 1.0 if torch.rand((), generator=generator) < 0.5 else -1.0  # one side per step: unbiased, half the cost
         return F.kl_div(torch.log_softmax(lm.softcap(L0 + sign * shift), -1), base, log_target=True, reduction="batchmean")
