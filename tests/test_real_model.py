@@ -52,3 +52,16 @@ def test_switch_file_round_trip_on_real_model(lm, sentiment, tmp_path):
     loaded = ls.load_switch(path, lm)
     assert torch.equal(loaded.W, sentiment.W)
     assert loaded.card["n_positive"] == 30
+
+
+def test_language_warning_flags_text_the_model_tokenizes_poorly(lm):
+    from lmswitch.core.train import language_warning
+
+    english = "The library stays open late on weekdays, and the new reading room is warm and quiet in winter."
+    chinese = "每当城市预算紧张时，总有人提议关闭一个图书馆分馆。这个论点乍一听很有道理。"
+    german = ("Immer wenn das Budget der Stadt knapp ist, schlägt jemand vor, eine Zweigstelle der Bibliothek zu schließen. "
+              "Das Argument klingt zunächst vernünftig, aber es verkennt, wofür eine Bibliothek da ist.")
+    assert language_warning(lm, english) is None
+    for text in (chinese, german):
+        warning = language_warning(lm, text)
+        assert warning is not None and "language or script" in warning and lm.name in warning

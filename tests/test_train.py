@@ -63,7 +63,7 @@ def planted(signal_lm):
     return signal_lm, switch
 
 
-@pytest.mark.parametrize("eps", [2.0, 5.0])
+@pytest.mark.parametrize("eps", [1.0, 2.0])
 def test_planted_signal_moves_heldout_likelihood(planted, eps):
     lm, switch = planted
     heldout_pos = sample_texts(random.Random(1001), WORDS_A, 40)
@@ -125,7 +125,7 @@ def test_same_seed_same_switch_other_seed_other_switch(small_lm, small_data):
 def test_progress_callback_reports_every_step(small_lm, small_data):
     pos, neg = small_data
     calls: list[tuple] = []
-    switch = train_switch(small_lm, pos, neg, config=TrainConfig(seed=0, steps=15), progress=lambda *args: calls.append(args))
+    switch = train_switch(small_lm, pos, neg, config=TrainConfig(optimizer="adam", seed=0, steps=15), progress=lambda *args: calls.append(args))
     assert [c[0] for c in calls] == list(range(1, 16))
     assert all(c[1] == 15 for c in calls)
     assert all(isinstance(c[2], float) and math.isfinite(c[2]) and c[2] > 0 for c in calls)
@@ -143,7 +143,7 @@ def test_cancel_from_inside_the_callback(small_lm, small_data):
             cancel.set()
 
     with pytest.raises(TrainingCancelled, match="step 3 of 50"):
-        train_switch(small_lm, pos, neg, config=TrainConfig(steps=50), progress=progress, cancel=cancel)
+        train_switch(small_lm, pos, neg, config=TrainConfig(optimizer="adam", steps=50), progress=progress, cancel=cancel)
     assert seen == [1, 2, 3]
 
 
@@ -161,6 +161,10 @@ def test_cancel_with_a_callable_and_before_the_first_step(small_lm, small_data):
 
 
 GOOD = ["the happy and good one", "a warm kind smile for all"]
+POS = [*GOOD, "the bright sweet joy of a kind and happy day", "love and joy for the good and warm",
+       "a great smile and a sweet warm love"]
+BAD = ["the sad one", "the bad one", "the cold one", "a cruel and bitter frown", "the dark grief of an awful day",
+       "hate and grief for the bad and cold", "a bitter frown and a cruel dark hate"]
 
 
 @pytest.mark.parametrize(
@@ -171,7 +175,10 @@ GOOD = ["the happy and good one", "a warm kind smile for all"]
         (([], GOOD), {}, "no positive texts"),
         ((["   \t\n"],), {}, "positive text #1 is empty or whitespace"),
         ((GOOD, ["the sad one", ""]), {}, "negative text #2 is empty"),
-        ((["the good one", "happy"],), {}, r"text #2 .* 1 token"),
+        (([*POS, "happy"],), {}, r"text #6 .* 1 token"),
+        (("the happy and good one",), {}, r"the positive document has 5 tokens; a switch needs at least 32 tokens"),
+        ((POS, "the sad one"), {}, r"the negative document has 3 tokens"),
+        ((POS, [" ".join(p.upper().split()) for p in reversed(POS)]), {}, "identical"),
         ((["the good", 42],), {}, "not a string"),
         ((["the good\x00one"],), {}, "NUL"),
         ((GOOD,), {"config": TrainConfig(steps=0)}, "steps must be an integer"),
@@ -207,7 +214,7 @@ def test_single_document(small_lm):
     # the document is longer than the context: every next token is still scored exactly once
     assert card["tokens_train"] + card["tokens_heldout"] == 299
     assert card["tokens_heldout"] > 0 and math.isfinite(card["heldout_gain"])
-    assert card["steps"] == 20 and len(card["train_losses"]) == 20
+    assert card["steps"] == len(card["train_losses"]) <= 20 and card["optimizer"] == "lbfgs"
     assert switch.model_fingerprint == small_lm.fingerprint and switch.name == "doc"
 
 
@@ -289,7 +296,7 @@ def test_data_advice_on_odd_cards(planted):
 def test_train_events_are_typed_and_end_with_the_same_switch_as_train_switch(small_lm):
     from lmswitch.core.train import Done, Encoded, Evaluated, Step, train_events
 
-    pos, neg = GOOD, ["the sad one", "the bad one", "the cold one"]
+    pos, neg = POS, BAD
     config = TrainConfig(seed=0, steps=12, eval_every=3)
     events = list(train_events(small_lm, pos, neg, config=config))
     assert isinstance(events[0], Encoded) and events[0].tokens_train > 0
@@ -305,7 +312,7 @@ def test_train_events_are_typed_and_end_with_the_same_switch_as_train_switch(sma
 def test_closing_the_event_iterator_stops_training(small_lm):
     from lmswitch.core.train import Step, train_events
 
-    events = train_events(small_lm, GOOD, ["the sad one", "the bad one"], config=TrainConfig(steps=500))
+    events = train_events(small_lm, POS, BAD, config=TrainConfig(optimizer="adam", steps=500))
     seen = [e for _, e in zip(range(5), events, strict=False)]
     events.close()
     assert isinstance(seen[-1], Step) and seen[-1].step == 4
@@ -327,7 +334,7 @@ def _logit_change(lm, switch, C: torch.Tensor, eps: float) -> torch.Tensor:
 def fluency_runs(signal_lm):
     rng = random.Random(3)
     pos, neg = sample_texts(rng, WORDS_A, 40), sample_texts(rng, WORDS_B, 40)
-    base = TrainConfig(seed=0, steps=120)
+    base = TrainConfig(optimizer="adam", seed=0, steps=120)
     runs = {name: train_switch(signal_lm, pos, neg, config=replace(base, **kw)) for name, kw in
             {"plain": {}, "constant": {"constant_penalty": 50.0}, "kl": {"neutral_kl": 20.0}}.items()}
     contexts = encode_texts(signal_lm, pos + neg, [1.0] * len(pos + neg), 512, 32).hidden

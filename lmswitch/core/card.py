@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 
@@ -47,9 +47,12 @@ class TrainingRecord:
     heldout_gain: float | None  # nats per token; > 0: the switch explains held-out text it never saw
     hidden_state_seconds: float
     seconds: float
+    optimizer: str = "adam"  # "lbfgs" (ridge path; ``l2`` is the λ it chose) or "adam" (cards written before 2026-11-23)
+    negatives: str = "given"  # how the negative texts were made: "given", "none" (one document) or "self-contrast"
 
 
 _TRAINING_KEYS = tuple(f.name for f in fields(TrainingRecord))
+_REQUIRED_KEYS = tuple(f.name for f in fields(TrainingRecord) if f.default is MISSING)
 
 
 def _number_or_none(value: object, key: str) -> float | None:
@@ -92,8 +95,8 @@ class Card(Mapping):
         if not all(isinstance(k, str) for k in data):
             raise ValueError("card keys must be strings")
         training = None
-        if all(k in data for k in _TRAINING_KEYS):
-            training = TrainingRecord(**{k: data.pop(k) for k in _TRAINING_KEYS})
+        if all(k in data for k in _REQUIRED_KEYS):
+            training = TrainingRecord(**{k: data.pop(k) for k in _TRAINING_KEYS if k in data})
         transfer = data.pop("transfer", None)
         if transfer is not None and not isinstance(transfer, dict):
             raise ValueError(f"card field 'transfer' must be an object; got {type(transfer).__name__}")

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from lmswitch.core.models import LanguageModel
 
 MAX_STEPS = 100_000
+OPTIMIZERS = ("lbfgs", "adam")
 
 
 def _finite(value: object) -> bool:
@@ -70,7 +71,13 @@ SAMPLING = SamplingOptions()  # the defaults, for signatures that take the field
 class TrainConfig:
     """How :func:`~lmswitch.core.train.train_switch` optimises a switch (paper appendix D, with early stopping)."""
 
-    steps: int = field(default=200, metadata={"help": "maximum optimiser steps"})
+    optimizer: str = field(default="lbfgs", metadata={
+        "help": "'lbfgs': full-batch L-BFGS on each token's likely next words along a ridge path, λ chosen on held-out text "
+                "(fast; lr, l2, batch_tokens, eval_every, patience, min_steps do not apply); 'adam': the paper's Adam steps"})
+    self_contrast: bool = field(default=False, metadata={
+        "help": "add the model's own continuations of the texts' sentence openings as negatives (label -1 for one document, "
+                "0 beside given negatives), so the switch learns what the text does differently, not its topic"})
+    steps: int = field(default=200, metadata={"help": "maximum optimiser steps (lbfgs: loss evaluations)"})
     lr: float = field(default=1e-2, metadata={"help": "Adam learning rate (paper: 1e-2)"})
     eps0: float = field(default=1e-3, metadata={"help": "the ε unit the switch is fitted at (paper: 1e-3)"})
     l2: float = field(default=0.0, metadata={"help": "L2 penalty on ε0·W (and the dummy matrix)"})
@@ -93,6 +100,10 @@ class TrainConfig:
 
     def validate(self, hidden_size: int) -> None:
         """Raise a ValueError that names the bad field and its allowed range."""
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}; got {self.optimizer!r}")
+        if self.optimizer == "lbfgs" and self.fluency_terms:
+            raise ValueError("the fluency terms (neutral_kl, constant_penalty) train with optimizer='adam' only")
         if not _whole(self.steps) or not 1 <= self.steps <= MAX_STEPS:
             raise ValueError(f"steps must be an integer from 1 to {MAX_STEPS}; got {self.steps!r}")
         for label, value, lo, hi in (("lr", self.lr, 0, 1), ("eps0", self.eps0, 0, 1), ("l2", self.l2, -1e-12, 1e6)):

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from lmswitch.core import solver
 from lmswitch.core.card import Card, TrainingRecord
 from lmswitch.core.hidden import TokenStates, check_text, encode_texts
 from lmswitch.core.models import LanguageModel, preferred_dtype
@@ -47,22 +48,23 @@ def _as_texts(texts: str | Sequence[str] | None, what: str) -> list[str]:
 
 
 def _split(data: TokenStates, n_texts: int, heldout: float, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Boolean masks (train, held-out). Whole texts are held out when there are enough of them,
-    otherwise contiguous token blocks (one document: its hidden states keep their full context)."""
-    units = data.unit if n_texts < 10 else data.unit // 1_000_000
+    """Boolean masks (train, held-out), stratified by label sign so both sides are represented in the held-out part.
+
+    A side with enough texts (≥ 10) holds out whole texts; a side with fewer (one document) holds out contiguous token
+    blocks, whose hidden states keep their full context."""
     if heldout == 0:
-        return torch.ones(len(units), dtype=torch.bool), torch.zeros(len(units), dtype=torch.bool)
-    ids = units.unique()
-    held = torch.zeros(len(units), dtype=torch.bool)
-    # stratify by label sign so both classes are represented in the held-out part
-    unit_label = {int(u): float(label) for u, label in zip(units.tolist(), data.labels.cpu().tolist(), strict=False)}
-    for sign in (True, False):
-        group = torch.tensor([int(u) for u in ids.tolist() if (unit_label[int(u)] >= 0) == sign])
-        if len(group) < 2:
+        return torch.ones(len(data.unit), dtype=torch.bool), torch.zeros(len(data.unit), dtype=torch.bool)
+    text_of = data.unit // 1_000_000
+    positive = data.labels.cpu() >= 0
+    held = torch.zeros(len(data.unit), dtype=torch.bool)
+    for side in (positive, ~positive):
+        whole_texts = len(text_of[side].unique()) >= 10
+        ids = (text_of if whole_texts else data.unit)[side].unique()
+        if len(ids) < 2:
             continue
-        k = max(1, round(heldout * len(group)))
-        chosen = group[torch.randperm(len(group), generator=generator)[:k]]
-        held |= torch.isin(units, chosen)
+        k = max(1, round(heldout * len(ids)))
+        chosen = ids[torch.randperm(len(ids), generator=generator)[:k]]
+        held |= side & torch.isin(text_of if whole_texts else data.unit, chosen)
     return ~held, held
 
 
@@ -146,6 +148,46 @@ class _Examples:
     graded: bool
 
 
+MIN_DOCUMENT_TOKENS = 32  # a side given as one document shorter than this cannot be learned from
+FOREIGN_TOKEN_RATIO = 1.4  # tokens per character this many times the bundled English reference's: warn
+
+
+def _normalised(texts: Sequence[str]) -> list[str]:
+    return sorted(" ".join(t.split()).casefold() for t in texts)
+
+
+def _check_sides(lm: LanguageModel, pos: list[str], neg: list[str]) -> None:
+    """Refuse training data that cannot give a switch: identical sides, or a side's one document too short to learn from
+    (a list of sentences gets advice on its size after training instead: :func:`data_advice`)."""
+    if neg and _normalised(pos) == _normalised(neg):
+        raise ValueError("the positive and negative texts are identical (ignoring spacing and case): a switch learns what "
+                         "differs between them, so give two different documents or lists")
+    for what, texts in (("positive", pos), ("negative", neg)):
+        tokens = len(lm.tokenizer(texts[0], add_special_tokens=False).input_ids) if len(texts) == 1 else None
+        if tokens is not None and tokens < MIN_DOCUMENT_TOKENS:
+            raise ValueError(f"the {what} document has {tokens} tokens; a switch needs at least {MIN_DOCUMENT_TOKENS} tokens "
+                             f"(about {MIN_DOCUMENT_TOKENS * 3 // 4} words) to learn from, and 300+ words work much better")
+
+
+def language_warning(lm: LanguageModel, texts: str | Sequence[str]) -> str | None:
+    """A warning when the model's tokenizer splits the texts far finer than its English reference text (another
+    language or script, which a small model handles poorly), else None."""
+    from lmswitch.io.resources import read_data_text
+
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    chars = sum(len(t) for t in texts)
+    if not chars:
+        return None
+    reference = read_data_text("reference.txt")
+    ratio = sum(len(lm.tokenizer(t, add_special_tokens=False).input_ids) for t in texts) / chars
+    base = len(lm.tokenizer(reference, add_special_tokens=False).input_ids) / len(reference)
+    if ratio <= FOREIGN_TOKEN_RATIO * base:
+        return None
+    return (f"The model's tokenizer needs {100 * ratio:.0f} tokens per 100 characters of this text against {100 * base:.0f} "
+            f"for its English reference text: the text is probably in a language or script that '{lm.name}' handles "
+            "poorly, so the switch may learn little beyond the language itself.")
+
+
 def _examples(positive: str | Sequence[str], negative: str | Sequence[str] | None, labels: Sequence[float] | None) -> _Examples:
     pos, neg = _as_texts(positive, "positive"), _as_texts(negative, "negative")
     if not pos:
@@ -160,6 +202,17 @@ def _examples(positive: str | Sequence[str], negative: str | Sequence[str] | Non
     if bad:
         raise ValueError(f"labels must be finite numbers in [-1, 1]; got {bad[:3]}")
     return _Examples(texts, values, len(pos), len(neg), True)
+
+
+def _with_self_contrast(lm: LanguageModel, ex: _Examples, seed: int) -> _Examples:
+    """The examples plus the model's own continuations of their openings: the negatives of a lone document (label -1),
+    or a neutral middle (label 0) beside given negatives."""
+    from lmswitch.core.contrast import self_contrast
+
+    own = self_contrast(lm, ex.texts, seed=seed)
+    label = 0.0 if ex.n_negative else -1.0
+    return _Examples(ex.texts + own, ex.labels + [label] * len(own), ex.n_positive, ex.n_negative + len(own),
+                     ex.graded or bool(ex.n_negative))
 
 
 class _Objective:
@@ -267,6 +320,7 @@ class _Run:
     bad_evals: int = 0
     stopped_early: bool = False
     steps_done: int = 0
+    chosen_l2: float | None = None  # lbfgs: the λ of the ridge path that was kept
 
 
 def _optimise(obj: _Objective, config: TrainConfig, is_cancelled: Callable[[], bool], generator: torch.Generator,
@@ -297,6 +351,37 @@ def _optimise(obj: _Objective, config: TrainConfig, is_cancelled: Callable[[], b
                 return
 
 
+def _optimise_lbfgs(obj: _Objective, config: TrainConfig, is_cancelled: Callable[[], bool], run: _Run) -> Iterator[TrainEvent]:
+    """L-BFGS along the ridge path on the candidate-reduced loss (:mod:`lmswitch.core.solver`); the exact held-out loss
+    after each λ chooses where to stop. Yields the Steps of each λ's loss evaluations, then its Evaluated."""
+    train = solver.reduce(obj.lm, *obj.train[:3])
+    has_held = len(obj.held[0]) > 0
+    path = solver.PATH if has_held else solver.PATH[: solver.PATH.index(solver.NO_HELDOUT_LAMBDA) + 1]
+    total = min(config.steps, solver.ITERATIONS_PER_LAMBDA * len(path))
+    steps: list[Step] = []
+
+    def on_evaluation(evaluations: int, value: float) -> None:
+        if is_cancelled():
+            raise TrainingCancelled(f"training cancelled at step {evaluations - 1} of {total}")
+        run.losses.append(value)
+        steps.append(Step(evaluations, total, value))
+
+    for lam in solver.ridge_path(obj.lm, train, obj.eps0, obj.use_dummy, run.W, run.Wd, max_evaluations=total,
+                                 on_evaluation=on_evaluation, path=path):
+        yield from steps
+        run.steps_done = steps[-1].step if steps else run.steps_done
+        steps.clear()
+        if not has_held:
+            run.chosen_l2 = lam
+            continue
+        event = _evaluate(obj, config, run, run.steps_done)
+        run.chosen_l2 = lam if event.best else run.chosen_l2
+        yield event
+        if run.bad_evals >= solver.PATIENCE:
+            run.stopped_early = True
+            return
+
+
 def _evaluate(obj: _Objective, config: TrainConfig, run: _Run, step: int) -> Evaluated:
     h = obj.heldout(run.W, run.Wd)
     run.held_curve.append((step, h))
@@ -317,7 +402,13 @@ def _truncate(W: torch.Tensor, rank: int | None) -> torch.Tensor:
     return (U[:, :rank] * S[:rank]) @ Vh[:rank]
 
 
-def _card(ex: _Examples, obj: _Objective, config: TrainConfig, run: _Run, best_step: int, seconds: tuple[float, float]) -> Card:
+def _optimizer(obj: _Objective, config: TrainConfig) -> str:
+    """The optimiser that runs: L-BFGS needs logits linear in the steering term, so a soft-capping head trains with Adam."""
+    return "adam" if obj.lm.logit_softcap else config.optimizer
+
+
+def _card(ex: _Examples, obj: _Objective, config: TrainConfig, run: _Run, best_step: int, seconds: tuple[float, float],
+          negatives: str) -> Card:
     """The training record stored with the switch."""
     held_with = obj.heldout(run.W, run.Wd)
     held_without = obj.heldout(run.W, run.Wd, with_w=False)  # gain attributable to the switch: dummy kept, W removed
@@ -326,13 +417,14 @@ def _card(ex: _Examples, obj: _Objective, config: TrainConfig, run: _Run, best_s
         n_positive=ex.n_positive, n_negative=ex.n_negative, graded_labels=ex.graded,
         tokens_train=int(len(obj.train[0])), tokens_heldout=int(len(obj.held[0])),
         steps=run.steps_done, best_step=best_step, stopped_early=run.stopped_early,
-        lr=config.lr, l2=config.l2, seed=config.seed, rank=config.rank, batch_tokens=config.batch_tokens,
+        lr=config.lr, l2=config.l2 if run.chosen_l2 is None else run.chosen_l2, seed=config.seed, rank=config.rank, batch_tokens=config.batch_tokens,
         min_steps=config.warmup, dummy_steer=obj.use_dummy,
         train_losses=[round(x, 5) for x in run.losses], heldout_losses=[[s, round(h, 5)] for s, h in run.held_curve],
         heldout_nll_with_switch=_finite_or_none(held_with), heldout_nll_without_switch=_finite_or_none(held_without),
         heldout_nll_reversed_switch=_finite_or_none(held_reversed),
         heldout_gain=held_without - held_with if len(obj.held[0]) else None,
-        hidden_state_seconds=round(seconds[0], 3), seconds=round(seconds[1], 3),
+        hidden_state_seconds=round(seconds[0], 3), seconds=round(seconds[1], 3), optimizer=_optimizer(obj, config),
+        negatives=negatives,
     )
     return Card(training=record, extra={"objective": config.fluency_terms} if config.fluency_terms else {})
 
@@ -372,8 +464,13 @@ def train_events(
     ...     if isinstance(event, Done): switch = event.switch
     """
     start = time.perf_counter()
-    ex = _examples(positive, negative, labels)
     config.validate(lm.hidden_size)
+    ex = _examples(positive, negative, labels)
+    _check_sides(lm, ex.texts[: ex.n_positive], ex.texts[ex.n_positive :])
+    warning = language_warning(lm, ex.texts)
+    negatives = "given" if ex.n_negative else "none"
+    if config.self_contrast:
+        ex, negatives = _with_self_contrast(lm, ex, config.seed), "self-contrast"
     generator = torch.Generator().manual_seed(config.seed)
     data = encode_texts(lm, ex.texts, ex.labels, config.chunk_tokens, block=32)
     train_mask, held_mask = _split(data, len(ex.texts), config.heldout, generator)
@@ -386,12 +483,16 @@ def train_events(
     d = lm.hidden_size
     # zero start: a random start would leave untrained noise in W that steering then amplifies
     run = _Run(torch.zeros(d, d, device=obj.device, requires_grad=True), torch.zeros(d, d, device=obj.device, requires_grad=obj.use_dummy))
-    yield from _optimise(obj, config, _cancel_check(cancel), generator, run)
+    if _optimizer(obj, config) == "lbfgs":
+        yield from _optimise_lbfgs(obj, config, _cancel_check(cancel), run)
+    else:
+        yield from _optimise(obj, config, _cancel_check(cancel), generator, run)
     _, best_step, W_best, Wd_best = run.best if run.best is not None else (math.nan, run.steps_done, run.W.detach(), run.Wd.detach())
     with torch.no_grad():
         run.W.copy_(_truncate(W_best, config.rank))
         run.Wd.copy_(Wd_best)
-        card = _card(ex, obj, config, run, best_step, (hidden_seconds, time.perf_counter() - start))
+        card = _card(ex, obj, config, run, best_step, (hidden_seconds, time.perf_counter() - start), negatives)
+        card = card.updated(warnings=[warning]) if warning else card
     yield Done(Switch(W=run.W.detach().cpu(), name=name, description=description, eps0=config.eps0, positive_label=positive_label,
                       negative_label=negative_label, model_name=lm.name, model_fingerprint=lm.fingerprint, card=card))
 
@@ -454,6 +555,12 @@ def data_advice(card: Mapping) -> str:
         raise ValueError(f"data_advice needs a switch's card (switch.card, or its dict); got {type(card).__name__}")
     if card.get("tokens_train") is None:
         return "This switch's card has no training record, so there is no data advice for it."
+    warnings = " ".join(w for w in card.get("warnings") or [] if isinstance(w, str))
+    advice = _advice(card)
+    return f"{advice} {warnings}" if warnings else advice
+
+
+def _advice(card: Mapping) -> str:
     n = int(card["tokens_train"])
     held = int(card.get("tokens_heldout") or 0)
     gain = card.get("heldout_gain")

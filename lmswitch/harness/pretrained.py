@@ -26,7 +26,7 @@ from lmswitch.io.resources import shipped_switches_dir
 from lmswitch.lenses.meter import style_slope
 
 PRETRAINED_DIR = shipped_switches_dir()
-SHIPPED_TRAINING = TrainConfig(lr=3e-3, steps=300, rank=16)  # every shipped switch (the paper objective: it beat the fluency terms on dev, EVALUATION.md)
+SHIPPED_TRAINING = TrainConfig(optimizer="adam", lr=3e-3, steps=300, rank=16)  # every shipped switch (the paper objective: it beat the fluency terms on dev, EVALUATION.md)
 CARD_PROMPTS = 20  # prompts of the card's short evaluation (the first ones of the spec's set)
 CARD_SAMPLES = 4  # samples per prompt in the card's short evaluation
 

@@ -1,0 +1,140 @@
+"""Fast training: full-batch L-BFGS on cached states, over each token's likely next words, along a ridge path.
+
+With the body frozen, the training loss is convex in ``(W, W_d)``: per token it is
+``logsumexp(L0 + E u) − (L0_y + e_yᵀ u)`` with ``u = ε0 (y W + W_d) c``. Its cost is
+the vocabulary: every exact evaluation is two ``(n, d) × (d, V)`` products. This
+module evaluates it over a small set per token instead:
+
+* the target and the ``k`` most likely next tokens under the unsteered model, exactly;
+* the rest of the vocabulary (the *tail*, typically 5–15% of the probability) as one
+  term ``P_T · exp(m_Tᵀ u)``, where ``m_T`` is the tail's probability-weighted mean
+  output embedding. By Jensen's inequality this is a lower bound of the tail's exact
+  sum ``Σ_T p_j exp(e_jᵀ u)``, equal to it to first order in ``u``; the reduced loss
+  stays convex and smooth, and it is exact at ``u = 0``.
+
+One full-vocabulary pass per token (at setup) computes the candidates and the tail
+statistics; an evaluation afterwards costs ``O(n k d)``, ~1,500× less than the
+exact one on SmolLM2's 49,152 words with ``k = 32``. L-BFGS (``torch.optim.LBFGS``,
+strong-Wolfe line search) then minimises ``loss + λ ‖ε0 W‖²`` for a decreasing
+sequence of ``λ`` (warm-started), and the held-out loss picks the ``λ`` to keep:
+the held-out criterion that replaces early stopping. The card's held-out numbers
+are computed with the exact full-vocabulary head afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+
+from lmswitch.core.models import LanguageModel
+
+CANDIDATES = 32  # next-token candidates per row kept exactly (plus the target)
+PATH = (300.0, 100.0, 30.0, 10.0, 3.0, 1.0, 0.3, 0.1)  # λ on ‖ε0 W‖², strongest first
+NO_HELDOUT_LAMBDA = 10.0  # where the path ends when there is no held-out text to choose with
+ITERATIONS_PER_LAMBDA = 15  # loss evaluations per λ (L-BFGS iterations and line-search steps)
+PATIENCE = 1  # λ values without a better held-out loss before the path stops
+ROWS = 512  # rows per chunk: (512, k, d) gathered embeddings at a time
+
+
+@dataclass(frozen=True)
+class Reduced:
+    """One part of the data (train or held-out) with each row's vocabulary reduced to candidates plus a tail term."""
+
+    C: torch.Tensor  # (n, d) head inputs
+    labels: torch.Tensor  # (n,) label of each row's text
+    ids: torch.Tensor  # (n, k + 1) candidate token ids; column 0 is the target
+    logp: torch.Tensor  # (n, k + 1) their unsteered log-probabilities (-inf marks a repeat of the target)
+    log_tail: torch.Tensor  # (n,) log of the probability outside the candidates
+    tail_mean: torch.Tensor  # (n, d) the tail's probability-weighted mean output embedding
+
+    def __len__(self) -> int:
+        return len(self.C)
+
+
+@torch.no_grad()
+def reduce(lm: LanguageModel, C: torch.Tensor, targets: torch.Tensor, labels: torch.Tensor, k: int = CANDIDATES) -> Reduced:
+    """The one full-vocabulary pass: candidates, their log-probabilities and the tail statistics of every row."""
+    E = lm.head_weight(torch.float32)
+    parts: list[tuple[torch.Tensor, ...]] = []
+    for s in range(0, len(C), ROWS):
+        c, y = C[s : s + ROWS].float(), targets[s : s + ROWS]
+        logp_all = torch.log_softmax(lm.raw_logits(c, dtype=torch.float32), dim=-1)  # (r, V)
+        top = logp_all.topk(min(k, logp_all.shape[1]), dim=-1).indices
+        ids = torch.cat([y[:, None], top], dim=1)
+        logp = logp_all.gather(1, ids)
+        logp[:, 1:][top == y[:, None]] = -torch.inf  # the target counted once
+        p = logp.exp()
+        kept = torch.einsum("rk,rkd->rd", p, E[ids])
+        tail_p = (1 - p.sum(1)).clamp_min(1e-12)
+        tail_mean = (logp_all.exp_() @ E - kept) / tail_p[:, None]
+        parts.append((ids, logp, tail_p.log(), tail_mean))
+    ids, logp, log_tail, tail_mean = (torch.cat(x) for x in zip(*parts, strict=True))
+    return Reduced(C.float(), labels.float(), ids, logp, log_tail, tail_mean)
+
+
+def loss_and_grad(lm: LanguageModel, rows: Reduced, U: torch.Tensor) -> tuple[float, torch.Tensor]:
+    """Mean reduced NLL of the rows at head-input change ``U`` (n, d), and its gradient with respect to ``U``."""
+    E = lm.head_weight(torch.float32)
+    total, grad = 0.0, torch.empty_like(U)
+    for s in range(0, len(rows), ROWS):
+        sl = slice(s, s + ROWS)
+        u, Eg, tail_mean = U[sl], E[rows.ids[sl]], rows.tail_mean[sl]  # Eg: (r, k + 1, d)
+        z = torch.cat([rows.logp[sl] + torch.einsum("rd,rkd->rk", u, Eg), (rows.log_tail[sl] + (u * tail_mean).sum(1))[:, None]], 1)
+        lse = torch.logsumexp(z, dim=1)
+        total += float((lse - z[:, 0]).sum())
+        q = torch.exp(z - lse[:, None])
+        grad[sl] = torch.einsum("rk,rkd->rd", q[:, :-1], Eg) + q[:, -1:] * tail_mean - Eg[:, 0]
+    n = max(len(rows), 1)
+    return total / n, grad / n
+
+
+def steer_term(rows: Reduced, W: torch.Tensor, Wd: torch.Tensor | None, eps0: float, sign: float = 1.0,
+               with_w: bool = True) -> torch.Tensor:
+    """``U = ε0 (sign·y W + W_d) c`` for every row: the head-input change the loss sees."""
+    U = torch.zeros_like(rows.C)
+    if with_w:
+        U = U + (sign * rows.labels)[:, None] * (rows.C @ W.T)
+    if Wd is not None:
+        U = U + rows.C @ Wd.T
+    return eps0 * U
+
+
+@torch.no_grad()
+def reduced_loss(lm: LanguageModel, rows: Reduced, W: torch.Tensor, Wd: torch.Tensor | None, eps0: float) -> float:
+    return loss_and_grad(lm, rows, steer_term(rows, W, Wd, eps0))[0] if len(rows) else float("nan")
+
+
+def ridge_path(lm: LanguageModel, train: Reduced, eps0: float, use_dummy: bool, W: torch.Tensor, Wd: torch.Tensor, *,
+               max_evaluations: int, on_evaluation: Callable[[int, float], None], path: tuple[float, ...] = PATH) -> Iterator[float]:
+    """Minimise ``loss + λ ‖ε0 W‖² (+ λ ‖ε0 W_d‖²)`` for each λ of ``path`` in turn, warm-started, updating ``W``/``Wd``
+    in place; yields each λ once its minimisation is done, so the caller can score the held-out loss and stop the path.
+
+    ``on_evaluation(evaluations so far, objective)`` runs after every loss evaluation (it may raise to cancel).
+    """
+    params = [W, Wd] if use_dummy else [W]
+    evals = 0
+    for lam in path:
+        budget = min(ITERATIONS_PER_LAMBDA, max_evaluations - evals)
+        if budget <= 0:
+            return
+        opt = torch.optim.LBFGS(params, lr=1.0, max_iter=budget, max_eval=budget, history_size=20,
+                                line_search_fn="strong_wolfe", tolerance_grad=1e-9, tolerance_change=1e-12)
+
+        @torch.no_grad()
+        def closure(lam: float = lam) -> torch.Tensor:
+            nonlocal evals
+            U = steer_term(train, W.detach(), Wd.detach() if use_dummy else None, eps0)
+            loss, gU = loss_and_grad(lm, train, U)
+            scale = eps0 * gU
+            W.grad = (train.labels[:, None] * scale).T @ train.C + 2 * lam * eps0**2 * W.detach()
+            if use_dummy:
+                Wd.grad = scale.T @ train.C + 2 * lam * eps0**2 * Wd.detach()
+            value = loss + lam * eps0**2 * sum(float((p.detach() ** 2).sum()) for p in params)
+            evals += 1
+            on_evaluation(evals, value)
+            return torch.tensor(value)
+
+        opt.step(closure)
+        yield lam

@@ -1,0 +1,133 @@
+"""The fast trainer: the candidate-reduced loss against the exact one, the ridge path, and self-contrast negatives."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import WORDS_A, WORDS_B, build_lm
+from test_train import mean_log_likelihood, sample_texts
+
+from lmswitch import TrainingCancelled, train_switch
+from lmswitch.core import solver
+from lmswitch.core.card import Card
+from lmswitch.core.contrast import self_contrast, sentence_openings
+from lmswitch.core.options import TrainConfig
+
+
+@pytest.fixture(scope="module")
+def peaky_lm(tokenizer):
+    return build_lm("gpt2", init=0.3, tokenizer=tokenizer)
+
+
+def _exact(lm, C, Y, U):
+    return F.cross_entropy(lm.raw_logits(C + 0.0, dtype=torch.float32) + U @ lm.head_weight(torch.float32).T, Y)
+
+
+def _rows(lm, n=40, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    C = torch.randn(n, lm.hidden_size, generator=g)
+    Y = torch.randint(0, lm.vocab_size, (n,), generator=g)
+    return C, Y, solver.reduce(lm, C, Y, torch.ones(n), k=8)
+
+
+def test_reduced_loss_and_gradient_are_exact_at_zero(peaky_lm):
+    C, Y, rows = _rows(peaky_lm)
+    U = torch.zeros_like(C, requires_grad=True)
+    exact = _exact(peaky_lm, C, Y, U)
+    exact.backward()
+    value, grad = solver.loss_and_grad(peaky_lm, rows, torch.zeros_like(C))
+    assert value == pytest.approx(exact.item(), abs=1e-5)
+    assert torch.allclose(grad, U.grad, atol=1e-6)
+
+
+def test_reduced_loss_is_a_close_lower_bound_for_small_changes(peaky_lm):
+    C, Y, rows = _rows(peaky_lm, seed=1)
+    g = torch.Generator().manual_seed(2)
+    for scale in (0.01, 0.05):
+        U = scale * torch.randn(C.shape, generator=g)
+        exact = float(_exact(peaky_lm, C, Y, U))
+        value, _ = solver.loss_and_grad(peaky_lm, rows, U)
+        assert value <= exact + 1e-6  # Jensen: the tail term never exceeds the tail's exact sum
+        assert exact - value < 0.02 * max(scale / 0.01, 1)
+
+
+def test_the_reduced_gradient_matches_autograd_of_the_reduced_loss(peaky_lm):
+    C, _, rows = _rows(peaky_lm, seed=3)
+    U = (0.05 * torch.randn(C.shape, generator=torch.Generator().manual_seed(4))).requires_grad_()
+    E = peaky_lm.head_weight(torch.float32)
+    Eg = E[rows.ids]
+    z = torch.cat([rows.logp + torch.einsum("rd,rkd->rk", U, Eg), (rows.log_tail + (U * rows.tail_mean).sum(1))[:, None]], 1)
+    (torch.logsumexp(z, 1) - z[:, 0]).mean().backward()
+    _, grad = solver.loss_and_grad(peaky_lm, rows, U.detach())
+    assert torch.allclose(grad, U.grad, atol=1e-6)
+
+
+def test_lbfgs_learns_a_planted_style_and_records_its_choice(peaky_lm):
+    rng = random.Random(11)
+    pos, neg = sample_texts(rng, WORDS_A, 40), sample_texts(rng, WORDS_B, 40)
+    switch = train_switch(peaky_lm, pos, neg, config=TrainConfig(seed=0))
+    card = switch.card
+    assert card["optimizer"] == "lbfgs" and card["l2"] in solver.PATH and card["negatives"] == "given"
+    assert card["heldout_gain"] > 0 and card["heldout_nll_reversed_switch"] > card["heldout_nll_with_switch"]
+    held_a, held_b = sample_texts(random.Random(12), WORDS_A, 30), sample_texts(random.Random(13), WORDS_B, 30)
+    a = {e: mean_log_likelihood(peaky_lm, held_a, [(switch, e)]) for e in (-1.0, 0.0, 1.0)}
+    b = {e: mean_log_likelihood(peaky_lm, held_b, [(switch, e)]) for e in (-1.0, 0.0, 1.0)}
+    assert a[1.0] > a[0.0] > a[-1.0] and b[-1.0] > b[0.0] > b[1.0]
+
+
+def test_lbfgs_without_heldout_stops_at_the_default_lambda(peaky_lm):
+    pos = sample_texts(random.Random(5), WORDS_A, 12)
+    switch = train_switch(peaky_lm, pos, config=TrainConfig(heldout=0))
+    assert switch.card["l2"] == solver.NO_HELDOUT_LAMBDA and switch.card["heldout_gain"] is None
+
+
+def test_lbfgs_cancel(peaky_lm):
+    pos = sample_texts(random.Random(6), WORDS_A, 12)
+    with pytest.raises(TrainingCancelled, match="step 0 of"):
+        train_switch(peaky_lm, pos, config=TrainConfig(), cancel=lambda: True)
+
+
+def test_optimizer_is_validated_and_fluency_terms_need_adam():
+    with pytest.raises(ValueError, match="optimizer must be one of lbfgs, adam"):
+        TrainConfig(optimizer="sgd").validate(32)
+    with pytest.raises(ValueError, match="optimizer='adam'"):
+        TrainConfig(neutral_kl=0.1).validate(32)
+    TrainConfig(optimizer="adam", neutral_kl=0.1).validate(32)
+
+
+def test_cards_written_before_the_optimizer_field_still_load(peaky_lm):
+    switch = train_switch(peaky_lm, sample_texts(random.Random(8), WORDS_A, 12), config=TrainConfig(steps=15))
+    old = {k: v for k, v in switch.card.to_dict().items() if k not in ("optimizer", "negatives")}
+    card = Card.from_dict(old)
+    assert card.training is not None and card.training.optimizer == "adam" and card.training.negatives == "given"
+
+
+# --- self-contrast negatives ---------------------------------------------------------------------------
+
+
+def test_sentence_openings_take_a_share_of_each_long_sentence():
+    text = "Short one. The council should adopt the plan because it saves money for everyone here! Tiny."
+    [(opening, rest)] = sentence_openings([text])
+    assert opening == "The council should adopt the" and rest == 13 - 5
+    many = sentence_openings([f"Sentence number {i} has quite a few words in it." for i in range(100)], limit=10)
+    assert len(many) == 10 and many[0][0].startswith("Sentence number 0") and many[-1][0].startswith("Sentence number 90")
+
+
+def test_self_contrast_continues_each_opening(peaky_lm):
+    text = "The new plan will help every family in the town. Critics say the plan costs far too much money."
+    own = self_contrast(peaky_lm, [text], seed=0)
+    assert [t.split()[:4] for t in own] == [["The", "new", "plan", "will"], ["Critics", "say", "the", "plan"]]
+    assert own == self_contrast(peaky_lm, [text], seed=0)
+    with pytest.raises(ValueError, match="at least 6 words"):
+        self_contrast(peaky_lm, ["Too short."])
+
+
+def test_training_with_self_contrast_records_its_negatives(peaky_lm):
+    doc = " ".join(f"The {a} plan is {b} for the whole town and its people." for a, b in zip(WORDS_A, WORDS_A[::-1], strict=False))
+    switch = train_switch(peaky_lm, doc, config=TrainConfig(self_contrast=True))
+    card = switch.card
+    assert card["negatives"] == "self-contrast" and card["n_positive"] == 1 and card["n_negative"] == len(sentence_openings([doc]))
+    assert card["dummy_steer"] is True
