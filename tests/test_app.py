@@ -14,6 +14,7 @@ from conftest import random_switch
 import app
 import lmswitch as ls
 from lmswitch.serve.session import Session
+from lmswitch.webapp.train import READING
 
 PROMPT = "the happy one was"
 GEN = dict(max_new_tokens=8, temperature=1.0, top_p=0.9, seed=3, chat=False)
@@ -251,8 +252,8 @@ def run_training(backend, session, **kw) -> list:
 def test_training_adds_a_private_slider_and_a_downloadable_file(backend, llama_lm):
     session = Session()
     updates = run_training(backend, session)
-    status, loss_fig, report, *rest = updates[-1]
-    sliders, pickers, download = rest[: app.MAX_SLOTS], rest[app.MAX_SLOTS : -1], rest[-1]
+    status, loss_fig, report, *rest = updates[-2]  # the switch is ready; the last update adds what it learned
+    sliders, pickers, download = rest[: app.MAX_SLOTS], rest[app.MAX_SLOTS : -2], rest[-2]
     assert "'mood'" in report and "is ready" in report and "held-out gain" in report
     assert any("mood: + → happy, − → sad" == u.label for u in sliders if u.visible)
     assert pickers[3].value == "mood"  # the manage picker selects the new switch
@@ -272,6 +273,38 @@ def test_training_from_one_document_and_two_documents(backend, tmp_path):
     two = run_training(backend, session, mode=app.MODES[1], name="ab", text_a=" ".join(POSITIVE), text_b=" ".join(NEGATIVE), steps=5)
     assert "'ab'" in two[-1][2]
     assert session.get("doc", backend.library).card["n_negative"] == 0
+
+
+@pytest.mark.parametrize(
+    ("kw", "shown", "not_shown"),
+    [
+        (dict(), ["**Promotes** (toward *happy*)", "**Demotes** (toward *sad*)"], ["passages", "Style meter"]),
+        (dict(mode=app.MODES[0], text_a=" ".join(POSITIVE), text_b=""), ["**Promotes**", "passages of the document**", "The document measures ε"],
+         ["Document B"]),
+        (dict(mode=app.MODES[1], text_a=" ".join(POSITIVE), text_b=" ".join(NEGATIVE)),
+         ["**Promotes**", "passages of the document**", "Document A measures ε", "Document B measures ε"], []),
+    ],
+)
+def test_training_shows_what_the_switch_learned(backend, kw, shown, not_shown):
+    updates = run_training(backend, Session(), steps=5, **kw)
+    ready, last = updates[-2], updates[-1]
+    assert ready[-1] == READING  # the switch is usable before its summary is read
+    assert last[:3] == ready[:3]  # status, loss curve and report again, for API clients
+    assert all(u == gr.skip() for u in last[3:-1])  # sliders, pickers and the download button stay as they are
+    assert all(s in last[-1] for s in shown), last[-1]
+    assert not any(s in last[-1] for s in not_shown), last[-1]
+
+
+def test_a_failed_summary_keeps_the_trained_switch(backend, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr("lmswitch.webapp.train.what_was_learned", broken)  # fault injection: the lenses themselves are tested for real
+    session = Session()
+    last = run_training(backend, session, steps=5)[-1]
+    assert "Could not read what it learned (RuntimeError: out of memory); the switch is ready" in last[-1]
+    assert last[0] == "Done." and "is ready" in last[2]
+    assert "mood" in session.available(backend.library)
 
 
 def test_training_can_be_cancelled(backend):

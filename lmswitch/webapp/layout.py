@@ -108,6 +108,7 @@ def _train_tab(ui: SimpleNamespace, shipped: list[str]) -> None:
     ui.train_status = gr.Markdown(elem_id="train-status")
     ui.loss_plot = gr.Plot(label="training loss")
     ui.train_report = gr.Markdown(elem_id="train-report")
+    ui.train_learned = gr.Markdown(elem_id="train-learned", label="what it learned")
     with gr.Accordion("your switches: save to the library, download, import", open=True):
         with gr.Row():
             ui.manage = _picker(shipped)
@@ -199,7 +200,8 @@ def _wire_train_and_lenses(ui: SimpleNamespace, backend: Backend) -> None:
     ui.mode.change(lambda m: gr.Column(visible=m != train.MODES[0]), ui.mode, ui.side_b, api_visibility="private", queue=False)
     ui.train_go.click(bind(train.train, backend), [ui.mode, ui.new_name, ui.pos_label, ui.neg_label, ui.text_a, ui.file_a, ui.text_b,
                                                    ui.file_b, *ui.train_settings, ui.session, *ui.pickers],
-                      [ui.train_status, ui.loss_plot, ui.train_report, *ui.sliders, *ui.pickers, ui.download], api_name="train",
+                      [ui.train_status, ui.loss_plot, ui.train_report, *ui.sliders, *ui.pickers, ui.download, ui.train_learned],
+                      api_name="train",
                       concurrency_id="train", concurrency_limit=2, show_progress_on=[ui.train_status])
     ui.cancel.click(train.cancel_training, ui.session, ui.train_status, api_name="cancel_training", concurrency_limit=None, queue=False)
     ui.manage.change(bind(train.export_switch, backend), [ui.manage, ui.session], ui.download, api_visibility="private")

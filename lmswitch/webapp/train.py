@@ -9,12 +9,14 @@ from pathlib import Path
 
 import gradio as gr
 
+from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import TrainConfig
 from lmswitch.core.switch import Switch, load_switch
 from lmswitch.core.train import Done, Encoded, Evaluated, Step, TrainEvent, TrainingCancelled, data_advice, train_events
 from lmswitch.harness import figures
 from lmswitch.harness.frontier import calibrated_card
 from lmswitch.io.documents import split_lines
+from lmswitch.lenses.learned import what_was_learned
 from lmswitch.serve.session import Session, check_name
 from lmswitch.webapp.backend import Backend, computed, user_errors
 from lmswitch.webapp.widgets import MAX_SLOTS, dropdown_updates, number, read_input, slot_updates
@@ -23,6 +25,7 @@ MODES = ("one document", "two documents (A vs B)", "labelled sentences")
 DESCRIPTIONS = {MODES[0]: "learned from one document", MODES[1]: "document A (+) vs document B (−)", MODES[2]: ""}
 MAX_TRAIN_CHARS = 400_000  # ~100k tokens: trains in minutes on a CPU; bigger corpora belong to `python -m lmswitch train`
 UPDATE_EVERY = 0.3  # seconds between progress updates of the loss curve
+READING = "⏳ Reading what the switch learned…"
 
 
 def _training_data(mode: str, text_a, file_a, text_b, file_b) -> tuple[str | list[str], str | list[str] | None]:
@@ -102,7 +105,7 @@ def train(backend: Backend, mode: str, name: str, positive_label: str, negative_
     config = train_config(steps, lr, eps0, rank, seed)
     current = [sweep_pick, grid_a_pick, grid_b_pick, manage_pick, inspect_pick, highlight_pick, transfer_pick]
     flag = session.start_training()
-    skip = [gr.skip()] * (MAX_SLOTS + len(current) + 1)
+    skip = [gr.skip()] * (MAX_SLOTS + len(current) + 2)  # sliders, pickers, download button, what it learned
     losses: list[float] = []
     events = backend.compute.stepped(train_events(
         lm, positive, negative, name=name, description=DESCRIPTIONS.get(mode, ""), config=config, cancel=flag,
@@ -125,7 +128,10 @@ def train(backend: Backend, mode: str, name: str, positive_label: str, negative_
     progress(1.0, desc="probing the fluent ε range")
     yield "Probing the fluent ε range on a few dev prompts…", gr.skip(), gr.skip(), *skip
     done.switch.card = backend.run(calibrated_card, lm, done.switch)
-    yield _finished(backend, session, library, name, done.switch, current)
+    ready = _finished(backend, session, library, name, done.switch, current)
+    yield *ready, READING  # the switch is usable now; what it learned follows
+    learned = _learned(backend, lm, done.switch, positive, negative)
+    yield *ready[:3], *[gr.skip()] * (len(ready) - 3), learned  # status, curve and report again: API clients read the last message
 
 
 def _finished(backend: Backend, session: Session, library, name: str, switch: Switch, current: list) -> tuple:
@@ -135,6 +141,19 @@ def _finished(backend: Backend, session: Session, library, name: str, switch: Sw
     return ("Done.", figures.loss_figure(card["train_losses"], card["heldout_losses"], total_steps=card["steps"]),
             _report(final, name, switch), *slot_updates(session, library), *dropdown_updates(session, library, current),
             backend.run(export_path, backend, switch))
+
+
+def _learned(backend: Backend, lm: LanguageModel, switch: Switch, positive: str | list[str], negative: str | list[str] | None) -> str:
+    """What the new switch learned, as Markdown: its words, and for documents their spans and the meter's verdict.
+
+    The switch is already in the session; a failure here shows a short note instead of an error.
+    """
+    document = positive if isinstance(positive, str) else None  # labelled sentences: the words only
+    other = negative if isinstance(negative, str) else None
+    try:
+        return backend.run(what_was_learned, lm, switch, document, other).to_markdown()
+    except Exception as err:  # any failure: the trained switch must not be lost over its summary
+        return f"*Could not read what it learned ({type(err).__name__}: {err}); the switch is ready all the same.*"
 
 
 def cancel_training(session: Session) -> str:
