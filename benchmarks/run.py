@@ -591,13 +591,20 @@ def main() -> None:
     parser.add_argument("--eval-samples", type=int, default=4)
     parser.add_argument("--app-releases", type=int, default=36, help="slider releases timed in the app benchmark")
     parser.add_argument("--app-runs", type=int, default=12, help="40-token generations timed per variant in the app benchmark")
-    parser.add_argument("--only", choices=["decode", "eval", "app"], help="run one benchmark group only")
+    parser.add_argument("--only", choices=["decode", "eval", "app", "train"], help="run one benchmark group only")
+    parser.add_argument("--no-dataset", action="store_true", help="with --only train: skip the style-dataset training")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.only == "decode":
         lm = ls.load_model(dtype=args.dtype)
         dc = bench_decode(lm, args.tokens, args.repeats)
         print(json.dumps(dc, indent=2) if args.json else _decode_rows(dc))
+        return
+    if args.only == "train":
+        from benchmarks import training
+
+        rows = training.run(ls.load_model(dtype=args.dtype), with_dataset=not args.no_dataset)
+        print(json.dumps(rows, indent=2) if args.json else training.markdown(rows))
         return
     if args.only == "eval":
         lm = ls.load_model(dtype=args.dtype)

@@ -62,6 +62,7 @@ def _progress_bar(bar: tqdm):
     """A ``train_switch`` progress callback that moves ``bar`` and shows the loss."""
 
     def show(step: int, total: int, loss: float) -> None:
+        bar.total = total  # L-BFGS ends its ridge path before the step cap
         bar.update(step - bar.n)
         bar.set_postfix(loss=f"{loss:.4f}")
 
@@ -71,7 +72,8 @@ def _progress_bar(bar: tqdm):
 def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
     positive = read_examples(args.positive, args.document)
     negative = read_examples(args.negative, args.document) if args.negative else None
-    config = TrainConfig(steps=args.steps, lr=args.lr, l2=args.l2, seed=args.seed)
+    config = TrainConfig(optimizer=args.optimizer, self_contrast=args.self_contrast, steps=args.steps, lr=args.lr, l2=args.l2,
+                         seed=args.seed)
     with tqdm(total=args.steps, desc="training", unit="step", disable=args.json, file=sys.stderr) as bar:
         switch = train_switch(lm, positive, negative, name=args.name or Path(args.out).stem, description=args.description,
                               positive_label=args.positive_label, negative_label=args.negative_label, config=config,
@@ -86,7 +88,8 @@ def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
     card = _card_without_curves(switch)
     gain = card["heldout_gain"]
     emit(args, {"out": args.out, "card": card},
-         f"saved {args.out}: {card['steps']} steps in {card['seconds']:.1f} s, held-out gain "
+         f"saved {args.out}: {card['steps']} {'loss evaluations' if card['optimizer'] == 'lbfgs' else 'steps'} in "
+         f"{card['seconds']:.1f} s, held-out gain "
          + (f"{gain:+.4f} nats/token" if gain is not None else "n/a (no held-out data)") + fluent)
 
 

@@ -143,9 +143,27 @@ def _frontier(args: argparse.Namespace, lm: LanguageModel) -> None:
     emit(args, data, "\n".join(lines))
 
 
+def _stance(args: argparse.Namespace, lm: LanguageModel) -> None:
+    """``--stance``: switches from opinion articles, per topic and method (dev sweep, then test); JSON and report section."""
+    from lmswitch.harness.report import command_line, replace_section
+    from lmswitch.harness.stance import markdown, run_stance
+
+    report = run_stance(lm, [m.strip() for m in args.stance_methods.split(",") if m.strip()], log=log)
+    data = {"stance": report.to_dict(), "command": command_line()}
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "stance.json").write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
+    if args.report:
+        replace_section(Path(args.report), "## Stance from documents (dev → test)", f"Command: `{command_line()}`\n\n{markdown(report)}")
+    emit(args, data, markdown(report))
+
+
 def cmd_eval(args: argparse.Namespace, lm: LanguageModel) -> None:
-    """``eval``: the frontier, the transfer report, the full report, or a sweep/grid, by which options are given."""
-    if args.frontier:
+    """``eval``: the frontier, the stance evaluation, the transfer report, the full report, or a sweep/grid."""
+    if args.stance:
+        _stance(args, lm)
+    elif args.frontier:
         _frontier(args, lm)
     elif args.transfer_to:
         _transfer_report(args, lm)

@@ -17,17 +17,19 @@ import argparse
 import inspect
 import sys
 from collections.abc import Callable
+from dataclasses import fields
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
 from lmswitch.core.generate import generate
-from lmswitch.core.options import SAMPLING, TrainConfig
+from lmswitch.core.options import OPTIMIZERS, SAMPLING, TrainConfig
 from lmswitch.core.train import train_switch
 from lmswitch.core.transfer import transfer
 from lmswitch.harness.evaluate import PROTOCOL
 from lmswitch.harness.frontier import METHODS as FRONTIER_METHODS
 from lmswitch.harness.pretrained import build_pretrained
+from lmswitch.harness.stance import METHODS as STANCE_METHODS
 from lmswitch.io.parse import DEFAULT_EPS, parse_eps_list, parse_switch_spec
 from lmswitch.lenses.meter import measure
 from lmswitch.lenses.spans import highlight
@@ -48,6 +50,11 @@ DEMO_STEPS = 100
 DEMO_EPS = [-8, -4, 0, 4, 8]
 DEMO_NEW_TOKENS = 30
 TRAIN = TrainConfig()
+
+
+def _help(cls: type, name: str) -> str:
+    """The help text a dataclass field carries in its metadata (written once, on the option class)."""
+    return next(f.metadata["help"] for f in fields(cls) if f.name == name).replace("%", "%%")
 
 
 def _default(fn: Callable, name: str) -> object:
@@ -118,7 +125,9 @@ def _train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--description", default=_default(train_switch, "description"))
     p.add_argument("--positive-label", default=_default(train_switch, "positive_label"), help="what +eps moves toward (e.g. non-toxic)")
     p.add_argument("--negative-label", default=_default(train_switch, "negative_label"), help="what -eps moves toward (e.g. toxic)")
-    p.add_argument("--steps", type=int, default=TRAIN.steps)
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default=TRAIN.optimizer, help=_help(TrainConfig, "optimizer"))
+    p.add_argument("--self-contrast", action="store_true", help=_help(TrainConfig, "self_contrast"))
+    p.add_argument("--steps", type=int, default=TRAIN.steps, help=_help(TrainConfig, "steps"))
     p.add_argument("--lr", type=float, default=TRAIN.lr)
     p.add_argument("--l2", type=float, default=TRAIN.l2)
     p.add_argument("--seed", type=int, default=TRAIN.seed)
@@ -183,6 +192,11 @@ def _eval(p: argparse.ArgumentParser) -> None:
                    "formality): sweep each method on the dev prompts, report its strongest fluent setting on the test prompts; "
                    "with --report FILE, write that section of FILE; with --out DIR, JSON and figures")
     p.add_argument("--methods", default=",".join(FRONTIER_METHODS), help="with --frontier: comma-separated methods (default %(default)s)")
+    p.add_argument("--stance", action="store_true",
+                   help="the stance evaluation (lmswitch/data/stance/): switches trained from opinion articles, per topic and "
+                        "method (meter accuracy on held-out statements, lexicon shift at the ε chosen on dev topics); with "
+                        "--report FILE, write that section of FILE; with --out DIR, stance.json")
+    p.add_argument("--stance-methods", default=",".join(STANCE_METHODS), help="with --stance: comma-separated methods (default %(default)s)")
     p.add_argument("--transfer-to", default=None, metavar="MODEL",
                    help="transfer the shipped sentiment switch to MODEL, evaluate it there against a switch trained on MODEL "
                         "directly, and write that section of the report file (default EVALUATION.md)")

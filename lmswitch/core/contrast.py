@@ -17,8 +17,8 @@ from lmswitch.core.options import SamplingOptions
 MIN_WORDS = 6  # sentences shorter than this give no opening
 OPENING_SHARE = 0.4  # an opening is this share of the sentence's words …
 OPENING_WORDS = (3, 10)  # … within these bounds
-MAX_OPENINGS = 64  # at most this many continuations (spread over the texts)
-MAX_NEW_TOKENS = 40
+MAX_OPENINGS = 32  # at most this many continuations (spread over the texts)
+MAX_NEW_TOKENS = 24
 _SENTENCE = re.compile(r"(?<=[.!?])[\"”')\]]*\s+|\n+")
 
 

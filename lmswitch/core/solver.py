@@ -31,9 +31,9 @@ import torch
 from lmswitch.core.models import LanguageModel
 
 CANDIDATES = 32  # next-token candidates per row kept exactly (plus the target)
-PATH = (300.0, 100.0, 30.0, 10.0, 3.0, 1.0, 0.3, 0.1)  # λ on ‖ε0 W‖², strongest first
+PATH = (100.0, 30.0, 10.0, 3.0, 1.0, 0.3, 0.1)  # λ on ‖ε0 W‖², strongest first
 NO_HELDOUT_LAMBDA = 10.0  # where the path ends when there is no held-out text to choose with
-ITERATIONS_PER_LAMBDA = 15  # loss evaluations per λ (L-BFGS iterations and line-search steps)
+ITERATIONS_PER_LAMBDA = 10  # loss evaluations per λ (L-BFGS iterations and line-search steps), warm-started
 PATIENCE = 1  # λ values without a better held-out loss before the path stops
 ROWS = 512  # rows per chunk: (512, k, d) gathered embeddings at a time
 
@@ -93,12 +93,8 @@ def loss_and_grad(lm: LanguageModel, rows: Reduced, U: torch.Tensor) -> tuple[fl
 def steer_term(rows: Reduced, W: torch.Tensor, Wd: torch.Tensor | None, eps0: float, sign: float = 1.0,
                with_w: bool = True) -> torch.Tensor:
     """``U = ε0 (sign·y W + W_d) c`` for every row: the head-input change the loss sees."""
-    U = torch.zeros_like(rows.C)
-    if with_w:
-        U = U + (sign * rows.labels)[:, None] * (rows.C @ W.T)
-    if Wd is not None:
-        U = U + rows.C @ Wd.T
-    return eps0 * U
+    U = (sign * eps0 * rows.labels)[:, None] * (rows.C @ W.T) if with_w else torch.zeros_like(rows.C)
+    return U.addmm_(rows.C, Wd.T, alpha=eps0) if Wd is not None else U
 
 
 @torch.no_grad()

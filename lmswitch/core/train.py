@@ -226,19 +226,20 @@ class _Objective:
     CACHE_LOGITS = 256 * 1024**2  # (tokens × vocabulary) floats of base logits kept
 
     def __init__(self, lm: LanguageModel, data: TokenStates, masks: tuple[torch.Tensor, torch.Tensor], config: TrainConfig,
-                 use_dummy: bool, neutral: torch.Tensor | None = None) -> None:
+                 use_dummy: bool, neutral: torch.Tensor | None = None, stepped: bool = True) -> None:
+        """``stepped``: Adam steps will read the training part's base logits (L-BFGS reduces the vocabulary instead)."""
         self.lm, self.eps0, self.use_dummy = lm, config.eps0, use_dummy
         # (V, d) in the training matmul dtype: bfloat16 only where it is fast (a CPU without native bf16 runs it ~100× slower)
         self.E_mm = lm.head_weight(config.matmul_dtype or preferred_dtype(lm.head.weight.device))
         self.device = self.E_mm.device
-        self.train = self._part(data, masks[0])
+        self.train = self._part(data, masks[0], cache=stepped)
         self.held = self._part(data, masks[1])
         self.fluency = _Fluency(self, config, neutral) if config.fluency_terms else None
 
-    def _part(self, data: TokenStates, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def _part(self, data: TokenStates, mask: torch.Tensor, cache: bool = True) -> tuple[torch.Tensor, ...]:
         m = mask.to(self.device)
         C, Y, L = data.hidden[m], data.targets[m], data.labels[m]
-        L0 = self.base_logits(C) if len(C) and len(C) * self.lm.vocab_size <= self.CACHE_LOGITS else None
+        L0 = self.base_logits(C) if cache and len(C) and len(C) * self.lm.vocab_size <= self.CACHE_LOGITS else None
         return C, Y, L, L0
 
     def base_logits(self, C: torch.Tensor) -> torch.Tensor:  # (n, V) raw head output, float32
@@ -476,14 +477,15 @@ def train_events(
     train_mask, held_mask = _split(data, len(ex.texts), config.heldout, generator)
     if not train_mask.any():
         raise ValueError("no tokens left to train on after holding out data; give more text or set heldout=0")
+    lbfgs = config.optimizer == "lbfgs" and not lm.logit_softcap
     obj = _Objective(lm, data, (train_mask, held_mask), config, use_dummy=len(set(ex.labels)) > 1,
-                     neutral=_neutral_contexts(lm) if config.neutral_kl else None)
+                     neutral=_neutral_contexts(lm) if config.neutral_kl else None, stepped=not lbfgs)
     hidden_seconds = time.perf_counter() - start
     yield Encoded(len(obj.train[0]), len(obj.held[0]), hidden_seconds)
     d = lm.hidden_size
     # zero start: a random start would leave untrained noise in W that steering then amplifies
     run = _Run(torch.zeros(d, d, device=obj.device, requires_grad=True), torch.zeros(d, d, device=obj.device, requires_grad=obj.use_dummy))
-    if _optimizer(obj, config) == "lbfgs":
+    if lbfgs:
         yield from _optimise_lbfgs(obj, config, _cancel_check(cancel), run)
     else:
         yield from _optimise(obj, config, _cancel_check(cancel), generator, run)

@@ -1,0 +1,139 @@
+"""Training speed: ours (L-BFGS on cached states along a ridge path) vs the paper's official recipe run naively.
+
+The naive recipe (LM-Steer's reference code): every step runs the whole model forward
+and backward on a batch of 32 windows of 256 tokens, Adam at lr 1e-2, up to 1,000
+steps. Run for real it takes hours on 2 cores, so the benchmark splits it in two,
+both measured in the same process:
+
+* **seconds per naive step**: a few real steps (full forward + backward through the
+  model with the steering hook on the head);
+* **steps the naive recipe needs**: its exact optimisation trajectory, computed on the
+  cached head inputs (the body is frozen and has no dropout, so every step's gradient
+  is the same as the full forward/backward's), with the exact held-out loss every 10 steps.
+
+Naive time to a held-out loss = steps to reach it × seconds per step. The comparison
+is at ours' held-out loss, or at the naive recipe's best if it never gets there (then
+ours reaches a better loss, and the speed-up shown is a lower bound).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import lmswitch as ls
+from lmswitch.core import train as T
+from lmswitch.core.hidden import encode_texts
+from lmswitch.core.options import TrainConfig
+from lmswitch.harness.datasets import load_dataset
+
+ROOT = Path(__file__).resolve().parents[1]
+# the trajectory stops once its held-out loss has not improved for 20 evaluations (200 steps): its best is behind it
+NAIVE = TrainConfig(optimizer="adam", lr=1e-2, steps=1000, batch_tokens=32 * 256, eval_every=10, patience=20, min_steps=0)
+NAIVE_STEPS_TIMED = 3
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    positive: list[str] | str
+    negative: list[str] | None
+    config: TrainConfig
+    target_s: float
+
+
+def cases(with_dataset: bool) -> list[Case]:
+    article = (ROOT / "benchmarks" / "data" / "article.txt").read_text(encoding="utf-8")
+    pos = (ROOT / "tests" / "data" / "positive.txt").read_text(encoding="utf-8").splitlines()[:30]
+    neg = (ROOT / "tests" / "data" / "negative.txt").read_text(encoding="utf-8").splitlines()[:30]
+    out = [Case("30 + 30 sentences", pos, neg, TrainConfig(), 3.0),
+           Case(f"{len(article.split())}-word article", article, None, TrainConfig(), 5.0),
+           Case(f"{len(article.split())}-word article, self-contrast negatives", article, None, TrainConfig(self_contrast=True), 5.0)]
+    if with_dataset:
+        spos, sneg = load_dataset("sentiment").train(324)
+        out.append(Case("sentiment style data, first release (324 + 324 texts)", spos, sneg, TrainConfig(), 20.0))
+    return out
+
+
+def naive_seconds_per_step(lm: ls.LanguageModel, texts: list[str], eps0: float = 1e-3) -> float:
+    """A few real steps of the reference recipe: 32 windows of ≤ 256 tokens, full forward and backward, Adam."""
+    batch = lm.tokenizer(texts[:32], return_tensors="pt", padding=True, truncation=True, max_length=256)
+    d = lm.hidden_size
+    W = torch.zeros(d, d, requires_grad=True)
+    opt = torch.optim.Adam([W], lr=NAIVE.lr)
+    handle = lm.head.register_forward_pre_hook(lambda _m, args: (args[0] + eps0 * args[0] @ W.T.to(args[0].dtype),))
+    try:
+        start = time.perf_counter()
+        for _ in range(NAIVE_STEPS_TIMED):
+            logits = lm.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1]
+            labels = batch.input_ids[:, 1:].masked_fill(batch.attention_mask[:, 1:] == 0, -100)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        return (time.perf_counter() - start) / NAIVE_STEPS_TIMED
+    finally:
+        handle.remove()
+
+
+def naive_curve(lm: ls.LanguageModel, case: Case) -> list[tuple[int, float]]:
+    """The naive recipe's exact held-out loss every 10 steps, on the same split as ours (computed on cached states)."""
+    ex = T._examples(case.positive, case.negative, None)
+    data = encode_texts(lm, ex.texts, ex.labels, NAIVE.chunk_tokens, block=32)
+    masks = T._split(data, len(ex.texts), NAIVE.heldout, torch.Generator().manual_seed(NAIVE.seed))
+    obj = T._Objective(lm, data, masks, NAIVE, use_dummy=len(set(ex.labels)) > 1)
+    d = lm.hidden_size
+    run = T._Run(torch.zeros(d, d, requires_grad=True), torch.zeros(d, d, requires_grad=obj.use_dummy))
+    for _ in T._optimise(obj, NAIVE, lambda: False, torch.Generator().manual_seed(NAIVE.seed), run):
+        pass
+    return run.held_curve
+
+
+def texts_of(case: Case) -> list[str]:
+    return [case.positive] if isinstance(case.positive, str) else case.positive + (case.negative or [])
+
+
+def bench_case(lm: ls.LanguageModel, case: Case, naive: bool) -> dict:
+    start = time.perf_counter()
+    switch = ls.train_switch(lm, case.positive, case.negative, config=case.config)
+    ours = time.perf_counter() - start
+    card = switch.card
+    row = {"case": case.name, "ours_s": round(ours, 2), "target_s": case.target_s, "hidden_state_s": card["hidden_state_seconds"],
+           "tokens_train": card["tokens_train"], "tokens_heldout": card["tokens_heldout"], "evaluations": card["steps"],
+           "l2": card["l2"], "heldout_loss": round(card["heldout_nll_with_switch"], 4),
+           "heldout_gain": round(card["heldout_gain"], 4)}
+    if naive and not case.config.self_contrast:
+        per_step = naive_seconds_per_step(lm, texts_of(case))
+        curve = naive_curve(lm, case)
+        best_step, best = min(curve, key=lambda sh: sh[1])
+        goal = max(card["heldout_nll_with_switch"], best)
+        steps = next(s for s, h in curve if h <= goal)
+        row.update(naive_s_per_step=round(per_step, 3), naive_best_heldout=round(best, 4), naive_best_step=best_step,
+                   naive_steps_to_goal=steps, naive_reaches_ours=best <= card["heldout_nll_with_switch"],
+                   naive_s_to_goal=round(steps * per_step, 1), speedup=round(steps * per_step / ours, 1))
+    return row
+
+
+def run(lm: ls.LanguageModel, *, with_dataset: bool = True, naive: bool = True) -> list[dict]:
+    return [bench_case(lm, case, naive and case.target_s < 20) for case in cases(with_dataset)]
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| training | ours (wall, incl. caching) | held-out loss (gain) | naive official recipe to the same held-out loss | speed-up | target |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        naive = "—"
+        if "naive_s_per_step" in r:
+            reach = "ours' loss" if r["naive_reaches_ours"] else f"its best {r['naive_best_heldout']} (never reaches ours)"
+            naive = f"{r['naive_steps_to_goal']} steps × {r['naive_s_per_step']} s = {r['naive_s_to_goal']} s to {reach}"
+        speed = f"{r['speedup']}×" + ("" if r.get("naive_reaches_ours", True) else " (lower bound)") if "speedup" in r else "—"
+        lines.append(f"| {r['case']} ({r['tokens_train']} + {r['tokens_heldout']} tokens) | {r['ours_s']} s ({r['hidden_state_s']} s caching) "
+                     f"{'✓' if r['ours_s'] <= r['target_s'] else '✗'} | {r['heldout_loss']} ({r['heldout_gain']:+.4f}) | {naive} | {speed} | "
+                     f"≤ {r['target_s']:g} s, ≥ 20× |")
+    return "\n".join(lines)
+
+
