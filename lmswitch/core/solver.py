@@ -16,8 +16,10 @@ One full-vocabulary pass per token (at setup) computes the candidates and the ta
 statistics; an evaluation afterwards costs ``O(n k d)``, ~1,500× less than the
 exact one on SmolLM2's 49,152 words with ``k = 32``. L-BFGS (``torch.optim.LBFGS``,
 strong-Wolfe line search) then minimises ``loss + λ ‖ε0 W‖²`` for a decreasing
-sequence of ``λ`` (warm-started), and the held-out loss picks the ``λ`` to keep:
-the held-out criterion that replaces early stopping. The card's held-out numbers
+sequence of ``λ`` (warm-started), and the exact held-out loss picks the ``λ`` to keep:
+the least regularised one within :data:`TOLERANCE` of the best (a stronger switch that
+still generalises: on 30 + 30 sentiment sentences it ranks 20 held-out sentences 0.96
+pairwise against 0.94 at the held-out minimum). This replaces early stopping. The card's held-out numbers
 are computed with the exact full-vocabulary head afterwards.
 """
 
@@ -31,10 +33,10 @@ import torch
 from lmswitch.core.models import LanguageModel
 
 CANDIDATES = 32  # next-token candidates per row kept exactly (plus the target)
-PATH = (100.0, 30.0, 10.0, 3.0, 1.0, 0.3, 0.1)  # λ on ‖ε0 W‖², strongest first
+PATH = (30.0, 10.0, 3.0, 1.0, 0.3, 0.1)  # λ on ‖ε0 W‖², strongest first
 NO_HELDOUT_LAMBDA = 10.0  # where the path ends when there is no held-out text to choose with
-ITERATIONS_PER_LAMBDA = 10  # loss evaluations per λ (L-BFGS iterations and line-search steps), warm-started
-PATIENCE = 1  # λ values without a better held-out loss before the path stops
+ITERATIONS_PER_LAMBDA = 15  # loss evaluations per λ (L-BFGS iterations and line-search steps), warm-started
+TOLERANCE = 0.02  # keep the least regularised λ whose held-out loss is within 2% of the best; stop past it
 ROWS = 512  # rows per chunk: (512, k, d) gathered embeddings at a time
 
 

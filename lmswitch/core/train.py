@@ -354,7 +354,7 @@ def _optimise(obj: _Objective, config: TrainConfig, is_cancelled: Callable[[], b
 
 def _optimise_lbfgs(obj: _Objective, config: TrainConfig, is_cancelled: Callable[[], bool], run: _Run) -> Iterator[TrainEvent]:
     """L-BFGS along the ridge path on the candidate-reduced loss (:mod:`lmswitch.core.solver`); the exact held-out loss
-    after each λ chooses where to stop. Yields the Steps of each λ's loss evaluations, then its Evaluated."""
+    after each λ chooses where to stop and which λ to keep. Yields the Steps of each λ's loss evaluations, then its Evaluated."""
     train = solver.reduce(obj.lm, *obj.train[:3])
     has_held = len(obj.held[0]) > 0
     path = solver.PATH if has_held else solver.PATH[: solver.PATH.index(solver.NO_HELDOUT_LAMBDA) + 1]
@@ -367,6 +367,7 @@ def _optimise_lbfgs(obj: _Objective, config: TrainConfig, is_cancelled: Callable
         run.losses.append(value)
         steps.append(Step(evaluations, total, value))
 
+    kept: list[tuple[float, float, int, torch.Tensor, torch.Tensor]] = []  # (λ, held-out loss, step, W, W_d) per λ
     for lam in solver.ridge_path(obj.lm, train, obj.eps0, obj.use_dummy, run.W, run.Wd, max_evaluations=total,
                                  on_evaluation=on_evaluation, path=path):
         yield from steps
@@ -376,11 +377,14 @@ def _optimise_lbfgs(obj: _Objective, config: TrainConfig, is_cancelled: Callable
             run.chosen_l2 = lam
             continue
         event = _evaluate(obj, config, run, run.steps_done)
-        run.chosen_l2 = lam if event.best else run.chosen_l2
+        kept.append((lam, event.heldout_loss, event.step, run.W.detach().clone(), run.Wd.detach().clone()))
         yield event
-        if run.bad_evals >= solver.PATIENCE:
+        if event.heldout_loss > (1 + solver.TOLERANCE) * run.best[0]:
             run.stopped_early = True
-            return
+            break
+    if kept:  # the least regularised λ within the tolerance of the best held-out loss: the strongest switch that still generalises
+        lam, h, step, W, Wd = next(k for k in reversed(kept) if k[1] <= (1 + solver.TOLERANCE) * run.best[0])
+        run.best, run.chosen_l2 = (h, step, W, Wd), lam
 
 
 def _evaluate(obj: _Objective, config: TrainConfig, run: _Run, step: int) -> Evaluated:
