@@ -50,14 +50,14 @@ def _as_texts(texts: str | Sequence[str] | None, what: str) -> list[str]:
 def _split(data: TokenStates, n_texts: int, heldout: float, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """Boolean masks (train, held-out), stratified by label sign so both sides are represented in the held-out part.
 
-    A side with enough texts (≥ 10) holds out whole texts; a side with fewer (one document) holds out contiguous token
-    blocks, whose hidden states keep their full context."""
+    Labels +1, 0 and -1 are stratified apart. A side with enough texts (≥ 10) holds out whole texts; a side with fewer
+    (one document) holds out contiguous token blocks, whose hidden states keep their full context."""
     if heldout == 0:
         return torch.ones(len(data.unit), dtype=torch.bool), torch.zeros(len(data.unit), dtype=torch.bool)
     text_of = data.unit // 1_000_000
-    positive = data.labels.cpu() >= 0
+    sign = torch.sign(data.labels.cpu())
     held = torch.zeros(len(data.unit), dtype=torch.bool)
-    for side in (positive, ~positive):
+    for side in (sign == value for value in sign.unique()):  # +1, 0 (self-contrast, neutral grades) and -1 apart
         whole_texts = len(text_of[side].unique()) >= 10
         ids = (text_of if whole_texts else data.unit)[side].unique()
         if len(ids) < 2:
@@ -210,7 +210,7 @@ def _with_self_contrast(lm: LanguageModel, ex: _Examples, seed: int) -> _Example
     from lmswitch.core.contrast import self_contrast
 
     own = self_contrast(lm, ex.texts, seed=seed)
-    label = 0.0 if ex.n_negative else -1.0
+    label = 0.0 if ex.n_negative or ex.graded else -1.0
     return _Examples(ex.texts + own, ex.labels + [label] * len(own), ex.n_positive, ex.n_negative + len(own),
                      ex.graded or bool(ex.n_negative))
 
@@ -383,7 +383,7 @@ def _optimise_lbfgs(obj: _Objective, config: TrainConfig, is_cancelled: Callable
             run.stopped_early = True
             break
     if kept:  # the least regularised λ within the tolerance of the best held-out loss: the strongest switch that still generalises
-        lam, h, step, W, Wd = next(k for k in reversed(kept) if k[1] <= (1 + solver.TOLERANCE) * run.best[0])
+        lam, h, step, W, Wd = next((k for k in reversed(kept) if k[1] <= (1 + solver.TOLERANCE) * run.best[0]), kept[0])
         run.best, run.chosen_l2 = (h, step, W, Wd), lam
 
 
@@ -583,6 +583,10 @@ def _advice(card: Mapping) -> str:
             f"Train with a held-out fraction (heldout=0.15, the default) to check that the switch generalises."
         )
     if gain <= 0:
+        if card.get("optimizer") == "lbfgs":
+            return (f"Held-out gain {gain:+.3f} nats/token on {held:,} tokens: the switch explains held-out text no better "
+                    f"than the model (its {n:,} training tokens are few or narrow). Add more varied text, or for one "
+                    f"document try self-contrast negatives; generation may still move in the intended direction.")
         fewer = "a lower learning rate" if card.get("stopped_early") else "fewer steps or a lower learning rate"
         return (
             f"Held-out gain {gain:+.3f} nats/token on {held:,} tokens: the switch memorised its {n:,} training tokens "

@@ -36,8 +36,8 @@ from lmswitch.lenses.meter import style_slope
 STANCE_DIR = data_path("stance")
 PER_TOKENS = 25  # lexicon hits are counted per this many tokens of continuation
 METHODS = {"plain": TrainConfig(), "self-contrast": TrainConfig(self_contrast=True)}
-STRENGTHS = (1.0, 2.0, 4.0, 8.0)  # ε swept on dev topics for the A-vs-B lexicon shift
-STANCE_PROTOCOL = replace(PROTOCOL, samples=3, max_new_tokens=30)
+STRENGTHS = (2.0, 4.0, 8.0)  # ε swept on dev topics for the A-vs-B lexicon shift
+STANCE_PROTOCOL = replace(PROTOCOL, samples=2, max_new_tokens=25)
 RULES = FluencyRules()
 
 

@@ -87,6 +87,7 @@ def _progress_updates(events: Iterator[TrainEvent], total: int, progress, skip: 
             held.append((event.step, event.heldout_loss))
         elif isinstance(event, Step):
             losses.append(event.loss)
+            total = event.total  # L-BFGS ends its ridge path before the step cap
             if time.perf_counter() - last > UPDATE_EVERY or event.step == total:
                 last = time.perf_counter()
                 progress(event.step / total, desc=f"step {event.step} of {total}")
