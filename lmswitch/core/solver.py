@@ -67,11 +67,11 @@ def reduce(lm: LanguageModel, C: torch.Tensor, targets: torch.Tensor, labels: to
         ids = torch.cat([y[:, None], top], dim=1)
         logp = logp_all.gather(1, ids)
         logp[:, 1:][top == y[:, None]] = -torch.inf  # the target counted once
-        tail = logp_all.exp_().scatter_(1, ids, 0.0)  # the probabilities outside the candidates, summed directly (no 1 − Σ)
-        tail_p = tail.sum(1)
-        tail_mean = (tail @ E) / tail_p.clamp_min(1e-30)[:, None]
-        log_tail = torch.where(tail_p > 1e-7, tail_p.clamp_min(1e-30).log(), -torch.inf)  # no tail: the term drops out
-        parts.append((ids, logp, log_tail, tail_mean))
+        p = logp.exp()
+        kept = torch.einsum("rk,rkd->rd", p, E[ids])
+        tail_p = (1 - p.sum(1)).clamp_min(1e-12)
+        tail_mean = (logp_all.exp_() @ E - kept) / tail_p[:, None]
+        parts.append((ids, logp, tail_p.log(), tail_mean))
     ids, logp, log_tail, tail_mean = (torch.cat(x) for x in zip(*parts, strict=True))
     return Reduced(C.float(), labels.float(), ids, logp, log_tail, tail_mean)
 

@@ -57,7 +57,7 @@ def _split(data: TokenStates, n_texts: int, heldout: float, generator: torch.Gen
     text_of = data.unit // 1_000_000
     sign = torch.sign(data.labels.cpu())
     held = torch.zeros(len(data.unit), dtype=torch.bool)
-    for side in (sign == value for value in sign.unique()):  # +1, 0 (self-contrast, neutral grades) and -1 apart
+    for side in (sign == value for value in sign.unique().flip(0)):  # +1, 0 (self-contrast, neutral grades), -1 apart
         whole_texts = len(text_of[side].unique()) >= 10
         ids = (text_of if whole_texts else data.unit)[side].unique()
         if len(ids) < 2:
