@@ -99,11 +99,6 @@ def steer_term(rows: Reduced, W: torch.Tensor, Wd: torch.Tensor | None, eps0: fl
     return U.addmm_(rows.C, Wd.T, alpha=eps0) if Wd is not None else U
 
 
-@torch.no_grad()
-def reduced_loss(lm: LanguageModel, rows: Reduced, W: torch.Tensor, Wd: torch.Tensor | None, eps0: float) -> float:
-    return loss_and_grad(lm, rows, steer_term(rows, W, Wd, eps0))[0] if len(rows) else float("nan")
-
-
 def ridge_path(lm: LanguageModel, train: Reduced, eps0: float, use_dummy: bool, W: torch.Tensor, Wd: torch.Tensor, *,
                max_evaluations: int, on_evaluation: Callable[[int, float], None], path: tuple[float, ...] = PATH) -> Iterator[float]:
     """Minimise ``loss + λ ‖ε0 W‖² (+ λ ‖ε0 W_d‖²)`` for each λ of ``path`` in turn, warm-started, updating ``W``/``Wd``

@@ -30,6 +30,7 @@ from lmswitch.core.switch import Switch
 from lmswitch.core.train import train_switch
 from lmswitch.harness.evaluate import PROTOCOL, Evaluation, Protocol, evaluate_settings
 from lmswitch.harness.frontier import FluencyRules
+from lmswitch.io.documents import split_lines
 from lmswitch.io.resources import data_path
 from lmswitch.lenses.meter import style_slope
 
@@ -60,7 +61,7 @@ class Topic:
 
 
 def _lines(path) -> tuple[str, ...]:
-    return tuple(line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+    return tuple(split_lines(path.read_text(encoding="utf-8")))
 
 
 def load_topics(split: str | None = None) -> list[Topic]:
