@@ -44,6 +44,26 @@ def test_build_is_deterministic_and_cards_are_complete(tmp_path, llama_lm, monke
         build_pretrained(llama_lm, tmp_path / "c", names=["poetry"], data_dir=tmp_path / "data")
 
 
+def test_recalibrate_keeps_the_weights_and_measures_the_card_again(tmp_path, llama_lm, monkeypatch):
+    tiny_style_data(tmp_path / "data")
+    monkeypatch.setattr("lmswitch.harness.pretrained.SPECS", tuple(replace(s, train=replace(s.train, steps=5)) for s in SPECS))
+    monkeypatch.setattr("lmswitch.harness.pretrained.CALIBRATION", Probe(prompts=2, samples=1, max_new_tokens=4, strengths=(4.0, 8.0)))
+    [path] = build_pretrained(llama_lm, tmp_path, names=["formality"], data_dir=tmp_path / "data", eval_prompts=0, fluent=False)
+    before = load_switch(path, llama_lm)
+    assert before.card.fluent_eps is None
+    [again] = build_pretrained(llama_lm, tmp_path, names=["formality"], eval_prompts=2, samples=1, recalibrate=True)
+    after = load_switch(again, llama_lm)
+    assert torch.equal(before.W, after.W)  # the weights stay; only the card is measured again
+    low, high = after.card.fluent_eps
+    r = after.card.recommended_eps
+    assert low in (0.0, -4.0, -8.0) and high in (0.0, 4.0, 8.0) and r == (high or -low or get_spec("formality").recommended_eps)
+    assert set(after.card["evaluation"]["by_eps"]) == {f"{-r:+g}", "+0", f"{r:+g}"} and after.eps_range == (-2 * r, 2 * r)
+    assert after.card["steps"] == before.card["steps"] and "recalibrated_with" in after.card  # the training record is kept
+    assert "fluent ε" in (tmp_path / "README.md").read_text(encoding="utf-8")
+    with pytest.raises(FileNotFoundError, match="build it first"):
+        build_pretrained(llama_lm, tmp_path / "empty", names=["formality"], recalibrate=True)
+
+
 # --- the shipped files and the embedded model -------------------------------------------------------
 
 
@@ -60,24 +80,33 @@ def test_shipped_files_match_the_embedded_model(lm):
             assert key in card, f"{spec.name} card lacks {key}"
         assert card["heldout_gain"] > 0, f"{spec.name} does not explain held-out text better than the base model"
         assert card["heldout_meter_accuracy"] >= 0.75
-        assert set(card["evaluation"]["by_eps"]) == {f"{-spec.recommended_eps:+g}", "+0", f"{spec.recommended_eps:+g}"}
+        r = card["recommended_eps"]
+        assert set(card["evaluation"]["by_eps"]) == {f"{-r:+g}", "+0", f"{r:+g}"}
+        low, high = card.fluent_eps  # calibrated on the dev prompts; the recommended strength lies inside it
+        assert low <= 0 < r <= high
     assert (PRETRAINED_DIR / "README.md").is_file()
 
 
-# a graded version of each switch's metric (shares of 36 samples move in coarse steps), and the spread required
-GRADED = {"positive_share": ("mean_sentiment", 0.3), "toxicity_prob": ("avg_max_toxicity", 0.2), "formal_share": ("formal_share", 0.3)}
+# a graded version of each switch's metric (shares of 36 samples move in coarse steps), and the least change required
+# between the ends of the fluent range (or between unsteered and +ε where the −ε side has no fluent setting)
+GRADED = {"positive_share": ("mean_sentiment", 0.15), "toxicity_prob": ("avg_max_toxicity", 0.05), "formal_share": ("formal_share", 0.3)}
 
 
 @pytest.mark.real_model
 @pytest.mark.usefixtures("real_model_threads")
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
-def test_each_shipped_switch_moves_its_own_scorer(lm, spec):
-    """At -ε, 0, +ε (recommended ε) on prompts and seeds the card did not use, the switch's scorer moves the stated way."""
+def test_each_shipped_switch_moves_its_own_scorer_inside_its_fluent_range(lm, spec):
+    """At the ends of the card's calibrated fluent range (the app's default slider), on prompts and seeds the card
+    did not use, the switch's scorer moves the stated way, step by step, and no sample loops."""
     switch = load_pretrained(lm)[spec.name]
-    prompts = load_prompts(spec.prompts)[-12:]  # the cards use the first 20 prompts
-    r = spec.recommended_eps
-    evals = evaluate_sweep(lm, switch, [-r, 0.0, r], prompts, Protocol(samples=3, max_new_tokens=20, seed=100))
+    low, high = switch.card.fluent_eps
+    prompts = load_prompts(spec.prompts, split="test")[-12:]  # the calibration used the dev prompts, the card the first 20
+    eps = [e for e in (low, 0.0, high) if e != 0] + [0.0]
+    evals = dict(zip(eps, evaluate_sweep(lm, switch, eps, prompts, Protocol(samples=3, max_new_tokens=20, seed=100)), strict=True))
     metric, spread = GRADED[spec.metric]
-    low, base, high = (getattr(ev, metric) * spec.direction for ev in evals)
-    assert low < base < high, (spec.name, metric, low, base, high)
-    assert high - low >= spread, (spec.name, metric, low, base, high)
+    values = [getattr(evals[e], metric) * spec.direction for e in sorted(evals)]
+    assert values == sorted(values) and len(set(values)) == len(values), (spec.name, metric, sorted(evals), values)
+    assert values[-1] - values[0] >= spread, (spec.name, metric, sorted(evals), values)
+    # at the very ends of the range a stray looping sample is sampling noise (the old recommended ε looped in 56% of samples);
+    # the fluency rules themselves are checked on the test prompts by `eval --frontier … --sliders` (EVALUATION.md)
+    assert all(ev.repetition <= 1 / 12 for ev in evals.values()), {e: ev.repetition for e, ev in evals.items()}

@@ -125,7 +125,9 @@ def test_sentiment_switch_transferred_to_gemma_moves_its_positivity(lm, gemma):
         moved = transfer(source, lm, gemma)
         t = moved.card["transfer"]
         assert t["anchors"] >= 3000 and t["heldout_top1"] > 0.8  # the two vocabularies share thousands of words
-        r = moved.card["recommended_eps"]
+        # a clearly strong source strength (ε 12, where the source's own positivity moves most) mapped by the transfer's scale;
+        # the card's recommended ε is the source's fluent limit, too gentle to test direction on 12 samples
+        r = 12.0 * t["eps_scale"]
         prompts = load_prompts("neutral")[-6:]
         scores = {}
         for eps in (-r, r):

@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from lmswitch.cli.common import emit, log, open_switch, read_examples, text_arg
 from lmswitch.cli.evaluate import cmd_eval
-from lmswitch.cli.parser import DEMO_EPS, DEMO_NEW_TOKENS
+from lmswitch.cli.parser import DEMO_NEW_TOKENS
 from lmswitch.core.generate import generate, sweep
 from lmswitch.core.models import LanguageModel, load_model
 from lmswitch.core.options import SamplingOptions, TrainConfig
@@ -124,8 +124,12 @@ def cmd_demo(args: argparse.Namespace, lm: LanguageModel) -> None:
     pos = read_examples(str(examples / "sentiment_positive.txt"), False)
     neg = read_examples(str(examples / "sentiment_negative.txt"), False)
     switch = train_switch(lm, pos, neg, name="sentiment", config=TrainConfig(steps=args.steps))
-    print(f"trained in {switch.card['seconds']:.1f} s; the same prompt and seed at five eps values:\n")
-    for eps, text in sweep(lm, args.prompt, switch, DEMO_EPS, seed=0, max_new_tokens=DEMO_NEW_TOKENS):
+    log(f"trained in {switch.card['seconds']:.1f} s; probing its fluent ε range on a few dev prompts …")
+    switch.card = calibrated_card(lm, switch)
+    low, high = switch.card.fluent_eps
+    shown = sorted({low, low / 2, 0.0, high / 2, high})
+    print(f"fluent ε {low:+g} … {high:+g}; the same prompt and seed across that range:\n")
+    for eps, text in sweep(lm, args.prompt, switch, shown, seed=0, max_new_tokens=DEMO_NEW_TOKENS):
         print(f"eps {eps:+5.1f} | {args.prompt}{text}")
 
 
@@ -169,7 +173,8 @@ def cmd_measure(args: argparse.Namespace, lm: LanguageModel) -> None:
 
 def cmd_build_pretrained(args: argparse.Namespace, lm: LanguageModel) -> None:
     paths = build_pretrained(lm, args.out or PRETRAINED_DIR, names=args.only, data_dir=args.data, eval_prompts=args.eval_prompts,
-                             samples=args.samples, seed=args.seed, fluent=not args.no_calibrate, log=log)
+                             samples=args.samples, seed=args.seed, fluent=not args.no_calibrate,
+                             recalibrate=args.recalibrate, log=log)
     emit(args, {"written": [str(p) for p in paths]}, "\n".join(f"wrote {p}" for p in paths))
 
 

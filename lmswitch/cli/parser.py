@@ -7,7 +7,7 @@ decoding from :data:`~lmswitch.core.options.SAMPLING`, training from
 function the subcommand calls. Switch settings and ε lists go through the one
 parser in :mod:`lmswitch.io.parse`.
 
->>> build_parser().parse_args(["generate", "--prompt", "Hi", "--switch", "sentiment=6"]).switch   # doctest: +SKIP
+>>> build_parser().parse_args(["generate", "--prompt", "Hi", "--switch", "sentiment=4"]).switch   # doctest: +SKIP
 [('sentiment', 6.0)]
 """
 
@@ -47,7 +47,6 @@ EVAL_LIMIT = 20
 EVAL_METRICS = "positive_share,toxicity_prob"
 DEMO_PROMPT = "My weekend was"
 DEMO_STEPS = 100
-DEMO_EPS = [-8, -4, 0, 4, 8]
 DEMO_NEW_TOKENS = 30
 TRAIN = TrainConfig()
 
@@ -192,6 +191,9 @@ def _eval(p: argparse.ArgumentParser) -> None:
                    "formality): sweep each method on the dev prompts, report its strongest fluent setting on the test prompts; "
                    "with --report FILE, write that section of FILE; with --out DIR, JSON and figures")
     p.add_argument("--methods", default=",".join(FRONTIER_METHODS), help="with --frontier: comma-separated methods (default %(default)s)")
+    p.add_argument("--sliders", action="store_true",
+                   help="with --frontier: also score every whole ε of each switch's default slider range on the test prompts "
+                        "and report where samples loop")
     p.add_argument("--stance", action="store_true",
                    help="the stance evaluation (lmswitch/data/stance/): switches trained from opinion articles, per topic and "
                         "method (meter accuracy on held-out statements, lexicon shift at the ε chosen on dev topics); with "
@@ -211,6 +213,9 @@ def _build_pretrained(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=_default(build_pretrained, "seed"))
     p.add_argument("--no-calibrate", action="store_true",
                    help="skip probing each switch's fluent ε range on the dev prompts (the card then recommends the spec's ε)")
+    p.add_argument("--recalibrate", action="store_true",
+                   help="keep each switch's weights (read from --out) and only measure its card again: the fluent ε range on the "
+                        "dev prompts, the recommended ε at its limit, the short evaluation at ±that ε")
 
 
 def _transfer(p: argparse.ArgumentParser) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from lmswitch import __version__
+from lmswitch.core.card import Card
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import TrainConfig
 from lmswitch.core.switch import Switch, load_switch
@@ -115,6 +116,18 @@ def _card_evaluation(lm: LanguageModel, switch: Switch, spec: Spec, prompts: Seq
     return by_eps
 
 
+def _evaluation_record(spec: Spec, eval_prompts: int, protocol: Protocol, by_eps: dict) -> dict:
+    """The card's ``evaluation``: how the short evaluation was run and its metrics by ε."""
+    return {
+        "prompts": f"{spec.prompts} (first {eval_prompts})",
+        "samples_per_prompt": protocol.samples,
+        "max_new_tokens": protocol.max_new_tokens,
+        "top_p": protocol.top_p,
+        "metric": spec.metric,
+        "by_eps": by_eps,
+    }
+
+
 def _card(spec: Spec, data: StyleData, accuracy: float, eval_prompts: int, protocol: Protocol, by_eps: dict) -> dict:
     """What the build adds to the trained switch's card: data, direction, recommended ε, meter accuracy, evaluation."""
     r = spec.recommended_eps
@@ -130,14 +143,7 @@ def _card(spec: Spec, data: StyleData, accuracy: float, eval_prompts: int, proto
         "recommended_eps": r,
         "recommended_eps_range": [-2 * r, 2 * r],
         "heldout_meter_accuracy": round(accuracy, 4),
-        "evaluation": {
-            "prompts": f"{spec.prompts} (first {eval_prompts})",
-            "samples_per_prompt": protocol.samples,
-            "max_new_tokens": protocol.max_new_tokens,
-            "top_p": protocol.top_p,
-            "metric": spec.metric,
-            "by_eps": by_eps,
-        },
+        "evaluation": _evaluation_record(spec, eval_prompts, protocol, by_eps),
         "built_with": f"lmswitch {__version__}: python -m lmswitch build-pretrained",
     }
 
@@ -180,7 +186,7 @@ def build_switch(
     return switch
 
 
-CALIBRATION = Probe(prompts=16, samples=2, max_new_tokens=25)  # the shipped switches' fluent range: the frontier's dev prompts
+CALIBRATION = Probe(prompts=50, samples=2, max_new_tokens=25)  # the shipped switches' fluent range: every dev prompt (100 samples, so one looping sample is 1%)
 
 
 def _calibrated(lm: LanguageModel, switch: Switch, spec: Spec, protocol: Protocol, say: Log) -> Spec:
@@ -198,6 +204,30 @@ def _calibrated(lm: LanguageModel, switch: Switch, spec: Spec, protocol: Protoco
     return replace(spec, recommended_eps=limit)
 
 
+def recalibrate_switch(lm: LanguageModel, switch: Switch, *, eval_prompts: int = CARD_PROMPTS, samples: int = CARD_SAMPLES,
+                       seed: int = 0, log: Log | None = None) -> Switch:
+    """A shipped switch with its weights kept and its card measured again: the fluent ε range on the dev prompts
+    (:data:`CALIBRATION`, the frontier's rules), the recommended ε moved to its limit, and the card's short
+    evaluation at ±that ε. What the card says of its training is left as it was.
+
+    >>> switch = recalibrate_switch(lm, load_switch("sentiment.safetensors"))   # doctest: +SKIP
+    """
+    say = log or (lambda _msg: None)
+    start = time.perf_counter()
+    spec = get_spec(switch.name)
+    protocol = Protocol(samples=samples, seed=seed)
+    spec = _calibrated(lm, switch, spec, protocol, say)
+    prompts = load_prompts(spec.prompts, eval_prompts) if eval_prompts else []
+    by_eps = _card_evaluation(lm, switch, spec, prompts, protocol, say)
+    r = spec.recommended_eps
+    switch.eps_range = (-2 * r, 2 * r)
+    switch.card = switch.card.updated(
+        recommended_eps=r, recommended_eps_range=[-2 * r, 2 * r], evaluation=_evaluation_record(spec, eval_prompts, protocol, by_eps),
+        recalibrated_with=f"lmswitch {__version__}: python -m lmswitch build-pretrained --recalibrate",
+        recalibration_seconds=round(time.perf_counter() - start, 1))
+    return switch
+
+
 def build_pretrained(
     lm: LanguageModel,
     out_dir: str | Path = PRETRAINED_DIR,
@@ -208,20 +238,43 @@ def build_pretrained(
     samples: int = CARD_SAMPLES,
     seed: int = 0,
     fluent: bool = True,
+    recalibrate: bool = False,
     log: Log | None = None,
 ) -> list[Path]:
-    """Rebuild the shipped switches (all of :data:`SPECS`, or ``names``) into ``out_dir``; returns the files written."""
+    """Rebuild the shipped switches (all of :data:`SPECS`, or ``names``) into ``out_dir``; returns the files written.
+
+    ``recalibrate``: keep each switch's weights (read from ``out_dir``) and only measure its card again
+    (:func:`recalibrate_switch`); the data is not read.
+    """
     specs = [get_spec(n) for n in names] if names else list(SPECS)
     out = Path(out_dir)
     paths = []
     for spec in specs:
-        switch = build_switch(lm, spec, data_dir=data_dir, eval_prompts=eval_prompts, samples=samples, seed=seed, fluent=fluent,
-                              log=log)
+        if recalibrate:
+            switch = recalibrate_switch(lm, _existing(out, spec, lm), eval_prompts=eval_prompts, samples=samples, seed=seed, log=log)
+        else:
+            switch = build_switch(lm, spec, data_dir=data_dir, eval_prompts=eval_prompts, samples=samples, seed=seed, fluent=fluent,
+                                  log=log)
         paths.append(switch.save(out / f"{spec.name}.safetensors"))
         if log:
             log(f"[{spec.name}] saved {paths[-1]}")
     write_index(out)
     return paths
+
+
+def _existing(folder: Path, spec: Spec, lm: LanguageModel) -> Switch:
+    path = folder / f"{spec.name}.safetensors"
+    if not path.is_file():
+        raise FileNotFoundError(f"--recalibrate keeps an existing switch's weights, but {path} does not exist; build it first "
+                                f"(python -m lmswitch build-pretrained --only {spec.name})")
+    switch = load_switch(path)
+    switch.check_model(lm)
+    return switch
+
+
+def _fluent(card: Card) -> str:
+    fluent = card.fluent_eps
+    return f"{fluent[0]:+g} … {fluent[1]:+g}" if fluent else "—"
 
 
 def write_index(folder: str | Path) -> Path:
@@ -237,7 +290,7 @@ def write_index(folder: str | Path) -> Path:
         moved = " / ".join(f"{k}: {v[metric]:.2f} (ppl {v['perplexity']:.1f})" for k, v in by_eps.items()) if metric else "—"
         rows.append(f"| `{path.name}` | {s.description} | {c.get('data', {}).get('dataset', '—')} "
                     f"({c.get('data', {}).get('train_pairs', '?')} pairs) | {c.get('steps')} | {c.get('heldout_gain', 0):+.4f} | "
-                    f"{c.get('heldout_meter_accuracy', 0):.0%} | ±{c.get('recommended_eps', '?')} | {metric}: {moved} |")
+                    f"{c.get('heldout_meter_accuracy', 0):.0%} | ±{c.get('recommended_eps', '?')} | {_fluent(c)} | {metric}: {moved} |")
     text = "\n".join([
         "# Shipped switches",
         "",
@@ -246,10 +299,11 @@ def write_index(folder: str | Path) -> Path:
         "Held-out gain: nats per token by which the switch explains held-out training text better than the base model. "
         "Meter: zero-shot accuracy of the style meter's sign on the held-out pairs. "
         "The evaluation columns come from the card's short evaluation (prompts and samples are in the card); "
-        "the full evaluation is in EVALUATION.md.",
+        "Fluent ε: the range in which the switch still wrote fluent text on the dev prompts (the frontier's rules; "
+        "the app's sliders span it); the full evaluation is in EVALUATION.md.",
         "",
-        "| file | what it does | data | steps | held-out gain | meter | recommended ε | evaluation at −ε / 0 / +ε |",
-        "|---|---|---|---|---|---|---|---|",
+        "| file | what it does | data | steps | held-out gain | meter | recommended ε | fluent ε (dev prompts) | evaluation at −ε / 0 / +ε |",
+        "|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
     ])
