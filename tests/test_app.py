@@ -66,6 +66,11 @@ def test_sliders_show_library_then_session_switches(backend, llama_lm):
     pickers = app.dropdown_updates(session, backend.library, [None, None, None, None, "beta", None, None])
     assert pickers[0].choices and [c[0] for c in pickers[0].choices] == ["alpha", "beta", "mine"]
     assert [p.value for p in pickers] == ["alpha", "alpha", "beta", "alpha", "beta", "alpha", "alpha"]
+    calibrated = random_switch(llama_lm, seed=6, name="tuned")
+    calibrated.card = calibrated.card.updated(fluent_eps=[-6.0, 4.0])
+    session.add(calibrated, backend.library)
+    [tuned] = [u for u in app.slot_updates(session, backend.library) if u.visible and u.label.startswith("tuned")]
+    assert (tuned.minimum, tuned.maximum) == (-6.0, 4.0) and "fluent ε -6 … +4" in tuned.info  # the calibrated range, said
 
 
 def test_page_load_reports_ready_and_skipped_files(llama_lm, folder):

@@ -229,3 +229,12 @@ def test_generate_with_a_shipped_switch_by_name(monkeypatch, tmp_path, capsys):
     assert main(["generate", "--prompt", "Hi", "--switch", "sentiment=6", "--max-new-tokens", "3", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["switches"] == [{"path": "sentiment", "eps": 6.0}] and len(data["samples"]) == 1
+
+
+def test_demo_sweeps_only_inside_the_fluent_range_it_measured(run):
+    code, out, err = run("demo", "--steps", "5", "--prompt", "the")
+    assert code == 0 and "probing its fluent ε range" in err
+    head, *rows = [line for line in out.splitlines() if line.strip()]
+    low, high = (float(x) for x in re.search(r"fluent ε (\S+) … (\S+);", head).groups())
+    shown = [float(re.match(r"eps\s+(\S+) \|", row).group(1)) for row in rows if row.startswith("eps")]
+    assert 0.0 in shown and min(shown) == low and max(shown) == high  # never past the calibrated range

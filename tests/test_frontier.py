@@ -106,3 +106,23 @@ def test_activation_addition_baseline_runs_on_the_switch_training_pairs(llama_lm
     for row in frontier.rows:
         assert [s for s, _ in row.dev] == [row.side * a for a in CAA_STRENGTHS] and row.test is not None
     assert [t.prompt for t in frontier.rows[0].test.texts] == load_prompts(str(prompts), split="test")
+
+
+def test_slider_check_scores_every_whole_eps_of_the_default_range_on_test_prompts(llama_lm, tmp_path):
+    from lmswitch.harness.frontier import check_sliders
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(["the happy one was", "she was kind and", "the sad one was", "he was cruel and"]))
+    switch = random_switch(llama_lm, seed=3, scale=30.0, name="s")
+    switch.card = switch.card.updated(fluent_eps=[-2.5, 1.5])
+    assert switch.slider_range() == (-3.0, 2.0) and switch.slider_range(wide=True) == (-6.0, 6.0)
+    spec = FrontierSpec("s", str(prompts), "positive_share", (+1, -1), +1, FluencyRules(max_repetition=0.0))
+    check = check_sliders(llama_lm, switch, spec, replace(PROTOCOL, samples=1, max_new_tokens=12))
+    assert [eps for eps, _ in check.points] == [-3.0, -2.0, -1.0, 1.0, 2.0]  # 0 is the base model itself
+    assert all([t.prompt for t in ev.texts] == load_prompts(str(prompts), split="test") for _, ev in check.points)
+    looping = [eps for eps, ev in check.points if any(loops(t.text) for t in ev.texts)]
+    assert check.looping() == looping and check.to_dict()["looping"] == looping
+    assert ("no position loops" in check.markdown()) == (not looping)
+    switch.card = switch.card.updated(fluent_eps=None)
+    switch.eps_range = (-14.2, 14.2)
+    assert switch.slider_range() == (-15.0, 15.0)  # uncalibrated: the recommended range, at least ±10

@@ -122,14 +122,16 @@ def _transfer_report(args: argparse.Namespace, lm: LanguageModel) -> None:
 def _frontier(args: argparse.Namespace, lm: LanguageModel) -> None:
     """``--frontier NAME …``: each switch's fluent frontier (choose on dev, report on test); JSON, figures, report section."""
     from lmswitch.harness.figures import export, frontier_figure
-    from lmswitch.harness.frontier import FrontierSpec, markdown, run_frontier, target_checks
+    from lmswitch.harness.frontier import FrontierSpec, check_sliders, markdown, run_frontier, target_checks
     from lmswitch.harness.report import command_line, replace_section
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     protocol = Protocol(samples=args.samples, max_new_tokens=args.max_new_tokens, top_p=args.top_p, seed=args.seed, kl_budget=args.kl_budget)
     frontiers = [run_frontier(lm, open_switch(name, lm), FrontierSpec.for_switch(name), methods=methods, protocol=protocol,
                               dev_limit=args.limit, test_limit=args.limit, log=log) for name in args.frontier]
-    data = {"frontiers": [f.to_dict() for f in frontiers], "command": command_line()}
+    sliders = [check_sliders(lm, open_switch(name, lm), FrontierSpec.for_switch(name), protocol, args.limit)
+               for name in args.frontier] if args.sliders else []
+    data = {"frontiers": [f.to_dict() for f in frontiers], "sliders": [c.to_dict() for c in sliders], "command": command_line()}
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
@@ -138,8 +140,11 @@ def _frontier(args: argparse.Namespace, lm: LanguageModel) -> None:
             export(frontier_figure(f), out / f"frontier-{f.spec.switch}.html")
     if args.report:
         body = f"Command: `{command_line()}`\n\n" + "\n".join(markdown(f) for f in frontiers)
+        if sliders:
+            body += "\n### The app's default slider ranges on the test prompts\n\n" + "".join(c.markdown() for c in sliders)
         replace_section(Path(args.report), "## Fluent frontier (dev → test)", body)
     lines = [f"{'met   ' if met else 'MISSED'}  {target}: {shown}" for f in frontiers for target, shown, met in target_checks(f)]
+    lines += [c.markdown().strip() for c in sliders]
     emit(args, data, "\n".join(lines))
 
 

@@ -92,6 +92,21 @@ class Switch:
         return cached[1]
 
     # --- arithmetic -----------------------------------------------------------------
+    def slider_range(self, wide: bool = False) -> tuple[float, float]:
+        """The ε range a user is offered by default (the app's slider): the card's calibrated fluent range when it has
+        one (beyond it text tends to loop), else at least −10…+10, wider when the switch recommends more.
+        ``wide``: twice as far each way."""
+        fluent = self.card.fluent_eps
+        if fluent is not None and fluent[1] > fluent[0]:
+            lo, hi = float(math.floor(fluent[0])), float(math.ceil(fluent[1]))
+        else:
+            r = float(math.ceil(max(10.0, *map(abs, self.eps_range))))
+            lo, hi = -r, r
+        if wide:
+            reach = max(abs(lo), abs(hi))
+            return -2 * reach, 2 * reach
+        return lo, hi
+
     def __mul__(self, k: float) -> Switch:
         k = float(k)
         if not math.isfinite(k):

@@ -218,6 +218,49 @@ def run_frontier(lm: LanguageModel, switch: Switch, spec: FrontierSpec, *, metho
 
 
 
+# --- the app's default slider range on the test prompts ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SliderCheck:
+    """Every whole ε in a switch's default slider range (:meth:`Switch.slider_range`), scored on the test prompts."""
+
+    switch: str
+    low: float
+    high: float
+    points: list[tuple[float, Evaluation]]
+    base: Evaluation
+    rules: FluencyRules
+
+    def looping(self) -> list[float]:
+        """The positions where more samples loop than the rules allow (a word three times in a row)."""
+        return [eps for eps, ev in self.points if ev.repetition > self.rules.max_repetition]
+
+    def to_dict(self) -> dict:
+        return {"switch": self.switch, "range": [self.low, self.high], "looping": self.looping(),
+                "points": [{"eps": eps, "repetition": ev.repetition, "perplexity_ratio": ev.perplexity / self.base.perplexity,
+                            "problems": self.rules.problems(ev, self.base)} for eps, ev in self.points]}
+
+    def markdown(self) -> str:
+        loops = self.looping()
+        worst = max(self.points, key=lambda item: item[1].repetition)
+        verdict = (f"no position loops (most: {worst[1].repetition:.0%} of samples at {worst[0]:+g})" if not loops
+                   else f"**loops at {', '.join(f'{e:+g}' for e in loops)}**")
+        other = sorted({p for _, ev in self.points for p in self.rules.problems(ev, self.base) if "loop" not in p})
+        return (f"- `{self.switch}` slider {self.low:+g} … {self.high:+g} ({len(self.points)} whole-ε positions): {verdict}"
+                + (f"; other rules broken somewhere: {'; '.join(other)}" if other else "") + "\n")
+
+
+def check_sliders(lm: LanguageModel, switch: Switch, spec: FrontierSpec, protocol: Protocol = PROTOCOL,
+                  test_limit: int | None = None) -> SliderCheck:
+    """Score every whole ε of ``switch``'s default slider range on the test prompts (0 excluded: it is the base model)."""
+    low, high = switch.slider_range()
+    eps = [float(e) for e in range(int(low), int(high) + 1) if e != 0]
+    prompts = load_prompts(spec.prompts, test_limit, split="test")
+    base, *evals = evaluate_settings(lm, [[]] + [[(switch, e)] for e in eps], prompts, protocol)
+    return SliderCheck(spec.switch, low, high, list(zip(eps, evals, strict=True)), base, spec.rules)
+
+
 # --- targets and the report section ---------------------------------------------------------------
 
 

@@ -24,7 +24,6 @@ from lmswitch.webapp.widgets import (
     format_scores,
     number,
     sampling,
-    slider_range,
     slot_updates,
     token_html,
 )
@@ -61,7 +60,7 @@ def widen_sliders(backend: Backend, wide: bool, session: Session, *values: float
     names = session.available(library)[:MAX_SLOTS]
     clamped = {}
     for name, value in zip(names, values, strict=False):
-        lo, hi = slider_range(session.get(name, library), session.wide_sliders)
+        lo, hi = session.get(name, library).slider_range(session.wide_sliders)
         clamped[name] = min(max(float(value or 0.0), lo), hi)
     return [gr.Markdown(WIDE_WARNING if wide else "", visible=bool(wide)), *slot_updates(session, library, values=clamped)]
 

@@ -68,21 +68,6 @@ def checked_setting(session: Session, library: SwitchLibrary, pairs: Sequence[tu
 
 
 # --- sliders and pickers ------------------------------------------------------------------------
-def slider_range(switch: Switch, wide: bool = False) -> tuple[float, float]:
-    """The switch's calibrated fluent range when its card has one (beyond it text tends to loop); else at least
-    −10…+10 ε0 units, wider when the switch recommends more. ``wide``: twice as far each way."""
-    fluent = switch.card.fluent_eps
-    if fluent is not None and fluent[1] > fluent[0]:
-        lo, hi = float(math.floor(fluent[0])), float(math.ceil(fluent[1]))
-    else:
-        r = float(math.ceil(max(10.0, *map(abs, switch.eps_range))))
-        lo, hi = -r, r
-    if wide:
-        reach = max(abs(lo), abs(hi))
-        return -2 * reach, 2 * reach
-    return lo, hi
-
-
 def slider_label(switch: Switch) -> str:
     return f"{switch.name}: + → {switch.positive_label}, − → {switch.negative_label}"
 
@@ -100,11 +85,18 @@ def slot_updates(session: Session, library: SwitchLibrary, *, reset: bool = Fals
             updates.append(gr.Slider(visible=False, value=0.0) if reset else gr.Slider(visible=False))
             continue
         switch = session.get(names[i], library)
-        lo, hi = slider_range(switch, session.wide_sliders)
+        lo, hi = switch.slider_range(session.wide_sliders)
         extra = {"value": values.get(names[i], 0.0)} if reset or names[i] in values else {}
-        updates.append(gr.Slider(minimum=lo, maximum=hi, label=slider_label(switch), visible=True, info=switch.description[:120] or None,
+        updates.append(gr.Slider(minimum=lo, maximum=hi, label=slider_label(switch), visible=True, info=slider_info(switch) or None,
                                  **extra))
     return updates
+
+
+def slider_info(switch: Switch) -> str:
+    """The slider's note: the switch's description and, when calibrated, the range in which it still writes fluent text."""
+    fluent = switch.card.fluent_eps
+    note = f"fluent ε {fluent[0]:+g} … {fluent[1]:+g}; beyond it text tends to loop." if fluent else ""
+    return " ".join(part for part in (switch.description[:120], note) if part)
 
 
 def dropdown_updates(session: Session, library: SwitchLibrary, values: Sequence[str | None]) -> list:
