@@ -15,7 +15,8 @@ from tqdm import tqdm
 
 from lmswitch.cli.common import emit, log, open_switch, read_examples, text_arg
 from lmswitch.cli.evaluate import cmd_eval
-from lmswitch.cli.parser import DEMO_NEW_TOKENS
+from lmswitch.cli.parser import DEMO_NEW_TOKENS, EXPORT_FORMATS
+from lmswitch.core.export import export_peft
 from lmswitch.core.generate import generate, sweep
 from lmswitch.core.models import LanguageModel, load_model
 from lmswitch.core.options import SamplingOptions, TrainConfig
@@ -178,6 +179,17 @@ def cmd_build_pretrained(args: argparse.Namespace, lm: LanguageModel) -> None:
     emit(args, {"written": [str(p) for p in paths]}, "\n".join(f"wrote {p}" for p in paths))
 
 
+def cmd_export(args: argparse.Namespace, lm: LanguageModel) -> None:
+    if args.format not in EXPORT_FORMATS:
+        raise ValueError(f"--format {args.format!r} is not available yet; use --format {' or '.join(EXPORT_FORMATS)} "
+                         "(a LoRA adapter that transformers + peft, and vLLM with --enable-lora, load)")
+    setting = [(open_switch(ref, lm), eps) for ref, eps in args.switch]
+    r = export_peft(lm, setting, args.out, rank=args.rank).to_dict()
+    emit(args, r, f"wrote {r['out']}: a LoRA on '{r['target_module']}', rank {r['rank']} of {r['full_rank']} "
+                  f"({r['kept_energy']:.1%} of the steering's energy kept), relative logit error {r['relative_logit_error']:.2e} "
+                  f"at {', '.join(f'{n}={e:+g}' for n, e in r['setting'].items())}")
+
+
 def cmd_transfer(args: argparse.Namespace, lm: LanguageModel) -> None:
     target = load_model(args.to, dtype=args.dtype)
     moved = transfer(open_switch(args.switch), lm, target, anchors=args.anchors, min_anchors=args.min_anchors)
@@ -200,6 +212,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, LanguageModel], None]] = {
     "eval": cmd_eval,
     "build-pretrained": cmd_build_pretrained,
     "transfer": cmd_transfer,
+    "export": cmd_export,
     "demo": cmd_demo,
 }
 

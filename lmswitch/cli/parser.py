@@ -227,6 +227,18 @@ def _transfer(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-anchors", type=int, default=min_anchors, help=f"refuse when fewer words are shared (default {min_anchors})")
 
 
+EXPORT_FORMATS = ("peft",)  # gguf-lora and merged: not yet
+
+
+def _export(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--switch", action="append", required=True, type=switch_spec, metavar="SWITCH=EPS",
+                   help=f"repeatable (exported together, as they compose); SWITCH is {SWITCH_HELP}; EPS in eps0 units "
+                        f"(default {DEFAULT_EPS:g})")
+    p.add_argument("--format", default="peft", help=f"adapter format: {', '.join(EXPORT_FORMATS)} (a LoRA on the output head)")
+    p.add_argument("--out", required=True, help="folder to write (adapter_config.json, adapter_model.safetensors)")
+    p.add_argument("--rank", type=int, default=None, help="keep only the top R singular directions (default: exact)")
+
+
 def _demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", default=DEMO_PROMPT)
     p.add_argument("--steps", type=int, default=DEMO_STEPS)
@@ -244,6 +256,7 @@ SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = 
     "eval": ("the paper's evaluation protocol: an eps sweep, a 2-D grid, or the full report", _eval),
     "build-pretrained": ("rebuild the shipped switches from lmswitch/data/styles (seeded, deterministic)", _build_pretrained),
     "transfer": ("map a switch to another model (Hᵀ W H over shared word embeddings)", _transfer),
+    "export": ("write switches at fixed ε as a PEFT LoRA adapter on the output head", _export),
     "demo": ("train a sentiment switch from the shipped examples and show a sweep", _demo),
 }
 
