@@ -87,7 +87,7 @@ def test_shipped_files_match_the_embedded_model(lm):
     assert (PRETRAINED_DIR / "README.md").is_file()
 
 
-# a graded version of each switch's metric (shares of 36 samples move in coarse steps), and the least change required
+# a graded version of each switch's metric (shares move in coarse steps), and the least change required
 # between the ends of the fluent range (or between unsteered and +ε where the −ε side has no fluent setting)
 GRADED = {"positive_share": ("mean_sentiment", 0.15), "toxicity_prob": ("avg_max_toxicity", 0.05), "formal_share": ("formal_share", 0.3)}
 
@@ -100,9 +100,9 @@ def test_each_shipped_switch_moves_its_own_scorer_inside_its_fluent_range(lm, sp
     did not use, the switch's scorer moves the stated way, step by step, and no sample loops."""
     switch = load_pretrained(lm)[spec.name]
     low, high = switch.card.fluent_eps
-    prompts = load_prompts(spec.prompts, split="test")[-12:]  # the calibration used the dev prompts, the card the first 20
-    eps = [e for e in (low, 0.0, high) if e != 0] + [0.0]
-    evals = dict(zip(eps, evaluate_sweep(lm, switch, eps, prompts, Protocol(samples=3, max_new_tokens=20, seed=100)), strict=True))
+    prompts = load_prompts(spec.prompts, split="test")  # 50 prompts the calibration (dev) did not use; 100 samples per ε:
+    eps = [e for e in (low, 0.0, high) if e != 0] + [0.0]  # sentiment's −6 end is weak, 36 samples did not separate it
+    evals = dict(zip(eps, evaluate_sweep(lm, switch, eps, prompts, Protocol(samples=2, max_new_tokens=20, seed=100)), strict=True))
     metric, spread = GRADED[spec.metric]
     values = [getattr(evals[e], metric) * spec.direction for e in sorted(evals)]
     assert values == sorted(values) and len(set(values)) == len(values), (spec.name, metric, sorted(evals), values)

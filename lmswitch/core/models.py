@@ -351,7 +351,9 @@ def _load_kwargs(dtype: torch.dtype | str | None, device, device_map) -> dict:
 def _from_hub_cache(key: str, kwargs: dict) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """A hub id already in the local Hugging Face cache (nothing is downloaded), or an error listing what was tried."""
     try:
-        model = AutoModelForCausalLM.from_pretrained(key, local_files_only=True, **kwargs)
+        # adapter_kwargs: with peft installed transformers looks for an adapter_config.json on the hub, and it does not
+        # pass local_files_only on to that look-up (offline, DNS retries took 23 s)
+        model = AutoModelForCausalLM.from_pretrained(key, local_files_only=True, adapter_kwargs={"local_files_only": True}, **kwargs)
         return model, AutoTokenizer.from_pretrained(key, local_files_only=True)
     except (OSError, ValueError) as err:
         tried = [f"a local path '{Path(key).expanduser()}' (does not exist)", f"the bundled aliases {sorted(_BUNDLED)}",
