@@ -61,3 +61,14 @@ def test_fluent_range_is_typed_and_checked():
     for bad in ([1, 2], [-1], "wide", [-1, float("nan")]):
         with pytest.raises(ValueError, match="fluent_eps"):
             Card.from_dict({"fluent_eps": bad})
+
+
+def test_calibration_sets_the_fluent_range_and_recommends_its_positive_end():
+    card = Card.from_dict({"recommended_eps": 12.0, "note": "kept"})
+    calibrated = card.calibrated(-6.0, 4.0)
+    assert calibrated.fluent_eps == (-6.0, 4.0) and calibrated.recommended_eps == 4.0
+    assert calibrated["recommended_eps_range"] == [-6.0, 4.0] and calibrated["note"] == "kept"
+    assert calibrated.fluent_text == "-6 … +4" and card.fluent_text == ""
+    nothing_positive = card.calibrated(-2.0, 0.0)  # no +ε was fluent: the earlier recommendation stays
+    assert nothing_positive.recommended_eps == 12.0 and nothing_positive.fluent_eps == (-2.0, 0.0)
+    assert Card().calibrated(-2.0, 0.0).recommended_eps is None

@@ -238,3 +238,11 @@ def test_demo_sweeps_only_inside_the_fluent_range_it_measured(run):
     low, high = (float(x) for x in re.search(r"fluent ε (\S+) … (\S+);", head).groups())
     shown = [float(re.match(r"eps\s+(\S+) \|", row).group(1)) for row in rows if row.startswith("eps")]
     assert 0.0 in shown and min(shown) == low and max(shown) == high  # never past the calibrated range
+
+
+def test_options_that_make_no_sense_together_are_refused_before_loading(capsys):
+    for argv, said in ((["eval", "--sliders"], "add --frontier"),
+                       (["build-pretrained", "--recalibrate", "--no-calibrate"], "drop --no-calibrate"),
+                       (["build-pretrained", "--recalibrate", "--data", "x"], "reads no --data")):
+        assert main(["--model", "no-such-model", *argv]) == 2
+        assert said in capsys.readouterr().err

@@ -1,18 +1,22 @@
-"""PEFT export: the adapter, loaded by the real ``peft`` on a fresh copy of the model, gives lmswitch's steered logits."""
+"""Export: the PEFT adapter, loaded by the real ``peft`` on a fresh copy of the model, and the merged model, loaded by
+transformers' own ``from_pretrained``, give lmswitch's steered logits."""
 
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 import torch
 from conftest import FAMILIES, random_ids, random_switch
 from peft import PeftModel
 from peft.helpers import rescale_adapter_scale
+from safetensors import safe_open
+from transformers import AutoModelForCausalLM
 
 import lmswitch as ls
 from lmswitch.cli import main
-from lmswitch.core.export import export_peft, lora_factors
+from lmswitch.core.export import ADAPTER_FILE, export, export_merged, export_peft, lora_factors
 from lmswitch.io.resources import shipped_switch_path
 
 
@@ -42,8 +46,24 @@ def test_exported_adapter_equals_the_steered_model_and_scales_like_eps(make_lm, 
     assert torch.allclose(got, steered_logits(lm, ids, [(s, 6.0)]), atol=1e-4, rtol=1e-4)
     assert torch.allclose(half, steered_logits(lm, ids, [(s, 3.0)]), atol=1e-4, rtol=1e-4)  # adapter scale × ½ = ε / 2
     assert not torch.allclose(got, lm.model(ids).logits.float(), atol=1e-2)  # it does steer
-    if lm.model.config.tie_word_embeddings:  # the input embedding is untouched: only the head changes
-        assert torch.equal(peft_model.get_input_embeddings().weight, lm.model.get_input_embeddings().weight)
+    with safe_open(str(tmp_path / "mood" / ADAPTER_FILE), "pt") as f:  # only the head gets a LoRA (never the tied input embedding)
+        assert sorted(f.keys()) == [f"base_model.model.{report.target_module}.lora_{x}.weight" for x in "AB"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_merged_model_loads_with_plain_transformers_and_steers_like_the_switch(make_lm, family, tmp_path):
+    lm = make_lm(family, init=0.2)
+    a, b = random_switch(lm, seed=1, scale=20.0, name="a"), random_switch(lm, seed=2, scale=20.0, name="b")
+    report = export_merged(lm, [(a, 6.0), (b, -2.0)], tmp_path / "merged")
+    assert report.format == "merged" and report.relative_logit_error < 1e-5
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged").eval()
+    ids = random_ids(lm, 2, 10, seed=3)
+    with torch.no_grad():
+        got = merged(ids).logits.float()
+    assert torch.allclose(got, steered_logits(lm, ids, [(a, 6.0), (b, -2.0)]), atol=1e-4, rtol=1e-4)
+    assert torch.equal(merged.get_input_embeddings().weight, lm.model.get_input_embeddings().weight)  # the head alone changed
+    assert not torch.allclose(got, lm.model(ids).logits.float(), atol=1e-2)
+    assert json.loads((tmp_path / "merged" / "lmswitch_setting.json").read_text())["setting"] == [["a", 6.0], ["b", -2.0]]
 
 
 def test_two_adapters_together_compose_like_switches(llama_lm, tmp_path):
@@ -74,13 +94,49 @@ def test_rank_truncation_reports_what_it_keeps(llama_lm, tmp_path):
     assert exact.full_rank == 3 and exact.rank == 3 and exact.relative_logit_error < 1e-4
 
 
-def test_bad_exports_are_refused(llama_lm, tmp_path):
+def test_bad_exports_are_refused_and_nothing_is_written(llama_lm, tmp_path):
     s = random_switch(llama_lm, seed=1)
     with pytest.raises(ValueError, match="nothing to export"):
         export_peft(llama_lm, [(s, 0.0)], tmp_path / "zero")
+    with pytest.raises(ValueError, match="cancel"):
+        export_peft(llama_lm, [(s, 3.0), (s, -3.0)], tmp_path / "cancel")
     with pytest.raises(ValueError, match="rank must be a positive integer"):
         export_peft(llama_lm, [(s, 2.0)], tmp_path / "bad", rank=0)
-    assert not (tmp_path / "zero").exists() and not (tmp_path / "bad").exists()
+    with pytest.raises(ValueError, match="--rank applies to LoRA"):
+        export(llama_lm, [(s, 2.0)], tmp_path / "m", format="merged", rank=4)
+    with pytest.raises(ValueError, match="unknown export format"):
+        export(llama_lm, [(s, 2.0)], tmp_path / "g", format="gguf")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # not even a temporary folder is left
+
+
+def test_an_export_never_lands_in_a_folder_of_other_files(llama_lm, tmp_path):
+    """A model folder with an adapter beside it would load steered without anyone asking: refused unless forced."""
+    s = random_switch(llama_lm, seed=1, scale=20.0)
+    model_dir = tmp_path / "model"
+    llama_lm.model.save_pretrained(model_dir)
+    before = sorted(p.name for p in model_dir.iterdir())
+    for fmt in ("peft", "merged"):
+        with pytest.raises(ValueError, match="already holds other files.*--force"):
+            export(llama_lm, [(s, 2.0)], model_dir, format=fmt)
+    assert sorted(p.name for p in model_dir.iterdir()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    export_peft(llama_lm, [(s, 2.0)], model_dir, force=True)  # asked for: written beside the model's files
+    assert set(before) < {p.name for p in model_dir.iterdir()}
+    with pytest.raises(ValueError, match="is a file"):
+        export_peft(llama_lm, [(s, 2.0)], model_dir / "config.json")
+
+
+def test_an_earlier_export_is_replaced_whole(llama_lm, tmp_path):
+    s = random_switch(llama_lm, seed=1, scale=20.0)
+    first = export_peft(llama_lm, [(s, 2.0)], tmp_path / "out", rank=2)
+    second = export_peft(llama_lm, [(s, 4.0)], tmp_path / "out", rank=100)
+    assert first.rank == 2 and second.rank == second.full_rank == llama_lm.hidden_size
+    assert second.notes and "above the steering's full rank" in second.notes[0]
+    config = json.loads((tmp_path / "out" / "adapter_config.json").read_text())
+    assert config["r"] == llama_lm.hidden_size and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    export_merged(llama_lm, [(s, 2.0)], tmp_path / "merged")
+    export_merged(llama_lm, [(s, 3.0)], tmp_path / "merged")
+    assert json.loads((tmp_path / "merged" / "lmswitch_setting.json").read_text())["setting"] == [[s.name, 3.0]]
 
 
 def test_cli_export_writes_an_adapter_and_prints_its_fidelity(llama_lm, tmp_path, monkeypatch, capsys):
@@ -89,23 +145,44 @@ def test_cli_export_writes_an_adapter_and_prints_its_fidelity(llama_lm, tmp_path
     llama_lm.tokenizer.save_pretrained(folder)
     monkeypatch.setenv("LMSWITCH_CACHE", str(tmp_path / "cache"))
     lm = ls.load_model(str(folder), dtype="float32")
-    path = random_switch(lm, seed=1, scale=20.0, name="mood").save(tmp_path / "mood.safetensors")
+    switch = random_switch(lm, seed=1, scale=20.0, name="mood")
+    path = switch.save(tmp_path / "mood.safetensors")
     code = main(["--model", str(folder), "--dtype", "float32", "export", "--switch", f"{path}=5", "--format", "peft",
                  "--out", str(tmp_path / "out"), "--rank", "8"])
     out = capsys.readouterr()
     assert code == 0 and (tmp_path / "out" / "adapter_config.json").is_file(), out.err
-    assert "rank 8 of 32" in out.out and "relative logit error" in out.out
-    code = main(["--model", str(folder), "export", "--switch", f"{path}=5", "--format", "gguf-lora", "--out", str(tmp_path / "g")])
-    assert code == 2 and "peft" in capsys.readouterr().err
+    assert "rank 8 of 32" in out.out and "relative error of the logit change" in out.out
+    assert json.loads((tmp_path / "out" / "adapter_config.json").read_text())["base_model_name_or_path"] == str(folder)
+    code = main(["--model", str(folder), "export", "--switch", str(path), "--out", str(tmp_path / "noeps")])
+    assert code != 0 and "no recommended ε" in capsys.readouterr().err and not (tmp_path / "noeps").exists()
+    switch.card = switch.card.calibrated(-2.0, 3.0)
+    switch.save(path)
+    code = main(["--model", str(folder), "--dtype", "float32", "--json", "export", "--switch", str(path), "--format", "merged",
+                 "--out", str(tmp_path / "merged")])
+    out = capsys.readouterr()
+    assert code == 0 and json.loads(out.out)["setting"] == [["mood", 3.0]], out.err  # the card's recommended ε
+    code = main(["--model", str(folder), "export", "--switch", f"{path}=9", "--out", str(tmp_path / "far")])
+    assert code == 0 and "beyond its fluent range -2 … +3" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:  # checked before any model is loaded
+        main(["--model", "no-such-model", "export", "--switch", f"{path}=5", "--format", "gguf-lora", "--out", str(tmp_path / "g")])
+    assert stop.value.code == 2 and "invalid choice" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def lm32(lm):
+    """The embedded model in float32 (what the shipped test compares in; a GPU host's ``lm`` may be bfloat16)."""
+    return lm if lm.model.dtype == torch.float32 else ls.load_model(dtype="float32")
 
 
 @pytest.mark.real_model
-def test_shipped_switch_as_an_adapter_on_the_embedded_model(lm, tmp_path):
+def test_shipped_switch_as_an_adapter_on_the_embedded_model(lm32, tmp_path):
     """The shipped sentiment switch at its recommended ε, exported and loaded by peft on SmolLM2: same logits, same greedy text."""
+    lm = lm32
     sentiment = ls.load_switch(shipped_switch_path("sentiment"), lm)
     eps = sentiment.card.recommended_eps
     report = export_peft(lm, [(sentiment, eps)], tmp_path / "sentiment")
     assert report.target_module == "lm_head" and report.relative_logit_error < 1e-4
+    assert json.loads((tmp_path / "sentiment" / "adapter_config.json").read_text())["base_model_name_or_path"] == lm.pretrained_id
     peft_model = adapter_model(lm, tmp_path / "sentiment")
     ids = lm.tokenizer("My weekend was", return_tensors="pt").input_ids
     with torch.no_grad():
@@ -113,3 +190,19 @@ def test_shipped_switch_as_an_adapter_on_the_embedded_model(lm, tmp_path):
         greedy = peft_model.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=lm.tokenizer.pad_token_id)
     text = lm.tokenizer.decode(greedy[0, ids.shape[1]:], skip_special_tokens=True)
     assert text == ls.generate(lm, "My weekend was", [(sentiment, eps)], max_new_tokens=12, temperature=0)[0]
+
+
+@pytest.mark.real_model
+def test_two_shipped_switches_merged_into_the_embedded_model(lm32, tmp_path):
+    """sentiment and formality at their recommended ε baked into SmolLM2's head: a plain transformers load writes the same text."""
+    lm = lm32
+    setting = [(ls.load_switch(shipped_switch_path(n), lm), None) for n in ("sentiment", "formality")]
+    setting = [(s, s.card.recommended_eps) for s, _ in setting]
+    export_merged(lm, setting, tmp_path / "merged")
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged", dtype=torch.float32).eval()
+    ids = lm.tokenizer("My weekend was", return_tensors="pt").input_ids
+    with torch.no_grad():
+        assert torch.allclose(merged(ids).logits.float(), steered_logits(lm, ids, setting), atol=1e-3, rtol=1e-4)
+        greedy = merged.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=lm.tokenizer.pad_token_id)
+    text = lm.tokenizer.decode(greedy[0, ids.shape[1]:], skip_special_tokens=True)
+    assert text == ls.generate(lm, "My weekend was", setting, max_new_tokens=12, temperature=0)[0]

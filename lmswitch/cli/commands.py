@@ -15,8 +15,8 @@ from tqdm import tqdm
 
 from lmswitch.cli.common import emit, log, open_switch, read_examples, text_arg
 from lmswitch.cli.evaluate import cmd_eval
-from lmswitch.cli.parser import DEMO_NEW_TOKENS, EXPORT_FORMATS
-from lmswitch.core.export import export_peft
+from lmswitch.cli.parser import DEMO_NEW_TOKENS
+from lmswitch.core.export import export
 from lmswitch.core.generate import generate, sweep
 from lmswitch.core.models import LanguageModel, load_model
 from lmswitch.core.options import SamplingOptions, TrainConfig
@@ -84,7 +84,7 @@ def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
         if not args.json:
             log("probing the fluent ε range on a few dev prompts …")
         switch.card = calibrated_card(lm, switch)
-        fluent = f"; fluent ε {switch.card.fluent_eps[0]:+g} … {switch.card.fluent_eps[1]:+g}"
+        fluent = f"; fluent ε {switch.card.fluent_text}"
     switch.save(args.out)
     card = _card_without_curves(switch)
     gain = card["heldout_gain"]
@@ -99,7 +99,7 @@ def _warn_beyond_fluent(setting: list[tuple[Switch, float]]) -> None:
     for switch, eps in setting:
         fluent = switch.card.fluent_eps
         if fluent is not None and not fluent[0] <= eps <= fluent[1]:
-            log(f"warning: ε {eps:+g} for '{switch.name}' is beyond its fluent range {fluent[0]:+g} … {fluent[1]:+g}; "
+            log(f"warning: ε {eps:+g} for '{switch.name}' is beyond its fluent range {switch.card.fluent_text}; "
                 "expect repetition and lower fluency")
 
 
@@ -129,7 +129,7 @@ def cmd_demo(args: argparse.Namespace, lm: LanguageModel) -> None:
     switch.card = calibrated_card(lm, switch)
     low, high = switch.card.fluent_eps
     shown = sorted({low, low / 2, 0.0, high / 2, high})
-    print(f"fluent ε {low:+g} … {high:+g}; the same prompt and seed across that range:\n")
+    print(f"fluent ε {switch.card.fluent_text}; the same prompt and seed across that range:\n")
     for eps, text in sweep(lm, args.prompt, switch, shown, seed=0, max_new_tokens=DEMO_NEW_TOKENS):
         print(f"eps {eps:+5.1f} | {args.prompt}{text}")
 
@@ -179,15 +179,25 @@ def cmd_build_pretrained(args: argparse.Namespace, lm: LanguageModel) -> None:
     emit(args, {"written": [str(p) for p in paths]}, "\n".join(f"wrote {p}" for p in paths))
 
 
+def _card_eps(switch: Switch, eps: float | None) -> float:
+    """``eps``, or the switch card's recommended ε when none was given."""
+    if eps is not None:
+        return eps
+    if switch.card.recommended_eps is None:
+        raise ValueError(f"switch '{switch.name}' has no recommended ε in its card; give one: --switch {switch.name}=EPS")
+    return switch.card.recommended_eps
+
+
 def cmd_export(args: argparse.Namespace, lm: LanguageModel) -> None:
-    if args.format not in EXPORT_FORMATS:
-        raise ValueError(f"--format {args.format!r} is not available yet; use --format {' or '.join(EXPORT_FORMATS)} "
-                         "(a LoRA adapter that transformers + peft, and vLLM with --enable-lora, load)")
-    setting = [(open_switch(ref, lm), eps) for ref, eps in args.switch]
-    r = export_peft(lm, setting, args.out, rank=args.rank).to_dict()
-    emit(args, r, f"wrote {r['out']}: a LoRA on '{r['target_module']}', rank {r['rank']} of {r['full_rank']} "
-                  f"({r['kept_energy']:.1%} of the steering's energy kept), relative logit error {r['relative_logit_error']:.2e} "
-                  f"at {', '.join(f'{n}={e:+g}' for n, e in r['setting'].items())}")
+    switches = [(open_switch(ref, lm), eps) for ref, eps in args.switch]
+    setting = [(s, _card_eps(s, eps)) for s, eps in switches]
+    _warn_beyond_fluent(setting)
+    r = export(lm, setting, args.out, format=args.format, rank=args.rank, force=args.force)
+    what = (f"a LoRA on '{r.target_module}', rank {r.rank} of {r.full_rank} ({r.kept_energy:.1%} of the steering matrix's energy kept)"
+            if r.format == "peft" else f"a full model with the steered '{r.target_module}' baked in")
+    emit(args, r.to_dict(), "\n".join([f"wrote {r.out}: {what}, relative error of the logit change {r.relative_logit_error:.1e} "
+                                       f"(largest logit error {r.max_logit_error:.1e}) at "
+                                       f"{', '.join(f'{n}={e:+g}' for n, e in r.setting)}", *(f"note: {n}" for n in r.notes)]))
 
 
 def cmd_transfer(args: argparse.Namespace, lm: LanguageModel) -> None:
@@ -217,8 +227,18 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, LanguageModel], None]] = {
 }
 
 
+CONFLICTS = {  # subcommand → [(a bad combination of options, what to do instead)], checked before the model loads
+    "eval": [(lambda a: a.sliders and not a.frontier, "--sliders scores the slider ranges of --frontier switches; add --frontier NAME")],
+    "build-pretrained": [(lambda a: a.recalibrate and a.no_calibrate, "--recalibrate measures the fluent range; drop --no-calibrate"),
+                         (lambda a: a.recalibrate and a.data, "--recalibrate keeps the weights, so it reads no --data; drop one")],
+}
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the parsed command line; returns the exit code (errors are raised, for :func:`~lmswitch.cli.main`)."""
+    for bad, message in CONFLICTS.get(args.command, []):
+        if bad(args):
+            raise ValueError(message)
     if args.command == "info" and args.switch:
         cmd_switch_card(args)
     else:

@@ -8,7 +8,7 @@ function the subcommand calls. Switch settings and ε lists go through the one
 parser in :mod:`lmswitch.io.parse`.
 
 >>> build_parser().parse_args(["generate", "--prompt", "Hi", "--switch", "sentiment=4"]).switch   # doctest: +SKIP
-[('sentiment', 6.0)]
+[('sentiment', 4.0)]
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
+from lmswitch.core.export import FORMATS as EXPORT_FORMATS
 from lmswitch.core.generate import generate
 from lmswitch.core.options import OPTIMIZERS, SAMPLING, TrainConfig
 from lmswitch.core.train import train_switch
@@ -75,6 +76,7 @@ def _argument_type(parse: Callable[[str], T]) -> Callable[[str], T]:
 
 
 switch_spec = _argument_type(parse_switch_spec)
+switch_spec_or_card = _argument_type(partial(parse_switch_spec, default_eps=None))  # no =EPS: the card's recommended ε
 eps_list = _argument_type(parse_eps_list)
 eval_eps_list = _argument_type(partial(parse_eps_list, max_values=EVAL_MAX_EPS_VALUES))
 
@@ -227,16 +229,16 @@ def _transfer(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-anchors", type=int, default=min_anchors, help=f"refuse when fewer words are shared (default {min_anchors})")
 
 
-EXPORT_FORMATS = ("peft",)  # gguf-lora and merged: not yet
-
-
 def _export(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--switch", action="append", required=True, type=switch_spec, metavar="SWITCH=EPS",
+    p.add_argument("--switch", action="append", required=True, type=switch_spec_or_card, metavar="SWITCH[=EPS]",
                    help=f"repeatable (exported together, as they compose); SWITCH is {SWITCH_HELP}; EPS in eps0 units "
-                        f"(default {DEFAULT_EPS:g})")
-    p.add_argument("--format", default="peft", help=f"adapter format: {', '.join(EXPORT_FORMATS)} (a LoRA on the output head)")
-    p.add_argument("--out", required=True, help="folder to write (adapter_config.json, adapter_model.safetensors)")
-    p.add_argument("--rank", type=int, default=None, help="keep only the top R singular directions (default: exact)")
+                        "(default: the card's recommended ε)")
+    p.add_argument("--format", default="peft", choices=EXPORT_FORMATS,
+                   help="peft: a LoRA adapter on the output head (transformers + peft); merged: a full model folder with "
+                        "the steered head baked in (any from_pretrained); default %(default)s")
+    p.add_argument("--out", required=True, help="a new or empty folder to write (an earlier export of the same format is replaced)")
+    p.add_argument("--rank", type=int, default=None, help="peft: keep only the top R singular directions (default: exact)")
+    p.add_argument("--force", action="store_true", help="write into --out even when it holds other files")
 
 
 def _demo(p: argparse.ArgumentParser) -> None:
@@ -256,7 +258,7 @@ SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = 
     "eval": ("the paper's evaluation protocol: an eps sweep, a 2-D grid, or the full report", _eval),
     "build-pretrained": ("rebuild the shipped switches from lmswitch/data/styles (seeded, deterministic)", _build_pretrained),
     "transfer": ("map a switch to another model (Hᵀ W H over shared word embeddings)", _transfer),
-    "export": ("write switches at fixed ε as a PEFT LoRA adapter on the output head", _export),
+    "export": ("write switches at fixed ε as a PEFT LoRA adapter on the output head, or as a merged model", _export),
     "demo": ("train a sentiment switch from the shipped examples and show a sweep", _demo),
 }
 

@@ -119,6 +119,19 @@ class Card(Mapping):
         rank = {k: i for i, k in enumerate(self.order)}
         return dict(sorted(out.items(), key=lambda kv: rank.get(kv[0], len(rank))))
 
+    @property
+    def fluent_text(self) -> str:
+        """The fluent ε range as people read it (``"-6 … +6"``), or ``""`` when the card has none."""
+        return f"{self.fluent_eps[0]:+g} … {self.fluent_eps[1]:+g}" if self.fluent_eps is not None else ""
+
+    def calibrated(self, low: float, high: float) -> Card:
+        """This card with its measured fluent range ``[low, high]``, which also becomes its recommended range, and the
+        recommended ε at the positive fluent limit (kept as it was when no positive ε was fluent)."""
+        changes: dict[str, Any] = {"fluent_eps": [low, high], "recommended_eps_range": [low, high]}
+        if high > 0:
+            changes["recommended_eps"] = high
+        return self.updated(**changes)
+
     def updated(self, **changes: Any) -> Card:
         """A new card with some flat keys set (typed parts are re-parsed)."""
         return Card.from_dict({**self.to_dict(), **changes})

@@ -1,22 +1,35 @@
-"""Export a steering setting as a PEFT LoRA adapter on the output head, for runtimes that load adapters.
+"""Export a steering setting for runtimes that know nothing of lmswitch: a PEFT LoRA adapter, or a merged model.
 
 A setting steers the head input, ``logits = E (c + M c)`` with ``M = Σ εᵢ ε0ᵢ Wᵢ``,
 so the change of the logits is ``E M c``: a low-rank change of the head itself.
-With ``M = U S Vᵀ`` (rank ``r``) it is exactly a LoRA on the head,
-``A = Vᵀ`` (r × d) and ``B = E U S`` (V × r), with scaling 1. Scaling the
-adapter scales ε; two adapters active together add their changes, as switches do.
-A tied input embedding is not touched: the adapter's matrices are separate.
-``rank`` truncates ``M`` to its top singular directions (runtimes cap LoRA ranks);
-the report says how much of the logit change that keeps.
 
->>> report = export_peft(lm, [(sentiment, 6.0)], "sentiment-peft")         # doctest: +SKIP
+- ``peft``: with ``M = U S Vᵀ`` (rank ``r``) it is exactly a LoRA on the head,
+  ``A = Vᵀ`` (r × d) and ``B = E U S`` (V × r), with scaling 1. Scaling the
+  adapter scales ε; two adapters active together add their changes, as switches
+  do. A tied input embedding is not touched: the adapter's matrices are separate.
+  ``rank`` truncates ``M`` to its top singular directions (runtimes cap LoRA ranks);
+  the report says how much of the logit change that keeps.
+- ``merged``: a full model folder whose head is ``E' = E (I + M)``, untied from
+  the input embedding, for runtimes with no adapter support (any
+  ``from_pretrained``). ε is baked in.
+
+Nothing is written into a folder that holds anything but an earlier export of
+the same format (a model folder with an adapter beside it would load steered
+without anyone asking); files are written to a temporary folder next to it and
+moved in when complete.
+
+>>> report = export(lm, [(sentiment, 6.0)], "sentiment-peft")          # doctest: +SKIP
 >>> PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(...), "sentiment-peft")   # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import shutil
+import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -26,8 +39,10 @@ from safetensors.torch import save_file
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.steering import Setting, check_setting, steering_matrix
 
+FORMATS = ("peft", "merged")
 ADAPTER_FILE = "adapter_model.safetensors"
 CONFIG_FILE = "adapter_config.json"
+MERGED_MARKER = "lmswitch_setting.json"  # marks a merged export (a folder an export may replace)
 FIDELITY_TEXT = ("The committee met on Tuesday to talk about the new rules for parking near the market, and most of the people "
                  "who came said the plan was fair, though a few worried about the cost for small shops.")
 
@@ -37,12 +52,15 @@ class ExportReport:
     """What an export wrote and how faithful it is at the exported ε."""
 
     out: str
-    rank: int  # the adapter's rank
+    format: str  # "peft" or "merged"
+    rank: int  # the rank of the logit change written (the adapter's rank)
     full_rank: int  # the rank of the steering matrix before truncation
-    kept_energy: float  # share of ‖M‖²_F kept by the truncation (1.0: exact)
-    relative_logit_error: float  # ‖Δlogits_adapter − Δlogits_switch‖ / ‖Δlogits_switch‖ on a reference text
-    target_module: str
-    setting: dict[str, float]  # switch name → ε
+    kept_energy: float  # share of ‖M‖²_F (the steering matrix, not the logits) kept by the truncation; 1.0: exact
+    relative_logit_error: float  # ‖Δlogits_written − Δlogits_switch‖ / ‖Δlogits_switch‖ over a reference text
+    max_logit_error: float  # the largest |logit_written − logit_switch| on that text (float32 rounding of a merged head shows here)
+    target_module: str  # the head's name in the model
+    setting: list[tuple[str, float]]  # (switch name, ε), in the order given
+    notes: tuple[str, ...] = ()  # anything the user should know (a rank above the full rank, …)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -50,59 +68,180 @@ class ExportReport:
 
 def head_module_name(lm: LanguageModel) -> str:
     """The dotted name of the output head inside the model (PEFT's ``target_modules``)."""
+    if not isinstance(lm.head, torch.nn.Linear):
+        raise ValueError(f"the output head of '{lm.name}' is a {type(lm.head).__name__}, not a Linear layer; "
+                         "LoRA adapters and merged heads need a plain Linear head")
     for name, module in lm.model.named_modules():
         if module is lm.head:
             return name
     raise ValueError(f"model '{lm.name}' has no named output head module; it cannot take a LoRA adapter")
 
 
-def lora_factors(lm: LanguageModel, setting: Setting, rank: int | None = None) -> tuple[torch.Tensor, torch.Tensor, int, float]:
-    """``(A, B, full rank, kept energy)``: ``B @ A`` is the logit change ``E M`` of ``setting``, truncated to ``rank``."""
+def _steering(lm: LanguageModel, setting: Setting) -> torch.Tensor:
+    """The setting's steering matrix ``M``, float64, with clear errors when there is nothing to export."""
     check_setting(lm, setting)
     M = steering_matrix(setting)
     if M is None:
         raise ValueError("every ε is 0: there is nothing to export (the adapter would be the base model)")
+    scale = sum(abs(float(e)) * s.eps0 * float(s.W.norm()) for s, e in setting)
+    if float(M.norm()) <= 1e-6 * scale:
+        raise ValueError("these switches cancel at these ε (their sum is zero): there is nothing to export")
+    return M.double()
+
+
+def lora_factors(lm: LanguageModel, setting: Setting, rank: int | None = None) -> tuple[torch.Tensor, torch.Tensor, int, float]:
+    """``(A, B, full rank, kept energy)``: ``B @ A`` is the logit change ``E M`` of ``setting``, truncated to ``rank``."""
     if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool) or rank < 1):
         raise ValueError(f"rank must be a positive integer; got {rank!r}")
-    U, S, Vh = torch.linalg.svd(M.double())
-    tol = S.max() * max(M.shape) * torch.finfo(torch.float32).eps
-    full = int((S > tol).sum())
+    M = _steering(lm, setting)
+    U, S, Vh = torch.linalg.svd(M)
+    full = int((S > S.max() * max(M.shape) * torch.finfo(torch.float32).eps).sum())
     r = min(rank or full, full)
     kept = float((S[:r] ** 2).sum() / (S**2).sum())
-    E = lm.head_weight().double()
+    E = lm.head_weight().detach().to("cpu", torch.float64)
     A = Vh[:r]  # (r, d)
     B = E @ (U[:, :r] * S[:r])  # (V, r)
     return A.float().contiguous(), B.float().contiguous(), full, kept
 
 
-def _fidelity(lm: LanguageModel, setting: Setting, A: torch.Tensor, B: torch.Tensor) -> float:
-    """Relative error of the adapter's logit change against the switch's, over every position of a reference text."""
+def merged_head(lm: LanguageModel, setting: Setting) -> torch.Tensor:
+    """The steered head ``E (I + M)`` ``(V, d)`` in the head's dtype, on the CPU: ``E' c = E (c + M c)``."""
+    M = _steering(lm, setting)
+    E = lm.head_weight().detach().to("cpu", torch.float64)
+    return (E + E @ M).to(lm.head.weight.dtype)
+
+
+def _reference_states(lm: LanguageModel) -> torch.Tensor:
     ids = lm.tokenizer(FIDELITY_TEXT, return_tensors="pt").input_ids
     with torch.no_grad():
-        c = lm.final_hidden(ids)[0].float()
-        M = steering_matrix(setting).to(c.device)
-        want = lm.raw_logits(c @ M.T, bias=False)  # the switch's logit change, before any soft-capping
-        got = (c @ A.T.to(c.device)) @ B.T.to(c.device)
-    return float((got - want).norm() / want.norm().clamp_min(1e-12))
+        return lm.final_hidden(ids)[0].detach().to("cpu", torch.float64)
 
 
-def export_peft(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *, rank: int | None = None) -> ExportReport:
+def _errors(lm: LanguageModel, setting: Setting, written: Callable[[torch.Tensor], torch.Tensor]) -> tuple[float, float]:
+    """How far the written logit change ``written(c)`` is from the switch's ``E M c`` over a reference text, in float64:
+    ``(relative error of the change, largest absolute logit error)``."""
+    c = _reference_states(lm)
+    E = lm.head_weight().detach().to("cpu", torch.float64)
+    want = (c @ _steering(lm, setting).T) @ E.T
+    diff = written(c) - want
+    return float(diff.norm() / want.norm().clamp_min(1e-300)), float(diff.abs().max())
+
+
+def _names(setting: Setting) -> list[tuple[str, float]]:
+    return [(switch.name, float(eps)) for switch, eps in setting]
+
+
+def _check_out(folder: Path, ours: Callable[[Path], bool], force: bool) -> None:
+    """Refuse to write into a folder that holds anything but an earlier export of this format (unless ``force``)."""
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"--out {folder} is a file; give a folder to write")
+    if folder.is_dir() and any(folder.iterdir()) and not ours(folder) and not force:
+        shown = ", ".join(sorted(p.name for p in folder.iterdir())[:4])
+        raise ValueError(f"--out {folder} already holds other files ({shown} …); choose a new or empty folder "
+                         "(or pass --force to write beside them)")
+
+
+def _publish(tmp: Path, folder: Path, force: bool) -> None:
+    """Put the finished export ``tmp`` in place: a rename, swapping out an earlier export; with ``force``, file by file."""
+    if folder.is_dir() and force:
+        for path in tmp.iterdir():
+            os.replace(path, folder / path.name)
+        tmp.rmdir()
+        return
+    old = None
+    if folder.exists():
+        old = folder.with_name(f"{tmp.name}.old")
+        folder.rename(old)
+    tmp.rename(folder)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _write(folder: Path, ours: Callable[[Path], bool], force: bool, write: Callable[[Path], None]) -> None:
+    _check_out(folder, ours, force)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        write(tmp)
+        _publish(tmp, folder, force)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _is_adapter(folder: Path) -> bool:
+    return all(p.name in (ADAPTER_FILE, CONFIG_FILE) for p in folder.iterdir())
+
+
+def _is_merged(folder: Path) -> bool:
+    return (folder / MERGED_MARKER).is_file()
+
+
+def _peft_config(lm: LanguageModel, target: str, r: int) -> dict:
+    return {"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": lm.pretrained_id or lm.name,
+            "r": r, "lora_alpha": r, "lora_dropout": 0.0, "bias": "none", "fan_in_fan_out": False, "target_modules": [target],
+            "inference_mode": True, "use_rslora": False, "use_dora": False, "init_lora_weights": True}
+
+
+def export_peft(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *, rank: int | None = None,
+                force: bool = False) -> ExportReport:
     """Write ``setting`` as a PEFT LoRA adapter folder (``adapter_config.json`` + ``adapter_model.safetensors``)."""
-    A, B, full, kept = lora_factors(lm, setting, rank)
     target = head_module_name(lm)
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
+    A, B, full, kept = lora_factors(lm, setting, rank)
     r = A.shape[0]
-    config = {
-        "peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": lm.source or lm.name,
-        "r": r, "lora_alpha": r, "lora_dropout": 0.0, "bias": "none", "fan_in_fan_out": False,
-        "target_modules": [target], "inference_mode": True, "use_rslora": False, "use_dora": False, "init_lora_weights": True,
-    }
-    tensors = {f"base_model.model.{target}.lora_A.weight": A.cpu(), f"base_model.model.{target}.lora_B.weight": B.cpu()}
-    save_file(tensors, str(folder / ADAPTER_FILE), metadata={"format": "pt", "lmswitch_setting": json.dumps(_names(setting))})
-    (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2), encoding="utf-8")
-    return ExportReport(str(folder), r, full, round(kept, 6), _fidelity(lm, setting, A, B), target, _names(setting))
+
+    def write(tmp: Path) -> None:
+        tensors = {f"base_model.model.{target}.lora_A.weight": A, f"base_model.model.{target}.lora_B.weight": B}
+        save_file(tensors, str(tmp / ADAPTER_FILE), metadata={"format": "pt", "lmswitch_setting": json.dumps(_names(setting))})
+        (tmp / CONFIG_FILE).write_text(json.dumps(_peft_config(lm, target, r), indent=2), encoding="utf-8")
+
+    _write(Path(out), _is_adapter, force, write)
+    errors = _errors(lm, setting, lambda c: (c @ A.double().T) @ B.double().T)
+    notes = (f"rank {rank} is above the steering's full rank {full}; the adapter has rank {full}",) if rank and rank > full else ()
+    return ExportReport(str(out), "peft", r, full, round(kept, 6), *errors, target, _names(setting), notes)
 
 
-def _names(setting: Setting) -> dict[str, float]:
-    return {switch.name: float(eps) for switch, eps in setting}
+def _untied_config(lm: LanguageModel):
+    config = copy.deepcopy(lm.model.config)
+    for c in {id(config): config, id(config.get_text_config()): config.get_text_config()}.values():
+        c.tie_word_embeddings = False
+    return config
+
+
+def export_merged(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *, force: bool = False) -> ExportReport:
+    """Write a full model folder (weights, config, tokenizer) with the steered head ``E (I + M)`` baked in, untied.
+
+    The model's own weights are shared, not copied: only the new head takes memory.
+    """
+    target = head_module_name(lm)
+    head = merged_head(lm, setting)
+    full = int(torch.linalg.matrix_rank(_steering(lm, setting)))
+
+    def write(tmp: Path) -> None:
+        state = dict(lm.model.state_dict())
+        state[f"{target}.weight"] = head
+        lm.model.save_pretrained(tmp, state_dict=state)
+        _untied_config(lm).save_pretrained(tmp)
+        lm.tokenizer.save_pretrained(tmp)
+        (tmp / MERGED_MARKER).write_text(json.dumps({"setting": _names(setting), "base": lm.pretrained_id or lm.name},
+                                                              indent=2), encoding="utf-8")
+
+    _write(Path(out), _is_merged, force, write)
+    E = lm.head_weight().detach().to("cpu", torch.float64)
+    errors = _errors(lm, setting, lambda c: c @ (head.double() - E).T)
+    notes = () if head.dtype == torch.float32 else (
+        f"the merged head is stored in {str(head.dtype).removeprefix('torch.')}, like the model, and its rounding moves logits by up "
+        f"to {errors[1]:.1e}; load the model with --dtype float32 for an exact head",)
+    return ExportReport(str(out), "merged", full, full, 1.0, *errors, target, _names(setting), notes)
+
+
+def export(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *, format: str = "peft", rank: int | None = None,
+           force: bool = False) -> ExportReport:
+    """Export ``setting`` in ``format`` (:data:`FORMATS`) to the folder ``out``."""
+    if format == "peft":
+        return export_peft(lm, setting, out, rank=rank, force=force)
+    if format == "merged":
+        if rank is not None:
+            raise ValueError("--rank applies to LoRA adapters (--format peft); a merged head is always exact")
+        return export_merged(lm, setting, out, force=force)
+    raise ValueError(f"unknown export format {format!r}; choose one of {', '.join(FORMATS)}")

@@ -59,7 +59,8 @@ class LanguageModel:
     name: str
     fingerprint: str = ""
     load_seconds: float = 0.0
-    source: str = ""
+    source: str = ""  # where it was loaded from, for people ("hub cache: HuggingFaceTB/SmolLM2-135M", a folder)
+    pretrained_id: str = ""  # what ``from_pretrained`` takes to load the same weights (a folder or a hub id)
     _head_copies: dict = field(default_factory=dict, repr=False)  # dtype -> (key, E in that dtype)
 
     def __post_init__(self) -> None:
@@ -305,13 +306,13 @@ def load_model(
     if folder is not None:
         model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(folder)
-        source = str(folder)
+        source = pretrained_id = str(folder)
     else:
         model, tokenizer = _from_hub_cache(key, kwargs)
-        source = f"hub cache: {key}"
+        source, pretrained_id = f"hub cache: {key}", key
     if device is not None and device_map is None:
         model.to(device)
-    lm = LanguageModel(model=model, tokenizer=tokenizer, name=display, source=source)
+    lm = LanguageModel(model=model, tokenizer=tokenizer, name=display, source=source, pretrained_id=pretrained_id)
     lm.load_seconds = time.perf_counter() - start
     return lm
 

@@ -38,7 +38,7 @@ def check_setting(lm: LanguageModel, setting: Setting) -> None:
         if abs(eps) > MAX_ABS_EPS:
             raise ValueError(
                 f"eps {eps:g} for '{switch.name}' is out of range (|eps| ≤ {MAX_ABS_EPS:g} in eps0 units; "
-                f"its recommended range is {switch.eps_range[0]:g}…{switch.eps_range[1]:g})"
+                f"its slider's range is {switch.slider_range()[0]:g}…{switch.slider_range()[1]:g})"
             )
 
 

@@ -47,7 +47,7 @@ class Switch:
     name: str = "switch"
     description: str = ""
     eps0: float = 1e-3
-    eps_range: tuple[float, float] = (-10.0, 10.0)  # recommended range, in eps0 units
+    eps_range: tuple[float, float] = (-10.0, 10.0)  # the meter's search range, in eps0 units (the slider: slider_range)
     positive_label: str = "positive"  # what +eps moves toward
     negative_label: str = "negative"  # what -eps moves toward
     model_name: str = ""

@@ -360,6 +360,5 @@ def calibrate(lm: LanguageModel, switch: Switch, probe: Probe = Probe(), protoco
 
 
 def calibrated_card(lm: LanguageModel, switch: Switch, probe: Probe = Probe()) -> Card:
-    """``switch``'s card with ``fluent_eps`` from :func:`calibrate` and ``recommended_eps`` inside it (the positive limit)."""
-    low, high = calibrate(lm, switch, probe)
-    return switch.card.updated(fluent_eps=[low, high], recommended_eps=high if high > 0 else None)
+    """``switch``'s card with ``fluent_eps`` from :func:`calibrate` and ``recommended_eps`` inside it (:meth:`Card.calibrated`)."""
+    return switch.card.calibrated(*calibrate(lm, switch, probe))

@@ -128,9 +128,8 @@ def _evaluation_record(spec: Spec, eval_prompts: int, protocol: Protocol, by_eps
     }
 
 
-def _card(spec: Spec, data: StyleData, accuracy: float, eval_prompts: int, protocol: Protocol, by_eps: dict) -> dict:
-    """What the build adds to the trained switch's card: data, direction, recommended ε, meter accuracy, evaluation."""
-    r = spec.recommended_eps
+def _card(spec: Spec, data: StyleData, accuracy: float) -> dict:
+    """What the build adds to the trained switch's card about its making: data, direction, meter accuracy."""
     return {
         "data": {
             "dataset": spec.dataset,
@@ -140,12 +139,24 @@ def _card(spec: Spec, data: StyleData, accuracy: float, eval_prompts: int, proto
             "split": f"every tenth pair (index % {HELDOUT_EVERY} == {HELDOUT_EVERY - 1}) held out",
         },
         "direction": f"+eps -> {data.positive_label}, -eps -> {data.negative_label}",
-        "recommended_eps": r,
-        "recommended_eps_range": [-2 * r, 2 * r],
         "heldout_meter_accuracy": round(accuracy, 4),
-        "evaluation": _evaluation_record(spec, eval_prompts, protocol, by_eps),
-        "built_with": f"lmswitch {__version__}: python -m lmswitch build-pretrained",
     }
+
+
+def _measured(lm: LanguageModel, switch: Switch, spec: Spec, eval_prompts: int, protocol: Protocol, fluent: bool, say: Log) -> dict:
+    """The card's measured part: the fluent range (when ``fluent``), the recommended ε and range, the short evaluation.
+
+    Also sets ``switch.eps_range`` (the meter's search range) to ±2 × the recommended ε."""
+    card = _calibrated(lm, switch, spec, protocol, say) if fluent else None
+    r = (card.recommended_eps if card is not None else None) or spec.recommended_eps
+    spec = replace(spec, recommended_eps=r)
+    prompts = load_prompts(spec.prompts, eval_prompts) if eval_prompts else []
+    by_eps = _card_evaluation(lm, switch, spec, prompts, protocol, say)
+    switch.eps_range = (-2 * r, 2 * r)
+    out = {"recommended_eps": r, "recommended_eps_range": [-2 * r, 2 * r]}
+    if card is not None:
+        out.update(fluent_eps=list(card.fluent_eps), recommended_eps_range=list(card.fluent_eps))
+    return {**out, "evaluation": _evaluation_record(spec, eval_prompts, protocol, by_eps)}
 
 
 def build_switch(
@@ -174,34 +185,25 @@ def build_switch(
     held_pos, held_neg = data.heldout()
     accuracy = heldout_accuracy(lm, switch, held_pos, held_neg)
     say(f"[{spec.name}] style meter on {len(held_pos)} + {len(held_neg)} held-out pairs: {accuracy:.1%} correct")
-    protocol = Protocol(samples=samples, seed=seed)
-    spec = _calibrated(lm, switch, spec, protocol, say) if fluent else spec
-    prompts = load_prompts(spec.prompts, eval_prompts) if eval_prompts else []
-    by_eps = _card_evaluation(lm, switch, spec, prompts, protocol, say)
-    switch.eps_range = (-2 * spec.recommended_eps, 2 * spec.recommended_eps)
-    added = _card(spec, data, accuracy, eval_prompts, protocol, by_eps)
-    if fluent:
-        added["fluent_eps"] = list(switch.card.fluent_eps)
-    switch.card = switch.card.updated(**added, build_seconds=round(time.perf_counter() - start, 1))
+    measured = _measured(lm, switch, spec, eval_prompts, Protocol(samples=samples, seed=seed), fluent, say)
+    switch.card = switch.card.updated(**_card(spec, data, accuracy), **measured,
+                                      built_with=f"lmswitch {__version__}: python -m lmswitch build-pretrained",
+                                      build_seconds=round(time.perf_counter() - start, 1))
     return switch
 
 
 CALIBRATION = Probe(prompts=50, samples=2, max_new_tokens=25)  # the shipped switches' fluent range: every dev prompt (100 samples, so one looping sample is 1%)
 
 
-def _calibrated(lm: LanguageModel, switch: Switch, spec: Spec, protocol: Protocol, say: Log) -> Spec:
-    """Set ``switch``'s fluent range on the dev prompts of its evaluation set (the frontier's rules); the spec with its
-    recommended ε moved to the fluent limit of the wanted side (or kept, with a warning, when nothing was fluent)."""
-    rules = FrontierSpec.for_switch(spec.name).rules
-    probe = replace(CALIBRATION, prompt_set=spec.prompts, rules=rules)
+def _calibrated(lm: LanguageModel, switch: Switch, spec: Spec, protocol: Protocol, say: Log) -> Card:
+    """``switch``'s card calibrated on the dev prompts of its evaluation set (the frontier's rules, :meth:`Card.calibrated`);
+    a warning when no positive ε was fluent (every shipped switch's wanted side is +ε)."""
+    probe = replace(CALIBRATION, prompt_set=spec.prompts, rules=FrontierSpec.for_switch(spec.name).rules)
     low, high = calibrate(lm, switch, probe, protocol)
-    switch.card = switch.card.updated(fluent_eps=[low, high])
-    limit = high if high > 0 else abs(low)  # every shipped switch's wanted side is +ε
     say(f"[{spec.name}] fluent ε on {probe.prompts} dev prompts: {low:+g} … {high:+g}")
-    if not limit:
-        say(f"[{spec.name}] ⚠ no probed ε was fluent; the card keeps the spec's ε {spec.recommended_eps:+g}")
-        return spec
-    return replace(spec, recommended_eps=limit)
+    if high <= 0:
+        say(f"[{spec.name}] ⚠ no probed +ε was fluent; the card keeps its recommended ε (or the spec's, {spec.recommended_eps:+g})")
+    return switch.card.calibrated(low, high)
 
 
 def recalibrate_switch(lm: LanguageModel, switch: Switch, *, eval_prompts: int = CARD_PROMPTS, samples: int = CARD_SAMPLES,
@@ -214,17 +216,9 @@ def recalibrate_switch(lm: LanguageModel, switch: Switch, *, eval_prompts: int =
     """
     say = log or (lambda _msg: None)
     start = time.perf_counter()
-    spec = get_spec(switch.name)
-    protocol = Protocol(samples=samples, seed=seed)
-    spec = _calibrated(lm, switch, spec, protocol, say)
-    prompts = load_prompts(spec.prompts, eval_prompts) if eval_prompts else []
-    by_eps = _card_evaluation(lm, switch, spec, prompts, protocol, say)
-    r = spec.recommended_eps
-    switch.eps_range = (-2 * r, 2 * r)
-    switch.card = switch.card.updated(
-        recommended_eps=r, recommended_eps_range=[-2 * r, 2 * r], evaluation=_evaluation_record(spec, eval_prompts, protocol, by_eps),
-        recalibrated_with=f"lmswitch {__version__}: python -m lmswitch build-pretrained --recalibrate",
-        recalibration_seconds=round(time.perf_counter() - start, 1))
+    measured = _measured(lm, switch, get_spec(switch.name), eval_prompts, Protocol(samples=samples, seed=seed), True, say)
+    switch.card = switch.card.updated(**measured, recalibrated_with=f"lmswitch {__version__}: python -m lmswitch build-pretrained "
+                                      "--recalibrate", recalibration_seconds=round(time.perf_counter() - start, 1))
     return switch
 
 
@@ -272,11 +266,6 @@ def _existing(folder: Path, spec: Spec, lm: LanguageModel) -> Switch:
     return switch
 
 
-def _fluent(card: Card) -> str:
-    fluent = card.fluent_eps
-    return f"{fluent[0]:+g} … {fluent[1]:+g}" if fluent else "—"
-
-
 def write_index(folder: str | Path) -> Path:
     """``README.md`` in a switch folder: one row per switch, from the cards."""
     folder = Path(folder)
@@ -290,7 +279,7 @@ def write_index(folder: str | Path) -> Path:
         moved = " / ".join(f"{k}: {v[metric]:.2f} (ppl {v['perplexity']:.1f})" for k, v in by_eps.items()) if metric else "—"
         rows.append(f"| `{path.name}` | {s.description} | {c.get('data', {}).get('dataset', '—')} "
                     f"({c.get('data', {}).get('train_pairs', '?')} pairs) | {c.get('steps')} | {c.get('heldout_gain', 0):+.4f} | "
-                    f"{c.get('heldout_meter_accuracy', 0):.0%} | ±{c.get('recommended_eps', '?')} | {_fluent(c)} | {metric}: {moved} |")
+                    f"{c.get('heldout_meter_accuracy', 0):.0%} | ±{c.get('recommended_eps', '?')} | {c.fluent_text or '—'} | {metric}: {moved} |")
     text = "\n".join([
         "# Shipped switches",
         "",

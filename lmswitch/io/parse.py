@@ -30,8 +30,8 @@ def parse_eps(value: object, name: str = "switch") -> float:
     return eps
 
 
-def parse_switch_spec(value: str, default_eps: float = DEFAULT_EPS) -> tuple[str, float]:
-    """``"NAME_OR_PATH=EPS"`` → (name or path, ε); without ``=EPS`` the ε is ``default_eps``.
+def parse_switch_spec(value: str, default_eps: float | None = DEFAULT_EPS) -> tuple[str, float | None]:
+    """``"NAME_OR_PATH=EPS"`` → (name or path, ε); without ``=EPS`` the ε is ``default_eps`` (``None``: the caller decides).
 
     The last ``=`` splits, so paths that contain ``=`` still work when an ε is given.
     """
@@ -39,7 +39,7 @@ def parse_switch_spec(value: str, default_eps: float = DEFAULT_EPS) -> tuple[str
         raise ValueError(f"expected NAME=EPS or PATH=EPS (e.g. sentiment=5); got {value!r}")
     ref, sep, eps = value.strip().rpartition("=")
     if not sep:
-        return value.strip(), float(default_eps)
+        return value.strip(), None if default_eps is None else float(default_eps)
     if not ref.strip():
         raise ValueError(f"expected NAME=EPS or PATH=EPS with a switch before '='; got {value!r}")
     return ref.strip(), parse_eps(eps, ref.strip())

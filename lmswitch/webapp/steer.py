@@ -157,7 +157,7 @@ def batch_protocol(settings: int, samples, widgets: Sequence) -> Protocol:
 
 
 def _eps_values(text: str | None, switch: Switch, count: int) -> list[float]:
-    return parse_eps_list(text, default=eps_grid(*switch.eps_range, count))
+    return parse_eps_list(text, default=eps_grid(*switch.slider_range(), count))
 
 
 @user_errors

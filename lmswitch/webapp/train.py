@@ -66,8 +66,7 @@ def _report(final: str, name: str, switch: Switch) -> str:
     gain = card.get("heldout_gain")
     gain_text = "no held-out split" if gain is None else f"held-out gain **{gain:+.3f} nats/token**"
     renamed = f" (renamed from '{name}', which was taken)" if final != name else ""
-    fluent = card.get("fluent_eps")
-    fluent_text = f" Fluent ε range (its slider's range): {fluent[0]:+g} … {fluent[1]:+g}." if fluent else ""
+    fluent_text = f" Fluent ε range (its slider's range): {card.fluent_text}." if card.fluent_text else ""
     return (f"### ✔ '{final}'{renamed} is ready — its slider is in the Steer tab.{fluent_text}\n"
             f"{card['tokens_train']} training tokens, {card['tokens_heldout']} held out, {card['steps']} steps in {card['seconds']:.1f} s; "
             f"{gain_text}.\n\n{data_advice(card)}")
