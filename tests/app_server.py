@@ -25,7 +25,8 @@ def free_port() -> int:
 class AppServer:
     """A running ``app.py`` with its own copy of the shipped switches (so saving never touches the repo)."""
 
-    def __init__(self, workdir: Path, name: str = "app") -> None:
+    def __init__(self, workdir: Path, name: str = "app", api_key: str | None = None) -> None:
+        self.api_key = api_key  # required on the OpenAI-compatible /v1 endpoints when set
         self.switches = workdir / "switches"
         shutil.copytree(shipped_switches_dir(), self.switches, ignore=shutil.ignore_patterns("*.md"))
         self.port = free_port()
@@ -34,6 +35,9 @@ class AppServer:
         self.log_path = ARTIFACTS / f"{name}-server.log"
         self._log = open(self.log_path, "w")  # noqa: SIM115 (closed in stop)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.pop("LMSWITCH_API_KEY", None)
+        if api_key:
+            env["LMSWITCH_API_KEY"] = api_key
         self.process = subprocess.Popen(
             [sys.executable, str(ROOT / "app.py"), "--port", str(self.port), "--switches", str(self.switches)],
             cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=env,

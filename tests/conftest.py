@@ -200,12 +200,15 @@ def sentiment(lm) -> Switch:
 # --- the real web app (app.py) in a subprocess, for the gradio_client and browser tests ------------------
 
 
+API_KEY = "lmswitch-test-key"  # the launched app's key for its OpenAI-compatible endpoints
+
+
 @pytest.fixture(scope="session")
 def app_server(tmp_path_factory):
     """``python app.py`` on a free port with a private copy of the shipped switches, ready to serve."""
     from app_server import AppServer
 
-    server = AppServer(tmp_path_factory.mktemp("app"))
+    server = AppServer(tmp_path_factory.mktemp("app"), api_key=API_KEY)
     try:
         server.wait_ready()
         yield server

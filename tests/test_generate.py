@@ -247,3 +247,8 @@ def test_stream_rows_can_run_on_a_given_executor(llama_lm):
         stopped.close()  # closing early stops the work on the executor, which is free again at once
         assert pool.submit(lambda: threading.current_thread().name).result(timeout=5) == names[0]
     assert got == expected and got[-1][0] != got[-1][1]
+
+
+def test_a_conversation_is_a_prompt_only_with_the_chat_template(llama_lm):
+    with pytest.raises(TypeError, match="needs the chat template"):
+        generate(llama_lm, [[{"role": "user", "content": "a b"}]], max_new_tokens=2)

@@ -10,12 +10,13 @@ unsteered generation with the same seed token for token.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import math
 import queue
 import threading
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
@@ -113,19 +114,35 @@ class _StopOnEvent(StoppingCriteria):
         return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
 
 
-def encode_prompts(lm: LanguageModel, prompts: Sequence[str], opts: SamplingOptions) -> tuple[torch.Tensor, torch.Tensor]:
+Messages = Sequence[Mapping[str, str]]  # a conversation: {"role": "system" | "user" | "assistant", "content": text}
+Prompt = str | Messages  # a plain prompt, or (with chat) a whole conversation
+
+
+def _prompt_text(lm: LanguageModel, prompt: Prompt, chat: bool) -> str:
+    """The text the model continues: the prompt itself, or the chat template applied to it (a message or a conversation)."""
+    if isinstance(prompt, str):
+        if "\x00" in prompt:
+            raise ValueError("the prompt contains NUL bytes; is it binary data?")
+        return lm.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                                tokenize=False) if chat else prompt
+    if not chat:
+        raise TypeError("a conversation (a list of messages) needs the chat template: pass chat=True")
+    if not prompt or not all(isinstance(m, Mapping) and isinstance(m.get("content"), str) for m in prompt):
+        raise TypeError("a conversation is a non-empty list of {'role': ..., 'content': text} messages")
+    if any("\x00" in m["content"] for m in prompt):
+        raise ValueError("a message contains NUL bytes; is it binary data?")
+    return lm.tokenizer.apply_chat_template([dict(m) for m in prompt], add_generation_prompt=True, tokenize=False)
+
+
+def encode_prompts(lm: LanguageModel, prompts: Sequence[Prompt], opts: SamplingOptions) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-padded ``(input_ids, attention_mask)``; prompts too long for the context are cut from the left."""
     tok = lm.tokenizer
     budget = lm.context_length - opts.max_new_tokens
     rows: list[list[int]] = []
     for prompt in prompts:
-        if not isinstance(prompt, str):
+        if not isinstance(prompt, (str, list, tuple)):
             raise TypeError(f"a prompt must be a string; got {type(prompt).__name__}")
-        if "\x00" in prompt:
-            raise ValueError("the prompt contains NUL bytes; is it binary data?")
-        text = prompt
-        if opts.chat:
-            text = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
+        text = _prompt_text(lm, prompt, opts.chat)
         ids = tok(text, add_special_tokens=not opts.chat).input_ids
         if not ids:
             start = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
@@ -160,7 +177,7 @@ class Generated:
 
 def generate_tokens(
     lm: LanguageModel,
-    prompts: Sequence[str],
+    prompts: Sequence[Prompt],
     settings: Sequence[Setting],
     seeds: Sequence[int],
     opts: SamplingOptions,
@@ -297,6 +314,16 @@ def stream_rows(
         raise ValueError("give at least one setting")
     _check_seed(seed)
     opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget)
+    with contextlib.closing(stream_tokens(lm, [prompt] * len(settings), settings, [seed] * len(settings), opts, executor=executor)) as items:
+        yield from (item for item in items if not isinstance(item, Generated))
+
+
+def stream_tokens(lm: LanguageModel, prompts: Sequence[Prompt], settings: Sequence[Setting], seeds: Sequence[int],
+                  opts: SamplingOptions, *, executor: Executor | None = None) -> Iterator[list[str] | Generated]:
+    """:func:`generate_tokens` as a stream: the texts so far per row after every token, then the :class:`Generated`.
+
+    Closing the iterator early stops the generation. It runs on a new thread, or on ``executor``.
+    """
     opts.validate(lm)
     out: queue.Queue = queue.Queue()
     stop = threading.Event()
@@ -304,7 +331,7 @@ def stream_rows(
 
     def work() -> None:
         try:
-            generate_tokens(lm, [prompt] * len(settings), settings, [seed] * len(settings), opts, _RowStreamer(lm.tokenizer, len(settings), out), stop)
+            out.put(generate_tokens(lm, prompts, settings, seeds, opts, _RowStreamer(lm.tokenizer, len(prompts), out), stop))
         except BaseException as err:  # handed to the consumer
             out.put(err)
         finally:

@@ -1,0 +1,279 @@
+"""An OpenAI-compatible API on the app's server: ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``.
+
+Switches are chosen per request with an extra field the official client passes
+through ``extra_body``::
+
+    client = OpenAI(base_url="http://127.0.0.1:7860/v1", api_key="-")
+    client.completions.create(model="smollm2-135m", prompt="My weekend was", seed=1,
+                              extra_body={"switches": {"sentiment": 6, "formality": -2}, "adaptive": False})
+
+A request runs the library's :func:`~lmswitch.core.generate.generate_tokens` on
+the app's compute thread, so the same seed gives the same text as
+``lmswitch.generate``. Errors are OpenAI-style objects (``{"error": {...}}``)
+with HTTP 4xx: a bad value (400), a missing or wrong API key (401), an unknown
+model (404), an oversized body (413); 503 while the model loads. Switches come
+from the app's switch folder (a session's private switches are not visible here).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
+from starlette.concurrency import run_in_threadpool
+
+from lmswitch.core.generate import Generated, Prompt, generate_tokens, stream_tokens
+from lmswitch.core.models import LanguageModel
+from lmswitch.core.options import SAMPLING, SamplingOptions
+from lmswitch.core.steering import Setting
+from lmswitch.webapp.backend import USER_ERRORS, Backend
+
+MAX_BODY_BYTES = 1_000_000  # a request body above this is refused with 413
+MAX_SWITCHES = 16  # switches in one request
+Number = StrictInt | StrictFloat
+
+
+class ApiError(Exception):
+    """An error the client should see, as an OpenAI-style error object with an HTTP status."""
+
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", param: str | None = None,
+                 code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind, self.param, self.code = status, message, kind, param, code
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status)
+
+
+class _Request(BaseModel):
+    """What both endpoints take: OpenAI's sampling fields and lmswitch's steering fields; unknown fields are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+    model: StrictStr | None = None
+    max_tokens: StrictInt | None = None
+    temperature: Number | None = None
+    top_p: Number | None = None
+    seed: StrictInt | None = None
+    stream: StrictBool = False
+    n: StrictInt = 1
+    stop: StrictStr | list[StrictStr] | None = None
+    switches: dict[StrictStr, Number] = Field(default_factory=dict)  # switch name → ε (ε0 units)
+    adaptive: StrictBool = SAMPLING.adaptive
+    kl_budget: Number | None = None
+
+
+class CompletionRequest(_Request):
+    prompt: StrictStr | list[StrictStr]
+
+
+class _TextPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["text"]
+    text: StrictStr
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "developer", "user", "assistant"]
+    content: StrictStr | list[_TextPart]
+
+    def plain(self) -> dict[str, str]:
+        text = self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+        return {"role": "system" if self.role == "developer" else self.role, "content": text}
+
+
+class ChatRequest(_Request):
+    messages: list[_Message]
+    max_completion_tokens: StrictInt | None = None
+
+
+@dataclass(frozen=True)
+class Job:
+    """One validated request: what to generate and how."""
+
+    lm: LanguageModel
+    prompt: Prompt
+    setting: Setting
+    seed: int
+    options: SamplingOptions
+    chat: bool
+    stream: bool
+
+
+def _validated(model: type[BaseModel], body: bytes) -> Any:
+    if len(body) > MAX_BODY_BYTES:
+        raise ApiError(413, f"the request body has {len(body):,} bytes; the limit is {MAX_BODY_BYTES:,}", code="request_too_large")
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(x) for x in first["loc"] if not _TYPE_TAG.match(str(x))) or "body"
+        raise ApiError(400, f"{where}: {first['msg']} (got {str(first.get('input'))[:80]!r})", param=where) from None
+
+
+_TYPE_TAG = re.compile(r"^(int|float|str|bool|(list|dict)\[.*\]|function-.*)$")  # pydantic's union members in error locations
+
+
+class OpenAIApi:
+    """The ``/v1`` routes over a :class:`Backend`; ``api_key`` (when set) must come as ``Authorization: Bearer KEY``."""
+
+    def __init__(self, backend: Backend, api_key: str | None = None) -> None:
+        self.backend = backend
+        self.api_key = api_key or None
+
+    def router(self) -> APIRouter:
+        router = APIRouter(prefix="/v1")
+        router.add_api_route("/models", self.models, methods=["GET"])
+        router.add_api_route("/completions", self.completions, methods=["POST"])
+        router.add_api_route("/chat/completions", self.chat_completions, methods=["POST"])
+        return router
+
+    # --- routes -------------------------------------------------------------------------------------------
+    async def models(self, request: Request) -> JSONResponse:
+        try:
+            self._authorise(request)
+            lm, library = self._model(None)
+        except ApiError as err:
+            return err.response()
+        return JSONResponse({"object": "list", "data": [{"id": lm.name, "object": "model", "created": 0, "owned_by": "lmswitch",
+                                                          "switches": library.names()}]})
+
+    async def completions(self, request: Request):
+        return await self._serve(request, CompletionRequest, chat=False)
+
+    async def chat_completions(self, request: Request):
+        return await self._serve(request, ChatRequest, chat=True)
+
+    async def _serve(self, request: Request, model: type[_Request], chat: bool):
+        try:
+            self._authorise(request)
+            job = self._job(_validated(model, await request.body()), chat)
+            if job.stream:
+                return StreamingResponse(self._events(job), media_type="text/event-stream")
+            generated = await run_in_threadpool(self.backend.run, generate_tokens, job.lm, [job.prompt], [job.setting], [job.seed],
+                                                job.options)
+        except ApiError as err:
+            return err.response()
+        except USER_ERRORS as err:
+            return ApiError(400, str(err)).response()
+        return JSONResponse(_completion(job, generated))
+
+    # --- checks -------------------------------------------------------------------------------------------
+    def _authorise(self, request: Request) -> None:
+        if self.api_key is None:
+            return
+        given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+        if not secrets.compare_digest(given.encode(), self.api_key.encode()):
+            raise ApiError(401, "missing or wrong API key: send 'Authorization: Bearer KEY' (the key the server was started with, "
+                                "--api-key or LMSWITCH_API_KEY)", kind="authentication_error", code="invalid_api_key")
+
+    def _model(self, name: str | None):
+        if not self.backend.ready.is_set():
+            raise ApiError(503, f"the model '{self.backend.model_name}' is still loading; retry in a few seconds", kind="server_error")
+        if self.backend.error:
+            raise ApiError(503, f"the model could not be loaded ({self.backend.error})", kind="server_error")
+        if name and name not in self.backend.models:
+            raise ApiError(404, f"unknown model {name!r}; this server serves {', '.join(self.backend.models)}", param="model",
+                           code="model_not_found")
+        return self.backend.models[name] if name else (self.backend.lm, self.backend.library)
+
+    def _setting(self, library, switches: dict[str, float]) -> Setting:
+        if len(switches) > MAX_SWITCHES:
+            raise ApiError(400, f"{len(switches)} switches in one request; the limit is {MAX_SWITCHES}", param="switches")
+        setting = []
+        for name, eps in switches.items():
+            switch = library.get(name)
+            if switch is None:
+                known = ", ".join(library.names()) or "none"
+                raise ApiError(400, f"unknown switch {name[:60]!r}; this server has: {known}", param="switches", code="switch_not_found")
+            setting.append((switch, float(eps)))
+        return setting
+
+    def _job(self, req: _Request, chat: bool) -> Job:
+        if req.n != 1:
+            raise ApiError(400, f"n = {req.n}: one choice per request (send several requests, with different seeds)", param="n")
+        if req.stop:
+            raise ApiError(400, "stop sequences are not supported; cut the text yourself, or use max_tokens", param="stop")
+        if isinstance(req, CompletionRequest) and isinstance(req.prompt, list) and len(req.prompt) != 1:
+            raise ApiError(400, f"prompt: one prompt per request; got {len(req.prompt)}", param="prompt")
+        lm, library = self._model(req.model)
+        limit = req.max_completion_tokens if isinstance(req, ChatRequest) and req.max_completion_tokens is not None else req.max_tokens
+        d = SAMPLING
+        options = SamplingOptions(max_new_tokens=d.max_new_tokens if limit is None else limit,
+                                  temperature=d.temperature if req.temperature is None else float(req.temperature),
+                                  top_p=d.top_p if req.top_p is None else float(req.top_p), chat=chat, adaptive=req.adaptive,
+                                  kl_budget=d.kl_budget if req.kl_budget is None else float(req.kl_budget))
+        options.validate(lm)
+        if req.seed is not None and not 0 <= req.seed < 2**63:
+            raise ApiError(400, f"seed must be a non-negative integer below 2**63; got {req.seed}", param="seed")
+        prompt = [m.plain() for m in req.messages] if isinstance(req, ChatRequest) else (
+            req.prompt if isinstance(req.prompt, str) else req.prompt[0])
+        if isinstance(req, ChatRequest) and not prompt:
+            raise ApiError(400, "messages: give at least one message", param="messages")
+        seed = req.seed if req.seed is not None else secrets.randbelow(2**31)
+        return Job(lm, prompt, self._setting(library, req.switches), seed, options, chat, req.stream)
+
+    # --- streaming ----------------------------------------------------------------------------------------
+    def _events(self, job: Job) -> Iterator[str]:
+        """Server-sent events: one chunk per new piece of text, a last chunk with the finish reason, then ``[DONE]``."""
+        head = _head(job, chunk=True)
+        sent = ""
+        try:
+            for item in stream_tokens(job.lm, [job.prompt], [job.setting], [job.seed], job.options, executor=self.backend.compute):
+                text = item.texts[0] if isinstance(item, Generated) else item[0]
+                if text.startswith(sent) and len(text) > len(sent) and not text.endswith("\ufffd"):  # a whole character more
+                    yield _event({**head, "choices": [_delta(job, text[len(sent):], None, first=not sent)]})
+                    sent = text
+                if isinstance(item, Generated):
+                    yield _event({**head, "choices": [_delta(job, "", _finish(job, item), first=not sent)], "usage": _usage(item)})
+        except USER_ERRORS as err:
+            yield _event(ApiError(400, str(err)).body())
+        yield "data: [DONE]\n\n"
+
+
+def _event(data: dict) -> str:
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+def _head(job: Job, chunk: bool = False) -> dict:
+    kind = ("chat.completion.chunk" if chunk else "chat.completion") if job.chat else "text_completion"
+    return {"id": f"{'chatcmpl' if job.chat else 'cmpl'}-{uuid.uuid4().hex[:24]}", "object": kind, "created": int(time.time()),
+            "model": job.lm.name, "system_fingerprint": job.lm.fingerprint,
+            "lmswitch": {"seed": job.seed, "switches": {s.name: e for s, e in job.setting}, "adaptive": job.options.adaptive}}
+
+
+def _finish(job: Job, generated: Generated) -> str:
+    """``"stop"`` when the model ended the text (its end-of-sequence token), else ``"length"``."""
+    valid = generated.new_ids[0][: int(generated.new_mask[0].sum())].tolist()
+    return "stop" if valid and valid[-1] == job.lm.tokenizer.eos_token_id else "length"
+
+
+def _usage(generated: Generated) -> dict:
+    prompt, completion = int(generated.prompt_mask[0].sum()), int(generated.new_mask[0].sum())
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _delta(job: Job, text: str, finish: str | None, first: bool) -> dict:
+    if not job.chat:
+        return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+    delta = {"role": "assistant", "content": text} if first else {"content": text}
+    return {"index": 0, "delta": delta if text or first else {}, "logprobs": None, "finish_reason": finish}
+
+
+def _completion(job: Job, generated: Generated) -> dict:
+    text, finish = generated.texts[0], _finish(job, generated)
+    choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": finish} if job.chat
+              else {"index": 0, "text": text, "logprobs": None, "finish_reason": finish})
+    return {**_head(job), "choices": [choice], "usage": _usage(generated)}

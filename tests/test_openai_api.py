@@ -1,0 +1,91 @@
+"""The OpenAI-compatible endpoints of the real app (``python app.py``), driven with the official ``openai`` client."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+from conftest import API_KEY
+
+import lmswitch as ls
+from lmswitch.io.resources import shipped_switch_path
+
+pytestmark = [pytest.mark.real_model, pytest.mark.slow]  # a launched app.py on the embedded model
+
+PROMPT = "My weekend was"
+
+
+@pytest.fixture(scope="module")
+def client(app_server) -> openai.OpenAI:
+    app_server.wait_ready()
+    return openai.OpenAI(base_url=f"{app_server.url}/v1", api_key=API_KEY, max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def switches(lm) -> dict[str, ls.Switch]:
+    return {name: ls.load_switch(shipped_switch_path(name), lm) for name in ("sentiment", "formality")}
+
+
+def test_models_lists_the_served_model_and_its_switches(client, lm):
+    models = client.models.list().data
+    assert [m.id for m in models] == [lm.name]
+    assert {"sentiment", "detox", "formality"} <= set(models[0].model_extra["switches"])
+
+
+def test_completion_with_switches_equals_the_library_and_streams_the_same_text(client, lm, switches):
+    body = {"switches": {"sentiment": 6, "formality": -2}}
+    done = client.completions.create(model=lm.name, prompt=PROMPT, max_tokens=16, seed=3, extra_body=body)
+    want = ls.generate(lm, PROMPT, [(switches["sentiment"], 6), (switches["formality"], -2)], seed=3, max_new_tokens=16)[0]
+    assert done.choices[0].text == want
+    assert done.choices[0].finish_reason in ("length", "stop") and done.usage.completion_tokens <= 16
+    assert done.model_extra["lmswitch"] == {"seed": 3, "switches": {"sentiment": 6.0, "formality": -2.0}, "adaptive": False}
+    unsteered = client.completions.create(model=lm.name, prompt=PROMPT, max_tokens=16, seed=3)
+    assert unsteered.choices[0].text == ls.generate(lm, PROMPT, seed=3, max_new_tokens=16)[0] != want
+    chunks = list(client.completions.create(model=lm.name, prompt=PROMPT, max_tokens=16, seed=3, stream=True, extra_body=body))
+    assert len(chunks) > 3 and "".join(c.choices[0].text for c in chunks) == want
+    assert chunks[-1].choices[0].finish_reason == done.choices[0].finish_reason
+
+
+def test_chat_completion_equals_the_library_with_the_chat_template(client, lm, switches):
+    messages = [{"role": "user", "content": "Tell me about your day."}]
+    body = {"switches": {"sentiment": 6}, "adaptive": True}
+    done = client.chat.completions.create(model=lm.name, messages=messages, max_tokens=14, seed=2, extra_body=body)
+    want = ls.generate(lm, messages[0]["content"], [(switches["sentiment"], 6)], seed=2, max_new_tokens=14, chat=True, adaptive=True)[0]
+    assert done.choices[0].message.role == "assistant" and done.choices[0].message.content == want
+    stream = client.chat.completions.create(model=lm.name, messages=messages, max_tokens=14, seed=2, stream=True, extra_body=body)
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == want
+    conversation = [{"role": "system", "content": "You are brief."}, *messages,
+                    {"role": "assistant", "content": "Fine."}, {"role": "user", "content": "Only fine?"}]
+    reply = client.chat.completions.create(model=lm.name, messages=conversation, max_tokens=10, seed=2)
+    assert reply.choices[0].message.content == ls.generate(lm, [conversation], seed=2, max_new_tokens=10, chat=True)[0]
+
+
+@pytest.mark.parametrize(("request_args", "error", "said"), [
+    ({"extra_body": {"switches": {"no-such-switch": 3}}}, openai.BadRequestError, "unknown switch 'no-such-switch'"),
+    ({"extra_body": {"switches": {"sentiment": 1e9}}}, openai.BadRequestError, "out of range"),
+    ({"extra_body": {"switches": {"sentiment": "strong"}}}, openai.BadRequestError, "switches.sentiment"),
+    ({"temperature": -1}, openai.BadRequestError, "temperature must be"),
+    ({"max_tokens": 10**6}, openai.BadRequestError, "max_new_tokens must be"),
+    ({"n": 2}, openai.BadRequestError, "one choice per request"),
+    ({"stop": ["."]}, openai.BadRequestError, "stop sequences are not supported"),
+    ({"model": "gpt-9"}, openai.NotFoundError, "unknown model 'gpt-9'"),
+])
+def test_bad_requests_get_openai_errors_with_clear_messages(client, request_args, error, said):
+    args = {"model": None, "prompt": PROMPT, "max_tokens": 4, **request_args}
+    args["model"] = args["model"] or client.models.list().data[0].id
+    with pytest.raises(error, match=said):
+        client.completions.create(**args)
+
+
+def test_the_api_key_is_required_and_oversized_bodies_are_refused(app_server, client):
+    stranger = openai.OpenAI(base_url=f"{app_server.url}/v1", api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError, match="API key"):
+        stranger.models.list()
+    with pytest.raises(openai.AuthenticationError):
+        stranger.completions.create(model="smollm2-135m", prompt=PROMPT)
+    big = httpx.post(f"{app_server.url}/v1/completions", content=b'{"prompt": "' + b"x" * 1_100_000 + b'"}',
+                     headers={"Authorization": f"Bearer {API_KEY}"}, timeout=60)
+    assert big.status_code == 413 and big.json()["error"]["code"] == "request_too_large"
+    assert client.completions.create(model="smollm2-135m", prompt=PROMPT, max_tokens=2, seed=0).choices[0].text  # still serving
