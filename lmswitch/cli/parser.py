@@ -234,10 +234,12 @@ def _export(p: argparse.ArgumentParser) -> None:
                    help=f"repeatable (exported together, as they compose); SWITCH is {SWITCH_HELP}; EPS in eps0 units "
                         "(default: the card's recommended ε)")
     p.add_argument("--format", default="peft", choices=EXPORT_FORMATS,
-                   help="peft: a LoRA adapter on the output head (transformers + peft); merged: a full model folder with "
-                        "the steered head baked in (any from_pretrained); default %(default)s")
+                   help="peft: a LoRA adapter on the output head (transformers + peft, vLLM); merged: a full model folder with "
+                        "the steered head baked in (any from_pretrained); gguf: the model's GGUF with the steered head (llama.cpp, "
+                        "Ollama); gguf-lora: a llama.cpp LoRA adapter (plus base.gguf with an untied head when the model ties it); "
+                        "the gguf formats need a model loaded from a GGUF file; default %(default)s")
     p.add_argument("--out", required=True, help="a new or empty folder to write (an earlier export of the same format is replaced)")
-    p.add_argument("--rank", type=int, default=None, help="peft: keep only the top R singular directions (default: exact)")
+    p.add_argument("--rank", type=int, default=None, help="peft, gguf-lora: keep only the top R singular directions (default: exact)")
     p.add_argument("--force", action="store_true", help="write into --out even when it holds other files")
 
 
@@ -258,7 +260,7 @@ SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = 
     "eval": ("the paper's evaluation protocol: an eps sweep, a 2-D grid, or the full report", _eval),
     "build-pretrained": ("rebuild the shipped switches from lmswitch/data/styles (seeded, deterministic)", _build_pretrained),
     "transfer": ("map a switch to another model (Hᵀ W H over shared word embeddings)", _transfer),
-    "export": ("write switches at fixed ε as a PEFT LoRA adapter on the output head, or as a merged model", _export),
+    "export": ("write switches at fixed ε as a LoRA adapter on the output head (PEFT, llama.cpp) or a merged model (folder, GGUF)", _export),
     "demo": ("train a sentiment switch from the shipped examples and show a sweep", _demo),
 }
 

@@ -39,7 +39,7 @@ from safetensors.torch import save_file
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.steering import Setting, check_setting, steering_matrix
 
-FORMATS = ("peft", "merged")
+FORMATS = ("peft", "merged", "gguf", "gguf-lora")  # the last two: lmswitch/core/export_gguf.py
 ADAPTER_FILE = "adapter_model.safetensors"
 CONFIG_FILE = "adapter_config.json"
 MERGED_MARKER = "lmswitch_setting.json"  # marks a merged export (a folder an export may replace)
@@ -52,7 +52,7 @@ class ExportReport:
     """What an export wrote and how faithful it is at the exported ε."""
 
     out: str
-    format: str  # "peft" or "merged"
+    format: str  # one of FORMATS
     rank: int  # the rank of the logit change written (the adapter's rank)
     full_rank: int  # the rank of the steering matrix before truncation
     kept_energy: float  # share of ‖M‖²_F (the steering matrix, not the logits) kept by the truncation; 1.0: exact
@@ -117,7 +117,7 @@ def _reference_states(lm: LanguageModel) -> torch.Tensor:
         return lm.final_hidden(ids)[0].detach().to("cpu", torch.float64)
 
 
-def _errors(lm: LanguageModel, setting: Setting, written: Callable[[torch.Tensor], torch.Tensor]) -> tuple[float, float]:
+def logit_errors(lm: LanguageModel, setting: Setting, written: Callable[[torch.Tensor], torch.Tensor]) -> tuple[float, float]:
     """How far the written logit change ``written(c)`` is from the switch's ``E M c`` over a reference text, in float64:
     ``(relative error of the change, largest absolute logit error)``."""
     c = _reference_states(lm)
@@ -127,7 +127,7 @@ def _errors(lm: LanguageModel, setting: Setting, written: Callable[[torch.Tensor
     return float(diff.norm() / want.norm().clamp_min(1e-300)), float(diff.abs().max())
 
 
-def _names(setting: Setting) -> list[tuple[str, float]]:
+def setting_names(setting: Setting) -> list[tuple[str, float]]:
     return [(switch.name, float(eps)) for switch, eps in setting]
 
 
@@ -157,7 +157,7 @@ def _publish(tmp: Path, folder: Path, force: bool) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _write(folder: Path, ours: Callable[[Path], bool], force: bool, write: Callable[[Path], None]) -> None:
+def write_folder(folder: Path, ours: Callable[[Path], bool], force: bool, write: Callable[[Path], None]) -> None:
     _check_out(folder, ours, force)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
@@ -192,13 +192,13 @@ def export_peft(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *, 
 
     def write(tmp: Path) -> None:
         tensors = {f"base_model.model.{target}.lora_A.weight": A, f"base_model.model.{target}.lora_B.weight": B}
-        save_file(tensors, str(tmp / ADAPTER_FILE), metadata={"format": "pt", "lmswitch_setting": json.dumps(_names(setting))})
+        save_file(tensors, str(tmp / ADAPTER_FILE), metadata={"format": "pt", "lmswitch_setting": json.dumps(setting_names(setting))})
         (tmp / CONFIG_FILE).write_text(json.dumps(_peft_config(lm, target, r), indent=2), encoding="utf-8")
 
-    _write(Path(out), _is_adapter, force, write)
-    errors = _errors(lm, setting, lambda c: (c @ A.double().T) @ B.double().T)
+    write_folder(Path(out), _is_adapter, force, write)
+    errors = logit_errors(lm, setting, lambda c: (c @ A.double().T) @ B.double().T)
     notes = (f"rank {rank} is above the steering's full rank {full}; the adapter has rank {full}",) if rank and rank > full else ()
-    return ExportReport(str(out), "peft", r, full, round(kept, 6), *errors, target, _names(setting), notes)
+    return ExportReport(str(out), "peft", r, full, round(kept, 6), *errors, target, setting_names(setting), notes)
 
 
 def _untied_config(lm: LanguageModel):
@@ -223,16 +223,16 @@ def export_merged(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *
         lm.model.save_pretrained(tmp, state_dict=state)
         _untied_config(lm).save_pretrained(tmp)
         lm.tokenizer.save_pretrained(tmp)
-        (tmp / MERGED_MARKER).write_text(json.dumps({"setting": _names(setting), "base": lm.pretrained_id or lm.name},
+        (tmp / MERGED_MARKER).write_text(json.dumps({"setting": setting_names(setting), "base": lm.pretrained_id or lm.name},
                                                               indent=2), encoding="utf-8")
 
-    _write(Path(out), _is_merged, force, write)
+    write_folder(Path(out), _is_merged, force, write)
     E = lm.head_weight().detach().to("cpu", torch.float64)
-    errors = _errors(lm, setting, lambda c: c @ (head.double() - E).T)
+    errors = logit_errors(lm, setting, lambda c: c @ (head.double() - E).T)
     notes = () if head.dtype == torch.float32 else (
         f"the merged head is stored in {str(head.dtype).removeprefix('torch.')}, like the model, and its rounding moves logits by up "
         f"to {errors[1]:.1e}; load the model with --dtype float32 for an exact head",)
-    return ExportReport(str(out), "merged", full, full, 1.0, *errors, target, _names(setting), notes)
+    return ExportReport(str(out), "merged", full, full, 1.0, *errors, target, setting_names(setting), notes)
 
 
 def export(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *, format: str = "peft", rank: int | None = None,
@@ -240,8 +240,14 @@ def export(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *, forma
     """Export ``setting`` in ``format`` (:data:`FORMATS`) to the folder ``out``."""
     if format == "peft":
         return export_peft(lm, setting, out, rank=rank, force=force)
+    if format in ("merged", "gguf") and rank is not None:
+        raise ValueError("--rank applies to LoRA adapters (--format peft or gguf-lora); a merged head is always exact")
     if format == "merged":
-        if rank is not None:
-            raise ValueError("--rank applies to LoRA adapters (--format peft); a merged head is always exact")
         return export_merged(lm, setting, out, force=force)
+    if format in ("gguf", "gguf-lora"):
+        from lmswitch.core.export_gguf import export_gguf_lora, export_gguf_merged  # it builds on this module
+
+        if format == "gguf":
+            return export_gguf_merged(lm, setting, out, force=force)
+        return export_gguf_lora(lm, setting, out, rank=rank, force=force)
     raise ValueError(f"unknown export format {format!r}; choose one of {', '.join(FORMATS)}")

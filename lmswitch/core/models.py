@@ -61,6 +61,7 @@ class LanguageModel:
     load_seconds: float = 0.0
     source: str = ""  # where it was loaded from, for people ("hub cache: HuggingFaceTB/SmolLM2-135M", a folder)
     pretrained_id: str = ""  # what ``from_pretrained`` takes to load the same weights (a folder or a hub id)
+    gguf_path: str = ""  # the GGUF file the weights were dequantised from (bundled aliases, ``.gguf`` paths), else ""
     _head_copies: dict = field(default_factory=dict, repr=False)  # dtype -> (key, E in that dtype)
 
     def __post_init__(self) -> None:
@@ -301,7 +302,7 @@ def load_model(
     """
     start = time.perf_counter()
     key = str(name) if name is not None else DEFAULT_MODEL
-    folder, display = _local_folder(key)
+    folder, display, gguf = _local_folder(key)
     kwargs = _load_kwargs(dtype, device, device_map)
     if folder is not None:
         model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
@@ -312,25 +313,28 @@ def load_model(
         source, pretrained_id = f"hub cache: {key}", key
     if device is not None and device_map is None:
         model.to(device)
-    lm = LanguageModel(model=model, tokenizer=tokenizer, name=display, source=source, pretrained_id=pretrained_id)
+    lm = LanguageModel(model=model, tokenizer=tokenizer, name=display, source=source, pretrained_id=pretrained_id,
+                       gguf_path=str(gguf or ""))
     lm.load_seconds = time.perf_counter() - start
     return lm
 
 
-def _local_folder(key: str) -> tuple[Path | None, str]:
-    """(model folder, display name) for a bundled alias, a .gguf file or a model folder; (None, key) otherwise."""
+def _local_folder(key: str) -> tuple[Path | None, str, Path | None]:
+    """(model folder, display name, GGUF file it came from) for a bundled alias, a .gguf file or a model folder;
+    (None, key, None) otherwise."""
     if key.lower() in _BUNDLED:
-        return _cached_gguf_folder(_bundled_gguf(key.lower()), key.lower()), key.lower()
+        gguf = _bundled_gguf(key.lower())
+        return _cached_gguf_folder(gguf, key.lower()), key.lower(), gguf
     path = Path(key).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():
             raise FileNotFoundError(f"GGUF file not found: {path}")
-        return _cached_gguf_folder(path, path.stem.lower()), path.stem
+        return _cached_gguf_folder(path, path.stem.lower()), path.stem, path
     if path.is_dir():
         if not (path / "config.json").exists():
             raise FileNotFoundError(f"{path} is a folder but has no config.json, so it is not a Hugging Face model folder")
-        return path, path.name
-    return None, key
+        return path, path.name, None
+    return None, key, None
 
 
 def _load_kwargs(dtype: torch.dtype | str | None, device, device_map) -> dict:
