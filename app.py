@@ -4,7 +4,7 @@ A thin Gradio adapter over the ``lmswitch`` library. The views live in
 ``lmswitch/webapp`` (handlers per tab, then the ``gr.Blocks`` layout); this file
 reads the command line, starts the backend and launches the server.
 
-    python app.py [--host 127.0.0.1] [--port 7860] [--model smollm2-135m] [--switches DIR] [--api-key KEY] [--share]
+    python app.py [--host 127.0.0.1] [--port 7860] [--model smollm2-135m] [--switches DIR] [--api-key KEY] [--mcp] [--share]
 
 The same server answers OpenAI-compatible requests under ``/v1`` (``lmswitch/webapp/openai_api.py``).
 """
@@ -21,13 +21,14 @@ from lmswitch.core.models import DEFAULT_MODEL  # noqa: E402
 from lmswitch.webapp.backend import DEFAULT_SWITCHES, Backend  # noqa: E402
 from lmswitch.webapp.layout import CSS_PATH, build_app  # noqa: E402
 from lmswitch.webapp.lens import inspect_switch, run_highlight  # noqa: E402
+from lmswitch.webapp.mcp_tools import McpTools  # noqa: E402
 from lmswitch.webapp.openai_api import OpenAIApi  # noqa: E402
 from lmswitch.webapp.steer import generate_api, on_load, run_grid, run_sweep, run_transfer, select_model, steer  # noqa: E402
 from lmswitch.webapp.train import MODES, cancel_training, import_switch, save_switch, train  # noqa: E402
 from lmswitch.webapp.widgets import MAX_SLOTS, PENDING, dropdown_updates, slot_updates  # noqa: E402
 
 __all__ = [  # the handlers, for scripts and tests that call them without a server
-    "MAX_SLOTS", "MODES", "PENDING", "Backend", "OpenAIApi", "build_app", "cancel_training", "dropdown_updates", "generate_api", "import_switch",
+    "MAX_SLOTS", "MODES", "PENDING", "Backend", "McpTools", "OpenAIApi", "build_app", "cancel_training", "dropdown_updates", "generate_api", "import_switch",
     "inspect_switch", "main", "on_load", "run_grid", "run_highlight", "run_sweep", "run_transfer", "save_switch", "select_model",
     "slot_updates", "steer", "train",
 ]
@@ -45,6 +46,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--api-key", default=env("LMSWITCH_API_KEY"),
                    help="require this key ('Authorization: Bearer KEY') on the OpenAI-compatible /v1 endpoints (env LMSWITCH_API_KEY; "
                         "default: none)")
+    p.add_argument("--mcp", action="store_true", default=env("LMSWITCH_MCP", "") not in ("", "0"),
+                   help="also serve MCP tools (list_switches, steer_text, train_from_text, highlight_text, measure_style) at "
+                        "/gradio_api/mcp/ (env LMSWITCH_MCP=1)")
     p.add_argument("--share", action="store_true", help="create a public Gradio share link (off by default)")
     return p.parse_args(argv)
 
@@ -55,11 +59,13 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"switch folder {args.switches} does not exist; create it or pass --switches DIR")
     backend = Backend(args.model, args.switches).start()
     demo = build_app(backend)
+    if args.mcp:
+        McpTools(backend).register(demo)
     demo.queue(default_concurrency_limit=2)
     print(f"lmswitch: loading {args.model} in the background; open http://{args.host}:{args.port}", flush=True)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, show_error=True, ssr_mode=False, css_paths=[CSS_PATH],
                 footer_links=["api"], max_file_size="256mb",  # documents are refused above 20 MB; switches of big models are larger
-                prevent_thread_lock=True)
+                prevent_thread_lock=True, mcp_server=args.mcp)
     demo.app.include_router(OpenAIApi(backend, args.api_key).router())
     print(f"lmswitch: OpenAI-compatible API at http://{args.host}:{args.port}/v1"
           + (" (API key required)" if args.api_key else ""), flush=True)

@@ -23,7 +23,7 @@ def free_port() -> int:
 
 
 class AppServer:
-    """A running ``app.py`` with its own copy of the shipped switches (so saving never touches the repo)."""
+    """A running ``app.py --mcp`` with its own copy of the shipped switches (so saving never touches the repo)."""
 
     def __init__(self, workdir: Path, name: str = "app", api_key: str | None = None) -> None:
         self.api_key = api_key  # required on the OpenAI-compatible /v1 endpoints when set
@@ -36,6 +36,7 @@ class AppServer:
         self._log = open(self.log_path, "w")  # noqa: SIM115 (closed in stop)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.pop("LMSWITCH_API_KEY", None)
+        env["LMSWITCH_MCP"] = "1"  # the MCP tools too (tests/test_mcp.py)
         if api_key:
             env["LMSWITCH_API_KEY"] = api_key
         self.process = subprocess.Popen(

@@ -15,6 +15,7 @@ from lmswitch.core.models import LanguageModel, load_model
 from lmswitch.core.switch import Switch
 from lmswitch.harness.evaluate import Evaluation, Protocol, evaluate_grid, evaluate_sweep, load_prompts
 from lmswitch.harness.pretrained import PRETRAINED_DIR
+from lmswitch.io.parse import parse_names
 
 
 @dataclass
@@ -35,7 +36,7 @@ def _progress(done: int, total: int) -> None:
 def _metrics(text: str) -> list[str]:
     from lmswitch.harness.figures import METRICS  # plotly: imported only when a figure is drawn
 
-    metrics = [m.strip() for m in text.split(",") if m.strip()]
+    metrics = parse_names(text)
     bad = [m for m in metrics if m not in METRICS]
     if bad:
         raise ValueError(f"unknown metric(s) {', '.join(bad)}; choose from {', '.join(METRICS)}")
@@ -125,7 +126,7 @@ def _frontier(args: argparse.Namespace, lm: LanguageModel) -> None:
     from lmswitch.harness.frontier import FrontierSpec, check_sliders, markdown, run_frontier, target_checks
     from lmswitch.harness.report import command_line, replace_section
 
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    methods = parse_names(args.methods)
     protocol = Protocol(samples=args.samples, max_new_tokens=args.max_new_tokens, top_p=args.top_p, seed=args.seed, kl_budget=args.kl_budget)
     frontiers = [run_frontier(lm, open_switch(name, lm), FrontierSpec.for_switch(name), methods=methods, protocol=protocol,
                               dev_limit=args.limit, test_limit=args.limit, log=log) for name in args.frontier]
@@ -153,7 +154,7 @@ def _stance(args: argparse.Namespace, lm: LanguageModel) -> None:
     from lmswitch.harness.report import command_line, replace_section
     from lmswitch.harness.stance import markdown, run_stance
 
-    report = run_stance(lm, [m.strip() for m in args.stance_methods.split(",") if m.strip()], log=log)
+    report = run_stance(lm, parse_names(args.stance_methods), log=log)
     data = {"stance": report.to_dict(), "command": command_line()}
     if args.out:
         out = Path(args.out)

@@ -73,6 +73,11 @@ def parse_setting(value: str | Mapping[str, object] | None) -> list[tuple[str, f
     return out
 
 
+def parse_names(value: str | None) -> list[str]:
+    """``"a, b , c"`` → ``["a", "b", "c"]``: a comma-separated list of names (metrics, methods, switches), empty parts dropped."""
+    return [part.strip() for part in (value or "").split(",") if part.strip()]
+
+
 def parse_eps_list(value: str | None, default: list[float] | None = None, max_values: int = MAX_EPS_VALUES) -> list[float]:
     """``"-10, -5, 0, 5, 10"`` (commas or semicolons) → floats; empty → ``default`` (or an error without one)."""
     if value is None or not str(value).strip():

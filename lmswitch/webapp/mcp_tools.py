@@ -1,0 +1,162 @@
+"""MCP tools (``python app.py --mcp``): steer, train from text, highlight and measure, as typed functions with descriptions.
+
+Gradio's MCP server lists every named endpoint as a tool. The app's page endpoints
+take widget values (twelve slider slots, file pickers…), so with ``--mcp`` they are
+kept off the tool list and these functions are registered instead (``gr.api``:
+the type hints give each parameter's type, the docstrings the descriptions).
+Switches trained over MCP live in one server-side session shared by MCP clients,
+so later calls can use them by name; they are never written to the switch folder.
+Each tool answers with JSON text.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+
+import gradio as gr
+
+from lmswitch.core.options import SAMPLING, TrainConfig
+from lmswitch.core.train import train_switch
+from lmswitch.harness.frontier import calibrated_card
+from lmswitch.io.parse import parse_names
+from lmswitch.lenses.meter import MAX_SWITCHES as MAX_METER_SWITCHES
+from lmswitch.lenses.meter import measure
+from lmswitch.lenses.spans import highlight
+from lmswitch.lenses.svd import promoted_words
+from lmswitch.serve.session import Session, check_name
+from lmswitch.webapp.backend import Backend, user_errors
+from lmswitch.webapp.lens import MAX_HIGHLIGHT_CHARS
+from lmswitch.webapp.steer import generate_api
+from lmswitch.webapp.train import MODES, training_data
+
+TOOLS = ("list_switches", "steer_text", "train_from_text", "highlight_text", "measure_style")
+TRAIN_MODES = {"one document": MODES[0], "two documents": MODES[1], "sentences": MODES[2]}
+SHOWN_WORDS = 10
+
+
+def _switch_summary(switch) -> dict:
+    card = switch.card
+    return {"name": switch.name, "description": switch.description, "positive": switch.positive_label,
+            "negative": switch.negative_label, "fluent_eps": list(card.fluent_eps) if card.fluent_eps else None,
+            "recommended_eps": card.recommended_eps}
+
+
+def _as_json(fn: Callable[..., dict]) -> Callable[..., str]:
+    """``fn`` returning its result as JSON text (Gradio's MCP server would send a dict as Python's repr)."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs) -> str:
+        return json.dumps(fn(*args, **kwargs), ensure_ascii=False)
+
+    call.__annotations__ = {**fn.__annotations__, "return": "str"}
+    return call
+
+
+class McpTools:
+    """The MCP tools over a :class:`Backend`, with one shared session for the switches they train."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.session = Session()
+
+    def register(self, demo: gr.Blocks) -> None:
+        """Add the tools to ``demo`` (inside its ``with`` block) and keep the page's own endpoints off the tool list."""
+        with demo:
+            for name in TOOLS:
+                gr.api(_as_json(user_errors(getattr(self, name))), api_name=name)
+        for block_fn in demo.fns.values():
+            if block_fn.api_name not in TOOLS and block_fn.fn is not None:
+                try:
+                    block_fn.fn._mcp_type = "page"  # Gradio lists as MCP tools only functions whose _mcp_type is "tool" or unset
+                except AttributeError:  # a bound method: cannot be marked, so it stays listed
+                    pass
+
+    def _switch(self, name: str):
+        lm, library = self.backend.get()
+        return lm, self.session.get(name, library)
+
+    def list_switches(self) -> dict:
+        """The switches this server can steer with: their names, what +ε and −ε move toward, and the ε range in which text stays fluent.
+
+        Returns:
+            the model's name and one entry per switch (name, description, positive and negative direction, fluent ε range, recommended ε).
+        """
+        lm, library = self.backend.get()
+        names = self.session.available(library)
+        return {"model": lm.name, "switches": [_switch_summary(self.session.get(n, library)) for n in names]}
+
+    def steer_text(self, prompt: str, switches: str = "", max_new_tokens: int = SAMPLING.max_new_tokens, seed: int = 0,
+                   adaptive: bool = False) -> dict:
+        """Continue a prompt with switches at the given strengths, next to the unsteered continuation with the same seed.
+
+        Args:
+            prompt: the text the model continues.
+            switches: comma-separated NAME=EPS settings, e.g. "sentiment=6, formality=-2" (ε in ε0 units; see list_switches for names and fluent ranges); empty for none.
+            max_new_tokens: how many tokens to generate (1 to a few hundred).
+            seed: the random seed; the same seed gives the same text.
+            adaptive: scale the steering down per token so the text stays fluent (a KL budget per token).
+
+        Returns:
+            the steered and unsteered texts, their scores (sentiment, toxicity, perplexity) and the settings used.
+        """
+        return generate_api(self.backend, prompt, switches, max_new_tokens, SAMPLING.temperature, SAMPLING.top_p, seed, False,
+                            self.session, adaptive)
+
+    def train_from_text(self, name: str, positive: str, negative: str = "", mode: str = "sentences", steps: int = 100) -> dict:
+        """Train a new switch from example text; it is kept on this server under its name for the other tools.
+
+        Args:
+            name: the new switch's name (letters, digits, - and _).
+            positive: text in the style +ε should move toward: one example per line in "sentences" mode, else a whole document.
+            negative: text in the opposite style (one per line in "sentences" mode; the second document in "two documents" mode; unused in "one document" mode).
+            mode: "sentences" (labelled lines on both sides), "one document" (what sets the document apart from the model's own text), or "two documents" (document A vs document B).
+            steps: the most optimiser steps (training stops earlier on a held-out criterion).
+
+        Returns:
+            the switch's name, its held-out gain, its fluent ε range and recommended ε, and the words it promotes and demotes.
+        """
+        if mode not in TRAIN_MODES:
+            raise ValueError(f"mode must be one of {', '.join(TRAIN_MODES)}; got {mode!r}")
+        lm, library = self.backend.get()
+        check_name(name)
+        pos, neg = training_data(TRAIN_MODES[mode], positive, None, negative, None)
+        switch = self.backend.run(train_switch, lm, pos, neg, name=name, config=TrainConfig(steps=steps))
+        switch.card = self.backend.run(calibrated_card, lm, switch)
+        final = self.session.add(switch, library, name=name)
+        words = self.backend.run(promoted_words, lm, switch, words=SHOWN_WORDS)
+        return {**_switch_summary(switch), "name": final, "heldout_gain": switch.card.get("heldout_gain"),
+                "promotes": [w.word for w in words.promoted], "demotes": [w.word for w in words.suppressed]}
+
+    def highlight_text(self, text: str, switch: str, eps: float = 6.0, spans: int = 1) -> dict:
+        """Find the span(s) of a text that carry a switch's style most, e.g. the insult in a toxic comment (detox at negative ε).
+
+        Args:
+            text: the text to look at (up to 100,000 characters).
+            switch: the switch whose style to find (see list_switches).
+            eps: the strength and side to look for: positive ε for the switch's positive style, negative for its negative style.
+            spans: how many separate spans to return.
+
+        Returns:
+            the spans with their scores, and each word's contribution.
+        """
+        if len(text) > MAX_HIGHLIGHT_CHARS:
+            raise ValueError(f"the text has {len(text):,} characters; highlighting takes at most {MAX_HIGHLIGHT_CHARS:,}")
+        lm, s = self._switch(switch)
+        return self.backend.run(highlight, lm, s, text, eps=eps, n_spans=spans).to_dict()
+
+    def measure_style(self, text: str, switches: str = "") -> dict:
+        """The style meter: which ε of each switch explains a text best (positive: the switch's positive style, negative: the other).
+
+        Args:
+            text: the text to measure.
+            switches: comma-separated switch names (empty: every switch, up to 8).
+
+        Returns:
+            per switch, the best ε, the style it points to and the evidence in nats.
+        """
+        lm, library = self.backend.get()
+        names = parse_names(switches) or self.session.available(library)
+        chosen = [self.session.get(n, library) for n in names][:MAX_METER_SWITCHES]
+        return self.backend.run(measure, lm, chosen, text).to_dict()

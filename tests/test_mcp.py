@@ -1,0 +1,86 @@
+"""The MCP tools of the real app (``python app.py --mcp``), driven with the official ``mcp`` client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from conftest import EXAMPLES, lines
+from mcp import ClientSession
+from mcp.client.streamable_http import streamablehttp_client
+
+import lmswitch as ls
+
+pytestmark = [pytest.mark.real_model, pytest.mark.slow]  # a launched app.py on the embedded model
+
+
+def call(server, steps: list[tuple[str, dict]]) -> tuple[list, list[tuple[bool, object]]]:
+    """List the server's tools, then call each ``(tool, arguments)`` in turn in one MCP session."""
+
+    async def run():
+        async with streamablehttp_client(f"{server.url}/gradio_api/mcp/") as (read, write, _), ClientSession(read, write) as session:
+            await session.initialize()
+            tools = (await session.list_tools()).tools
+            results = []
+            for name, arguments in steps:
+                r = await session.call_tool(name, arguments)
+                text = r.content[0].text
+                try:
+                    value = json.loads(text)
+                except ValueError:
+                    value = text
+                results.append((r.isError, value))
+            return tools, results
+
+    server.wait_ready()
+    return asyncio.run(run())
+
+
+def test_the_tools_are_typed_and_described(app_server):
+    tools, _ = call(app_server, [])
+    by_name = {t.name: t for t in tools}
+    assert set(by_name) == {"list_switches", "steer_text", "train_from_text", "highlight_text", "measure_style"}  # page endpoints hidden
+    steer = by_name["steer_text"].inputSchema
+    assert steer["required"] == ["prompt"]
+    assert {k: v["type"] for k, v in steer["properties"].items()} == {
+        "prompt": "string", "switches": "string", "max_new_tokens": "integer", "seed": "integer", "adaptive": "boolean"}
+    assert by_name["highlight_text"].inputSchema["properties"]["eps"]["type"] == "number"
+    for tool in tools:
+        assert len(tool.description) > 40
+        assert all(len(p.get("description", "")) > 10 for p in tool.inputSchema["properties"].values()), tool.name
+
+
+def test_steer_highlight_and_measure_over_mcp(app_server, lm):
+    _, results = call(app_server, [
+        ("list_switches", {}),
+        ("steer_text", {"prompt": "My weekend was", "switches": "sentiment=6", "max_new_tokens": 12, "seed": 1}),
+        ("highlight_text", {"text": "The staff were friendly, but you are a stupid idiot.", "switch": "detox", "eps": -4}),
+        ("measure_style", {"text": "What a wonderful, kind and generous host she was!", "switches": "sentiment"}),
+        ("steer_text", {"prompt": "x", "switches": "no-such-switch=3"}),
+        ("highlight_text", {"text": "x", "switch": "detox", "spans": 0}),
+    ])
+    (e0, listed), (e1, steered), (e2, spans), (e3, meter), (e4, unknown), (e5, bad) = results
+    assert not any((e0, e1, e2, e3))
+    assert {s["name"] for s in listed["switches"]} >= {"sentiment", "detox", "formality"} and listed["model"] == lm.name
+    assert steered["steered"] != steered["unsteered"] and steered["setting"] == {"sentiment": 6.0}
+    assert steered["unsteered"] == ls.generate(lm, "My weekend was", seed=1, max_new_tokens=12)[0]
+    assert "idiot" in spans["spans"][0]["text"] and spans["label"] == "toxic"
+    assert meter["switches"][0]["best_eps"] > 0
+    assert e4 and "no-such-switch" in unknown and "available" in unknown
+    assert e5 and "n_spans" in bad or "span" in bad
+
+
+def test_a_switch_trained_over_mcp_steers_in_the_next_call(app_server):
+    pos, neg = lines(EXAMPLES / "sentiment_positive.txt")[:30], lines(EXAMPLES / "sentiment_negative.txt")[:30]
+    _, results = call(app_server, [
+        ("train_from_text", {"name": "mcp-mood", "positive": "\n".join(pos), "negative": "\n".join(neg), "steps": 60}),
+        ("list_switches", {}),
+        ("steer_text", {"prompt": "My weekend was", "switches": "mcp-mood=4", "max_new_tokens": 10, "seed": 2}),
+        ("train_from_text", {"name": "bad", "positive": "one line", "mode": "poems"}),
+    ])
+    (e0, trained), (_, listed), (e2, steered), (e3, refused) = results
+    assert not e0 and trained["name"] == "mcp-mood" and trained["fluent_eps"] is not None and trained["promotes"]
+    assert "mcp-mood" in {s["name"] for s in listed["switches"]}
+    assert not e2 and steered["steered"] != steered["unsteered"]
+    assert e3 and "mode must be one of" in refused
