@@ -20,6 +20,7 @@ from lmswitch.core.export import export
 from lmswitch.core.generate import generate, sweep
 from lmswitch.core.models import LanguageModel, load_model
 from lmswitch.core.options import SamplingOptions, TrainConfig
+from lmswitch.core.parallel import is_main
 from lmswitch.core.switch import Switch
 from lmswitch.core.train import train_switch
 from lmswitch.core.transfer import transfer
@@ -85,7 +86,8 @@ def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
             log("probing the fluent ε range on a few dev prompts …")
         switch.card = calibrated_card(lm, switch)
         fluent = f"; fluent ε {switch.card.fluent_text}"
-    switch.save(args.out)
+    if is_main():  # under `accelerate launch` every process holds the same switch; one writes it
+        switch.save(args.out)
     card = _card_without_curves(switch)
     gain = card["heldout_gain"]
     emit(args, {"out": args.out, "card": card},
@@ -242,5 +244,6 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "info" and args.switch:
         cmd_switch_card(args)
     else:
-        COMMANDS[args.command](args, load_model(args.model, dtype=args.dtype))
+        lm = load_model(args.model, dtype=args.dtype, device_map=args.device_map, offload_folder=args.offload_folder)
+        COMMANDS[args.command](args, lm)
     return 0

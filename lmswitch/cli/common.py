@@ -7,6 +7,7 @@ import json
 import sys
 
 from lmswitch.core.models import LanguageModel
+from lmswitch.core.parallel import is_main
 from lmswitch.core.switch import Switch, load_switch
 from lmswitch.io.documents import read_document, read_lines
 from lmswitch.io.resources import resolve_switch_file
@@ -32,6 +33,7 @@ def log(msg: str) -> None:
 
 
 def emit(args: argparse.Namespace, data: object, text: str) -> None:
-    """Print ``data`` as JSON with ``--json``, else the human-readable ``text``."""
-    print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else text)
+    """Print ``data`` as JSON with ``--json``, else the human-readable ``text`` (under ``accelerate launch``: the main process)."""
+    if is_main():
+        print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else text)
 

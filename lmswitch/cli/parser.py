@@ -84,11 +84,14 @@ SWITCH_HELP = "a .safetensors switch file or the name of a shipped switch (e.g. 
 
 
 def _add_common_options(p: argparse.ArgumentParser, defaults: bool) -> None:
-    """--model/--dtype/--json, accepted before or after the subcommand (the subcommand's value wins)."""
+    """--model/--dtype/--device-map/--offload-folder/--json, accepted before or after the subcommand (the subcommand's value wins)."""
     d = (lambda value: value) if defaults else (lambda value: argparse.SUPPRESS)
     p.add_argument("--model", default=d(None), help="model alias, local folder, .gguf file or cached hub id (default: embedded SmolLM2-135M-Instruct)")
     p.add_argument("--dtype", default=d("auto"), choices=["auto", "float32", "bfloat16", "float16"],
                    help="model weights dtype (auto: bfloat16 where the hardware is fast at it)")
+    p.add_argument("--device-map", default=d(None), metavar="auto",
+                   help="spread a big model over GPUs, then CPU RAM, then --offload-folder (accelerate's device_map, e.g. auto)")
+    p.add_argument("--offload-folder", default=d(None), metavar="DIR", help="with --device-map: where weights that fit nowhere else go")
     p.add_argument("--json", action="store_true", default=d(False), help="print machine-readable JSON")
 
 

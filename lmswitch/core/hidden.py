@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from lmswitch.core.models import LanguageModel
+from lmswitch.core.parallel import gather, mine
 
 MAX_TEXT_CHARS = 2_000_000  # ~500k tokens; beyond this a text is almost surely not meant for one call
 WINDOW_TOKENS = 1024  # body-pass window for long texts (bounded memory on a CPU)
@@ -178,6 +179,39 @@ class TokenStates:
     unit: torch.Tensor  # (N,) id of the held-out unit (a text, or a block of one document)
 
 
+def _batches(pieces: list, budget: int) -> list[list]:
+    """Consecutive pieces (sorted by length) grouped so a body pass holds about ``budget`` tokens."""
+    out, i = [], 0
+    while i < len(pieces):
+        j = i
+        while j < len(pieces) and (j - i + 1) * len(pieces[j][0]) <= max(budget, len(pieces[j][0])):
+            j += 1
+        out.append(pieces[i:j])
+        i = j
+    return out
+
+
+def _encode_batch(lm: LanguageModel, batch: list, labels: list[float], block: int) -> tuple[list, list, list, list]:
+    """One body pass: per piece, its head inputs, next-token targets, labels and held-out unit ids (on the CPU)."""
+    tok = lm.tokenizer
+    width = max(len(p[0]) for p in batch)
+    ids = torch.full((len(batch), width), tok.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for r, (w, *_) in enumerate(batch):
+        ids[r, : len(w)] = torch.tensor(w)
+        mask[r, : len(w)] = 1
+    h = lm.final_hidden(ids, mask.to(lm.input_device))  # (b, width, d)
+    hidden, targets, lab, unit = [], [], [], []
+    for r, (w, first, t, start) in enumerate(batch):
+        n = len(w) - 1  # positions 0..n-1 predict tokens 1..n
+        hidden.append(h[r, first:n].float().cpu())
+        targets.append(torch.tensor(w[first + 1 : n + 1]))
+        lab.append(torch.full((n - first,), labels[t]))
+        pos = torch.arange(start, start + n - first)
+        unit.append(t * 1_000_000 + pos // block)
+    return hidden, targets, lab, unit
+
+
 def encode_texts(lm: LanguageModel, texts: list[str], labels: list[float], chunk_tokens: int, block: int) -> TokenStates:
     """One body pass over all texts (batched by length) → cached head inputs per scored token."""
     tok = lm.tokenizer
@@ -195,30 +229,11 @@ def encode_texts(lm: LanguageModel, texts: list[str], labels: list[float], chunk
             pieces.append((w, first, i, start))
             start += len(w) - 1 - first
     pieces.sort(key=lambda p: len(p[0]))
-    hidden, targets, lab, unit = [], [], [], []
-    budget = 4096  # tokens per body pass
-    i = 0
-    while i < len(pieces):
-        j = i
-        while j < len(pieces) and (j - i + 1) * len(pieces[j][0]) <= max(budget, len(pieces[j][0])):
-            j += 1
-        batch = pieces[i:j]
-        width = max(len(p[0]) for p in batch)
-        ids = torch.full((len(batch), width), tok.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for r, (w, *_) in enumerate(batch):
-            ids[r, : len(w)] = torch.tensor(w)
-            mask[r, : len(w)] = 1
-        h = lm.final_hidden(ids, mask.to(lm.input_device))  # (b, width, d)
-        for r, (w, first, t, start) in enumerate(batch):
-            n = len(w) - 1  # positions 0..n-1 predict tokens 1..n
-            hidden.append(h[r, first:n].float())
-            targets.append(torch.tensor(w[first + 1 : n + 1]))
-            lab.append(torch.full((n - first,), labels[t]))
-            pos = torch.arange(start, start + n - first)
-            unit.append(t * 1_000_000 + pos // block)
-        i = j
-    head_device = lm.head.weight.device
+    batches = _batches(pieces, budget=4096)
+    # under `accelerate launch` each process encodes its share of the batches; all get every batch back, in order
+    encoded = gather([(k, _encode_batch(lm, batch, labels, block)) for k, batch in mine(batches)], len(batches))
+    hidden, targets, lab, unit = ([x for e in encoded for x in e[part]] for part in range(4))
+    head_device = lm.head_device
     return TokenStates(
         hidden=torch.cat(hidden).to(head_device),
         targets=torch.cat(targets).to(head_device),

@@ -96,7 +96,12 @@ class LanguageModel:
 
     @property
     def input_device(self) -> torch.device:
-        return self.model.get_input_embeddings().weight.device
+        return _execution_device(self.model.get_input_embeddings())
+
+    @property
+    def head_device(self) -> torch.device:
+        """Where the head computes (its weight's device, or accelerate's execution device when the weight is offloaded)."""
+        return _execution_device(self.head)
 
     @property
     def has_chat_template(self) -> bool:
@@ -115,7 +120,7 @@ class LanguageModel:
 
     def head_weight(self, dtype: torch.dtype | None = None) -> torch.Tensor:
         """The output embedding ``E`` ``(V, d)``, converted to ``dtype`` once and kept (training reuses it every step)."""
-        weight = self.head.weight.detach()
+        weight = _loaded_weight(self.head)
         if dtype is None or dtype == weight.dtype:
             return weight
         key = (dtype, weight.data_ptr(), weight._version)
@@ -185,6 +190,26 @@ class _StopForward(Exception):
     """Raised inside the head pre-hook to skip computing logits."""
 
 
+def _execution_device(module: torch.nn.Module) -> torch.device:
+    """The device ``module`` computes on: its weight's, or accelerate's execution device when the weight is offloaded."""
+    device = module.weight.device
+    if device.type == "meta":
+        hook = getattr(module, "_hf_hook", None)
+        device = torch.device(getattr(hook, "execution_device", None) or "cpu")
+    return device
+
+
+def _loaded_weight(module: torch.nn.Module) -> torch.Tensor:
+    """``module.weight``, read from accelerate's offload (CPU RAM or disk) when it lives there (a meta tensor in the module)."""
+    weight = module.weight.detach()
+    if weight.device.type != "meta":
+        return weight
+    weights = getattr(getattr(module, "_hf_hook", None), "weights_map", None)
+    if weights is None:
+        raise RuntimeError("the output head's weight is on the meta device and no offload holds it; load the model again")
+    return weights["weight"].detach().to(_execution_device(module))
+
+
 def model_fingerprint(model: PreTrainedModel) -> str:
     """A short id for a model's weights: architecture, sizes and the signs of a fixed sample of ``E``.
 
@@ -194,10 +219,10 @@ def model_fingerprint(model: PreTrainedModel) -> str:
     entries next to it cross it when rounded to bfloat16.)
     """
     cfg = model.config.get_text_config()
-    weight = model.get_output_embeddings().weight
+    weight = _loaded_weight(model.get_output_embeddings())
     vocab, d = weight.shape
     rows = torch.linspace(0, vocab - 1, steps=min(vocab, 512)).long()
-    sample = weight.detach()[rows.to(weight.device)].float().cpu()  # (512, d)
+    sample = weight[rows.to(weight.device)].float().cpu()  # (512, d)
     signs = torch.signbit(sample).to(torch.int8)
     digest = hashlib.sha256()
     digest.update(f"{cfg.model_type}|{d}|{vocab}|{getattr(cfg, 'num_hidden_layers', '')}|".encode())
@@ -283,6 +308,7 @@ def load_model(
     device: str | torch.device | None = None,
     dtype: torch.dtype | str | None = "auto",
     device_map: str | dict | None = None,
+    offload_folder: str | os.PathLike | None = None,
 ) -> LanguageModel:
     """Load a causal LM offline.
 
@@ -291,8 +317,10 @@ def load_model(
     ``.gguf`` file, or a hub id already in the local Hugging Face cache. GGUF
     models are dequantised once and cached under :func:`cache_dir`.
 
-    ``device``, ``dtype`` and ``device_map`` go to ``from_pretrained``; with
-    ``device_map="auto"`` accelerate spreads a big model over the available GPUs.
+    ``device``, ``dtype``, ``device_map`` and ``offload_folder`` go to ``from_pretrained``; with
+    ``device_map="auto"`` accelerate spreads a big model over the available GPUs, then CPU RAM, then
+    ``offload_folder`` on disk. Steering works wherever the head sits: its hook runs on the head's device,
+    and an offloaded head's weight is read from the offload when the head's maths needs it.
     ``dtype="auto"`` picks :func:`preferred_dtype` for the device; ``None`` keeps
     the checkpoint's own dtype.
 
@@ -304,6 +332,8 @@ def load_model(
     key = str(name) if name is not None else DEFAULT_MODEL
     folder, display, gguf = _local_folder(key)
     kwargs = _load_kwargs(dtype, device, device_map)
+    if offload_folder is not None:
+        kwargs["offload_folder"] = str(offload_folder)
     if folder is not None:
         model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(folder)

@@ -230,7 +230,7 @@ class _Objective:
         """``stepped``: Adam steps will read the training part's base logits (L-BFGS reduces the vocabulary instead)."""
         self.lm, self.eps0, self.use_dummy = lm, config.eps0, use_dummy
         # (V, d) in the training matmul dtype: bfloat16 only where it is fast (a CPU without native bf16 runs it ~100× slower)
-        self.E_mm = lm.head_weight(config.matmul_dtype or preferred_dtype(lm.head.weight.device))
+        self.E_mm = lm.head_weight(config.matmul_dtype or preferred_dtype(lm.head_device))
         self.device = self.E_mm.device
         self.train = self._part(data, masks[0], cache=stepped)
         self.held = self._part(data, masks[1])
