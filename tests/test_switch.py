@@ -278,3 +278,10 @@ def test_switch_file_moves_between_dtypes(saved, gpt2_lm):
     lm16 = LanguageModel(model=copy.deepcopy(gpt2_lm.model).to(torch.bfloat16), tokenizer=gpt2_lm.tokenizer, name="bf16")
     assert load_switch(saved, model=lm16).model_fingerprint == lm16.fingerprint
 
+
+
+def test_the_slider_range_stays_inside_a_fractional_fluent_range():
+    s = Switch(torch.zeros(4, 4), card={"fluent_eps": [-2.5, 4.5]})
+    assert s.slider_range() == (-2.0, 4.0) and s.slider_range(wide=True) == (-8.0, 8.0)
+    narrow = Switch(torch.zeros(4, 4), card={"fluent_eps": [-0.5, 0.5]})
+    assert narrow.slider_range() == (-0.5, 0.5)

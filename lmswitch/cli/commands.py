@@ -48,7 +48,10 @@ def cmd_switch_card(args: argparse.Namespace) -> None:
     data = {"path": args.switch, **s.header(), "dim": s.dim}
     data["card"] = _card_without_curves(s)
     lines = [f"{s.name}: {s.description}", f"  made for {s.model_name} ({s.model_fingerprint}), d = {s.dim}"]
-    lines.append(f"  +eps → {s.positive_label}, -eps → {s.negative_label}; recommended eps {s.eps_range[0]:g}…{s.eps_range[1]:g} × {s.eps0:g}")
+    lo, hi = s.slider_range()
+    recommended = f"recommended eps {s.card.recommended_eps:+g}; " if s.card.recommended_eps is not None else ""
+    lines.append(f"  +eps → {s.positive_label}, -eps → {s.negative_label}; {recommended}"
+                 + (f"fluent eps {s.card.fluent_text}" if s.card.fluent_text else f"slider range {lo:g} … {hi:g}") + f" (× {s.eps0:g})")
     lines += [f"  {k}: {v}" for k, v in data["card"].items()]
     emit(args, data, "\n".join(lines))
 

@@ -91,14 +91,15 @@ class Switch:
             cached = self.__dict__["_digest"] = (key, h.hexdigest()[:16])
         return cached[1]
 
-    # --- arithmetic -----------------------------------------------------------------
     def slider_range(self, wide: bool = False) -> tuple[float, float]:
         """The ε range a user is offered by default (the app's slider): the card's calibrated fluent range when it has
         one (beyond it text tends to loop), else at least −10…+10, wider when the switch recommends more.
         ``wide``: twice as far each way."""
         fluent = self.card.fluent_eps
         if fluent is not None and fluent[1] > fluent[0]:
-            lo, hi = float(math.floor(fluent[0])), float(math.ceil(fluent[1]))
+            lo, hi = float(math.ceil(fluent[0])), float(math.floor(fluent[1]))  # whole ε, never past the fluent range
+            if hi <= lo:  # a range narrower than one whole ε: as measured
+                lo, hi = float(fluent[0]), float(fluent[1])
         else:
             r = float(math.ceil(max(10.0, *map(abs, self.eps_range))))
             lo, hi = -r, r
@@ -107,6 +108,7 @@ class Switch:
             return -2 * reach, 2 * reach
         return lo, hi
 
+    # --- arithmetic -----------------------------------------------------------------
     def __mul__(self, k: float) -> Switch:
         k = float(k)
         if not math.isfinite(k):
