@@ -105,7 +105,7 @@ def test_bad_exports_are_refused_and_nothing_is_written(llama_lm, tmp_path):
     with pytest.raises(ValueError, match="--rank applies to LoRA"):
         export(llama_lm, [(s, 2.0)], tmp_path / "m", format="merged", rank=4)
     with pytest.raises(ValueError, match="unknown export format"):
-        export(llama_lm, [(s, 2.0)], tmp_path / "g", format="gguf")
+        export(llama_lm, [(s, 2.0)], tmp_path / "g", format="onnx")
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # not even a temporary folder is left
 
 
@@ -164,7 +164,7 @@ def test_cli_export_writes_an_adapter_and_prints_its_fidelity(llama_lm, tmp_path
     code = main(["--model", str(folder), "export", "--switch", f"{path}=9", "--out", str(tmp_path / "far")])
     assert code == 0 and "beyond its fluent range -2 … +3" in capsys.readouterr().err
     with pytest.raises(SystemExit) as stop:  # checked before any model is loaded
-        main(["--model", "no-such-model", "export", "--switch", f"{path}=5", "--format", "gguf-lora", "--out", str(tmp_path / "g")])
+        main(["--model", "no-such-model", "export", "--switch", f"{path}=5", "--format", "onnx", "--out", str(tmp_path / "g")])
     assert stop.value.code == 2 and "invalid choice" in capsys.readouterr().err
 
 

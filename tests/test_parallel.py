@@ -77,3 +77,21 @@ def test_accelerate_launch_trains_the_switch_one_process_trains(tmp_path):
     assert json.loads(two.stdout)["out"] == str(tmp_path / "two.safetensors")  # printed once: by the main process only
     a, b = ls.load_switch(tmp_path / "one.safetensors"), ls.load_switch(tmp_path / "two.safetensors")
     assert torch.equal(a.W, b.W) and a.card["tokens_train"] == b.card["tokens_train"]
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_accelerate_launch_evaluates_a_sweep_like_one_process(tmp_path):
+    """Two processes sample their shares of the batches and gather them: the same texts and scores as one process."""
+    sweep = ["-m", "lmswitch", "--dtype", "float32", "--json", "eval", "--switch", "sentiment", "--eps=-6,0,6", "--limit", "4",
+             "--samples", "2", "--max-new-tokens", "12", "--out"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    one = subprocess.run([sys.executable, *sweep, str(tmp_path / "one")], env=env, capture_output=True, text=True, cwd=ROOT)
+    accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2", "--num_machines", "1",
+                  "--mixed_precision", "no", "--dynamo_backend", "no"]
+    two = subprocess.run([*accelerate, *sweep, str(tmp_path / "two")], env=env, capture_output=True, text=True, cwd=ROOT)
+    assert one.returncode == 0 and two.returncode == 0, one.stderr[-2000:] + two.stderr[-2000:]
+    a, b = (json.loads((tmp_path / name / "results.json").read_text()) for name in ("one", "two"))
+    timeless = [[{k: v for k, v in row.items() if k != "seconds"} for row in r["sweep"]] for r in (a, b)]
+    assert a["texts"] == b["texts"] and timeless[0] == timeless[1]
+    assert len(a["texts"]) == 3 and len(a["texts"][0]) == 4 * 2  # three ε, four prompts × two samples each

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from lmswitch.cli.common import emit, log, open_switch
 from lmswitch.core.models import LanguageModel, load_model
+from lmswitch.core.parallel import is_main, world
 from lmswitch.core.switch import Switch
 from lmswitch.harness.evaluate import Evaluation, Protocol, evaluate_grid, evaluate_sweep, load_prompts
 from lmswitch.harness.pretrained import PRETRAINED_DIR
@@ -93,7 +94,7 @@ def _evaluate(args: argparse.Namespace, lm: LanguageModel) -> None:
     protocol.sampling().validate(lm)
     outcome = (_grid if args.grid else _sweep)(args, lm, switch, prompts, protocol, metrics)
     outcome.data.update({"prompts": args.prompts, "n_prompts": len(prompts), "protocol": protocol.__dict__})
-    if args.out:
+    if args.out and is_main():  # under accelerate launch every process has every result; one writes them
         _write(outcome, args.out, args.png)
     emit(args, outcome.data, "\n".join(outcome.lines))
 
@@ -167,6 +168,9 @@ def _stance(args: argparse.Namespace, lm: LanguageModel) -> None:
 
 def cmd_eval(args: argparse.Namespace, lm: LanguageModel) -> None:
     """``eval``: the frontier, the stance evaluation, the transfer report, the full report, or a sweep/grid."""
+    if world()[1] > 1 and (args.stance or args.frontier or args.transfer_to or args.report):
+        raise ValueError("under accelerate launch, eval runs ε sweeps and grids (--switch); run --stance, --frontier, "
+                         "--transfer-to and --report in one process")
     if args.stance:
         _stance(args, lm)
     elif args.frontier:

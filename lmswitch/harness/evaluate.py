@@ -40,6 +40,7 @@ from lmswitch.core.generate import encode_prompts, generate_tokens
 from lmswitch.core.hidden import encode_text, target_logprobs
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SAMPLING, SamplingOptions
+from lmswitch.core.parallel import gather, mine
 from lmswitch.core.steering import Setting, check_setting
 from lmswitch.core.switch import Switch
 from lmswitch.io.resources import prompts_dir
@@ -381,23 +382,26 @@ def instructed(lm: LanguageModel, prompt: str, instruction: str | None) -> str:
 def _sample(lm: LanguageModel, rows: Sequence[tuple], opts: SamplingOptions, batch_size: int, progress: Progress | None,
             during: Callable[[], AbstractContextManager] = nullcontext) -> tuple[list[str], list[float], list[int]]:
     """Continue each (setting, prompt, seed, instruction) row in batches: its text, and the NLL and token count of its
-    new tokens under the unsteered model given the plain prompt. ``during()`` is open while tokens are sampled only."""
-    texts: list[str] = []
-    nll: list[float] = []
-    counts: list[int] = []
-    for s in range(0, len(rows), batch_size):
-        chunk = rows[s : s + batch_size]
-        sources = [instructed(lm, p, instruction) for _, p, _, instruction in chunk]
-        with during():
-            gen = generate_tokens(lm, sources, [r[0] for r in chunk], [r[2] for r in chunk], opts)
-        texts += gen.texts
-        plain = (gen.prompt_ids, gen.prompt_mask) if sources == [r[1] for r in chunk] else encode_prompts(lm, [r[1] for r in chunk], opts)
-        a, b = continuation_nll(lm, *plain, gen.new_ids, gen.new_mask)
-        nll += a
-        counts += b
+    new tokens under the unsteered model given the plain prompt. ``during()`` is open while tokens are sampled only.
+    Under ``accelerate launch`` each process samples its share of the batches, and all get every result back."""
+    chunks = [rows[s : s + batch_size] for s in range(0, len(rows), batch_size)]
+    done = []
+    for k, chunk in mine(chunks):
+        done.append((k, _sample_chunk(lm, chunk, opts, during)))
         if progress:
-            progress(s + len(chunk), len(rows))
-    return texts, nll, counts
+            progress(min((k + 1) * batch_size, len(rows)), len(rows))
+    results = gather(done, len(chunks))
+    return [t for r in results for t in r[0]], [x for r in results for x in r[1]], [c for r in results for c in r[2]]
+
+
+def _sample_chunk(lm: LanguageModel, chunk: Sequence[tuple], opts: SamplingOptions,
+                  during: Callable[[], AbstractContextManager]) -> tuple[list[str], list[float], list[int]]:
+    sources = [instructed(lm, p, instruction) for _, p, _, instruction in chunk]
+    with during():
+        gen = generate_tokens(lm, sources, [r[0] for r in chunk], [r[2] for r in chunk], opts)
+    plain = (gen.prompt_ids, gen.prompt_mask) if sources == [r[1] for r in chunk] else encode_prompts(lm, [r[1] for r in chunk], opts)
+    nll, counts = continuation_nll(lm, *plain, gen.new_ids, gen.new_mask)
+    return gen.texts, list(nll), list(counts)
 
 
 def evaluate_settings(
