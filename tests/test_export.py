@@ -87,11 +87,12 @@ def test_rank_truncation_reports_what_it_keeps(llama_lm, tmp_path):
     assert kept == pytest.approx(float((singular[:4] ** 2).sum() / (singular**2).sum()), rel=1e-6)
     report = export_peft(llama_lm, [(s, 5.0)], tmp_path / "r4", rank=4)
     assert report.rank == 4 and 0.05 < report.relative_logit_error < 1  # a random switch loses a lot at rank 4, and says so
+    assert report.promoted_words_kept < 1
     low = random_switch(llama_lm, seed=4, scale=20.0)
     u, sv, vh = torch.linalg.svd(low.W)
     low.W = (u[:, :3] * sv[:3]) @ vh[:3]  # a planted rank-3 switch is exported exactly at rank 3
     exact = export_peft(llama_lm, [(low, 5.0)], tmp_path / "r3", rank=8)
-    assert exact.full_rank == 3 and exact.rank == 3 and exact.relative_logit_error < 1e-4
+    assert exact.full_rank == 3 and exact.rank == 3 and exact.relative_logit_error < 1e-4 and exact.promoted_words_kept == 1.0
 
 
 def test_bad_exports_are_refused_and_nothing_is_written(llama_lm, tmp_path):
@@ -151,7 +152,7 @@ def test_cli_export_writes_an_adapter_and_prints_its_fidelity(llama_lm, tmp_path
                  "--out", str(tmp_path / "out"), "--rank", "8"])
     out = capsys.readouterr()
     assert code == 0 and (tmp_path / "out" / "adapter_config.json").is_file(), out.err
-    assert "rank 8 of 32" in out.out and "relative error of the logit change" in out.out
+    assert "rank 8 of 32" in out.out and "relative error of the logit change" in out.out and "most promoted words kept" in out.out
     assert json.loads((tmp_path / "out" / "adapter_config.json").read_text())["base_model_name_or_path"] == str(folder)
     code = main(["--model", str(folder), "export", "--switch", str(path), "--out", str(tmp_path / "noeps")])
     assert code != 0 and "no recommended ε" in capsys.readouterr().err and not (tmp_path / "noeps").exists()

@@ -200,8 +200,9 @@ def cmd_export(args: argparse.Namespace, lm: LanguageModel) -> None:
     r = export(lm, setting, args.out, format=args.format, rank=args.rank, force=args.force)
     what = (f"a {r.format} LoRA on '{r.target_module}', rank {r.rank} of {r.full_rank} ({r.kept_energy:.1%} of the steering matrix's "
             "energy kept)" if "lora" in r.format or r.format == "peft" else f"a {r.format} model with the steered '{r.target_module}' baked in")
+    kept = f", {r.promoted_words_kept:.0%} of its 50 most promoted words kept" if r.rank < r.full_rank else ""
     emit(args, r.to_dict(), "\n".join([f"wrote {r.out}: {what}, relative error of the logit change {r.relative_logit_error:.1e} "
-                                       f"(largest logit error {r.max_logit_error:.1e}) at "
+                                       f"(largest logit error {r.max_logit_error:.1e}{kept}) at "
                                        f"{', '.join(f'{n}={e:+g}' for n, e in r.setting)}", *(f"note: {n}" for n in r.notes)]))
 
 

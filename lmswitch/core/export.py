@@ -58,6 +58,7 @@ class ExportReport:
     kept_energy: float  # share of ‖M‖²_F (the steering matrix, not the logits) kept by the truncation; 1.0: exact
     relative_logit_error: float  # ‖Δlogits_written − Δlogits_switch‖ / ‖Δlogits_switch‖ over a reference text
     max_logit_error: float  # the largest |logit_written − logit_switch| on that text (float32 rounding of a merged head shows here)
+    promoted_words_kept: float  # share of the switch's 50 most promoted tokens on that text still among the written change's 50
     target_module: str  # the head's name in the model
     setting: list[tuple[str, float]]  # (switch name, ε), in the order given
     notes: tuple[str, ...] = ()  # anything the user should know (a rank above the full rank, …)
@@ -117,14 +118,23 @@ def _reference_states(lm: LanguageModel) -> torch.Tensor:
         return lm.final_hidden(ids)[0].detach().to("cpu", torch.float64)
 
 
-def logit_errors(lm: LanguageModel, setting: Setting, written: Callable[[torch.Tensor], torch.Tensor]) -> tuple[float, float]:
+TOP_WORDS = 50  # the promoted words whose survival a truncated export reports
+
+
+def logit_errors(lm: LanguageModel, setting: Setting, written: Callable[[torch.Tensor], torch.Tensor]) -> tuple[float, float, float]:
     """How far the written logit change ``written(c)`` is from the switch's ``E M c`` over a reference text, in float64:
-    ``(relative error of the change, largest absolute logit error)``."""
+    ``(relative error of the change, largest absolute logit error, share of the switch's most promoted words kept)``.
+
+    The last is the effect a user sees: of the :data:`TOP_WORDS` tokens the switch raises most on average over the
+    text, the share that are still among the written change's top :data:`TOP_WORDS`."""
     c = _reference_states(lm)
     E = lm.head_weight().detach().to("cpu", torch.float64)
     want = (c @ _steering(lm, setting).T) @ E.T
-    diff = written(c) - want
-    return float(diff.norm() / want.norm().clamp_min(1e-300)), float(diff.abs().max())
+    got = written(c)
+    diff = got - want
+    top = min(TOP_WORDS, want.shape[-1])
+    wanted, kept = (set(x.mean(0).topk(top).indices.tolist()) for x in (want, got))
+    return float(diff.norm() / want.norm().clamp_min(1e-300)), float(diff.abs().max()), len(wanted & kept) / top
 
 
 def setting_names(setting: Setting) -> list[tuple[str, float]]:
