@@ -20,9 +20,10 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -39,6 +40,8 @@ from lmswitch.webapp.backend import USER_ERRORS, Backend
 
 MAX_BODY_BYTES = 1_000_000  # a request body above this is refused with 413
 MAX_SWITCHES = 16  # switches in one request
+MAX_TOKENS = 1024  # new tokens per request: one request holds the compute thread while it runs
+MAX_IN_FLIGHT = 8  # requests running or waiting; beyond it a request is refused at once ("busy, retry"), never left to time out
 Number = StrictInt | StrictFloat
 
 
@@ -129,9 +132,11 @@ _TYPE_TAG = re.compile(r"^(int|float|str|bool|(list|dict)\[.*\]|function-.*)$") 
 class OpenAIApi:
     """The ``/v1`` routes over a :class:`Backend`; ``api_key`` (when set) must come as ``Authorization: Bearer KEY``."""
 
-    def __init__(self, backend: Backend, api_key: str | None = None) -> None:
+    def __init__(self, backend: Backend, api_key: str | None = None, max_in_flight: int = MAX_IN_FLIGHT) -> None:
         self.backend = backend
         self.api_key = api_key or None
+        self.slots = threading.BoundedSemaphore(max_in_flight)
+        self.max_in_flight = max_in_flight
 
     def router(self) -> APIRouter:
         router = APIRouter(prefix="/v1")
@@ -160,15 +165,26 @@ class OpenAIApi:
         try:
             self._authorise(request)
             job = self._job(_validated(model, await request.body()), chat)
-            if job.stream:
-                return StreamingResponse(self._events(job), media_type="text/event-stream")
-            generated = await run_in_threadpool(self.backend.run, generate_tokens, job.lm, [job.prompt], [job.setting], [job.seed],
-                                                job.options)
+            self._take_slot()
         except ApiError as err:
             return err.response()
         except USER_ERRORS as err:
             return ApiError(400, str(err)).response()
+        if job.stream:
+            return StreamingResponse(_Releasing(self._events(job), self.slots.release), media_type="text/event-stream")
+        try:
+            generated = await run_in_threadpool(self.backend.run, generate_tokens, job.lm, [job.prompt], [job.setting], [job.seed],
+                                                job.options)
+        except USER_ERRORS as err:
+            return ApiError(400, str(err)).response()
+        finally:
+            self.slots.release()
         return JSONResponse(_completion(job, generated))
+
+    def _take_slot(self) -> None:
+        if not self.slots.acquire(blocking=False):
+            raise ApiError(503, f"the server is busy ({self.max_in_flight} requests running or waiting); retry in a few seconds",
+                           kind="server_error", code="busy")
 
     # --- checks -------------------------------------------------------------------------------------------
     def _authorise(self, request: Request) -> None:
@@ -210,6 +226,9 @@ class OpenAIApi:
             raise ApiError(400, f"prompt: one prompt per request; got {len(req.prompt)}", param="prompt")
         lm, library = self._model(req.model)
         limit = req.max_completion_tokens if isinstance(req, ChatRequest) and req.max_completion_tokens is not None else req.max_tokens
+        if limit is not None and limit > MAX_TOKENS:
+            raise ApiError(400, f"max_tokens {limit} is more than this server generates per request ({MAX_TOKENS}); ask for fewer, "
+                                "or continue the text in a second request", param="max_tokens")
         d = SAMPLING
         options = SamplingOptions(max_new_tokens=d.max_new_tokens if limit is None else limit,
                                   temperature=d.temperature if req.temperature is None else float(req.temperature),
@@ -241,6 +260,32 @@ class OpenAIApi:
         except USER_ERRORS as err:
             yield _event(ApiError(400, str(err)).body())
         yield "data: [DONE]\n\n"
+
+
+class _Releasing:
+    """``items``, calling ``release`` once when they end, are closed, or are dropped unread (a client gone before its
+    stream started): a streaming request's slot is never kept."""
+
+    def __init__(self, items: Iterator[str], release: Callable[[], None]) -> None:
+        self.items, self._release = items, release
+
+    def __iter__(self) -> _Releasing:
+        return self
+
+    def __next__(self) -> str:
+        try:
+            return next(self.items)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        release, self._release = self._release, None
+        if release is not None:
+            self.items.close()
+            release()
+
+    __del__ = close
 
 
 def _event(data: dict) -> str:
