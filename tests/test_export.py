@@ -207,3 +207,25 @@ def test_two_shipped_switches_merged_into_the_embedded_model(lm32, tmp_path):
         greedy = merged.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=lm.tokenizer.pad_token_id)
     text = lm.tokenizer.decode(greedy[0, ids.shape[1]:], skip_special_tokens=True)
     assert text == ls.generate(lm, "My weekend was", setting, max_new_tokens=12, temperature=0)[0]
+
+
+def test_a_foreign_adapter_or_the_model_itself_is_never_replaced(llama_lm, tmp_path):
+    """Only folders lmswitch wrote (marked in their metadata) are replaced; a user's own adapter with the same file names is not."""
+    s = random_switch(llama_lm, seed=1, scale=20.0)
+    theirs = tmp_path / "their-lora"
+    export_peft(llama_lm, [(s, 2.0)], theirs)
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(theirs / "adapter_model.safetensors"))
+    save_file(tensors, str(theirs / "adapter_model.safetensors"))  # the same names, no lmswitch marker: someone else's adapter
+    before = (theirs / "adapter_model.safetensors").read_bytes()
+    with pytest.raises(ValueError, match="already holds other files"):
+        export_peft(llama_lm, [(s, 4.0)], theirs)
+    assert (theirs / "adapter_model.safetensors").read_bytes() == before
+    folder = tmp_path / "model"
+    llama_lm.model.save_pretrained(folder)
+    llama_lm.tokenizer.save_pretrained(folder)
+    lm = ls.load_model(str(folder), dtype="float32")
+    for fmt in ("peft", "merged"):
+        with pytest.raises(ValueError, match="holds the model itself"):
+            export(lm, [(random_switch(lm, seed=1), 2.0)], folder, format=fmt, force=True)

@@ -49,3 +49,23 @@ def test_bad_requests_never_take_a_slot(client):
     refused = ask(client, max_tokens=MAX_TOKENS + 1).json()["error"]
     assert refused["param"] == "max_tokens" and f"({MAX_TOKENS})" in refused["message"]
     assert ask(client).status_code == 200
+
+
+def test_the_api_key_takes_the_bearer_scheme_in_any_case_and_bodies_are_sized_before_reading(llama_lm, tmp_path):
+    app = FastAPI()
+    app.include_router(OpenAIApi(Backend.with_model(llama_lm, tmp_path), api_key="k1").router())
+    client = TestClient(app)
+    assert client.get("/v1/models", headers={"Authorization": "bearer k1"}).status_code == 200
+    assert client.get("/v1/models", headers={"Authorization": "k1"}).status_code == 401  # no scheme: refused
+    big = client.post("/v1/completions", content=b"{}", headers={"Authorization": "Bearer k1", "Content-Length": "2000000"})
+    assert big.status_code == 413
+
+
+def test_a_prompt_that_cannot_be_rendered_is_a_400_before_any_stream(llama_lm, tmp_path):
+    app = FastAPI()
+    app.include_router(OpenAIApi(Backend.with_model(llama_lm, tmp_path)).router())
+    client = TestClient(app)
+    binary = client.post("/v1/completions", json={"prompt": "a\x00b", "stream": True})
+    assert binary.status_code == 400 and "NUL" in binary.json()["error"]["message"]
+    chat = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "stream": True})
+    assert chat.status_code == 400 and "no chat template" in chat.json()["error"]["message"]

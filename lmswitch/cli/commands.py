@@ -197,6 +197,8 @@ def cmd_export(args: argparse.Namespace, lm: LanguageModel) -> None:
     switches = [(open_switch(ref, lm), eps) for ref, eps in args.switch]
     setting = [(s, _card_eps(s, eps)) for s, eps in switches]
     _warn_beyond_fluent(setting)
+    if not is_main():  # under accelerate launch: one process writes
+        return
     r = export(lm, setting, args.out, format=args.format, rank=args.rank, force=args.force)
     what = (f"a {r.format} LoRA on '{r.target_module}', rank {r.rank} of {r.full_rank} ({r.kept_energy:.1%} of the steering matrix's "
             "energy kept)" if "lora" in r.format or r.format == "peft" else f"a {r.format} model with the steered '{r.target_module}' baked in")
@@ -242,6 +244,8 @@ CONFLICTS = {  # subcommand → [(a bad combination of options, what to do inste
 
 def run(args: argparse.Namespace) -> int:
     """Run the parsed command line; returns the exit code (errors are raised, for :func:`~lmswitch.cli.main`)."""
+    if getattr(args, "offload_folder", None) and not getattr(args, "device_map", None):
+        raise ValueError("--offload-folder is where --device-map puts weights that fit nowhere else; add --device-map auto")
     for bad, message in CONFLICTS.get(args.command, []):
         if bad(args):
             raise ValueError(message)

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import save_file
 
 from lmswitch.core.models import LanguageModel
@@ -90,13 +91,24 @@ def _steering(lm: LanguageModel, setting: Setting) -> torch.Tensor:
     return M.double()
 
 
+def _rank(singular: torch.Tensor, shape: torch.Size) -> int:
+    """The rank of a steering matrix from its singular values: those above float32 noise (switches are stored in float32)."""
+    return int((singular > singular.max() * max(shape) * torch.finfo(torch.float32).eps).sum())
+
+
+def full_rank(lm: LanguageModel, setting: Setting) -> int:
+    """The rank of ``setting``'s steering matrix (what an exact export writes)."""
+    M = _steering(lm, setting)
+    return _rank(torch.linalg.svdvals(M), M.shape)
+
+
 def lora_factors(lm: LanguageModel, setting: Setting, rank: int | None = None) -> tuple[torch.Tensor, torch.Tensor, int, float]:
     """``(A, B, full rank, kept energy)``: ``B @ A`` is the logit change ``E M`` of ``setting``, truncated to ``rank``."""
     if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool) or rank < 1):
         raise ValueError(f"rank must be a positive integer; got {rank!r}")
     M = _steering(lm, setting)
     U, S, Vh = torch.linalg.svd(M)
-    full = int((S > S.max() * max(M.shape) * torch.finfo(torch.float32).eps).sum())
+    full = _rank(S, M.shape)
     r = min(rank or full, full)
     kept = float((S[:r] ** 2).sum() / (S**2).sum())
     E = lm.head_weight().detach().to("cpu", torch.float64)
@@ -141,10 +153,15 @@ def setting_names(setting: Setting) -> list[tuple[str, float]]:
     return [(switch.name, float(eps)) for switch, eps in setting]
 
 
-def _check_out(folder: Path, ours: Callable[[Path], bool], force: bool) -> None:
-    """Refuse to write into a folder that holds anything but an earlier export of this format (unless ``force``)."""
+def _check_out(folder: Path, ours: Callable[[Path], bool], force: bool, model_files: tuple[str, ...] = ()) -> None:
+    """Refuse to write into a folder that holds anything but an earlier export of this format (unless ``force``), and
+    ever into the folder of the model's own files (``model_files``)."""
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"--out {folder} is a file; give a folder to write")
+    for path in filter(None, model_files):
+        model = Path(path).resolve()
+        if folder.resolve() in (model, model.parent):
+            raise ValueError(f"--out {folder} holds the model itself ({path}); write the export to a new folder")
     if folder.is_dir() and any(folder.iterdir()) and not ours(folder) and not force:
         shown = ", ".join(sorted(p.name for p in folder.iterdir())[:4])
         raise ValueError(f"--out {folder} already holds other files ({shown} …); choose a new or empty folder "
@@ -167,8 +184,11 @@ def _publish(tmp: Path, folder: Path, force: bool) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def write_folder(folder: Path, ours: Callable[[Path], bool], force: bool, write: Callable[[Path], None]) -> None:
-    _check_out(folder, ours, force)
+def write_folder(folder: Path, ours: Callable[[Path], bool], force: bool, write: Callable[[Path], None],
+                 model_files: tuple[str, ...] = ()) -> None:
+    """Write an export into ``folder`` through a temporary folder beside it (see :func:`_check_out` for what is refused)."""
+    folder = folder.resolve()
+    _check_out(folder, ours, force, model_files)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
@@ -180,7 +200,14 @@ def write_folder(folder: Path, ours: Callable[[Path], bool], force: bool, write:
 
 
 def _is_adapter(folder: Path) -> bool:
-    return all(p.name in (ADAPTER_FILE, CONFIG_FILE) for p in folder.iterdir())
+    """An earlier peft export of lmswitch: only its two files, the weights marked with lmswitch's setting."""
+    if not all(p.name in (ADAPTER_FILE, CONFIG_FILE) for p in folder.iterdir()) or not (folder / ADAPTER_FILE).is_file():
+        return False
+    try:
+        with safe_open(str(folder / ADAPTER_FILE), "pt") as f:
+            return "lmswitch_setting" in (f.metadata() or {})
+    except Exception:  # not a safetensors file we can read: not ours
+        return False
 
 
 def _is_merged(folder: Path) -> bool:
@@ -205,7 +232,7 @@ def export_peft(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *, 
         save_file(tensors, str(tmp / ADAPTER_FILE), metadata={"format": "pt", "lmswitch_setting": json.dumps(setting_names(setting))})
         (tmp / CONFIG_FILE).write_text(json.dumps(_peft_config(lm, target, r), indent=2), encoding="utf-8")
 
-    write_folder(Path(out), _is_adapter, force, write)
+    write_folder(Path(out), _is_adapter, force, write, (lm.gguf_path, lm.pretrained_id))
     errors = logit_errors(lm, setting, lambda c: (c @ A.double().T) @ B.double().T)
     notes = (f"rank {rank} is above the steering's full rank {full}; the adapter has rank {full}",) if rank and rank > full else ()
     return ExportReport(str(out), "peft", r, full, round(kept, 6), *errors, target, setting_names(setting), notes)
@@ -225,7 +252,7 @@ def export_merged(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *
     """
     target = head_module_name(lm)
     head = merged_head(lm, setting)
-    full = int(torch.linalg.matrix_rank(_steering(lm, setting)))
+    full = full_rank(lm, setting)
 
     def write(tmp: Path) -> None:
         state = dict(lm.model.state_dict())
@@ -236,7 +263,7 @@ def export_merged(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *
         (tmp / MERGED_MARKER).write_text(json.dumps({"setting": setting_names(setting), "base": lm.pretrained_id or lm.name},
                                                               indent=2), encoding="utf-8")
 
-    write_folder(Path(out), _is_merged, force, write)
+    write_folder(Path(out), _is_merged, force, write, (lm.gguf_path, lm.pretrained_id))
     E = lm.head_weight().detach().to("cpu", torch.float64)
     errors = logit_errors(lm, setting, lambda c: c @ (head.double() - E).T)
     notes = () if head.dtype == torch.float32 else (

@@ -26,7 +26,16 @@ import gguf
 import numpy as np
 import torch
 
-from lmswitch.core.export import ExportReport, head_module_name, logit_errors, lora_factors, merged_head, setting_names, write_folder
+from lmswitch.core.export import (
+    ExportReport,
+    full_rank,
+    head_module_name,
+    logit_errors,
+    lora_factors,
+    merged_head,
+    setting_names,
+    write_folder,
+)
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.steering import Setting
 
@@ -36,6 +45,7 @@ MERGED_FILE = "model.gguf"
 BASE_FILE = "base.gguf"
 ADAPTER_FILE = "adapter.gguf"
 GGUF_FILES = (MERGED_FILE, BASE_FILE, ADAPTER_FILE)
+SETTING_KEY = "lmswitch.setting"  # in every file lmswitch writes: how a folder is known as an earlier export
 
 
 def source_gguf(lm: LanguageModel) -> Path:
@@ -65,6 +75,9 @@ def _write_model(reader: gguf.GGUFReader, path: Path, head: Callable[[], tuple[n
                  extra: dict[str, str]) -> None:
     """The reader's model with its ``output.weight`` set to ``head()`` (raw data and type), every other tensor copied."""
     writer = gguf.GGUFWriter(str(path), _arch(reader), endianess=reader.endianess)
+    alignment = reader.fields.get(gguf.Keys.General.ALIGNMENT)
+    if alignment is not None:
+        writer.data_alignment = int(alignment.contents())  # tensor offsets follow the source's alignment
     _copy_metadata(reader, writer, extra)
     tensors = [t for t in reader.tensors if t.name != HEAD]
     data, kind = head()
@@ -94,7 +107,7 @@ def _check_head(lm: LanguageModel, reader: gguf.GGUFReader) -> None:
 
 
 def _setting_note(setting: Setting) -> dict[str, str]:
-    return {"lmswitch.setting": ", ".join(f"{n}={e:+g}" for n, e in setting_names(setting))}
+    return {SETTING_KEY: ", ".join(f"{n}={e:+g}" for n, e in setting_names(setting))}
 
 
 def export_gguf_merged(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *, force: bool = False) -> ExportReport:
@@ -102,12 +115,12 @@ def export_gguf_merged(lm: LanguageModel, setting: Setting, out: str | os.PathLi
     reader = gguf.GGUFReader(str(source_gguf(lm)))
     _check_head(lm, reader)
     head = merged_head(lm, setting).float()
-    full = lora_factors(lm, setting)[2]
+    full = full_rank(lm, setting)
 
     def write(tmp: Path) -> None:
         _write_model(reader, tmp / MERGED_FILE, lambda: (head.numpy(), gguf.GGMLQuantizationType.F32), _setting_note(setting))
 
-    write_folder(Path(out), _only_gguf, force, write)
+    write_folder(Path(out), _is_ours, force, write, (lm.gguf_path, lm.pretrained_id))
     E = lm.head_weight().detach().to("cpu", torch.float64)
     errors = logit_errors(lm, setting, lambda c: c @ (head.double() - E).T)
     return ExportReport(str(out), "gguf", full, full, 1.0, *errors, "output.weight", setting_names(setting))
@@ -126,7 +139,8 @@ def export_gguf_lora(lm: LanguageModel, setting: Setting, out: str | os.PathLike
         if tied:
             embedding = _tensor(reader, EMBEDDING)
             _write_model(reader, tmp / BASE_FILE, lambda: (embedding.data, embedding.tensor_type),
-                         {"lmswitch.note": "the head untied from the token embedding (a byte copy), for lmswitch's LoRA adapters"})
+                         {**_setting_note(setting),
+                          "lmswitch.note": "the head untied from the token embedding (a byte copy), for lmswitch's LoRA adapters"})
         writer = gguf.GGUFWriter(str(tmp / ADAPTER_FILE), _arch(reader))
         writer.add_type(gguf.GGUFType.ADAPTER)
         writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
@@ -140,12 +154,19 @@ def export_gguf_lora(lm: LanguageModel, setting: Setting, out: str | os.PathLike
         writer.write_tensors_to_file()
         writer.close()
 
-    write_folder(Path(out), _only_gguf, force, write)
+    write_folder(Path(out), _is_ours, force, write, (lm.gguf_path, lm.pretrained_id))
     errors = logit_errors(lm, setting, lambda c: (c @ A.double().T) @ B.double().T)
     notes = (f"the model's head is tied to its token embedding: load {BASE_FILE} (the same model with an untied head) with "
              f"{ADAPTER_FILE}",) if tied else (f"load {ADAPTER_FILE} on {lm.gguf_path}",)
     return ExportReport(str(out), "gguf-lora", r, full, round(kept, 6), *errors, HEAD, setting_names(setting), notes)
 
 
-def _only_gguf(folder: Path) -> bool:
-    return all(p.name in GGUF_FILES for p in folder.iterdir())
+def _is_ours(folder: Path) -> bool:
+    """An earlier GGUF export of lmswitch: only its files, each carrying lmswitch's setting in its metadata."""
+    files = list(folder.iterdir())
+    if not files or not all(p.name in GGUF_FILES for p in files):
+        return False
+    try:
+        return all(SETTING_KEY in gguf.GGUFReader(str(p)).fields for p in files)
+    except Exception:  # not a GGUF file we can read: not ours
+        return False

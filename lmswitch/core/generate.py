@@ -118,7 +118,7 @@ Messages = Sequence[Mapping[str, str]]  # a conversation: {"role": "system" | "u
 Prompt = str | Messages  # a plain prompt, or (with chat) a whole conversation
 
 
-def _prompt_text(lm: LanguageModel, prompt: Prompt, chat: bool) -> str:
+def prompt_text(lm: LanguageModel, prompt: Prompt, chat: bool) -> str:
     """The text the model continues: the prompt itself, or the chat template applied to it (a message or a conversation)."""
     if isinstance(prompt, str):
         if "\x00" in prompt:
@@ -142,7 +142,7 @@ def encode_prompts(lm: LanguageModel, prompts: Sequence[Prompt], opts: SamplingO
     for prompt in prompts:
         if not isinstance(prompt, (str, list, tuple)):
             raise TypeError(f"a prompt must be a string; got {type(prompt).__name__}")
-        text = _prompt_text(lm, prompt, opts.chat)
+        text = prompt_text(lm, prompt, opts.chat)
         ids = tok(text, add_special_tokens=not opts.chat).input_ids
         if not ids:
             start = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id

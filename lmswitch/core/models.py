@@ -371,7 +371,7 @@ def _load_kwargs(dtype: torch.dtype | str | None, device, device_map) -> dict:
     """``from_pretrained`` keywords: the dtype (``"auto"``: :func:`preferred_dtype`) and any device map."""
     kwargs: dict = {}
     if dtype == "auto":
-        dtype = preferred_dtype(device if device_map is None else "cuda")
+        dtype = preferred_dtype(device if device_map is None else ("cuda" if torch.cuda.is_available() else "cpu"))
     if isinstance(dtype, str):
         if not isinstance(getattr(torch, dtype, None), torch.dtype):
             raise ValueError(f"unknown dtype '{dtype}'; use float32, bfloat16, float16 or auto")

@@ -25,7 +25,7 @@ from lmswitch.lenses.meter import MAX_SWITCHES as MAX_METER_SWITCHES
 from lmswitch.lenses.meter import measure
 from lmswitch.lenses.spans import highlight
 from lmswitch.lenses.svd import promoted_words
-from lmswitch.serve.session import Session, check_name
+from lmswitch.serve.session import MAX_SESSION_SWITCHES, Session, check_name
 from lmswitch.webapp.backend import Backend, user_errors
 from lmswitch.webapp.lens import MAX_HIGHLIGHT_CHARS
 from lmswitch.webapp.steer import generate_api
@@ -121,6 +121,9 @@ class McpTools:
             raise ValueError(f"mode must be one of {', '.join(TRAIN_MODES)}; got {mode!r}")
         lm, library = self.backend.get()
         check_name(name)
+        if len(self.session.switches) >= MAX_SESSION_SWITCHES:  # checked before spending the training time
+            raise ValueError(f"this server already holds {MAX_SESSION_SWITCHES} switches trained over MCP; restart the app to clear "
+                             "them, or train in the app and save to the library")
         pos, neg = training_data(TRAIN_MODES[mode], positive, None, negative, None)
         switch = self.backend.run(train_switch, lm, pos, neg, name=name, config=TrainConfig(steps=steps))
         switch.card = self.backend.run(calibrated_card, lm, switch)
@@ -151,12 +154,14 @@ class McpTools:
 
         Args:
             text: the text to measure.
-            switches: comma-separated switch names (empty: every switch, up to 8).
+            switches: comma-separated switch names (empty: every switch; the meter reads at most 8).
 
         Returns:
             per switch, the best ε, the style it points to and the evidence in nats.
         """
         lm, library = self.backend.get()
         names = parse_names(switches) or self.session.available(library)
+        if len(names) > MAX_METER_SWITCHES and parse_names(switches):
+            raise ValueError(f"the meter reads at most {MAX_METER_SWITCHES} switches at once; got {len(names)}")
         chosen = [self.session.get(n, library) for n in names][:MAX_METER_SWITCHES]
         return self.backend.run(measure, lm, chosen, text).to_dict()

@@ -29,10 +29,11 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from jinja2 import TemplateError
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from lmswitch.core.generate import Generated, Prompt, generate_tokens, stream_tokens
+from lmswitch.core.generate import Generated, Prompt, generate_tokens, prompt_text, stream_tokens
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SAMPLING, SamplingOptions
 from lmswitch.core.steering import Setting
@@ -164,11 +165,15 @@ class OpenAIApi:
     async def _serve(self, request: Request, model: type[_Request], chat: bool):
         try:
             self._authorise(request)
+            declared = request.headers.get("content-length", "0")
+            if declared.isdigit() and int(declared) > MAX_BODY_BYTES:  # refused before reading it
+                raise ApiError(413, f"the request body has {int(declared):,} bytes; the limit is {MAX_BODY_BYTES:,}",
+                               code="request_too_large")
             job = self._job(_validated(model, await request.body()), chat)
             self._take_slot()
         except ApiError as err:
             return err.response()
-        except USER_ERRORS as err:
+        except (*USER_ERRORS, TemplateError) as err:
             return ApiError(400, str(err)).response()
         if job.stream:
             return StreamingResponse(_Releasing(self._events(job), self.slots.release), media_type="text/event-stream")
@@ -177,6 +182,8 @@ class OpenAIApi:
                                                 job.options)
         except USER_ERRORS as err:
             return ApiError(400, str(err)).response()
+        except Exception as err:  # a bug, not the request: still an OpenAI error object, and the server keeps serving
+            return ApiError(500, f"{type(err).__name__}: {err}", kind="server_error").response()
         finally:
             self.slots.release()
         return JSONResponse(_completion(job, generated))
@@ -190,7 +197,8 @@ class OpenAIApi:
     def _authorise(self, request: Request) -> None:
         if self.api_key is None:
             return
-        given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+        scheme, _, given = request.headers.get("authorization", "").strip().partition(" ")
+        given = given.strip() if scheme.lower() == "bearer" else ""
         if not secrets.compare_digest(given.encode(), self.api_key.encode()):
             raise ApiError(401, "missing or wrong API key: send 'Authorization: Bearer KEY' (the key the server was started with, "
                                 "--api-key or LMSWITCH_API_KEY)", kind="authentication_error", code="invalid_api_key")
@@ -241,6 +249,7 @@ class OpenAIApi:
             req.prompt if isinstance(req.prompt, str) else req.prompt[0])
         if isinstance(req, ChatRequest) and not prompt:
             raise ApiError(400, "messages: give at least one message", param="messages")
+        prompt_text(lm, prompt, chat)  # a conversation the chat template refuses fails here, before any stream starts
         seed = req.seed if req.seed is not None else secrets.randbelow(2**31)
         return Job(lm, prompt, self._setting(library, req.switches), seed, options, chat, req.stream)
 
@@ -259,6 +268,8 @@ class OpenAIApi:
                     yield _event({**head, "choices": [_delta(job, "", _finish(job, item), first=not sent)], "usage": _usage(item)})
         except USER_ERRORS as err:
             yield _event(ApiError(400, str(err)).body())
+        except Exception as err:  # headers are sent: the error travels as an event, and the stream still ends properly
+            yield _event(ApiError(500, f"{type(err).__name__}: {err}", kind="server_error").body())
         yield "data: [DONE]\n\n"
 
 
