@@ -40,6 +40,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host", default=env("LMSWITCH_HOST", "127.0.0.1"), help="interface to listen on (env LMSWITCH_HOST; default 127.0.0.1)")
     p.add_argument("--port", type=int, default=int(env("LMSWITCH_PORT", "7860")), help="port (env LMSWITCH_PORT; default 7860)")
     p.add_argument("--model", default=env("LMSWITCH_MODEL", DEFAULT_MODEL), help="model alias, folder, .gguf or cached hub id (env LMSWITCH_MODEL)")
+    p.add_argument("--dtype", default=env("LMSWITCH_DTYPE", "auto"), choices=["auto", "float32", "bfloat16", "float16"],
+                   help="model weights dtype (env LMSWITCH_DTYPE; auto: bfloat16 where the hardware is fast at it)")
     p.add_argument("--switches", default=env("LMSWITCH_SWITCHES", str(DEFAULT_SWITCHES)),
                    help="switch library folder: loaded at start, 'Save to library' writes here (env LMSWITCH_SWITCHES; "
                         "default: the shipped switches)")
@@ -57,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.switches and not Path(args.switches).is_dir():
         raise SystemExit(f"switch folder {args.switches} does not exist; create it or pass --switches DIR")
-    backend = Backend(args.model, args.switches).start()
+    backend = Backend(args.model, args.switches, dtype=args.dtype).start()
     demo = build_app(backend)
     if args.mcp:
         McpTools(backend).register(demo)

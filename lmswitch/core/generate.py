@@ -183,10 +183,12 @@ def generate_tokens(
     opts: SamplingOptions,
     streamer: BaseStreamer | None = None,
     stop: threading.Event | None = None,
+    stopping: StoppingCriteria | None = None,
 ) -> Generated:
     """One batched ``generate`` call: row b uses ``prompts[b]``, ``settings[b]``, ``seeds[b]``.
 
     Keeps the token ids as well as the texts, for scoring the exact tokens that were sampled.
+    ``stop`` (set: stop every row) and ``stopping`` (a transformers stopping criterion) end it early.
     """
     opts.validate(lm)
     input_ids, mask = encode_prompts(lm, prompts, opts)
@@ -197,7 +199,7 @@ def generate_tokens(
         pad_token_id=tok.pad_token_id,
         eos_token_id=tok.eos_token_id,
     )
-    stopping = StoppingCriteriaList([_StopOnEvent(stop)]) if stop is not None else None
+    criteria = [c for c in (_StopOnEvent(stop) if stop is not None else None, stopping) if c is not None]
     same = all(list(s) == list(settings[0]) for s in settings)
     ctx = steer(lm, settings[0], kl_budget=opts.budget) if same else steer_rows(lm, settings, kl_budget=opts.budget)
     with ctx, torch.inference_mode():
@@ -206,7 +208,7 @@ def generate_tokens(
             attention_mask=mask.to(lm.input_device),
             generation_config=config,
             logits_processor=LogitsProcessorList([CoupledSampler(seeds, opts.temperature, opts.top_p)]),
-            stopping_criteria=stopping,
+            stopping_criteria=StoppingCriteriaList(criteria) if criteria else None,
             streamer=streamer,
         )
     new = out[:, input_ids.shape[1] :].cpu()

@@ -15,18 +15,20 @@ from lmswitch.core.models import BUNDLED_MODELS, DEFAULT_MODEL, LanguageModel, l
 from lmswitch.core.switch import SwitchFileError
 from lmswitch.io.documents import DocumentError
 from lmswitch.io.resources import shipped_switches_dir
+from lmswitch.serve.batcher import Batcher, Busy
 from lmswitch.serve.compare import ComparisonCache
 from lmswitch.serve.compute import ComputeThread
 from lmswitch.serve.session import Session, SwitchLibrary
 
-USER_ERRORS = (ValueError, TypeError, SwitchFileError, DocumentError)
+USER_ERRORS = (ValueError, TypeError, SwitchFileError, DocumentError, Busy)
 
 
 class Backend:
     """Loads the model in the background so the page can say so; then serves it to every session."""
 
-    def __init__(self, model: str = DEFAULT_MODEL, switches: str | Path | None = None) -> None:
+    def __init__(self, model: str = DEFAULT_MODEL, switches: str | Path | None = None, dtype: str = "auto") -> None:
         self.model_name = model
+        self.dtype = dtype
         self.folder = Path(switches) if switches else None
         self.models: dict[str, tuple[LanguageModel, SwitchLibrary]] = {}
         self.error: str | None = None
@@ -34,6 +36,8 @@ class Backend:
         self.export_dir = Path(tempfile.mkdtemp(prefix="lmswitch-export-"))
         self.compute = ComputeThread()
         self.comparisons = ComparisonCache()  # keyed on content, so sessions may share it
+        self._batchers: dict[int, Batcher] = {}
+        self._batchers_lock = threading.Lock()
 
     @classmethod
     def with_model(cls, lm: LanguageModel, switches: str | Path | None) -> Backend:
@@ -51,13 +55,20 @@ class Backend:
         self.compute.submit(self.load)
         return self
 
+    def batcher(self, lm: LanguageModel) -> Batcher:
+        """The request batcher of a served model (one per model, on the compute thread)."""
+        with self._batchers_lock:
+            if id(lm) not in self._batchers:
+                self._batchers[id(lm)] = Batcher(lm, self.compute)
+            return self._batchers[id(lm)]
+
     def run(self, fn: Callable, *args, **kwargs):
         """``fn(*args, **kwargs)`` on the compute thread (directly when already there)."""
         return self.compute.run(fn, *args, **kwargs)
 
     def load(self) -> Backend:
         try:
-            self.add_model(load_model(self.model_name), self.model_name)
+            self.add_model(load_model(self.model_name, dtype=self.dtype), self.model_name)
         except Exception as err:  # shown on the page instead of a dead app
             self.error = f"{type(err).__name__}: {err}"
         finally:
@@ -90,7 +101,7 @@ class Backend:
         if name not in self.models:
             if name not in self.choices():
                 raise ValueError(f"unknown model {name!r}; choose one of {', '.join(self.choices())}")
-            self.run(lambda: name in self.models or self.add_model(load_model(name), name))
+            self.run(lambda: name in self.models or self.add_model(load_model(name, dtype=self.dtype), name))
         return self.models[name]
 
     def get(self, timeout: float | None = 300, session: Session | None = None) -> tuple[LanguageModel, SwitchLibrary]:

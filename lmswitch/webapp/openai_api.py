@@ -7,8 +7,9 @@ through ``extra_body``::
     client.completions.create(model="smollm2-135m", prompt="My weekend was", seed=1,
                               extra_body={"switches": {"sentiment": 6, "formality": -2}, "adaptive": False})
 
-A request runs the library's :func:`~lmswitch.core.generate.generate_tokens` on
-the app's compute thread, so the same seed gives the same text as
+A request goes through the model's :class:`~lmswitch.serve.batcher.Batcher`:
+concurrent requests are decoded together on the app's compute thread, each row
+with its own switches and seed, so the same seed gives the same text as
 ``lmswitch.generate``. Errors are OpenAI-style objects (``{"error": {...}}``)
 with HTTP 4xx: a bad value (400), a missing or wrong API key (401), an unknown
 model (404), an oversized body (413); 503 while the model loads. Switches come
@@ -33,12 +34,14 @@ from jinja2 import TemplateError
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from lmswitch.core.generate import Generated, Prompt, generate_tokens, prompt_text, stream_tokens
+from lmswitch.core.generate import Prompt, prompt_text
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SAMPLING, SamplingOptions
 from lmswitch.core.steering import Setting
+from lmswitch.serve.batcher import Busy, Row
 from lmswitch.webapp.backend import USER_ERRORS, Backend
 
+DONE = "data: [DONE]\n\n"  # the last server-sent event of a stream
 MAX_BODY_BYTES = 1_000_000  # a request body above this is refused with 413
 MAX_SWITCHES = 16  # switches in one request
 MAX_TOKENS = 1024  # new tokens per request: one request holds the compute thread while it runs
@@ -178,15 +181,17 @@ class OpenAIApi:
         if job.stream:
             return StreamingResponse(_Releasing(self._events(job), self.slots.release), media_type="text/event-stream")
         try:
-            generated = await run_in_threadpool(self.backend.run, generate_tokens, job.lm, [job.prompt], [job.setting], [job.seed],
-                                                job.options)
+            row = await run_in_threadpool(self.backend.batcher(job.lm).generate, job.prompt, job.setting, seed=job.seed,
+                                          options=job.options)
+        except Busy as err:
+            return ApiError(503, str(err), kind="server_error", code="busy").response()
         except USER_ERRORS as err:
             return ApiError(400, str(err)).response()
         except Exception as err:  # a bug, not the request: still an OpenAI error object, and the server keeps serving
             return ApiError(500, f"{type(err).__name__}: {err}", kind="server_error").response()
         finally:
             self.slots.release()
-        return JSONResponse(_completion(job, generated))
+        return JSONResponse(_completion(job, row))
 
     def _take_slot(self) -> None:
         if not self.slots.acquire(blocking=False):
@@ -259,18 +264,20 @@ class OpenAIApi:
         head = _head(job, chunk=True)
         sent = ""
         try:
-            for item in stream_tokens(job.lm, [job.prompt], [job.setting], [job.seed], job.options, executor=self.backend.compute):
-                text = item.texts[0] if isinstance(item, Generated) else item[0]
+            for item in self.backend.batcher(job.lm).stream(job.prompt, job.setting, seed=job.seed, options=job.options):
+                text = item.text if isinstance(item, Row) else item
                 if text.startswith(sent) and len(text) > len(sent) and not text.endswith("\ufffd"):  # a whole character more
                     yield _event({**head, "choices": [_delta(job, text[len(sent):], None, first=not sent)]})
                     sent = text
-                if isinstance(item, Generated):
-                    yield _event({**head, "choices": [_delta(job, "", _finish(job, item), first=not sent)], "usage": _usage(item)})
+                if isinstance(item, Row):
+                    yield _event({**head, "choices": [_delta(job, "", _finish(item), first=not sent)], "usage": _usage(item)})
+        except Busy as err:
+            yield _event(ApiError(503, str(err), kind="server_error", code="busy").body())
         except USER_ERRORS as err:
             yield _event(ApiError(400, str(err)).body())
         except Exception as err:  # headers are sent: the error travels as an event, and the stream still ends properly
             yield _event(ApiError(500, f"{type(err).__name__}: {err}", kind="server_error").body())
-        yield "data: [DONE]\n\n"
+        yield DONE
 
 
 class _Releasing:
@@ -285,10 +292,13 @@ class _Releasing:
 
     def __next__(self) -> str:
         try:
-            return next(self.items)
+            item = next(self.items)
         except BaseException:
             self.close()
             raise
+        if item == DONE:  # the client may send its next request as soon as it reads this: free the slot first
+            self.close()
+        return item
 
     def close(self) -> None:
         release, self._release = self._release, None
@@ -310,15 +320,13 @@ def _head(job: Job, chunk: bool = False) -> dict:
             "lmswitch": {"seed": job.seed, "switches": {s.name: e for s, e in job.setting}, "adaptive": job.options.adaptive}}
 
 
-def _finish(job: Job, generated: Generated) -> str:
+def _finish(row: Row) -> str:
     """``"stop"`` when the model ended the text (its end-of-sequence token), else ``"length"``."""
-    valid = generated.new_ids[0][: int(generated.new_mask[0].sum())].tolist()
-    return "stop" if valid and valid[-1] == job.lm.tokenizer.eos_token_id else "length"
+    return "stop" if row.ended else "length"
 
 
-def _usage(generated: Generated) -> dict:
-    prompt, completion = int(generated.prompt_mask[0].sum()), int(generated.new_mask[0].sum())
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+def _usage(row: Row) -> dict:
+    return {"prompt_tokens": row.prompt_tokens, "completion_tokens": len(row.new_ids), "total_tokens": row.prompt_tokens + len(row.new_ids)}
 
 
 def _delta(job: Job, text: str, finish: str | None, first: bool) -> dict:
@@ -328,8 +336,8 @@ def _delta(job: Job, text: str, finish: str | None, first: bool) -> dict:
     return {"index": 0, "delta": delta if text or first else {}, "logprobs": None, "finish_reason": finish}
 
 
-def _completion(job: Job, generated: Generated) -> dict:
-    text, finish = generated.texts[0], _finish(job, generated)
+def _completion(job: Job, row: Row) -> dict:
+    text, finish = row.text, _finish(row)
     choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": finish} if job.chat
               else {"index": 0, "text": text, "logprobs": None, "finish_reason": finish})
-    return {**_head(job), "choices": [choice], "usage": _usage(generated)}
+    return {**_head(job), "choices": [choice], "usage": _usage(row)}

@@ -1,0 +1,103 @@
+"""The request batcher: concurrent requests decoded together, each row as it would be alone."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from conftest import random_switch
+
+import lmswitch as ls
+from lmswitch.core.generate import generate_tokens
+from lmswitch.core.options import SamplingOptions
+from lmswitch.io.resources import shipped_switch_path
+from lmswitch.serve.batcher import Batcher, Busy, Row
+from lmswitch.serve.compute import ComputeThread
+
+WORDS = "alpha beta gamma delta"
+
+
+def held(compute: ComputeThread) -> threading.Event:
+    """Occupy the compute thread until the returned event is set, so requests pile up and share one batch."""
+    release = threading.Event()
+    compute.submit(release.wait)
+    return release
+
+
+def run_together(batcher: Batcher, requests: list[tuple]) -> list[Row]:
+    release = held(batcher.compute)
+    streams = [batcher.stream(p, s, seed=seed, options=SamplingOptions(max_new_tokens=n)) for p, s, seed, n in requests]
+    release.set()
+    return [list(stream)[-1] for stream in streams]
+
+
+def test_requests_waiting_together_share_one_decode_and_each_gets_its_solo_tokens(llama_lm):
+    a, b = random_switch(llama_lm, seed=1, scale=20.0, name="a"), random_switch(llama_lm, seed=2, scale=20.0, name="b")
+    requests = [(WORDS, [(a, 4.0)], 1, 6), ("beta", [], 2, 3), (WORDS + " " + WORDS, [(b, -3.0), (a, 1.0)], 3, 8), ("gamma", [(a, 4.0)], 1, 1)]
+    batcher = Batcher(llama_lm, ComputeThread())
+    rows = run_together(batcher, requests)
+    assert batcher.batches == 1 and batcher.rows == 4
+    for row, (prompt, setting, seed, n) in zip(rows, requests, strict=True):
+        solo = generate_tokens(llama_lm, [prompt], [setting], [seed], SamplingOptions(max_new_tokens=n))
+        assert row.text == solo.texts[0] and len(row.new_ids) <= n
+        assert row.new_ids == solo.new_ids[0][: int(solo.new_mask[0].sum())].tolist()
+
+
+def test_streams_grow_token_by_token_and_end_with_the_row(llama_lm):
+    batcher = Batcher(llama_lm, ComputeThread())
+    items = list(batcher.stream(WORDS, [], seed=0, options=SamplingOptions(max_new_tokens=5)))
+    *partial, row = items
+    assert isinstance(row, Row) and all(isinstance(t, str) for t in partial) and 1 <= len(partial) <= 5
+    assert partial[-1] == row.text and row.prompt_tokens == 4
+
+
+def test_different_sampling_settings_go_to_different_batches(llama_lm):
+    batcher = Batcher(llama_lm, ComputeThread())
+    release = held(batcher.compute)
+    hot = batcher.stream(WORDS, [], seed=0, options=SamplingOptions(max_new_tokens=3, temperature=1.0))
+    greedy = batcher.stream(WORDS, [], seed=0, options=SamplingOptions(max_new_tokens=3, temperature=0.0))
+    release.set()
+    rows = [list(hot)[-1], list(greedy)[-1]]
+    assert batcher.batches == 2
+    assert rows[1].text == generate_tokens(llama_lm, [WORDS], [[]], [0], SamplingOptions(max_new_tokens=3, temperature=0.0)).texts[0]
+
+
+def test_over_capacity_busy_at_once_and_bad_values_refused_before_queueing(llama_lm):
+    batcher = Batcher(llama_lm, ComputeThread(), max_waiting=2)
+    release = held(batcher.compute)
+    streams = [batcher.stream(WORDS, [], seed=k, options=SamplingOptions(max_new_tokens=2)) for k in range(2)]
+    with pytest.raises(Busy, match="busy.*retry"):
+        batcher.stream(WORDS, [], seed=9, options=SamplingOptions(max_new_tokens=2))
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        batcher.stream(WORDS, [], seed=0, options=SamplingOptions(max_new_tokens=0))
+    with pytest.raises(ValueError, match="seed"):
+        batcher.stream(WORDS, [], seed=-1, options=SamplingOptions(max_new_tokens=2))
+    release.set()
+    assert all(isinstance(list(s)[-1], Row) for s in streams)
+    assert isinstance(batcher.generate(WORDS, [], seed=9, options=SamplingOptions(max_new_tokens=2)), Row)  # serving again
+
+
+def test_a_request_dropped_before_its_batch_is_skipped_and_others_are_served(llama_lm):
+    batcher = Batcher(llama_lm, ComputeThread())
+    release = held(batcher.compute)
+    dropped = batcher.stream(WORDS, [], seed=0, options=SamplingOptions(max_new_tokens=4))
+    kept = batcher.stream("beta", [], seed=1, options=SamplingOptions(max_new_tokens=4))
+    dropped.close()  # the client went away before its batch
+    release.set()
+    assert isinstance(list(kept)[-1], Row) and list(dropped) == []
+    assert batcher.rows == 1  # the dropped request was never decoded
+
+
+@pytest.mark.real_model
+def test_the_embedded_model_batched_in_float32_gives_every_request_its_solo_text(lm):
+    lm32 = lm if lm.model.dtype == torch.float32 else ls.load_model(dtype="float32")
+    sw = {n: ls.load_switch(shipped_switch_path(n), lm32) for n in ("sentiment", "detox", "formality")}
+    requests = [("My weekend was", [(sw["sentiment"], 6.0)], 1, 20), ("The new library opened", [(sw["formality"], 2.0)], 2, 20),
+                ("I think that", [(sw["detox"], 4.0)], 3, 12), ("Yesterday the mayor said", [], 4, 20),
+                ("My weekend was", [(sw["sentiment"], -6.0)], 5, 16), ("Honestly,", [(sw["sentiment"], 3.0), (sw["formality"], -2.0)], 6, 20)]
+    batcher = Batcher(lm32, ComputeThread())
+    rows = run_together(batcher, requests)
+    assert batcher.batches == 1
+    for row, (prompt, setting, seed, n) in zip(rows, requests, strict=True):
+        assert row.text == generate_tokens(lm32, [prompt], [setting], [seed], SamplingOptions(max_new_tokens=n)).texts[0]
