@@ -115,10 +115,10 @@ def test_slider_check_scores_every_whole_eps_of_the_default_range_on_test_prompt
     prompts.write_text("\n".join(["the happy one was", "she was kind and", "the sad one was", "he was cruel and"]))
     switch = random_switch(llama_lm, seed=3, scale=30.0, name="s")
     switch.card = switch.card.updated(fluent_eps=[-2.5, 1.5])
-    assert switch.slider_range() == (-3.0, 2.0) and switch.slider_range(wide=True) == (-6.0, 6.0)
+    assert switch.slider_range() == (-2.0, 1.0) and switch.slider_range(wide=True) == (-4.0, 4.0)  # whole ε inside the range
     spec = FrontierSpec("s", str(prompts), "positive_share", (+1, -1), +1, FluencyRules(max_repetition=0.0))
     check = check_sliders(llama_lm, switch, spec, replace(PROTOCOL, samples=1, max_new_tokens=12))
-    assert [eps for eps, _ in check.points] == [-3.0, -2.0, -1.0, 1.0, 2.0]  # 0 is the base model itself
+    assert [eps for eps, _ in check.points] == [-2.0, -1.0, 1.0]  # 0 is the base model itself
     assert all([t.prompt for t in ev.texts] == load_prompts(str(prompts), split="test") for _, ev in check.points)
     looping = [eps for eps, ev in check.points if any(loops(t.text) for t in ev.texts)]
     assert check.looping() == looping and check.to_dict()["looping"] == looping
