@@ -32,10 +32,14 @@ def run_together(batcher: Batcher, requests: list[tuple]) -> list[Row]:
     return [list(stream)[-1] for stream in streams]
 
 
-def test_requests_waiting_together_share_one_decode_and_each_gets_its_solo_tokens(llama_lm):
+@pytest.mark.parametrize("rolling", [True, False], ids=["rows-join-a-running-decode", "one-whole-decode-per-batch"])
+def test_requests_waiting_together_share_one_decode_and_each_gets_its_solo_tokens(llama_lm, rolling):
     a, b = random_switch(llama_lm, seed=1, scale=20.0, name="a"), random_switch(llama_lm, seed=2, scale=20.0, name="b")
     requests = [(WORDS, [(a, 4.0)], 1, 6), ("beta", [], 2, 3), (WORDS + " " + WORDS, [(b, -3.0), (a, 1.0)], 3, 8), ("gamma", [(a, 4.0)], 1, 1)]
     batcher = Batcher(llama_lm, ComputeThread())
+    assert batcher.rolling is not None  # llama's cache can be merged
+    if not rolling:
+        batcher.rolling = None  # the path of models with sliding-window caches (Gemma 3)
     rows = run_together(batcher, requests)
     assert batcher.batches == 1 and batcher.rows == 4
     for row, (prompt, setting, seed, n) in zip(rows, requests, strict=True):
@@ -101,3 +105,18 @@ def test_the_embedded_model_batched_in_float32_gives_every_request_its_solo_text
     assert batcher.batches == 1
     for row, (prompt, setting, seed, n) in zip(rows, requests, strict=True):
         assert row.text == generate_tokens(lm32, [prompt], [setting], [seed], SamplingOptions(max_new_tokens=n)).texts[0]
+
+
+def test_a_request_joins_a_running_decode_instead_of_waiting_for_it(llama_lm):
+    batcher = Batcher(llama_lm, ComputeThread())
+    options = SamplingOptions(max_new_tokens=40, temperature=0.0)
+    long = batcher.stream(WORDS, [], seed=0, options=options)
+    assert isinstance(next(long), str)  # its decode is running
+    short = batcher.generate("beta", [(random_switch(llama_lm, seed=1, scale=20.0), 3.0)], seed=1,
+                             options=SamplingOptions(max_new_tokens=3, temperature=0.0))
+    rest = list(long)
+    assert len(rest) > 5 and batcher.batches == 2  # the long one was still running when the short one was done
+    solo = generate_tokens(llama_lm, [WORDS], [[]], [0], options)
+    assert rest[-1].text == solo.texts[0]
+    assert short.text == generate_tokens(llama_lm, ["beta"], [[(random_switch(llama_lm, seed=1, scale=20.0), 3.0)]], [1],
+                                         SamplingOptions(max_new_tokens=3, temperature=0.0)).texts[0]

@@ -24,13 +24,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 import torch
-from transformers import StoppingCriteria
+from transformers import DynamicCache, StoppingCriteria
+from transformers.cache_utils import DynamicLayer
 from transformers.generation.streamers import BaseStreamer
 
-from lmswitch.core.generate import Prompt, generate_tokens
+from lmswitch.core.generate import CoupledSampler, Prompt, encode_prompts, generate_tokens
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SamplingOptions
-from lmswitch.core.steering import Setting, check_setting
+from lmswitch.core.steering import Setting, check_setting, steer, steer_rows
 from lmswitch.serve.compute import ComputeThread
 
 MAX_BATCH = 8  # rows decoded together
@@ -126,6 +127,107 @@ class _Stream:
     __del__ = close
 
 
+def _left_pad(t: torch.Tensor, length: int, dim: int) -> torch.Tensor:
+    """``t`` with zeros before it along ``dim`` up to ``length``."""
+    missing = length - t.shape[dim]
+    if not missing:
+        return t
+    shape = list(t.shape)
+    shape[dim] = missing
+    return torch.cat([t.new_zeros(shape), t], dim=dim)
+
+
+class _Rolling:
+    """A decode in progress whose rows join between steps (after their own prefill) and leave as soon as they finish.
+
+    Each step feeds every row its last token with the KV cache of all rows, left-padded to one length; a row's
+    tokens come from its own seeded sampler, as in :func:`~lmswitch.core.generate.generate_tokens` alone."""
+
+    def __init__(self, lm: LanguageModel) -> None:
+        self.lm = lm
+        self.requests: list[_Request] = []
+        self.samplers: list[CoupledSampler] = []
+        self.ids: list[list[int]] = []
+        self.prompt_tokens: list[int] = []
+        self.mask: torch.Tensor | None = None  # (B, L): which cached positions are real tokens
+        self.cache: DynamicCache | None = None
+        self.eos = lm.tokenizer.eos_token_id
+
+    @property
+    def key(self) -> tuple | None:
+        """The sampling settings the running rows share (None when none run)."""
+        return self.requests[0].key if self.requests else None
+
+    @staticmethod
+    def supported(lm: LanguageModel) -> bool:
+        """Only plain per-layer caches can be padded and merged (not sliding-window or hybrid ones)."""
+        return all(type(layer) is DynamicLayer for layer in DynamicCache(config=lm.model.config).layers)
+
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, cache: DynamicCache, requests: list[_Request]) -> torch.Tensor:
+        """The next-token logits (B, V) float32 of ``ids`` given ``cache``, each row steered by its own switches."""
+        positions = mask.long().cumsum(-1) - 1
+        positions.masked_fill_(mask == 0, 1)
+        settings, budget = [r.setting for r in requests], requests[0].options.budget
+        same = all(list(x) == list(settings[0]) for x in settings)
+        device = self.lm.input_device
+        with steer(self.lm, settings[0], kl_budget=budget) if same else steer_rows(self.lm, settings, kl_budget=budget), torch.inference_mode():
+            out = self.lm.model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions[:, -ids.shape[1]:].to(device),
+                                past_key_values=cache, use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1, :].float()
+
+    def admit(self, new: list[_Request]) -> list[tuple[_Request, Row]]:
+        """Prefill ``new`` requests, sample their first tokens and add them to the running rows; returns the finished rows."""
+        options = replace(new[0].options, max_new_tokens=max(r.options.max_new_tokens for r in new))
+        ids, mask = encode_prompts(self.lm, [r.prompt for r in new], options)
+        cache = DynamicCache(config=self.lm.model.config)
+        logits = self._forward(ids, mask, cache, new)
+        if self.cache is None:
+            self.cache, self.mask = cache, mask
+        else:
+            length = max(self.mask.shape[1], mask.shape[1])
+            for old, extra in zip(self.cache.layers, cache.layers, strict=True):
+                old.keys = torch.cat([_left_pad(old.keys, length, -2), _left_pad(extra.keys, length, -2)])
+                old.values = torch.cat([_left_pad(old.values, length, -2), _left_pad(extra.values, length, -2)])
+            self.mask = torch.cat([_left_pad(self.mask, length, 1), _left_pad(mask, length, 1)])
+        self.requests += new
+        self.samplers += [CoupledSampler([r.seed], r.options.temperature, r.options.top_p) for r in new]
+        self.ids += [[] for _ in new]
+        self.prompt_tokens += [int(m.sum()) for m in mask]
+        return self._sample(logits, first=len(self.requests) - len(new))
+
+    def step(self) -> list[tuple[_Request, Row]]:
+        """One decode step for every running row; returns the rows that finished."""
+        last = torch.tensor([[ids[-1]] for ids in self.ids])
+        self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.ids), 1)], dim=1)
+        return self._sample(self._forward(last, self.mask, self.cache, self.requests), first=0)
+
+    def _sample(self, logits: torch.Tensor, first: int) -> list[tuple[_Request, Row]]:
+        """Draw the next token of rows ``first…`` (logits row k belongs to row first + k); hand out text; drop finished rows."""
+        for k in range(logits.shape[0]):
+            b = first + k
+            token = int(self.samplers[b](None, logits[k : k + 1]).argmax(-1))
+            self.ids[b].append(token)
+            self.requests[b].out.put(self.lm.tokenizer.decode(self.ids[b], skip_special_tokens=True))
+        done = [b for b, (r, ids) in enumerate(zip(self.requests, self.ids, strict=True))
+                if ids and (ids[-1] == self.eos or len(ids) >= r.options.max_new_tokens or r.gone.is_set())]
+        finished = [(self.requests[b], Row(self.lm.tokenizer.decode(self.ids[b], skip_special_tokens=True), self.ids[b],
+                                           self.prompt_tokens[b], self.ids[b][-1] == self.eos)) for b in done]
+        if done:
+            self._drop(done)
+        return finished
+
+    def _drop(self, rows: list[int]) -> None:
+        keep = [b for b in range(len(self.requests)) if b not in rows]
+        if not keep:
+            self.__init__(self.lm)
+            return
+        index = torch.tensor(keep)
+        self.cache.batch_select_indices(index.to(self.cache.layers[0].keys.device))
+        self.mask = self.mask[index]
+        for name in ("requests", "samplers", "ids", "prompt_tokens"):
+            setattr(self, name, [getattr(self, name)[b] for b in keep])
+
+
 class Batcher:
     """Merges concurrent generation requests into batched decodes on ``compute``'s thread."""
 
@@ -135,8 +237,9 @@ class Batcher:
         self.waiting: list[_Request] = []
         self.lock = threading.Lock()
         self.scheduled = False
-        self.batches = 0  # decodes run so far, and the rows in them (the load benchmark reads these)
+        self.batches = 0  # admissions (or whole decodes) so far, and the rows in them
         self.rows = 0
+        self.rolling = _Rolling(lm) if _Rolling.supported(lm) else None  # rows join a running decode between its steps
 
     def stream(self, prompt: Prompt, setting: Setting, *, seed: int, options: SamplingOptions) -> Iterator[str | Row]:
         """The request's text so far after each new token, then its :class:`Row`. Checked at once: bad values raise
@@ -159,36 +262,50 @@ class Batcher:
         return row
 
     def _schedule(self) -> None:  # with self.lock held
-        if self.waiting and not self.scheduled:
+        if (self.waiting or (self.rolling is not None and self.rolling.requests)) and not self.scheduled:
             self.scheduled = True
-            self.compute.submit(self._run_batch)
+            self.compute.submit(self._tick)
 
-    def _take(self) -> list[_Request]:
-        """The oldest waiting request and up to ``max_batch - 1`` more that can share its batch, in arrival order."""
+    def _take(self, key: tuple | None, room: int) -> list[_Request]:
+        """Up to ``room`` waiting requests that can share a decode with sampling settings ``key`` (None: the oldest's), in
+        arrival order."""
         with self.lock:
             self.waiting = [r for r in self.waiting if not r.gone.is_set()]
-            if not self.waiting:
+            if not self.waiting or room < 1:
                 return []
-            key = self.waiting[0].key
-            batch = [r for r in self.waiting if r.key == key][: self.max_batch]
+            key = key if key is not None else self.waiting[0].key
+            batch = [r for r in self.waiting if r.key == key][:room]
             self.waiting = [r for r in self.waiting if r not in batch]
             return batch
 
-    def _run_batch(self) -> None:
-        """On the compute thread: decode one batch, hand out the rows, and schedule the next batch if any wait."""
-        batch = self._take()
+    def _tick(self) -> None:
+        """On the compute thread, one bounded piece of work (other jobs run between two): admit waiting requests into the
+        running decode, or decode one more token of its rows; hand out finished rows; then schedule the next piece."""
+        rolling, new = self.rolling, []
         try:
-            if batch:
-                self._decode(batch)
-        except BaseException as err:  # every request of the batch hears of it; the batcher keeps serving
-            for request in batch:
+            if rolling is None:  # a cache that cannot be merged: one whole decode per batch
+                new = self._take(None, self.max_batch)
+                if new:
+                    self._decode(new)
+                return
+            new = self._take(rolling.key, self.max_batch - len(rolling.requests))
+            if new:
+                self.batches, self.rows = self.batches + 1, self.rows + len(new)
+            finished = rolling.admit(new) if new else rolling.step() if rolling.requests else []
+            for request, row in finished:
+                request.out.put(row)
+        except BaseException as err:  # every request in flight hears of it; the batcher keeps serving
+            for request in {id(r): r for r in [*new, *(rolling.requests if rolling else [])]}.values():
                 request.out.put(err)
+            if rolling is not None:
+                rolling.__init__(self.lm)
         finally:
             with self.lock:
                 self.scheduled = False
                 self._schedule()
 
     def _decode(self, batch: list[_Request]) -> None:
+        """The whole decode of ``batch`` in one call (models whose cache cannot be merged)."""
         self.batches, self.rows = self.batches + 1, self.rows + len(batch)
         longest = max(r.options.max_new_tokens for r in batch)
         options = replace(batch[0].options, max_new_tokens=longest)
