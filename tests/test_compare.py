@@ -73,3 +73,32 @@ def test_model_work_runs_on_the_compute_thread(llama_lm):
         hook.remove()
     assert threads and all(name.startswith("lmswitch-compute") for name in threads)
     assert torch.is_tensor(llama_lm.head.weight)
+
+
+def test_through_the_batcher_two_users_share_decodes_and_get_what_each_gets_alone(llama_lm):
+    from lmswitch.serve.batcher import Batcher
+
+    a, b = random_switch(llama_lm, seed=1, scale=20.0, name="a"), random_switch(llama_lm, seed=2, scale=20.0, name="b")
+    options = SamplingOptions(max_new_tokens=8)
+    alone = [finished(compare(llama_lm, "alpha beta", s, seed=seed, options=options, changes=False)) for s, seed in (([(a, 4.0)], 1),
+                                                                                                                 ([(b, -3.0)], 2))]
+    compute = ComputeThread()
+    batcher = Batcher(llama_lm, compute)
+    release = threading.Event()
+    compute.submit(release.wait)  # both users' rows wait, then share one decode
+    results: list = [None, None]
+
+    def user(k: int, setting, seed: int) -> None:
+        results[k] = finished(compare(llama_lm, "alpha beta", setting, seed=seed, options=options, compute=compute, batcher=batcher,
+                                      changes=False))
+
+    users = [threading.Thread(target=user, args=(0, [(a, 4.0)], 1)), threading.Thread(target=user, args=(1, [(b, -3.0)], 2))]
+    for t in users:
+        t.start()
+    while len(batcher.waiting) < 4:  # two rows (steered, unsteered) per user
+        threading.Event().wait(0.01)
+    release.set()
+    for t in users:
+        t.join()
+    assert batcher.batches == 1 and batcher.rows == 4
+    assert [(r.steered, r.unsteered) for r in results] == [(r.steered, r.unsteered) for r in alone]

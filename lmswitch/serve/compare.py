@@ -24,6 +24,7 @@ from lmswitch.core.options import SAMPLING, SamplingOptions
 from lmswitch.core.steering import Setting
 from lmswitch.harness.evaluate import TextScores, text_scores
 from lmswitch.lenses.spans import TokenChange, token_changes
+from lmswitch.serve.batcher import Batcher, Row
 from lmswitch.serve.compute import ComputeThread, until
 
 MAX_CACHED = 64  # comparisons (and unsteered outputs) kept; each is a few kB of text and scores
@@ -104,6 +105,23 @@ def _finish(lm: LanguageModel, prompt: str, setting: Setting, texts: tuple[str, 
     return Comparison({s.name: float(e) for s, e in setting}, steered, base, scores[0], base_scores, per_token)
 
 
+def _batched_rows(batcher: Batcher, prompt: str, rows: list[Setting], seed: int, options: SamplingOptions) -> Iterator[list[str]]:
+    """Like :func:`~lmswitch.core.generate.stream_rows`, through ``batcher``: every row's text so far, after each token."""
+    streams = [batcher.stream(prompt, row, seed=seed, options=options) for row in rows]
+    texts, done = [""] * len(rows), [False] * len(rows)
+    try:
+        while not all(done):
+            for i, stream in enumerate(streams):
+                if not done[i]:
+                    item = next(stream)
+                    done[i] = isinstance(item, Row)
+                    texts[i] = item.text if done[i] else item
+            yield list(texts)
+    finally:
+        for stream in streams:
+            stream.close()
+
+
 def compare(
     lm: LanguageModel,
     prompt: str,
@@ -115,13 +133,15 @@ def compare(
     compute: ComputeThread | None = None,
     stop: threading.Event | None = None,
     changes: bool = True,
+    batcher: Batcher | None = None,
 ) -> Iterator[Partial | Comparison]:
     """Stream the steered and the unsteered output of ``prompt`` side by side, then yield the :class:`Comparison`.
 
     ``setting`` is a list of (switch, ε); switches at ε 0 are left out. With
     ``stop`` set (e.g. by a newer request of the same user) the stream ends at the
     next token and nothing more is yielded. ``compute`` runs all model work on a
-    server's compute thread.
+    server's compute thread; with ``batcher`` (a server's), the rows are decoded
+    together with other users' requests.
     """
     setting = [(s, float(e)) for s, e in setting if e]
     base_key, key = _keys(lm, prompt, setting, seed, options)
@@ -132,7 +152,8 @@ def compare(
     cached_base = cache.get(base_key) if cache is not None and setting else None
     rows = [setting] if cached_base else [setting, []] if setting else [[]]
     texts: list[str] = [""]
-    stream = stream_rows(lm, prompt, rows, seed=seed, executor=compute.executor if compute else None, **options.to_dict())
+    stream = (_batched_rows(batcher, prompt, rows, seed, options) if batcher is not None
+              else stream_rows(lm, prompt, rows, seed=seed, executor=compute.executor if compute else None, **options.to_dict()))
     for texts in until(stop or threading.Event(), stream):
         yield Partial(texts[0], cached_base[0] if cached_base else texts[-1])
     if stop is not None and stop.is_set():

@@ -106,7 +106,7 @@ def _comparisons(backend: Backend, session: Session, prompt: str, pairs: Sequenc
     options, seed = sampling(*widgets)
     setting = checked_setting(session, library, pairs)
     return compare(lm, prompt, setting, seed=seed, options=options, cache=backend.comparisons, compute=backend.compute,
-                   stop=session.new_generation(), changes=changes)
+                   stop=session.new_generation(), changes=changes, batcher=backend.batcher(lm))
 
 
 @user_errors
