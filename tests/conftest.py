@@ -187,6 +187,15 @@ def lm() -> LanguageModel:
 
 
 @pytest.fixture(scope="session")
+def lm32(lm) -> LanguageModel:
+    """The embedded model in float32: what exact comparisons use (``lm`` is bfloat16 where the CPU is fast at it), and the
+    launched app's dtype in these tests."""
+    from lmswitch import load_model
+
+    return lm if lm.model.dtype == torch.float32 else load_model(dtype="float32")
+
+
+@pytest.fixture(scope="session")
 def sentiment(lm) -> Switch:
     """A sentiment switch from the first 30 + 30 shipped example sentences (the last 10 + 10 are held out)."""
     from lmswitch import train_switch
@@ -205,10 +214,10 @@ API_KEY = "lmswitch-test-key"  # the launched app's key for its OpenAI-compatibl
 
 @pytest.fixture(scope="session")
 def app_server(tmp_path_factory):
-    """``python app.py`` on a free port with a private copy of the shipped switches, ready to serve."""
+    """``python app.py --dtype float32`` on a free port with a private copy of the shipped switches, ready to serve."""
     from app_server import AppServer
 
-    server = AppServer(tmp_path_factory.mktemp("app"), api_key=API_KEY)
+    server = AppServer(tmp_path_factory.mktemp("app"), api_key=API_KEY, args=("--dtype", "float32"))  # results comparable bit for bit
     try:
         server.wait_ready()
         yield server

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-import torch
 from conftest import random_switch
 
 import lmswitch as ls
@@ -94,8 +93,7 @@ def test_a_request_dropped_before_its_batch_is_skipped_and_others_are_served(lla
 
 
 @pytest.mark.real_model
-def test_the_embedded_model_batched_in_float32_gives_every_request_its_solo_text(lm):
-    lm32 = lm if lm.model.dtype == torch.float32 else ls.load_model(dtype="float32")
+def test_the_embedded_model_batched_in_float32_gives_every_request_its_solo_text(lm32):
     sw = {n: ls.load_switch(shipped_switch_path(n), lm32) for n in ("sentiment", "detox", "formality")}
     requests = [("My weekend was", [(sw["sentiment"], 6.0)], 1, 20), ("The new library opened", [(sw["formality"], 2.0)], 2, 20),
                 ("I think that", [(sw["detox"], 4.0)], 3, 12), ("Yesterday the mayor said", [], 4, 20),

@@ -169,12 +169,6 @@ def test_cli_export_writes_an_adapter_and_prints_its_fidelity(llama_lm, tmp_path
     assert stop.value.code == 2 and "invalid choice" in capsys.readouterr().err
 
 
-@pytest.fixture(scope="module")
-def lm32(lm):
-    """The embedded model in float32 (what the shipped test compares in; a GPU host's ``lm`` may be bfloat16)."""
-    return lm if lm.model.dtype == torch.float32 else ls.load_model(dtype="float32")
-
-
 @pytest.mark.real_model
 def test_shipped_switch_as_an_adapter_on_the_embedded_model(lm32, tmp_path):
     """The shipped sentiment switch at its recommended ε, exported and loaded by peft on SmolLM2: same logits, same greedy text."""

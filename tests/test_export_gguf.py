@@ -30,11 +30,6 @@ def test_a_model_not_loaded_from_gguf_is_refused_with_the_way_forward(llama_lm, 
 
 
 @pytest.fixture(scope="module")
-def lm32(lm):
-    return lm if lm.model.dtype == torch.float32 else ls.load_model(dtype="float32")
-
-
-@pytest.fixture(scope="module")
 def exported(lm32, tmp_path_factory):
     """The shipped sentiment switch at ε 6 as a merged GGUF and as a llama.cpp LoRA (with its untied base)."""
     sentiment = ls.load_switch(shipped_switch_path("sentiment"), lm32)

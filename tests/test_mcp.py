@@ -51,7 +51,7 @@ def test_the_tools_are_typed_and_described(app_server):
         assert all(len(p.get("description", "")) > 10 for p in tool.inputSchema["properties"].values()), tool.name
 
 
-def test_steer_highlight_and_measure_over_mcp(app_server, lm):
+def test_steer_highlight_and_measure_over_mcp(app_server, lm32):
     _, results = call(app_server, [
         ("list_switches", {}),
         ("steer_text", {"prompt": "My weekend was", "switches": "sentiment=6", "max_new_tokens": 12, "seed": 1}),
@@ -62,9 +62,9 @@ def test_steer_highlight_and_measure_over_mcp(app_server, lm):
     ])
     (e0, listed), (e1, steered), (e2, spans), (e3, meter), (e4, unknown), (e5, bad) = results
     assert not any((e0, e1, e2, e3))
-    assert {s["name"] for s in listed["switches"]} >= {"sentiment", "detox", "formality"} and listed["model"] == lm.name
+    assert {s["name"] for s in listed["switches"]} >= {"sentiment", "detox", "formality"} and listed["model"] == lm32.name
     assert steered["steered"] != steered["unsteered"] and steered["setting"] == {"sentiment": 6.0}
-    assert steered["unsteered"] == ls.generate(lm, "My weekend was", seed=1, max_new_tokens=12)[0]
+    assert steered["unsteered"] == ls.generate(lm32, "My weekend was", seed=1, max_new_tokens=12)[0]
     assert "idiot" in spans["spans"][0]["text"] and spans["label"] == "toxic"
     assert meter["switches"][0]["best_eps"] > 0
     assert e4 and "no-such-switch" in unknown and "available" in unknown

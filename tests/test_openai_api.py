@@ -22,44 +22,44 @@ def client(app_server) -> openai.OpenAI:
 
 
 @pytest.fixture(scope="module")
-def switches(lm) -> dict[str, ls.Switch]:
-    return {name: ls.load_switch(shipped_switch_path(name), lm) for name in ("sentiment", "formality")}
+def switches(lm32) -> dict[str, ls.Switch]:
+    return {name: ls.load_switch(shipped_switch_path(name), lm32) for name in ("sentiment", "formality")}
 
 
-def test_models_lists_the_served_model_and_its_switches(client, lm):
+def test_models_lists_the_served_model_and_its_switches(client, lm32):
     models = client.models.list().data
-    assert [m.id for m in models] == [lm.name]
+    assert [m.id for m in models] == [lm32.name]
     assert {"sentiment", "detox", "formality"} <= set(models[0].model_extra["switches"])
 
 
-def test_completion_with_switches_equals_the_library_and_streams_the_same_text(client, lm, switches):
+def test_completion_with_switches_equals_the_library_and_streams_the_same_text(client, lm32, switches):
     body = {"switches": {"sentiment": 6, "formality": -2}}
-    done = client.completions.create(model=lm.name, prompt=PROMPT, max_tokens=16, seed=3, extra_body=body)
-    want = ls.generate(lm, PROMPT, [(switches["sentiment"], 6), (switches["formality"], -2)], seed=3, max_new_tokens=16)[0]
+    done = client.completions.create(model=lm32.name, prompt=PROMPT, max_tokens=16, seed=3, extra_body=body)
+    want = ls.generate(lm32, PROMPT, [(switches["sentiment"], 6), (switches["formality"], -2)], seed=3, max_new_tokens=16)[0]
     assert done.choices[0].text == want
     assert done.choices[0].finish_reason in ("length", "stop") and done.usage.completion_tokens <= 16
     assert done.model_extra["lmswitch"] == {"seed": 3, "switches": {"sentiment": 6.0, "formality": -2.0}, "adaptive": False}
-    unsteered = client.completions.create(model=lm.name, prompt=PROMPT, max_tokens=16, seed=3)
-    assert unsteered.choices[0].text == ls.generate(lm, PROMPT, seed=3, max_new_tokens=16)[0] != want
-    chunks = list(client.completions.create(model=lm.name, prompt=PROMPT, max_tokens=16, seed=3, stream=True, extra_body=body))
+    unsteered = client.completions.create(model=lm32.name, prompt=PROMPT, max_tokens=16, seed=3)
+    assert unsteered.choices[0].text == ls.generate(lm32, PROMPT, seed=3, max_new_tokens=16)[0] != want
+    chunks = list(client.completions.create(model=lm32.name, prompt=PROMPT, max_tokens=16, seed=3, stream=True, extra_body=body))
     assert len(chunks) > 3 and "".join(c.choices[0].text for c in chunks) == want
     assert chunks[-1].choices[0].finish_reason == done.choices[0].finish_reason
 
 
-def test_chat_completion_equals_the_library_with_the_chat_template(client, lm, switches):
+def test_chat_completion_equals_the_library_with_the_chat_template(client, lm32, switches):
     messages = [{"role": "user", "content": "Tell me about your day."}]
     body = {"switches": {"sentiment": 6}, "adaptive": True}
-    done = client.chat.completions.create(model=lm.name, messages=messages, max_tokens=14, seed=2, extra_body=body)
-    want = ls.generate(lm, messages[0]["content"], [(switches["sentiment"], 6)], seed=2, max_new_tokens=14, chat=True, adaptive=True)[0]
+    done = client.chat.completions.create(model=lm32.name, messages=messages, max_tokens=14, seed=2, extra_body=body)
+    want = ls.generate(lm32, messages[0]["content"], [(switches["sentiment"], 6)], seed=2, max_new_tokens=14, chat=True, adaptive=True)[0]
     assert done.choices[0].message.role == "assistant" and done.choices[0].message.content == want
-    stream = client.chat.completions.create(model=lm.name, messages=messages, max_tokens=14, seed=2, stream=True, extra_body=body)
+    stream = client.chat.completions.create(model=lm32.name, messages=messages, max_tokens=14, seed=2, stream=True, extra_body=body)
     chunks = list(stream)
     assert chunks[0].choices[0].delta.role == "assistant"
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == want
     conversation = [{"role": "system", "content": "You are brief."}, *messages,
                     {"role": "assistant", "content": "Fine."}, {"role": "user", "content": "Only fine?"}]
-    reply = client.chat.completions.create(model=lm.name, messages=conversation, max_tokens=10, seed=2)
-    assert reply.choices[0].message.content == ls.generate(lm, [conversation], seed=2, max_new_tokens=10, chat=True)[0]
+    reply = client.chat.completions.create(model=lm32.name, messages=conversation, max_tokens=10, seed=2)
+    assert reply.choices[0].message.content == ls.generate(lm32, [conversation], seed=2, max_new_tokens=10, chat=True)[0]
 
 
 @pytest.mark.parametrize(("request_args", "error", "said"), [
