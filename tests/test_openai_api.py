@@ -90,3 +90,5 @@ def test_the_api_key_is_required_and_oversized_bodies_are_refused(app_server, cl
                      headers={"Authorization": f"Bearer {API_KEY}"}, timeout=60)
     assert big.status_code == 413 and big.json()["error"]["code"] == "request_too_large"
     assert client.completions.create(model="smollm2-135m", prompt=PROMPT, max_tokens=2, seed=0).choices[0].text  # still serving
+    models = httpx.get(f"{app_server.url}/v1/models", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=30).json()
+    assert models["lmswitch"]["in_flight"] == 0  # every request of this module gave its slot back

@@ -7,6 +7,7 @@ import string
 import threading
 import time
 
+import httpx
 import openai
 import pytest
 from conftest import API_KEY, random_switch
@@ -27,6 +28,8 @@ def test_a_minute_of_four_clients_gives_no_errors_and_no_memory_growth(app_serve
     """Four clients send steered completions for a minute; the server's memory after the first quarter may not grow by
     more than 10 % (the hour-long version: benchmarks/load.py --clients 4 --seconds 3600)."""
     app_server.wait_ready()
+    status = httpx.get(f"{app_server.url}/v1/models", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=30).json()["lmswitch"]
+    assert status["in_flight"] == 0, status  # no earlier test left a request counted in
     errors: list[str] = []
     done = [0]
     deadline = time.monotonic() + SOAK_SECONDS

@@ -139,8 +139,9 @@ class OpenAIApi:
     def __init__(self, backend: Backend, api_key: str | None = None, max_in_flight: int = MAX_IN_FLIGHT) -> None:
         self.backend = backend
         self.api_key = api_key or None
-        self.slots = threading.BoundedSemaphore(max_in_flight)
         self.max_in_flight = max_in_flight
+        self.in_flight = 0  # requests between their admission and the end of their generation
+        self._lock = threading.Lock()
 
     def router(self) -> APIRouter:
         router = APIRouter(prefix="/v1")
@@ -157,7 +158,8 @@ class OpenAIApi:
         except ApiError as err:
             return err.response()
         return JSONResponse({"object": "list", "data": [{"id": lm.name, "object": "model", "created": 0, "owned_by": "lmswitch",
-                                                          "switches": library.names()}]})
+                                                          "switches": library.names()}],
+                             "lmswitch": {"in_flight": self.in_flight, "max_in_flight": self.max_in_flight}})
 
     async def completions(self, request: Request):
         return await self._serve(request, CompletionRequest, chat=False)
@@ -173,13 +175,13 @@ class OpenAIApi:
                 raise ApiError(413, f"the request body has {int(declared):,} bytes; the limit is {MAX_BODY_BYTES:,}",
                                code="request_too_large")
             job = self._job(_validated(model, await request.body()), chat)
-            self._take_slot()
+            release = self._take_slot()
         except ApiError as err:
             return err.response()
         except (*USER_ERRORS, TemplateError) as err:
             return ApiError(400, str(err)).response()
         if job.stream:
-            return StreamingResponse(_Releasing(self._events(job), self.slots.release), media_type="text/event-stream")
+            return StreamingResponse(_Releasing(self._events(job, release), release), media_type="text/event-stream")
         try:
             row = await run_in_threadpool(self.backend.batcher(job.lm).generate, job.prompt, job.setting, seed=job.seed,
                                           options=job.options)
@@ -190,13 +192,25 @@ class OpenAIApi:
         except Exception as err:  # a bug, not the request: still an OpenAI error object, and the server keeps serving
             return ApiError(500, f"{type(err).__name__}: {err}", kind="server_error").response()
         finally:
-            self.slots.release()
+            release()
         return JSONResponse(_completion(job, row))
 
-    def _take_slot(self) -> None:
-        if not self.slots.acquire(blocking=False):
-            raise ApiError(503, f"the server is busy ({self.max_in_flight} requests running or waiting); retry in a few seconds",
-                           kind="server_error", code="busy")
+    def _take_slot(self) -> Callable[[], None]:
+        """Count a request in; returns its release (safe to call more than once). Over the limit: 503 "busy" at once."""
+        with self._lock:
+            if self.in_flight >= self.max_in_flight:
+                raise ApiError(503, f"the server is busy ({self.max_in_flight} requests running or waiting); retry in a few seconds",
+                               kind="server_error", code="busy")
+            self.in_flight += 1
+        released = threading.Event()
+
+        def release() -> None:
+            with self._lock:
+                if not released.is_set():
+                    released.set()
+                    self.in_flight -= 1
+
+        return release
 
     # --- checks -------------------------------------------------------------------------------------------
     def _authorise(self, request: Request) -> None:
@@ -259,7 +273,7 @@ class OpenAIApi:
         return Job(lm, prompt, self._setting(library, req.switches), seed, options, chat, req.stream)
 
     # --- streaming ----------------------------------------------------------------------------------------
-    def _events(self, job: Job) -> Iterator[str]:
+    def _events(self, job: Job, release: Callable[[], None]) -> Iterator[str]:
         """Server-sent events: one chunk per new piece of text, a last chunk with the finish reason, then ``[DONE]``."""
         head = _head(job, chunk=True)
         sent = ""
@@ -270,6 +284,7 @@ class OpenAIApi:
                     yield _event({**head, "choices": [_delta(job, text[len(sent):], None, first=not sent)]})
                     sent = text
                 if isinstance(item, Row):
+                    release()  # the generation is over: the slot is free before the client reads the end
                     yield _event({**head, "choices": [_delta(job, "", _finish(item), first=not sent)], "usage": _usage(item)})
         except Busy as err:
             yield _event(ApiError(503, str(err), kind="server_error", code="busy").body())
