@@ -59,6 +59,19 @@ def test_the_embedded_model_with_its_body_on_disk_steers_identically(lm, tmp_pat
         ls.generate(lm, "My weekend was", [(sentiment, 6.0)], seed=1, max_new_tokens=10)
 
 
+ACCELERATE = ["-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
+              "--dynamo_backend", "no"]
+
+
+def one_and_two_processes(command: list[str], out_one: Path, out_two: Path) -> tuple[subprocess.CompletedProcess, ...]:
+    """``python COMMAND OUT_ONE`` in one process and under ``accelerate launch`` with two, one thread each; both must succeed."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    runs = tuple(subprocess.run([sys.executable, *launcher, *command, str(out)], env=env, capture_output=True, text=True, cwd=ROOT)
+                 for launcher, out in (([], out_one), (ACCELERATE, out_two)))
+    assert all(r.returncode == 0 for r in runs), "".join(r.stderr[-2000:] for r in runs)
+    return runs
+
+
 @pytest.mark.real_model
 @pytest.mark.slow
 def test_accelerate_launch_trains_the_switch_one_process_trains(tmp_path):
@@ -68,12 +81,7 @@ def test_accelerate_launch_trains_the_switch_one_process_trains(tmp_path):
     (tmp_path / "neg.txt").write_text("\n".join(lines(EXAMPLES / "sentiment_negative.txt")[:30]), encoding="utf-8")
     train = ["-m", "lmswitch", "--dtype", "float32", "--json", "train", "--positive", str(tmp_path / "pos.txt"), "--negative",
              str(tmp_path / "neg.txt"), "--no-calibrate", "--steps", "40", "--out"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    one = subprocess.run([sys.executable, *train, str(tmp_path / "one.safetensors")], env=env, capture_output=True, text=True, cwd=ROOT)
-    accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2", "--num_machines", "1",
-                  "--mixed_precision", "no", "--dynamo_backend", "no"]
-    two = subprocess.run([*accelerate, *train, str(tmp_path / "two.safetensors")], env=env, capture_output=True, text=True, cwd=ROOT)
-    assert one.returncode == 0 and two.returncode == 0, one.stderr[-2000:] + two.stderr[-2000:]
+    _, two = one_and_two_processes(train, tmp_path / "one.safetensors", tmp_path / "two.safetensors")
     assert json.loads(two.stdout)["out"] == str(tmp_path / "two.safetensors")  # printed once: by the main process only
     a, b = ls.load_switch(tmp_path / "one.safetensors"), ls.load_switch(tmp_path / "two.safetensors")
     assert torch.equal(a.W, b.W) and a.card["tokens_train"] == b.card["tokens_train"]
@@ -85,12 +93,7 @@ def test_accelerate_launch_evaluates_a_sweep_like_one_process(tmp_path):
     """Two processes sample their shares of the batches and gather them: the same texts and scores as one process."""
     sweep = ["-m", "lmswitch", "--dtype", "float32", "--json", "eval", "--switch", "sentiment", "--eps=-6,0,6", "--limit", "4",
              "--samples", "2", "--max-new-tokens", "12", "--out"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    one = subprocess.run([sys.executable, *sweep, str(tmp_path / "one")], env=env, capture_output=True, text=True, cwd=ROOT)
-    accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2", "--num_machines", "1",
-                  "--mixed_precision", "no", "--dynamo_backend", "no"]
-    two = subprocess.run([*accelerate, *sweep, str(tmp_path / "two")], env=env, capture_output=True, text=True, cwd=ROOT)
-    assert one.returncode == 0 and two.returncode == 0, one.stderr[-2000:] + two.stderr[-2000:]
+    one_and_two_processes(sweep, tmp_path / "one", tmp_path / "two")
     a, b = (json.loads((tmp_path / name / "results.json").read_text()) for name in ("one", "two"))
     timeless = [[{k: v for k, v in row.items() if k != "seconds"} for row in r["sweep"]] for r in (a, b)]
     assert a["texts"] == b["texts"] and timeless[0] == timeless[1]

@@ -219,7 +219,7 @@ def generate_tokens(
     return Generated(input_ids, mask, new, new_mask.long(), tok.batch_decode(new, skip_special_tokens=True))
 
 
-def _check_seed(seed: int) -> int:
+def check_seed(seed: int) -> int:
     if not isinstance(seed, int) or not 0 <= seed < 2**63:
         raise ValueError(f"seed must be a non-negative integer; got {seed!r}")
     return seed
@@ -252,7 +252,7 @@ def generate(
         raise ValueError("no prompt given")
     if not isinstance(samples, int) or not 1 <= samples <= 1024:
         raise ValueError(f"samples must be an integer from 1 to 1024; got {samples!r}")
-    _check_seed(seed)
+    check_seed(seed)
     rows = [p for p in prompts for _ in range(samples)]
     seeds = [seed + k for _ in prompts for k in range(samples)]
     opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget)
@@ -284,7 +284,7 @@ def sweep(
     eps_values = [float(e) for e in eps_values]
     if not eps_values:
         raise ValueError("give at least one eps value to sweep")
-    _check_seed(seed)
+    check_seed(seed)
     settings = [[(switch, e), *others] for e in eps_values]
     opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget)
     texts = generate_tokens(lm, [prompt] * len(eps_values), settings, [seed] * len(eps_values), opts).texts
@@ -314,7 +314,7 @@ def stream_rows(
     """
     if not settings:
         raise ValueError("give at least one setting")
-    _check_seed(seed)
+    check_seed(seed)
     opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget)
     with contextlib.closing(stream_tokens(lm, [prompt] * len(settings), settings, [seed] * len(settings), opts, executor=executor)) as items:
         yield from (item for item in items if not isinstance(item, Generated))

@@ -2,11 +2,13 @@
 
 Each request has its own prompt, switches and ε, seed and length; requests that
 share the sampling settings (temperature, top-p, chat, adaptive strength) are
-decoded together as rows of one :func:`~lmswitch.core.generate.generate_tokens`
-call, each row with its own steering and its own random stream. A request that
-arrives while a batch runs joins the next one. A row's tokens are the ones the
-request would get alone (same seed), up to the floating-point effects of
-batching; its text stops at its own length.
+decoded together, each row with its own steering and its own random stream. A
+request that arrives while a decode runs is prefilled and joins it at its next
+step (:class:`_Rolling`); a finished row leaves at once. Models whose KV cache
+cannot be merged (sliding-window layers) decode each batch in one
+:func:`~lmswitch.core.generate.generate_tokens` call instead. A row's tokens are
+the ones the request would get alone (same seed), up to the floating-point
+effects of batching (none were seen in float32); its text stops at its own length.
 
 Over capacity (``max_waiting`` requests already waiting) :meth:`Batcher.stream`
 raises :class:`Busy` at once, so no one waits silently until a timeout.
@@ -28,7 +30,7 @@ from transformers import DynamicCache, StoppingCriteria
 from transformers.cache_utils import DynamicLayer
 from transformers.generation.streamers import BaseStreamer
 
-from lmswitch.core.generate import CoupledSampler, Prompt, encode_prompts, generate_tokens
+from lmswitch.core.generate import CoupledSampler, Prompt, check_seed, encode_prompts, generate_tokens
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SamplingOptions
 from lmswitch.core.steering import Setting, check_setting, steer, steer_rows
@@ -246,8 +248,7 @@ class Batcher:
         ``ValueError``/``TypeError``, a full queue :class:`Busy`. Closing the iterator drops the request's row."""
         options.validate(self.lm)
         check_setting(self.lm, setting)
-        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
-            raise ValueError(f"seed must be a non-negative integer; got {seed!r}")
+        check_seed(seed)
         request = _Request(prompt, list(setting), seed, options)
         with self.lock:
             if len(self.waiting) >= self.max_waiting:

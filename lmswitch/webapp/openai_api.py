@@ -34,7 +34,7 @@ from jinja2 import TemplateError
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from lmswitch.core.generate import Prompt, prompt_text
+from lmswitch.core.generate import Prompt, check_seed, prompt_text
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SAMPLING, SamplingOptions
 from lmswitch.core.steering import Setting
@@ -262,8 +262,11 @@ class OpenAIApi:
                                   top_p=d.top_p if req.top_p is None else float(req.top_p), chat=chat, adaptive=req.adaptive,
                                   kl_budget=d.kl_budget if req.kl_budget is None else float(req.kl_budget))
         options.validate(lm)
-        if req.seed is not None and not 0 <= req.seed < 2**63:
-            raise ApiError(400, f"seed must be a non-negative integer below 2**63; got {req.seed}", param="seed")
+        if req.seed is not None:
+            try:
+                check_seed(req.seed)
+            except ValueError as err:
+                raise ApiError(400, str(err), param="seed") from None
         prompt = [m.plain() for m in req.messages] if isinstance(req, ChatRequest) else (
             req.prompt if isinstance(req.prompt, str) else req.prompt[0])
         if isinstance(req, ChatRequest) and not prompt:
