@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import FILLER, WORDS_A, WORDS_B
 
-from lmswitch.harness.baselines import added, decoder_layers, fit_activation_addition
+from lmswitch.harness.baselines import added, fit_activation_addition
 from lmswitch.harness.evaluate import Protocol, evaluate_settings
 
 
@@ -45,7 +45,7 @@ def test_zero_alpha_is_the_model_and_the_hook_goes_away(fitted):
         after = lm.model(input_ids=ids).logits
     assert torch.equal(before, zero) and torch.equal(before, after)
     assert not torch.allclose(before, moved)
-    assert 0 <= addition.layer < len(decoder_layers(lm)) and addition.vector.shape == (lm.model.config.hidden_size,)
+    assert 0 <= addition.layer < len(lm.decoder_layers()) and addition.vector.shape == (lm.model.config.hidden_size,)
 
 
 def test_planted_contrast_is_recovered(fitted):
@@ -70,7 +70,7 @@ def test_the_harness_samples_inside_and_scores_outside_the_hook(fitted):
             yield
         inside[0] = False
 
-    handle = decoder_layers(lm)[0].register_forward_hook(lambda *_: calls.append(inside[0]))  # every pass goes through it
+    handle = lm.decoder_layers()[0].register_forward_hook(lambda *_: calls.append(inside[0]))  # every pass goes through it
     try:
         protocol = Protocol(samples=2, max_new_tokens=5, batch_size=8)
         (steered,) = evaluate_settings(lm, [[]], ["the happy one", "she was"], protocol, during=watched)

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import threading
 
+import torch
+from conftest import random_ids
+
+from lmswitch.core.pause import add_layer_pauses, pause_point
 from lmswitch.serve.compute import ComputeThread, until
 
 
@@ -64,3 +68,66 @@ def test_until_stops_at_the_flag_and_closes_the_source():
         if x == 2:
             flag.set()
     assert seen == [0, 1, 2] and closed.is_set()
+
+
+def _gated_background(compute: ComputeThread, fn, *waiting):
+    """Submit background ``fn`` held at a gate, queue the ``waiting`` interactive jobs behind it, open the gate; futures."""
+    gate = threading.Event()
+    background = compute.submit(lambda: (gate.wait(), fn())[1], background=True)
+    interactive = [compute.submit(job) for job in waiting]
+    gate.set()
+    return background, interactive
+
+
+def test_background_work_lets_interactive_work_waiting_at_a_pause_point_go_first():
+    compute = ComputeThread(quantum=0.0)
+    log: list[str] = []
+
+    def long_job():
+        for i in range(3):
+            log.append(f"piece {i}")
+            pause_point()
+        return "trained"
+
+    background, (other,) = _gated_background(compute, long_job, lambda: log.append("other user") or torch.is_grad_enabled())
+    assert background.result() == "trained" and other.result() is True  # grad mode as from the loop
+    assert log == ["piece 0", "other user", "piece 1", "piece 2"] and compute.pauses == 1
+
+
+def test_within_its_quantum_background_work_keeps_the_thread_and_interactive_work_waits_its_turn():
+    compute = ComputeThread(quantum=60.0)
+    log: list[str] = []
+
+    def long_job():
+        for i in range(3):
+            log.append(f"piece {i}")
+            pause_point()
+
+    background, (other,) = _gated_background(compute, long_job, lambda: log.append("other user"))
+    background.result(), other.result()
+    assert log == ["piece 0", "piece 1", "piece 2", "other user"] and compute.pauses == 0
+
+
+def test_interactive_work_never_pauses_for_other_work():
+    compute = ComputeThread(quantum=0.0)
+    log: list[str] = []
+    gate = threading.Event()
+    first = compute.submit(lambda: (gate.wait(), log.append("first"), pause_point(), log.append("first again")))
+    second = compute.submit(log.append, "second")
+    gate.set()
+    first.result(), second.result()
+    assert log == ["first", "first again", "second"]
+
+
+def test_a_forward_pass_paused_for_other_forward_passes_of_the_same_model_is_unchanged(llama_lm):
+    add_layer_pauses(llama_lm.decoder_layers())
+    compute = ComputeThread(quantum=0.0)
+    long_ids, short_ids = random_ids(llama_lm, 2, 40, seed=1), random_ids(llama_lm, 1, 9, seed=2)
+    alone_long, alone_short = llama_lm.final_hidden(long_ids), llama_lm.final_hidden(short_ids)
+    with torch.no_grad():
+        alone_logits = llama_lm.model(short_ids).logits
+    background, (hidden, logits) = _gated_background(compute, lambda: llama_lm.final_hidden(long_ids),
+                                                     lambda: llama_lm.final_hidden(short_ids), lambda: llama_lm.model(short_ids).logits)
+    assert torch.equal(background.result(), alone_long)
+    assert compute.pauses >= 1  # the other passes ran inside the long one, at its first layer
+    assert torch.equal(hidden.result(), alone_short) and torch.equal(logits.result(), alone_logits)

@@ -12,8 +12,8 @@ import importlib.util
 import os
 import shutil
 import tempfile
-import threading
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,6 +76,14 @@ class LanguageModel:
     def head(self) -> torch.nn.Module:
         """The output head: its input is the final hidden state ``c``."""
         return self.model.get_output_embeddings()
+
+    def decoder_layers(self) -> torch.nn.ModuleList:
+        """The decoder blocks (``model.model.layers`` or the family's equivalent)."""
+        body = self.model.get_decoder() if hasattr(self.model, "get_decoder") else self.model.model
+        layers = getattr(body, "layers", None) or getattr(body, "h", None)
+        if layers is None:
+            raise ValueError(f"cannot find the decoder layers of {type(self.model).__name__}")
+        return layers
 
     @property
     def hidden_size(self) -> int:
@@ -161,14 +169,15 @@ class LanguageModel:
 
         Captured with a pre-hook on the head that stops the forward pass there,
         so it works for any architecture whatever it calls its final norm. The hook
-        acts only in the calling thread: other threads generating with the same
-        model at the same time (e.g. other web sessions) pass through it untouched.
+        acts only in the calling context: other forward passes of the same model at
+        the same time (other threads, or other users' work run at a pause point of
+        this one, :mod:`lmswitch.core.pause`) pass through it untouched.
         """
         captured: list[torch.Tensor] = []
-        caller = threading.get_ident()
+        token = _CAPTURING.set(captured)
 
         def grab(_module, args):
-            if threading.get_ident() != caller:
+            if _CAPTURING.get() is not captured:
                 return None
             captured.append(args[0])
             raise _StopForward
@@ -181,9 +190,13 @@ class LanguageModel:
             pass
         finally:
             handle.remove()
+            _CAPTURING.reset(token)
         if not captured:
             raise RuntimeError("the model's forward pass never reached its output head")
         return captured[0]
+
+
+_CAPTURING: ContextVar[list | None] = ContextVar("lmswitch_capturing_head_input", default=None)
 
 
 class _StopForward(Exception):

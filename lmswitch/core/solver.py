@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from lmswitch.core.models import LanguageModel
+from lmswitch.core.pause import pause_point
 
 CANDIDATES = 32  # next-token candidates per row kept exactly (plus the target)
 PATH = (30.0, 10.0, 3.0, 1.0, 0.3, 0.1)  # λ on ‖ε0 W‖², strongest first
@@ -72,6 +73,7 @@ def reduce(lm: LanguageModel, C: torch.Tensor, targets: torch.Tensor, labels: to
         tail_p = (1 - p.sum(1)).clamp_min(1e-12)
         tail_mean = (logp_all.exp_() @ E - kept) / tail_p[:, None]
         parts.append((ids, logp, tail_p.log(), tail_mean))
+        pause_point()
     ids, logp, log_tail, tail_mean = (torch.cat(x) for x in zip(*parts, strict=True))
     return Reduced(C.float(), labels.float(), ids, logp, log_tail, tail_mean)
 

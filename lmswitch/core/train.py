@@ -28,6 +28,7 @@ from lmswitch.core.card import Card, TrainingRecord
 from lmswitch.core.hidden import TokenStates, check_text, encode_texts
 from lmswitch.core.models import LanguageModel, preferred_dtype
 from lmswitch.core.options import TrainConfig
+from lmswitch.core.pause import pause_point
 from lmswitch.core.switch import Switch
 
 ProgressCallback = Callable[[int, int, float], None]  # (step, total, loss)
@@ -362,6 +363,7 @@ def _optimise_lbfgs(obj: _Objective, config: TrainConfig, is_cancelled: Callable
     steps: list[Step] = []
 
     def on_evaluation(evaluations: int, value: float) -> None:
+        pause_point()  # a server's other users go first here (lmswitch.core.pause)
         if is_cancelled():
             raise TrainingCancelled(f"training cancelled at step {evaluations - 1} of {total}")
         run.losses.append(value)

@@ -35,15 +35,6 @@ class ActivationAddition:
     model_fingerprint: str
 
 
-def decoder_layers(lm: LanguageModel) -> torch.nn.ModuleList:
-    """The decoder blocks of a transformers causal LM (``model.model.layers`` or the family's equivalent)."""
-    body = lm.model.get_decoder() if hasattr(lm.model, "get_decoder") else lm.model.model
-    layers = getattr(body, "layers", None) or getattr(body, "h", None)
-    if layers is None:
-        raise ValueError(f"cannot find the decoder layers of {type(lm.model).__name__} for activation addition")
-    return layers
-
-
 @torch.no_grad()
 def _mean_state(lm: LanguageModel, texts: Sequence[str], layer: int, batch: int = 32) -> torch.Tensor:
     """Mean over every token of ``texts`` of the output of decoder layer ``layer``, float32 (d,)."""
@@ -63,7 +54,7 @@ def fit_activation_addition(lm: LanguageModel, positive: Sequence[str], negative
     """The mean-difference vector between ``positive`` and ``negative`` texts at ``layer`` (default: 40% of the depth)."""
     if not positive or not negative:
         raise ValueError("activation addition needs positive and negative texts")
-    n_layers = len(decoder_layers(lm))
+    n_layers = len(lm.decoder_layers())
     layer = round(CAA_LAYER_FRACTION * (n_layers - 1)) if layer is None else layer
     if not 0 <= layer < n_layers:
         raise ValueError(f"layer must be in 0…{n_layers - 1}; got {layer}")
@@ -76,7 +67,7 @@ def added(lm: LanguageModel, addition: ActivationAddition, alpha: float) -> Iter
     """While open, decoder layer ``addition.layer`` outputs ``h + alpha · vector`` at every position (alpha 0: unchanged)."""
     if addition.model_fingerprint != lm.fingerprint:
         raise ValueError("this activation-addition vector was fitted on a different model")
-    block = decoder_layers(lm)[addition.layer]
+    block = lm.decoder_layers()[addition.layer]
 
     def hook(module, args, output):
         hidden = output[0] if isinstance(output, tuple) else output

@@ -153,7 +153,7 @@ def compare(
     rows = [setting] if cached_base else [setting, []] if setting else [[]]
     texts: list[str] = [""]
     stream = (_batched_rows(batcher, prompt, rows, seed, options) if batcher is not None
-              else stream_rows(lm, prompt, rows, seed=seed, executor=compute.executor if compute else None, **options.to_dict()))
+              else stream_rows(lm, prompt, rows, seed=seed, executor=compute, **options.to_dict()))
     for texts in until(stop or threading.Event(), stream):
         yield Partial(texts[0], cached_base[0] if cached_base else texts[-1])
     if stop is not None and stop.is_set():

@@ -1,64 +1,142 @@
-"""One long-lived thread for all model work of a server, and helpers to stream from it.
+"""One long-lived thread for all model work of a server, with background jobs that pause for interactive ones.
 
 On a few CPU cores torch's OpenMP pools slow every thread down once several
 threads have used them (40 tokens: 1.3 s on one thread, 1.8–2.3 s across threads),
-so a server runs every model call on this one thread. Long jobs that come as
-iterators (training) run there one ``next()`` at a time, so other users' requests
-are served between their steps.
+so a server runs every model call on this one thread, first come first served.
+
+Fair scheduling: a job submitted with ``background=True`` (training, sweeps,
+calibration) runs with a pause handler (:mod:`lmswitch.core.pause`). At the
+library's pause points (before every decoder layer, after each optimiser
+evaluation), once the job has had :data:`QUANTUM` seconds of the thread, the
+interactive jobs waiting at that moment (other users' next tokens) run, then the
+background job carries on. So one user's training costs another user's
+generation at most about a quantum of extra wait per token, never the whole run.
+Long jobs that come as iterators (training) also run one ``next()`` at a time.
 """
 
 from __future__ import annotations
 
+import collections
 import contextvars
+import os
 import threading
+import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import TypeVar
+
+import torch
+
+from lmswitch.core.pause import pausing
 
 T = TypeVar("T")
 
 THREAD_PREFIX = "lmswitch-compute"
+# seconds a background job runs before it lets the interactive jobs waiting at a pause point go first ("inf": never)
+QUANTUM = float(os.environ.get("LMSWITCH_PAUSE_QUANTUM", "0.1"))
+
+
+@dataclass
+class _Job:
+    fn: Callable
+    args: tuple
+    kwargs: dict
+    background: bool
+    context: contextvars.Context = field(default_factory=contextvars.copy_context)
+    future: Future = field(default_factory=Future)
 
 
 class ComputeThread:
-    """Runs callables on one dedicated thread; calls made from that thread run directly (no deadlock).
+    """Runs callables on one dedicated thread, in order; calls made from that thread run directly (no deadlock).
 
     >>> compute = ComputeThread()
     >>> compute.run(sum, [1, 2, 3])
     6
     """
 
-    def __init__(self) -> None:
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=THREAD_PREFIX)
+    def __init__(self, quantum: float = QUANTUM) -> None:
+        self.quantum = quantum
+        self.pauses = 0  # how many times background work let interactive work go first
+        self._jobs: collections.deque[_Job] = collections.deque()
+        self._ready = threading.Condition()
+        self._slice_start = 0.0
+        self._thread = threading.Thread(target=self._loop, name=THREAD_PREFIX, daemon=True)
+        self._thread.start()
 
     @staticmethod
     def on_thread() -> bool:
         return threading.current_thread().name.startswith(THREAD_PREFIX)
 
-    def run(self, fn: Callable[..., T], *args, **kwargs) -> T:
-        """``fn(*args, **kwargs)`` on the compute thread, in the caller's context; returns its result or raises its error."""
+    def submit(self, fn: Callable[..., T], *args, background: bool = False, **kwargs) -> Future:
+        """Queue ``fn(*args, **kwargs)`` (run in a copy of the caller's context); its future."""
+        job = _Job(fn, args, kwargs, background)
+        with self._ready:
+            self._jobs.append(job)
+            self._ready.notify()
+        return job.future
+
+    def run(self, fn: Callable[..., T], *args, background: bool = False, **kwargs) -> T:
+        """``fn(*args, **kwargs)`` on the compute thread; returns its result or raises its error."""
         if self.on_thread():
             return fn(*args, **kwargs)
-        return self.executor.submit(contextvars.copy_context().run, fn, *args, **kwargs).result()
+        return self.submit(fn, *args, background=background, **kwargs).result()
 
-    def submit(self, fn: Callable[..., T], *args, **kwargs):
-        return self.executor.submit(fn, *args, **kwargs)
-
-    def stepped(self, items: Iterator[T]) -> Iterator[T]:
-        """The items of ``items``, each produced by one ``next()`` on the compute thread.
+    def stepped(self, items: Iterator[T], background: bool = True) -> Iterator[T]:
+        """The items of ``items``, each produced by one ``next()`` on the compute thread (as background work).
 
         Other work queued on the thread runs between two items (e.g. another
-        user's generation between two training steps). Closing this iterator
-        closes ``items`` (on the compute thread), which stops its work.
+        user's generation between two training steps), and inside one at its pause
+        points. Closing this iterator closes ``items`` (on the compute thread),
+        which stops its work.
         """
         done = object()
         try:
-            while (item := self.run(next, items, done)) is not done:
+            while (item := self.run(next, items, done, background=background)) is not done:
                 yield item
         finally:
             close = getattr(items, "close", None)
             if close is not None:
-                self.run(close)
+                self.run(close, background=background)
+
+    def _loop(self) -> None:
+        while True:
+            with self._ready:
+                while not self._jobs:
+                    self._ready.wait()
+                job = self._jobs.popleft()
+            self._execute(job)
+
+    def _execute(self, job: _Job) -> None:
+        if not job.future.set_running_or_notify_cancel():
+            return
+        try:
+            result = (job.context.run(self._background, job) if job.background
+                      else job.context.run(job.fn, *job.args, **job.kwargs))
+        except BaseException as err:  # handed to the caller
+            job.future.set_exception(err)
+        else:
+            job.future.set_result(result)
+
+    def _background(self, job: _Job):
+        self._slice_start = time.perf_counter()
+        with pausing(self._pause):
+            return job.fn(*job.args, **job.kwargs)
+
+    def _pause(self) -> None:
+        """At a pause point of a background job: after a quantum, run the interactive jobs waiting now, then go on."""
+        if time.perf_counter() - self._slice_start < self.quantum:
+            return
+        with self._ready:
+            waiting = [job for job in self._jobs if not job.background]
+            for job in waiting:
+                self._jobs.remove(job)
+        if waiting:
+            self.pauses += 1
+            with torch.inference_mode(False), torch.enable_grad():  # as if run from the loop, not inside the paused job
+                for job in waiting:
+                    self._execute(job)
+        self._slice_start = time.perf_counter()
 
 
 def until(flag: threading.Event, items: Iterator[T]) -> Iterator[T]:

@@ -12,6 +12,7 @@ from pathlib import Path
 import gradio as gr
 
 from lmswitch.core.models import BUNDLED_MODELS, DEFAULT_MODEL, LanguageModel, load_model
+from lmswitch.core.pause import add_layer_pauses
 from lmswitch.core.switch import SwitchFileError
 from lmswitch.io.documents import DocumentError
 from lmswitch.io.resources import shipped_switches_dir
@@ -48,7 +49,9 @@ class Backend:
         return backend
 
     def add_model(self, lm: LanguageModel, name: str | None = None) -> None:
-        """Serve ``lm`` (already loaded) under ``name`` as well, with the folder's switches made for it."""
+        """Serve ``lm`` (already loaded) under ``name`` as well, with the folder's switches made for it; its forward passes
+        pause before every decoder layer, so background work lets generations go first."""
+        add_layer_pauses(lm.decoder_layers())
         self.models[name or lm.name] = (lm, SwitchLibrary(lm, self.folder))
 
     def start(self) -> Backend:
@@ -62,9 +65,10 @@ class Backend:
                 self._batchers[id(lm)] = Batcher(lm, self.compute)
             return self._batchers[id(lm)]
 
-    def run(self, fn: Callable, *args, **kwargs):
-        """``fn(*args, **kwargs)`` on the compute thread (directly when already there)."""
-        return self.compute.run(fn, *args, **kwargs)
+    def run(self, fn: Callable, *args, background: bool = False, **kwargs):
+        """``fn(*args, **kwargs)`` on the compute thread (directly when already there); ``background``: long work that lets
+        other users' generations go first at its pause points (:mod:`lmswitch.serve.compute`)."""
+        return self.compute.run(fn, *args, background=background, **kwargs)
 
     def load(self) -> Backend:
         try:
@@ -119,11 +123,12 @@ DEFAULT_SWITCHES = shipped_switches_dir()
 
 
 def computed(fn: Callable) -> Callable:
-    """Run a handler ``fn(backend, ...)`` on the backend's compute thread."""
+    """Run a handler ``fn(backend, ...)`` on the backend's compute thread, as background work (a whole answer: a sweep,
+    a highlight, a transfer…), so that other users' streamed generations go first at its pause points."""
 
     @functools.wraps(fn)
     def call(backend: Backend, *args, **kwargs):
-        return backend.run(fn, backend, *args, **kwargs)
+        return backend.run(fn, backend, *args, background=True, **kwargs)
 
     return call
 

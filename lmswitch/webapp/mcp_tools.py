@@ -125,8 +125,8 @@ class McpTools:
             raise ValueError(f"this server already holds {MAX_SESSION_SWITCHES} switches trained over MCP; restart the app to clear "
                              "them, or train in the app and save to the library")
         pos, neg = training_data(TRAIN_MODES[mode], positive, None, negative, None)
-        switch = self.backend.run(train_switch, lm, pos, neg, name=name, config=TrainConfig(steps=steps))
-        switch.card = self.backend.run(calibrated_card, lm, switch)
+        switch = self.backend.run(train_switch, lm, pos, neg, name=name, config=TrainConfig(steps=steps), background=True)
+        switch.card = self.backend.run(calibrated_card, lm, switch, background=True)
         final = self.session.add(switch, library, name=name)
         words = self.backend.run(promoted_words, lm, switch, words=SHOWN_WORDS)
         return {**_switch_summary(switch), "name": final, "heldout_gain": switch.card.get("heldout_gain"),
@@ -147,7 +147,7 @@ class McpTools:
         if len(text) > MAX_HIGHLIGHT_CHARS:
             raise ValueError(f"the text has {len(text):,} characters; highlighting takes at most {MAX_HIGHLIGHT_CHARS:,}")
         lm, s = self._switch(switch)
-        return self.backend.run(highlight, lm, s, text, eps=eps, n_spans=spans).to_dict()
+        return self.backend.run(highlight, lm, s, text, eps=eps, n_spans=spans, background=True).to_dict()
 
     def measure_style(self, text: str, switches: str = "") -> dict:
         """The style meter: which ε of each switch explains a text best (positive: the switch's positive style, negative: the other).
@@ -164,4 +164,4 @@ class McpTools:
         if len(names) > MAX_METER_SWITCHES and parse_names(switches):
             raise ValueError(f"the meter reads at most {MAX_METER_SWITCHES} switches at once; got {len(names)}")
         chosen = [self.session.get(n, library) for n in names][:MAX_METER_SWITCHES]
-        return self.backend.run(measure, lm, chosen, text).to_dict()
+        return self.backend.run(measure, lm, chosen, text, background=True).to_dict()
