@@ -127,7 +127,7 @@ def train(backend: Backend, mode: str, name: str, positive_label: str, negative_
         session.end_training(flag)
     progress(1.0, desc="probing the fluent ε range")
     yield "Probing the fluent ε range on a few dev prompts…", gr.skip(), gr.skip(), *skip
-    done.switch.card = backend.run(calibrated_card, lm, done.switch)
+    done.switch.card = backend.run(calibrated_card, lm, done.switch, background=True)
     ready = _finished(backend, session, library, name, done.switch, current)
     yield *ready, READING  # the switch is usable now; what it learned follows
     learned = _learned(backend, lm, done.switch, positive, negative)
@@ -151,7 +151,7 @@ def _learned(backend: Backend, lm: LanguageModel, switch: Switch, positive: str 
     document = positive if isinstance(positive, str) else None  # labelled sentences: the words only
     other = negative if isinstance(negative, str) else None
     try:
-        return backend.run(what_was_learned, lm, switch, document, other).to_markdown()
+        return backend.run(what_was_learned, lm, switch, document, other, background=True).to_markdown()
     except Exception as err:  # any failure: the trained switch must not be lost over its summary
         return f"*Could not read what it learned ({type(err).__name__}: {err}); the switch is ready all the same.*"
 
