@@ -118,3 +118,22 @@ def test_a_request_joins_a_running_decode_instead_of_waiting_for_it(llama_lm):
     assert rest[-1].text == solo.texts[0]
     assert short.text == generate_tokens(llama_lm, ["beta"], [[(random_switch(llama_lm, seed=1, scale=20.0), 3.0)]], [1],
                                          SamplingOptions(max_new_tokens=3, temperature=0.0)).texts[0]
+
+
+def test_a_decode_that_never_empties_keeps_its_cache_no_longer_than_its_longest_live_row(llama_lm):
+    """Under steady load rows keep joining before the last one leaves: the columns that were padding for every row left
+    are cut, so the cache (and each step's cost) follows the live rows instead of growing for as long as the server runs."""
+    from lmswitch.serve.batcher import _Request, _Rolling
+
+    options = SamplingOptions(max_new_tokens=6, temperature=0.0)
+    rolling = _Rolling(llama_lm)
+    rows: list = []
+    for k in range(6):  # a new request joins every 3 steps; each lives 6 tokens
+        request = _Request(" ".join([WORDS] * (3 - k % 3)), [], k, options)
+        rows += [r for _, r in rolling.admit([request])]
+        for _ in range(3):
+            rows += [r for _, r in rolling.step()]
+        longest = max(p + len(ids) - 1 for p, ids in zip(rolling.prompt_tokens, rolling.ids, strict=True))  # last token: next step
+        assert rolling.mask.shape[1] == longest and rolling.cache.layers[0].keys.shape[-2] == longest
+    solo = generate_tokens(llama_lm, [" ".join([WORDS] * 3)], [[]], [0], options)
+    assert rows[0].text == solo.texts[0]  # the first request, decoded beside the others, is still its solo text

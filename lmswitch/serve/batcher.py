@@ -226,6 +226,11 @@ class _Rolling:
         index = torch.tensor(keep)
         self.cache.batch_select_indices(index.to(self.cache.layers[0].keys.device))
         self.mask = self.mask[index]
+        start = int(self.mask.any(0).long().argmax())  # columns that are padding in every remaining row: cut them
+        if start:
+            self.mask = self.mask[:, start:]
+            for layer in self.cache.layers:
+                layer.keys, layer.values = layer.keys[..., start:, :], layer.values[..., start:, :]
         for name in ("requests", "samplers", "ids", "prompt_tokens"):
             setattr(self, name, [getattr(self, name)[b] for b in keep])
 
