@@ -19,7 +19,7 @@ from lmswitch.io.documents import split_lines
 from lmswitch.lenses.learned import what_was_learned
 from lmswitch.serve.session import Session, check_name
 from lmswitch.webapp.backend import Backend, computed, user_errors
-from lmswitch.webapp.widgets import MAX_SLOTS, dropdown_updates, number, read_input, slot_updates
+from lmswitch.webapp.widgets import MAX_SLOTS, dropdown_updates, number, optional_text, read_input, slot_updates
 
 MODES = ("one document", "two documents (A vs B)", "labelled sentences")
 DESCRIPTIONS = {MODES[0]: "learned from one document", MODES[1]: "document A (+) vs document B (−)", MODES[2]: ""}
@@ -103,13 +103,14 @@ def train(backend: Backend, mode: str, name: str, positive_label: str, negative_
     name = check_name(name)
     positive, negative = training_data(mode, text_a, file_a, text_b, file_b)
     config = train_config(steps, lr, eps0, rank, seed)
+    labels = [optional_text(label, f"the {side} label").strip() or side for label, side in ((positive_label, "positive"), (negative_label, "negative"))]
     current = [sweep_pick, grid_a_pick, grid_b_pick, manage_pick, inspect_pick, highlight_pick, transfer_pick]
     flag = session.start_training()
     skip = [gr.skip()] * (MAX_SLOTS + len(current) + 2)  # sliders, pickers, download button, what it learned
     losses: list[float] = []
     events = backend.compute.stepped(train_events(
         lm, positive, negative, name=name, description=DESCRIPTIONS.get(mode, ""), config=config, cancel=flag,
-        positive_label=(positive_label or "positive").strip(), negative_label=(negative_label or "negative").strip()))
+        positive_label=labels[0], negative_label=labels[1]))
     done = None
     try:
         progress(0, desc="encoding the text")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import math
+import os
 from collections.abc import Sequence
 
 import gradio as gr
@@ -48,11 +49,22 @@ def sampling(max_new_tokens, temperature, top_p, seed, chat, adaptive=False) -> 
     return options, seed
 
 
+def optional_text(value, what: str) -> str:
+    """A text widget's value ("" when empty), refusing what is not text (a script can send anything)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be text; got {type(value).__name__}")
+    return value
+
+
 def read_input(text: str | None, file: str | None, what: str) -> str:
     """Text from an uploaded file (.txt .md .html .pdf .docx) if given, else the pasted text."""
     if file:
+        if not isinstance(file, (str, os.PathLike)):
+            raise ValueError(f"{what}: expected an uploaded file's path; got {type(file).__name__}")
         return read_document(file)
-    if text is None or not text.strip():
+    if not optional_text(text, what).strip():
         raise ValueError(f"{what} is empty: paste text or upload a .txt, .md, .html, .pdf or .docx file")
     return text
 
