@@ -334,29 +334,39 @@ class Probe:
     prompt_set: str = "neutral"
 
 
+STEPS_PER_CALL = 2  # calibration strengths per side evaluated in one batched call
+
+
 def calibrate(lm: LanguageModel, switch: Switch, probe: Probe = Probe(), protocol: Protocol = PROTOCOL) -> tuple[float, float]:
     """``(most negative, most positive)`` ε at which ``switch`` still writes fluent text on a few dev prompts.
 
     Walks out from 0 in each direction and stops at the first setting that breaks
     the fluency rules (a larger ε that happens to pass after a failure is not
-    trusted). 0 on a side means even the smallest probed ε broke them.
+    trusted). 0 on a side means even the smallest probed ε broke them. Both sides
+    step out together, :data:`STEPS_PER_CALL` strengths per side and batched call,
+    and a side that failed is not probed further: a switch with a narrow fluent
+    range is probed at a few settings, not the whole grid.
 
     >>> switch.card = switch.card.updated(fluent_eps=list(calibrate(lm, switch)))   # doctest: +SKIP
     """
     prompts = load_prompts(probe.prompt_set, probe.prompts, split="dev")
     protocol = replace(protocol, samples=probe.samples, max_new_tokens=probe.max_new_tokens)
-    eps = [side * s for side in (-1, +1) for s in probe.strengths]
-    base, *evals = evaluate_settings(lm, [[]] + [[(switch, e)] for e in eps], prompts, protocol)
-    by_eps = dict(zip(eps, evals, strict=True))
-    out = []
-    for side in (-1, +1):
-        reached = 0.0
-        for s in probe.strengths:
-            if probe.rules.problems(by_eps[side * s], base):
-                break
-            reached = side * s
-        out.append(reached)
-    return out[0], out[1]
+    reached, walking, base = {-1: 0.0, +1: 0.0}, [-1, +1], None
+    for k in range(0, len(probe.strengths), STEPS_PER_CALL):  # a few strengths per side and call: batches stay big
+        chunk = probe.strengths[k : k + STEPS_PER_CALL]
+        settings = [[(switch, side * s)] for side in walking for s in chunk]
+        evals = list(evaluate_settings(lm, ([[]] if base is None else []) + settings, prompts, protocol))
+        base = evals.pop(0) if base is None else base
+        for side in list(walking):
+            for s, ev in zip(chunk, evals[: len(chunk)], strict=True):
+                if probe.rules.problems(ev, base):
+                    walking.remove(side)
+                    break
+                reached[side] = side * s
+            evals = evals[len(chunk) :]
+        if not walking:
+            break
+    return reached[-1], reached[+1]
 
 
 def calibrated_card(lm: LanguageModel, switch: Switch, probe: Probe = Probe()) -> Card:
