@@ -1,14 +1,21 @@
-"""Load benchmark (issue 17): N clients at once against a launched app's OpenAI-compatible endpoint.
+"""Load benchmark (issue 17): N clients at once against a launched app, over the OpenAI endpoint and Gradio's API.
 
-    python benchmarks/load.py [--clients 1,4,8] [--seconds 30] [--tokens 20]
+    python benchmarks/load.py [--clients 1,4,8] [--seconds 30] [--tokens 20] [--via openai,gradio] [--busy] [--quantum 0.1,inf]
 
 Starts ``app.py`` on a free port (embedded model, shipped switches), then for each
-client count runs that many clients for a fixed time. Each client sends streamed
-20-token completions with a switch and ε of its own and a fresh seed per request
-(so no cache answers). Reported per client count: requests completed, throughput,
-first-token and last-token latency percentiles, errors, and whether every result
-equals the same request run alone (every request is replayed alone afterwards,
-one at a time). Prints a Markdown block for benchmarks/RESULTS.md.
+way in (``openai``: streamed ``/v1/completions``; ``gradio``: the named ``/generate``
+endpoint through ``gradio_client``) and each client count runs that many clients
+for a fixed time. Each client sends 20-token generations with a switch and ε of its
+own and a fresh seed per request (so no cache answers). With ``--busy``, two more
+clients work beside them the whole time: one trains a switch from 30 + 30 sentences
+over and over (``/train``), one alternates sweeps and highlights (``/sweep``,
+``/highlight``). Reported per row: requests completed, throughput, first-token and
+last-token latency percentiles (``/generate`` answers whole, so its first token is
+its last), errors, the background work done, and whether every result equals the
+same request run alone (every request is replayed alone afterwards, one at a
+time). ``--quantum`` lists the compute thread's pause quanta to compare, one server
+each (``inf``: background work never lets generations go first, as before issue 17's
+fair scheduling). Prints a Markdown block for benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from pathlib import Path
 
 import openai
 import torch
+from gradio_client import Client
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
@@ -38,11 +46,10 @@ SETTINGS = [{"sentiment": 6}, {"sentiment": -6}, {"formality": 2}, {"detox": 4},
 
 def one_request(client: openai.OpenAI, k: int, tokens: int) -> dict:
     """A streamed completion; returns its timing and text."""
-    body = {"prompt": PROMPTS[k % len(PROMPTS)], "max_tokens": tokens, "seed": k, "switches": SETTINGS[k % len(SETTINGS)]}
     start = time.perf_counter()
     first, text = None, ""
-    stream = client.completions.create(model="smollm2-135m", prompt=body["prompt"], max_tokens=tokens, seed=k, stream=True,
-                                       extra_body={"switches": body["switches"]})
+    stream = client.completions.create(model="smollm2-135m", prompt=PROMPTS[k % len(PROMPTS)], max_tokens=tokens, seed=k, stream=True,
+                                       extra_body={"switches": SETTINGS[k % len(SETTINGS)]})
     for chunk in stream:
         if first is None and chunk.choices[0].text:
             first = time.perf_counter() - start
@@ -50,36 +57,126 @@ def one_request(client: openai.OpenAI, k: int, tokens: int) -> dict:
     return {"k": k, "first": first or time.perf_counter() - start, "last": time.perf_counter() - start, "text": text}
 
 
-def run_clients(url: str, clients: int, seconds: float, tokens: int, start_k: int) -> tuple[list[dict], list[str]]:
+def one_gradio_request(client: Client, k: int, tokens: int) -> dict:
+    """One ``/generate`` call (answered whole); returns its timing and steered text."""
+    setting = ", ".join(f"{name}={eps}" for name, eps in SETTINGS[k % len(SETTINGS)].items())
+    start = time.perf_counter()
+    out = client.predict(prompt=PROMPTS[k % len(PROMPTS)], switches=setting, max_new_tokens=tokens, seed=k, api_name="/generate")
+    last = time.perf_counter() - start
+    return {"k": k, "first": last, "last": last, "text": out["steered"]}
+
+
+class Way:
+    """How clients reach the app: a fresh client per thread and the request function."""
+
+    def __init__(self, name: str, url: str) -> None:
+        self.name, self.url = name, url
+
+    def client(self):
+        if self.name == "openai":
+            return openai.OpenAI(base_url=f"{self.url}/v1", api_key="-", max_retries=0, timeout=120)
+        return Client(self.url, verbose=False)
+
+    def request(self, client, k: int, tokens: int) -> dict:
+        return (one_request if self.name == "openai" else one_gradio_request)(client, k, tokens)
+
+
+def _loop(deadline: float, work, errors: list[str], lock: threading.Lock) -> None:
+    while time.perf_counter() < deadline:
+        try:
+            work()
+        except Exception as err:  # counted and shown, never hidden
+            with lock:
+                errors.append(f"{type(err).__name__}: {err}"[:200])
+
+
+def _background(url: str, deadline: float, errors: list[str], lock: threading.Lock, done: dict) -> list[threading.Thread]:
+    """The --busy clients: one trains switches from 30 + 30 sentences over and over, one alternates sweeps and highlights."""
+    examples = ROOT / "lmswitch" / "data" / "examples"
+    pos, neg = ((examples / f"sentiment_{side}.txt").read_text().splitlines()[:30] for side in ("positive", "negative"))
+
+    def train() -> None:
+        Client(url, verbose=False).predict(mode="labelled sentences", name="busy", text_a="\n".join(pos), text_b="\n".join(neg),
+                                           file_a=None, file_b=None, api_name="/train")
+        done["trainings"] += 1
+
+    lens = Client(url, verbose=False)
+
+    def sweep_or_highlight() -> None:
+        if done["lens"] % 2 == 0:
+            lens.predict(name="sentiment", eps_text="-6, 0, 6", samples=1, prompt=PROMPTS[0], max_new_tokens=20, api_name="/sweep")
+        else:
+            lens.predict(text="You are a complete idiot and your ideas are garbage.", file=None, name="detox", eps=-4, api_name="/highlight")
+        done["lens"] += 1
+
+    return [threading.Thread(target=_loop, args=(deadline, work, errors, lock)) for work in (train, sweep_or_highlight)]
+
+
+def run_clients(way: Way, clients: int, seconds: float, tokens: int, start_k: int, busy: bool) -> tuple[list[dict], list[str], dict]:
     results: list[dict] = []
     errors: list[str] = []
+    done = {"trainings": 0, "lens": 0}
     lock = threading.Lock()
     counter = iter(range(start_k, start_k + 1_000_000))
     deadline = time.perf_counter() + seconds
 
     def client_loop() -> None:
-        client = openai.OpenAI(base_url=f"{url}/v1", api_key="-", max_retries=0, timeout=120)
-        while time.perf_counter() < deadline:
+        client = way.client()
+
+        def work() -> None:
             with lock:
                 k = next(counter)
-            try:
-                r = one_request(client, k, tokens)
-                with lock:
-                    results.append(r)
-            except Exception as err:  # counted and shown, never hidden
-                with lock:
-                    errors.append(f"{type(err).__name__}: {err}"[:200])
+            r = way.request(client, k, tokens)
+            with lock:
+                results.append(r)
+
+        _loop(deadline, work, errors, lock)
 
     threads = [threading.Thread(target=client_loop) for _ in range(clients)]
+    threads += _background(way.url, deadline, errors, lock, done) if busy else []
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return results, errors
+    return results, errors, done
 
 
 def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
     return statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else values[0]
+
+
+def measure(way: Way, counts: list[int], args: argparse.Namespace, quantum: str) -> list[tuple]:
+    solo = way.client()
+    way.request(solo, 10**9, args.tokens)  # warm-up
+    rows, start_k = [], 0
+    for n in counts:
+        results, errors, done = run_clients(way, n, args.seconds, args.tokens, start_k, args.busy)
+        start_k += 100_000
+        same = sum(way.request(solo, r["k"], args.tokens)["text"] == r["text"] for r in results)
+        firsts, lasts = [r["first"] for r in results], [r["last"] for r in results]
+        rows.append((quantum, way.name, n, len(results), len(results) / args.seconds, pct(firsts, 50), pct(firsts, 95), pct(lasts, 50),
+                     pct(lasts, 95), len(errors), same, done, errors[:3]))
+    return rows
+
+
+def report(rows: list[tuple], args: argparse.Namespace) -> None:
+    busy = " while one more client trains switches and one runs sweeps and highlights" if args.busy else ""
+    print(f"## {date.today()} — load (issue 17): {args.tokens}-token generations{busy}, {args.seconds:g} s per row — "
+          f"{platform.machine()} {platform.processor() or ''}, {torch.get_num_threads()} threads, torch {torch.__version__}, embedded "
+          f"SmolLM2-135M-Instruct in {args.dtype}\n")
+    print("| quantum | via | clients | requests | req/s | first token p50 | p95 | last token p50 | p95 | errors | equal to solo |"
+          + (" trainings / sweeps+highlights beside |" if args.busy else ""))
+    print("|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if args.busy else ""))
+    base = {}
+    for quantum, via, n, count, rate, f50, f95, l50, l95, errs, same, done, shown in rows:
+        base.setdefault((quantum, via), rate or 1)
+        extra = f" {done['trainings']} / {done['lens']} |" if args.busy else ""
+        print(f"| {quantum} | {via} | {n} | {count} | {rate:.2f} ({rate / base[quantum, via]:.1f}×) | {f50:.2f} s | {f95:.2f} s | {l50:.2f} s | {l95:.2f} s | "
+              f"{errs} | {same}/{count} |{extra}")
+        for e in shown:
+            print(f"\n  error: {e}")
 
 
 def main() -> None:
@@ -87,34 +184,24 @@ def main() -> None:
     p.add_argument("--clients", default="1,4,8")
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--tokens", type=int, default=20)
+    p.add_argument("--via", default="openai,gradio", help="openai, gradio or both (comma-separated)")
+    p.add_argument("--busy", action="store_true", help="a training client and a sweep/highlight client work beside the clients")
+    p.add_argument("--quantum", default="0.1", help="compute-thread pause quanta to compare, in seconds (inf: no pausing)")
     p.add_argument("--dtype", default="float32", help="the app's model dtype (float32: results comparable bit for bit with solo runs)")
     args = p.parse_args()
-    server = AppServer(Path(tempfile.mkdtemp()), name="load", args=("--dtype", args.dtype))
-    try:
-        server.wait_ready()
-        solo_client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="-", max_retries=0, timeout=120)
-        one_request(solo_client, 10**9, args.tokens)  # warm-up
-        rows, start_k = [], 0
-        for n in (int(x) for x in args.clients.split(",")):
-            results, errors = run_clients(server.url, n, args.seconds, args.tokens, start_k)
-            start_k += 100_000
-            same = sum(one_request(solo_client, r["k"], args.tokens)["text"] == r["text"] for r in results)
-            firsts, lasts = [r["first"] for r in results], [r["last"] for r in results]
-            rows.append((n, len(results), len(results) / args.seconds, pct(firsts, 50), pct(firsts, 95), pct(lasts, 50), pct(lasts, 95),
-                         len(errors), same, errors[:3]))
-    finally:
-        server.stop()
-    print(f"## {date.today()} — load (issue 17): OpenAI endpoint, {args.tokens}-token streamed completions, {args.seconds:g} s per "
-          f"client count — {platform.machine()} {platform.processor() or ''}, {torch.get_num_threads()} threads, torch "
-          f"{torch.__version__}, embedded SmolLM2-135M-Instruct in {args.dtype}\n")
-    print("| clients | requests | req/s | first token p50 | p95 | last token p50 | p95 | errors | equal to solo |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    base = rows[0][2] if rows else 0
-    for n, count, rate, f50, f95, l50, l95, errs, same, shown in rows:
-        print(f"| {n} | {count} | {rate:.2f} ({rate / base:.1f}×) | {f50:.2f} s | {f95:.2f} s | {l50:.2f} s | {l95:.2f} s | {errs} | "
-              f"{same}/{count} |")
-        for e in shown:
-            print(f"\n  error: {e}")
+    ways = [w.strip() for w in args.via.split(",")]
+    if not ways or set(ways) - {"openai", "gradio"}:
+        p.error(f"--via takes openai, gradio or both; got {args.via!r}")
+    counts = [int(x) for x in args.clients.split(",")]
+    rows = []
+    for quantum in (q.strip() for q in args.quantum.split(",")):
+        server = AppServer(Path(tempfile.mkdtemp()), name="load", args=("--dtype", args.dtype), env={"LMSWITCH_PAUSE_QUANTUM": quantum})
+        try:
+            server.wait_ready()
+            rows += [row for name in ways for row in measure(Way(name, server.url), counts, args, quantum)]
+        finally:
+            server.stop()
+    report(rows, args)
 
 
 if __name__ == "__main__":

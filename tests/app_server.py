@@ -25,7 +25,8 @@ def free_port() -> int:
 class AppServer:
     """A running ``app.py --mcp`` with its own copy of the shipped switches (so saving never touches the repo)."""
 
-    def __init__(self, workdir: Path, name: str = "app", api_key: str | None = None, args: tuple[str, ...] = ()) -> None:
+    def __init__(self, workdir: Path, name: str = "app", api_key: str | None = None, args: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None) -> None:
         self.api_key = api_key  # required on the OpenAI-compatible /v1 endpoints when set
         self.switches = workdir / "switches"
         shutil.copytree(shipped_switches_dir(), self.switches, ignore=shutil.ignore_patterns("*.md"))
@@ -34,7 +35,7 @@ class AppServer:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         self.log_path = ARTIFACTS / f"{name}-server.log"
         self._log = open(self.log_path, "w")  # noqa: SIM115 (closed in stop)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         env.pop("LMSWITCH_API_KEY", None)
         env["LMSWITCH_MCP"] = "1"  # the MCP tools too (tests/test_mcp.py)
         if api_key:
