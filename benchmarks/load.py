@@ -1,6 +1,7 @@
 """Load benchmark (issue 17): N clients at once against a launched app, over the OpenAI endpoint and Gradio's API.
 
     python benchmarks/load.py [--clients 1,4,8] [--seconds 30] [--tokens 20] [--via openai,gradio] [--busy] [--quantum 0.1,inf]
+    python benchmarks/load.py --soak          # one hour, 4 clients: errors and memory growth after warm-up
 
 Starts ``app.py`` on a free port (embedded model, shipped switches), then for each
 way in (``openai``: streamed ``/v1/completions``; ``gradio``: the named ``/generate``
@@ -112,7 +113,19 @@ def _background(url: str, deadline: float, errors: list[str], lock: threading.Lo
     return [threading.Thread(target=_loop, args=(deadline, work, errors, lock)) for work in (train, sweep_or_highlight)]
 
 
-def run_clients(way: Way, clients: int, seconds: float, tokens: int, start_k: int, busy: bool) -> tuple[list[dict], list[str], dict]:
+def _memory(server: AppServer, seconds: float, done: dict) -> threading.Thread:
+    """Reads the server's resident memory after the warm-up (a quarter of the run, at most five minutes) and at the end."""
+    def watch() -> None:
+        time.sleep(min(seconds / 4, 300))
+        done["rss_warm"] = server.rss_bytes()
+        time.sleep(max(seconds - min(seconds / 4, 300) - 1, 0))
+        done["rss_end"] = server.rss_bytes()
+
+    return threading.Thread(target=watch)
+
+
+def run_clients(way: Way, server: AppServer, clients: int, seconds: float, tokens: int, start_k: int,
+                busy: bool) -> tuple[list[dict], list[str], dict]:
     results: list[dict] = []
     errors: list[str] = []
     done = {"trainings": 0, "lens": 0}
@@ -134,6 +147,7 @@ def run_clients(way: Way, clients: int, seconds: float, tokens: int, start_k: in
 
     threads = [threading.Thread(target=client_loop) for _ in range(clients)]
     threads += _background(way.url, deadline, errors, lock, done) if busy else []
+    threads.append(_memory(server, seconds, done))
     for t in threads:
         t.start()
     for t in threads:
@@ -147,14 +161,14 @@ def pct(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else values[0]
 
 
-def measure(way: Way, counts: list[int], args: argparse.Namespace, quantum: str) -> list[tuple]:
+def measure(way: Way, server: AppServer, counts: list[int], args: argparse.Namespace, quantum: str) -> list[tuple]:
     solo = way.client()
     way.request(solo, 10**9, args.tokens)  # warm-up
     rows, start_k = [], 0
     for n in counts:
-        results, errors, done = run_clients(way, n, args.seconds, args.tokens, start_k, args.busy)
+        results, errors, done = run_clients(way, server, n, args.seconds, args.tokens, start_k, args.busy)
         start_k += 100_000
-        same = sum(way.request(solo, r["k"], args.tokens)["text"] == r["text"] for r in results)
+        same = None if args.soak else sum(way.request(solo, r["k"], args.tokens)["text"] == r["text"] for r in results)
         firsts, lasts = [r["first"] for r in results], [r["last"] for r in results]
         rows.append((quantum, way.name, n, len(results), len(results) / args.seconds, pct(firsts, 50), pct(firsts, 95), pct(lasts, 50),
                      pct(lasts, 95), len(errors), same, done, errors[:3]))
@@ -166,29 +180,35 @@ def report(rows: list[tuple], args: argparse.Namespace) -> None:
     print(f"## {date.today()} — load (issue 17): {args.tokens}-token generations{busy}, {args.seconds:g} s per row — "
           f"{platform.machine()} {platform.processor() or ''}, {torch.get_num_threads()} threads, torch {torch.__version__}, embedded "
           f"SmolLM2-135M-Instruct in {args.dtype}\n")
-    print("| quantum | via | clients | requests | req/s | first token p50 | p95 | last token p50 | p95 | errors | equal to solo |"
-          + (" trainings / sweeps+highlights beside |" if args.busy else ""))
-    print("|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if args.busy else ""))
+    print("| quantum | via | clients | requests | req/s | first token p50 | p95 | last token p50 | p95 | errors | equal to solo | "
+          "memory after warm-up |" + (" trainings / sweeps+highlights beside |" if args.busy else ""))
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if args.busy else ""))
     base = {}
     for quantum, via, n, count, rate, f50, f95, l50, l95, errs, same, done, shown in rows:
         base.setdefault((quantum, via), rate or 1)
         extra = f" {done['trainings']} / {done['lens']} |" if args.busy else ""
         print(f"| {quantum} | {via} | {n} | {count} | {rate:.2f} ({rate / base[quantum, via]:.1f}×) | {f50:.2f} s | {f95:.2f} s | {l50:.2f} s | {l95:.2f} s | "
-              f"{errs} | {same}/{count} |{extra}")
+              f"{errs} | {'not replayed' if same is None else f'{same}/{count}'} | {done['rss_end'] / done['rss_warm'] - 1:+.1%} "
+              f"({done['rss_end'] / 2**20:.0f} MB) |{extra}")
         for e in shown:
             print(f"\n  error: {e}")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--clients", default="1,4,8")
-    p.add_argument("--seconds", type=float, default=30.0)
+    p.add_argument("--clients", help="client counts, comma-separated (default 1,4,8; --soak: 4)")
+    p.add_argument("--seconds", type=float, help="seconds per row (default 30; --soak: 3600)")
     p.add_argument("--tokens", type=int, default=20)
-    p.add_argument("--via", default="openai,gradio", help="openai, gradio or both (comma-separated)")
+    p.add_argument("--via", help="openai, gradio or both, comma-separated (default both; --soak: openai)")
     p.add_argument("--busy", action="store_true", help="a training client and a sweep/highlight client work beside the clients")
+    p.add_argument("--soak", action="store_true", help="the soak test: 4 clients over the OpenAI endpoint for an hour (unless "
+                   "--clients/--seconds/--via say otherwise), requests not replayed alone; reports errors and memory growth")
     p.add_argument("--quantum", default="0.1", help="compute-thread pause quanta to compare, in seconds (inf: no pausing)")
     p.add_argument("--dtype", default="float32", help="the app's model dtype (float32: results comparable bit for bit with solo runs)")
     args = p.parse_args()
+    for key, usual, soak in (("clients", "1,4,8", "4"), ("seconds", 30.0, 3600.0), ("via", "openai,gradio", "openai")):
+        if getattr(args, key) is None:  # not given: the soak's or the usual value
+            setattr(args, key, soak if args.soak else usual)
     ways = [w.strip() for w in args.via.split(",")]
     if not ways or set(ways) - {"openai", "gradio"}:
         p.error(f"--via takes openai, gradio or both; got {args.via!r}")
@@ -198,7 +218,7 @@ def main() -> None:
         server = AppServer(Path(tempfile.mkdtemp()), name="load", args=("--dtype", args.dtype), env={"LMSWITCH_PAUSE_QUANTUM": quantum})
         try:
             server.wait_ready()
-            rows += [row for name in ways for row in measure(Way(name, server.url), counts, args, quantum)]
+            rows += [row for name in ways for row in measure(Way(name, server.url), server, counts, args, quantum)]
         finally:
             server.stop()
     report(rows, args)
