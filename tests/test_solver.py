@@ -65,6 +65,16 @@ def test_the_reduced_gradient_matches_autograd_of_the_reduced_loss(peaky_lm):
     assert torch.allclose(grad, U.grad, atol=1e-6)
 
 
+def test_kept_candidate_embeddings_give_the_loss_of_gathering_them_each_time(peaky_lm, monkeypatch):
+    C, Y, kept = _rows(peaky_lm, n=1100, seed=5)  # more rows than one chunk
+    monkeypatch.setattr(solver, "KEEP_BYTES", 0)
+    gathered = solver.reduce(peaky_lm, C, Y, torch.ones(len(C)), k=8)
+    assert kept.candidates is not None and gathered.candidates is None
+    U = 0.05 * torch.randn(C.shape, generator=torch.Generator().manual_seed(6))
+    (a, ga), (b, gb) = solver.loss_and_grad(peaky_lm, kept, U), solver.loss_and_grad(peaky_lm, gathered, U)
+    assert a == b and torch.equal(ga, gb)
+
+
 def test_lbfgs_learns_a_planted_style_and_records_its_choice(peaky_lm):
     rng = random.Random(11)
     pos, neg = sample_texts(rng, WORDS_A, 40), sample_texts(rng, WORDS_B, 40)

@@ -39,6 +39,7 @@ NO_HELDOUT_LAMBDA = 10.0  # where the path ends when there is no held-out text t
 ITERATIONS_PER_LAMBDA = 15  # loss evaluations per λ (L-BFGS iterations and line-search steps), warm-started
 TOLERANCE = 0.02  # keep the least regularised λ whose held-out loss is within 2% of the best; stop past it
 ROWS = 512  # rows per chunk: (512, k, d) gathered embeddings at a time
+KEEP_BYTES = 256 * 2**20  # keep the candidates' embeddings (gathered once, not per evaluation) up to this size
 
 
 @dataclass(frozen=True)
@@ -51,9 +52,14 @@ class Reduced:
     logp: torch.Tensor  # (n, k + 1) their unsteered log-probabilities (-inf marks a repeat of the target)
     log_tail: torch.Tensor  # (n,) log of the probability outside the candidates
     tail_mean: torch.Tensor  # (n, d) the tail's probability-weighted mean output embedding
+    candidates: torch.Tensor | None = None  # (n, k + 1, d) the candidates' output embeddings, when small enough to keep
 
     def __len__(self) -> int:
         return len(self.C)
+
+    def embeddings(self, lm: LanguageModel, rows: slice) -> torch.Tensor:
+        """The candidates' output embeddings of ``rows``, ``(r, k + 1, d)``: kept, or gathered again."""
+        return self.candidates[rows] if self.candidates is not None else lm.head_weight(torch.float32)[self.ids[rows]]
 
 
 @torch.no_grad()
@@ -75,16 +81,16 @@ def reduce(lm: LanguageModel, C: torch.Tensor, targets: torch.Tensor, labels: to
         parts.append((ids, logp, tail_p.log(), tail_mean))
         pause_point()
     ids, logp, log_tail, tail_mean = (torch.cat(x) for x in zip(*parts, strict=True))
-    return Reduced(C.float(), labels.float(), ids, logp, log_tail, tail_mean)
+    keep = ids.numel() * E.shape[1] * E.element_size() <= KEEP_BYTES
+    return Reduced(C.float(), labels.float(), ids, logp, log_tail, tail_mean, E[ids] if keep else None)
 
 
 def loss_and_grad(lm: LanguageModel, rows: Reduced, U: torch.Tensor) -> tuple[float, torch.Tensor]:
     """Mean reduced NLL of the rows at head-input change ``U`` (n, d), and its gradient with respect to ``U``."""
-    E = lm.head_weight(torch.float32)
     total, grad = 0.0, torch.empty_like(U)
     for s in range(0, len(rows), ROWS):
         sl = slice(s, s + ROWS)
-        u, Eg, tail_mean = U[sl], E[rows.ids[sl]], rows.tail_mean[sl]  # Eg: (r, k + 1, d)
+        u, Eg, tail_mean = U[sl], rows.embeddings(lm, sl), rows.tail_mean[sl]  # Eg: (r, k + 1, d)
         z = torch.cat([rows.logp[sl] + torch.einsum("rd,rkd->rk", u, Eg), (rows.log_tail[sl] + (u * tail_mean).sum(1))[:, None]], 1)
         lse = torch.logsumexp(z, dim=1)
         total += float((lse - z[:, 0]).sum())
