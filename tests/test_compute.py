@@ -83,6 +83,7 @@ def test_background_work_lets_interactive_work_waiting_at_a_pause_point_go_first
     compute = ComputeThread(quantum=0.0)
     log: list[str] = []
 
+    @torch.no_grad()
     def long_job():
         for i in range(3):
             log.append(f"piece {i}")
@@ -90,8 +91,29 @@ def test_background_work_lets_interactive_work_waiting_at_a_pause_point_go_first
         return "trained"
 
     background, (other,) = _gated_background(compute, long_job, lambda: log.append("other user") or torch.is_grad_enabled())
-    assert background.result() == "trained" and other.result() is True  # grad mode as from the loop
+    assert background.result(timeout=30) == "trained"
+    assert other.result(timeout=30) is True  # grad mode as from the loop, not the paused job's no_grad
     assert log == ["piece 0", "other user", "piece 1", "piece 2"] and compute.pauses == 1
+
+
+def test_a_job_queued_from_inside_background_work_is_not_part_of_it():
+    compute = ComputeThread(quantum=0.0)
+    log: list[str] = []
+
+    def queued_later():
+        log.append("queued job starts")
+        compute.submit(log.append, "other user")
+        pause_point()  # no handler here: it must not run the other job on the background job's behalf
+        log.append("queued job ends")
+
+    def long_job():
+        queued = compute.submit(queued_later)
+        pause_point()  # the queued job runs here, whole
+        return queued
+
+    background, () = _gated_background(compute, long_job)
+    background.result(timeout=30).result(timeout=30)
+    assert log == ["queued job starts", "queued job ends", "other user"]
 
 
 def test_within_its_quantum_background_work_keeps_the_thread_and_interactive_work_waits_its_turn():
@@ -104,7 +126,7 @@ def test_within_its_quantum_background_work_keeps_the_thread_and_interactive_wor
             pause_point()
 
     background, (other,) = _gated_background(compute, long_job, lambda: log.append("other user"))
-    background.result(), other.result()
+    background.result(timeout=30), other.result(timeout=30)
     assert log == ["piece 0", "piece 1", "piece 2", "other user"] and compute.pauses == 0
 
 
@@ -115,7 +137,7 @@ def test_interactive_work_never_pauses_for_other_work():
     first = compute.submit(lambda: (gate.wait(), log.append("first"), pause_point(), log.append("first again")))
     second = compute.submit(log.append, "second")
     gate.set()
-    first.result(), second.result()
+    first.result(timeout=30), second.result(timeout=30)
     assert log == ["first", "first again", "second"]
 
 
@@ -128,6 +150,6 @@ def test_a_forward_pass_paused_for_other_forward_passes_of_the_same_model_is_unc
         alone_logits = llama_lm.model(short_ids).logits
     background, (hidden, logits) = _gated_background(compute, lambda: llama_lm.final_hidden(long_ids),
                                                      lambda: llama_lm.final_hidden(short_ids), lambda: llama_lm.model(short_ids).logits)
-    assert torch.equal(background.result(), alone_long)
+    assert torch.equal(background.result(timeout=60), alone_long)
     assert compute.pauses >= 1  # the other passes ran inside the long one, at its first layer
-    assert torch.equal(hidden.result(), alone_short) and torch.equal(logits.result(), alone_logits)
+    assert torch.equal(hidden.result(timeout=60), alone_short) and torch.equal(logits.result(timeout=60), alone_logits)

@@ -45,6 +45,11 @@ def pausing(handler: Callable[[], None]) -> Iterator[None]:
         _HANDLER.reset(token)
 
 
+def detach_pausing() -> None:
+    """From here on in this context, no pause handler (for work queued from inside background work: not part of it)."""
+    _HANDLER.set(None)
+
+
 def _before_layer(_module: torch.nn.Module, _args: tuple) -> None:
     pause_point()
 

@@ -6,12 +6,14 @@ so a server runs every model call on this one thread, first come first served.
 
 Fair scheduling: a job submitted with ``background=True`` (training, sweeps,
 calibration) runs with a pause handler (:mod:`lmswitch.core.pause`). At the
-library's pause points (before every decoder layer, after each optimiser
-evaluation), once the job has had :data:`QUANTUM` seconds of the thread, the
-interactive jobs waiting at that moment (other users' next tokens) run, then the
-background job carries on. So one user's training costs another user's
-generation at most about a quantum of extra wait per token, never the whole run.
-Long jobs that come as iterators (training) also run one ``next()`` at a time.
+library's pause points (before every decoder layer of a served model, between the
+solver's chunks of rows), once the job has had :data:`QUANTUM` seconds of the
+thread, the interactive jobs waiting at that moment (other users' next tokens) run,
+then the background job carries on. Work between two pause points runs whole: a
+decoder layer, a chunk of the solver, and steps without pause points (the
+full-vocabulary held-out loss of a training run, an SVD), which take well under a
+second for the models and data the app trains on. Long jobs that come as
+iterators (training) also run one ``next()`` at a time.
 """
 
 from __future__ import annotations
@@ -28,22 +30,31 @@ from typing import TypeVar
 
 import torch
 
-from lmswitch.core.pause import pausing
+from lmswitch.core.pause import detach_pausing, pausing
 
 T = TypeVar("T")
 
 THREAD_PREFIX = "lmswitch-compute"
-# seconds a background job runs before it lets the interactive jobs waiting at a pause point go first ("inf": never)
+# seconds a background job runs before it lets the interactive jobs waiting at a pause point go first ("inf": never);
+# wall time at the pause points (on a GPU, where kernels run asynchronously, that is mostly launch time)
 QUANTUM = float(os.environ.get("LMSWITCH_PAUSE_QUANTUM", "0.1"))
 
 
-@dataclass
+def _job_context() -> contextvars.Context:
+    """The caller's context for a new job, without a pause handler: a job queued from inside background work is not
+    part of it and must not pause on its behalf."""
+    context = contextvars.copy_context()
+    context.run(detach_pausing)
+    return context
+
+
+@dataclass(eq=False)  # jobs are compared (and removed from the queue) by identity
 class _Job:
     fn: Callable
     args: tuple
     kwargs: dict
     background: bool
-    context: contextvars.Context = field(default_factory=contextvars.copy_context)
+    context: contextvars.Context = field(default_factory=_job_context)
     future: Future = field(default_factory=Future)
 
 
@@ -129,13 +140,16 @@ class ComputeThread:
             return
         with self._ready:
             waiting = [job for job in self._jobs if not job.background]
-            for job in waiting:
-                self._jobs.remove(job)
+            self._jobs = collections.deque(job for job in self._jobs if job.background)
         if waiting:
             self.pauses += 1
+        try:
             with torch.inference_mode(False), torch.enable_grad():  # as if run from the loop, not inside the paused job
-                for job in waiting:
-                    self._execute(job)
+                while waiting:
+                    self._execute(waiting.pop(0))
+        finally:  # should anything fail here, the jobs not run yet go back to the front of the queue, never lost
+            with self._ready:
+                self._jobs.extendleft(reversed(waiting))
         self._slice_start = time.perf_counter()
 
 
