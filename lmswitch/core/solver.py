@@ -57,9 +57,9 @@ class Reduced:
     def __len__(self) -> int:
         return len(self.C)
 
-    def embeddings(self, lm: LanguageModel, rows: slice) -> torch.Tensor:
-        """The candidates' output embeddings of ``rows``, ``(r, k + 1, d)``: kept, or gathered again."""
-        return self.candidates[rows] if self.candidates is not None else lm.head_weight(torch.float32)[self.ids[rows]]
+    def embeddings(self, E: torch.Tensor | None, rows: slice) -> torch.Tensor:
+        """The candidates' output embeddings of ``rows``, ``(r, k + 1, d)``: kept, or gathered again from ``E``."""
+        return self.candidates[rows] if self.candidates is not None else E[self.ids[rows]]
 
 
 @torch.no_grad()
@@ -88,9 +88,11 @@ def reduce(lm: LanguageModel, C: torch.Tensor, targets: torch.Tensor, labels: to
 def loss_and_grad(lm: LanguageModel, rows: Reduced, U: torch.Tensor) -> tuple[float, torch.Tensor]:
     """Mean reduced NLL of the rows at head-input change ``U`` (n, d), and its gradient with respect to ``U``."""
     total, grad = 0.0, torch.empty_like(U)
+    E = lm.head_weight(torch.float32) if rows.candidates is None else None  # once per evaluation, not per chunk
     for s in range(0, len(rows), ROWS):
+        pause_point()
         sl = slice(s, s + ROWS)
-        u, Eg, tail_mean = U[sl], rows.embeddings(lm, sl), rows.tail_mean[sl]  # Eg: (r, k + 1, d)
+        u, Eg, tail_mean = U[sl], rows.embeddings(E, sl), rows.tail_mean[sl]  # Eg: (r, k + 1, d)
         z = torch.cat([rows.logp[sl] + torch.einsum("rd,rkd->rk", u, Eg), (rows.log_tail[sl] + (u * tail_mean).sum(1))[:, None]], 1)
         lse = torch.logsumexp(z, dim=1)
         total += float((lse - z[:, 0]).sum())
