@@ -6,6 +6,7 @@ from configs with seeded random weights and the tokenizer from a fixed word list
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from collections.abc import Callable
@@ -173,6 +174,11 @@ def real_model_threads():
     """Use in real-model test modules: ``pytestmark = pytest.mark.usefixtures("real_model_threads")``."""
     with all_threads():
         yield
+
+
+def digest(folder: Path) -> dict[str, str]:
+    """sha256 of every file in ``folder``: to check that nothing was written, changed or removed there."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
 
 
 def lines(path: Path) -> list[str]:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import math
 import threading
 
 import gradio as gr
 import pytest
 import torch
-from conftest import random_switch
+from conftest import digest, random_switch
 
 import app
 import lmswitch as ls
@@ -43,10 +42,6 @@ def backend(llama_lm, folder):
 def final(stream) -> tuple:
     *_, last = list(stream)
     return last
-
-
-def digest(folder) -> dict:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
 
 
 # --- sliders and pickers --------------------------------------------------------------------
@@ -334,11 +329,15 @@ def test_training_can_be_cancelled(backend):
         (dict(steps=0), "steps"),
         (dict(mode="three documents"), "unknown training mode"),
         (dict(text_a="\n".join(["the happy one " * 20] * 2000)), "at most 400,000"),
+        (dict(pos="x" * 81), "positive label has 81 characters"),
+        (dict(neg=7), "negative label must be text"),
     ],
 )
 def test_bad_training_input_is_refused(backend, kw, match):
+    session = Session()
     with pytest.raises(gr.Error, match=match):
-        run_training(backend, Session(), **kw)
+        run_training(backend, session, **kw)
+    assert len(run_training(backend, session)) > 1  # the refused call left no training running in the session
 
 
 @pytest.mark.parametrize(

@@ -8,14 +8,13 @@ switch library; the app must keep serving.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import string
 import threading
 
 import gradio as gr
 import pytest
-from conftest import random_switch
+from conftest import digest, random_switch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -36,10 +35,6 @@ def served(llama_lm, tmp_path_factory):
     backend = app.Backend.with_model(llama_lm, folder)
     endpoints = {f.api_name: f for f in build_app(backend).fns.values() if f.api_name and f.api_visibility == "public"}
     return backend, folder, endpoints, str(junk_file)
-
-
-def digest(folder) -> dict:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
 
 
 numbers = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True, allow_infinity=True),
@@ -71,6 +66,9 @@ GOOD = {  # values the endpoints accept, by widget label (small, so that a good 
     "negative sentences, one per line (or document B)": "a sad night\na grim night\na cold night", "name": "fuzzed",
     "text": "you are a happy and warm person, but that idea was awful",
 }
+
+
+NEEDS_MORE = {"import_switch", "save_switch", "transfer"}  # need a file, a session switch, or a second model: refused here
 
 
 def valid(component):
@@ -105,6 +103,7 @@ def test_every_named_endpoint_answers_bad_input_with_a_readable_error(served, da
         call(block_fn, args)
     except gr.Error as err:
         assert str(err).strip()  # something the user can read
+        assert bad or name in NEEDS_MORE, f"/{name} refused good input: {err}"  # the good values do get through
     assert digest(folder) == before  # nothing written to (or removed from) the library
 
 
@@ -115,9 +114,9 @@ def test_every_named_endpoint_is_fuzzed(served):
 
 
 def test_cancels_racing_trainings_and_generations_leave_every_session_consistent(served, llama_lm):
-    """Eight users at once: four train and cancel at once (some before, some during, some after training), two cancel
-    with nothing running, two generate; every call ends with a result or a readable error, a cancelled training adds
-    nothing, a finished one adds exactly its switch, and the app still answers."""
+    """Eight users at once: four train and cancel at once (a cancel may come before the run starts or during it), two
+    cancel with nothing running, two generate; every call ends with a result or a readable error, a cancelled training
+    adds nothing, a finished one adds exactly its switch, and the app still answers."""
     backend, folder, endpoints, _ = served
     before = digest(folder)
     pos, neg = "\n".join(["a lovely happy day", "so glad and warm"] * 6), "\n".join(["a cold sad night", "grim and bitter"] * 6)
@@ -154,9 +153,11 @@ def test_cancels_racing_trainings_and_generations_leave_every_session_consistent
         t.start()
     for t in threads:
         t.join(timeout=300)
+    assert not any(t.is_alive() for t in threads), "a call never came back"
     assert not errors, errors
+    assert set(outcomes) == {0, 1, 2, 3}
     for k in range(4):
         added = [n for n in sessions[k].order if n.startswith("mine")]
-        assert added == ([] if "Cancelled" in outcomes.get(k, "Cancelled") else [f"mine{k}"]), (k, outcomes.get(k), added)
+        assert added == ([] if "Cancelled" in outcomes[k] else [f"mine{k}"]), (k, outcomes[k], added)
     assert digest(folder) == before
     assert endpoints["generate"].fn("the happy one was", "alpha=5", 4, 1.0, 0.9, 0, False, Session(), False)["steered"]

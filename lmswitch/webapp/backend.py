@@ -122,13 +122,16 @@ class Backend:
 DEFAULT_SWITCHES = shipped_switches_dir()
 
 
-def computed(fn: Callable) -> Callable:
-    """Run a handler ``fn(backend, ...)`` on the backend's compute thread, as background work (a whole answer: a sweep,
-    a highlight, a transfer…), so that other users' streamed generations go first at its pause points."""
+def computed(fn: Callable | None = None, *, background: bool = True) -> Callable:
+    """Run a handler ``fn(backend, ...)`` on the backend's compute thread: as background work for long answers (a
+    sweep, a highlight, a transfer: other users' streamed generations go first at its pause points), or with
+    ``@computed(background=False)`` as interactive work for quick ones (saving, importing), which may go first too."""
+    if fn is None:
+        return functools.partial(computed, background=background)
 
     @functools.wraps(fn)
     def call(backend: Backend, *args, **kwargs):
-        return backend.run(fn, backend, *args, background=True, **kwargs)
+        return backend.run(fn, backend, *args, background=background, **kwargs)
 
     return call
 

@@ -29,7 +29,7 @@ def _dimension_row(d: Dimension) -> list:
 
 
 @user_errors
-@computed
+@computed(background=False)
 def inspect_switch(backend: Backend, name: str, dims, words, session: Session):
     """SVD table (both poles, the promoted one marked), spectrum, word map and the promoted/suppressed words."""
     lm, library = backend.get(session=session)

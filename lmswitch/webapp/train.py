@@ -24,6 +24,7 @@ from lmswitch.webapp.widgets import MAX_SLOTS, dropdown_updates, number, optiona
 MODES = ("one document", "two documents (A vs B)", "labelled sentences")
 DESCRIPTIONS = {MODES[0]: "learned from one document", MODES[1]: "document A (+) vs document B (−)", MODES[2]: ""}
 MAX_TRAIN_CHARS = 400_000  # ~100k tokens: trains in minutes on a CPU; bigger corpora belong to `python -m lmswitch train`
+MAX_LABEL_CHARS = 80  # a side's label (shown on the slider, stored in the card)
 UPDATE_EVERY = 0.3  # seconds between progress updates of the loss curve
 READING = "⏳ Reading what the switch learned…"
 
@@ -103,7 +104,8 @@ def train(backend: Backend, mode: str, name: str, positive_label: str, negative_
     name = check_name(name)
     positive, negative = training_data(mode, text_a, file_a, text_b, file_b)
     config = train_config(steps, lr, eps0, rank, seed)
-    labels = [optional_text(label, f"the {side} label").strip() or side for label, side in ((positive_label, "positive"), (negative_label, "negative"))]
+    labels = [optional_text(label, f"the {side} label", MAX_LABEL_CHARS).strip() or side
+              for label, side in ((positive_label, "positive"), (negative_label, "negative"))]
     current = [sweep_pick, grid_a_pick, grid_b_pick, manage_pick, inspect_pick, highlight_pick, transfer_pick]
     flag = session.start_training()
     skip = [gr.skip()] * (MAX_SLOTS + len(current) + 2)  # sliders, pickers, download button, what it learned
@@ -169,7 +171,7 @@ def export_path(backend: Backend, switch: Switch) -> str:
 
 
 @user_errors
-@computed
+@computed(background=False)
 def export_switch(backend: Backend, name: str | None, session: Session):
     _, library = backend.get(session=session)
     if not name:
@@ -178,7 +180,7 @@ def export_switch(backend: Backend, name: str | None, session: Session):
 
 
 @user_errors
-@computed
+@computed(background=False)
 def save_switch(backend: Backend, name: str | None, session: Session) -> str:
     _, library = backend.get(session=session)
     if not name:
@@ -188,7 +190,7 @@ def save_switch(backend: Backend, name: str | None, session: Session) -> str:
 
 
 @user_errors
-@computed
+@computed(background=False)
 def import_switch(backend: Backend, file: str | None, session: Session, *current: str | None):
     """Upload a ``.safetensors`` switch: validated (format, shape, finiteness, model fingerprint) before it is added."""
     lm, library = backend.get(session=session)

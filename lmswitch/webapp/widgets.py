@@ -49,12 +49,14 @@ def sampling(max_new_tokens, temperature, top_p, seed, chat, adaptive=False) -> 
     return options, seed
 
 
-def optional_text(value, what: str) -> str:
-    """A text widget's value ("" when empty), refusing what is not text (a script can send anything)."""
+def optional_text(value, what: str, max_chars: int | None = None) -> str:
+    """A text widget's value ("" when empty), refusing what is not text (a script can send anything) or too long."""
     if value is None:
         return ""
     if not isinstance(value, str):
         raise ValueError(f"{what} must be text; got {type(value).__name__}")
+    if max_chars is not None and len(value) > max_chars:
+        raise ValueError(f"{what} has {len(value):,} characters; keep it to {max_chars}")
     return value
 
 
