@@ -78,6 +78,48 @@ def test_prompting_needs_a_chat_template(llama_lm, tmp_path):
         run_frontier(llama_lm, random_switch(llama_lm, seed=1), spec, methods=("magic",))
 
 
+class _FailingAt:
+    """Fluency rules that fail exactly the given ε (evaluations are faked as their ε)."""
+
+    def __init__(self, failing: set[float]) -> None:
+        self.failing = failing
+
+    def problems(self, ev: float, base: float) -> list[str]:
+        assert base == 0.0
+        return ["breaks"] if ev in self.failing else []
+
+
+@pytest.mark.parametrize("strengths", [(2.0,), (2.0, 4.0, 6.0), (2.0, 4.0, 6.0, 9.0, 12.0, 16.0)])
+def test_calibration_walks_each_side_to_its_first_failure_whatever_the_batching(monkeypatch, strengths):
+    """Every pass/fail pattern of each side: the fluent limit is the last strength before the side's first failure (a
+    later pass is not trusted), and a side is not probed past its failure."""
+    import itertools
+
+    from lmswitch.harness import frontier
+
+    probed: list[float] = []
+
+    def fake_evaluate(lm, settings, prompts, protocol):
+        eps = [s[0][1] if s else 0.0 for s in settings]
+        probed.extend(e for e in eps if e)
+        return eps
+
+    monkeypatch.setattr(frontier, "evaluate_settings", fake_evaluate)
+    patterns = list(itertools.product([False, True], repeat=len(strengths)))
+    for neg_fails, pos_fails in itertools.product(patterns, patterns):
+        failing = {-s for s, f in zip(strengths, neg_fails, strict=True) if f} | {s for s, f in zip(strengths, pos_fails, strict=True) if f}
+
+        probed.clear()
+        got = frontier.calibrate(None, "switch", frontier.Probe(strengths=strengths, rules=_FailingAt(failing)))
+        expected = []
+        for side, fails in ((-1, neg_fails), (+1, pos_fails)):
+            first = next((k for k, f in enumerate(fails) if f), len(strengths))
+            expected.append(side * strengths[first - 1] if first else 0.0)
+            limit = min(len(strengths), (first // frontier.STEPS_PER_CALL + 1) * frontier.STEPS_PER_CALL)
+            assert {abs(e) for e in probed if e * side > 0} <= set(strengths[:limit])  # not probed past the failure's call
+        assert got == tuple(expected), (neg_fails, pos_fails)
+
+
 def test_calibration_stores_the_fluent_range_in_the_card(llama_lm):
     from lmswitch.core.switch import Switch
     from lmswitch.harness.frontier import Probe, calibrate, calibrated_card
