@@ -40,16 +40,19 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from app_server import AppServer  # noqa: E402  (the tests' launcher: app.py on a free port, a private switch folder)
 
+from lmswitch.core.options import SAMPLING  # noqa: E402
+
 PROMPTS = ["My weekend was", "The new library on the corner", "I think that the mayor", "Yesterday at the market",
            "The service at the hotel", "Our team meeting went"]
 SETTINGS = [{"sentiment": 6}, {"sentiment": -6}, {"formality": 2}, {"detox": 4}, {}, {"sentiment": 3, "formality": -2}]
 
 
 def one_request(client: openai.OpenAI, k: int, tokens: int) -> dict:
-    """A streamed completion; returns its timing and text."""
+    """A streamed completion (with the app's default sampling, as ``/generate`` uses); returns its timing and text."""
     start = time.perf_counter()
     first, text = None, ""
     stream = client.completions.create(model="smollm2-135m", prompt=PROMPTS[k % len(PROMPTS)], max_tokens=tokens, seed=k, stream=True,
+                                       temperature=SAMPLING.temperature, top_p=SAMPLING.top_p,
                                        extra_body={"switches": SETTINGS[k % len(SETTINGS)]})
     for chunk in stream:
         if first is None and chunk.choices[0].text:
@@ -68,10 +71,16 @@ def one_gradio_request(client: Client, k: int, tokens: int) -> dict:
 
 
 class Way:
-    """How clients reach the app: a fresh client per thread and the request function."""
+    """How clients reach the app: a fresh client per thread and the request function. A request's solo replay always
+    goes through the OpenAI endpoint: ``/generate`` would answer a replay from the server's comparison cache (shared
+    by content), and a completion with the same prompt, switches, seed and sampling is the same decode."""
 
     def __init__(self, name: str, url: str) -> None:
         self.name, self.url = name, url
+        self.solo_client = openai.OpenAI(base_url=f"{url}/v1", api_key="-", max_retries=0, timeout=120)
+
+    def solo(self, k: int, tokens: int) -> str:
+        return one_request(self.solo_client, k, tokens)["text"]
 
     def client(self):
         if self.name == "openai":
@@ -91,7 +100,7 @@ def _loop(deadline: float, work, errors: list[str], lock: threading.Lock) -> Non
                 errors.append(f"{type(err).__name__}: {err}"[:200])
 
 
-def _background(url: str, deadline: float, errors: list[str], lock: threading.Lock, done: dict) -> list[threading.Thread]:
+def _background(url: str, deadline: float, lock: threading.Lock, done: dict) -> list[threading.Thread]:
     """The --busy clients: one trains switches from 30 + 30 sentences over and over, one alternates sweeps and highlights."""
     examples = ROOT / "lmswitch" / "data" / "examples"
     pos, neg = ((examples / f"sentiment_{side}.txt").read_text().splitlines()[:30] for side in ("positive", "negative"))
@@ -110,16 +119,19 @@ def _background(url: str, deadline: float, errors: list[str], lock: threading.Lo
             lens.predict(text="You are a complete idiot and your ideas are garbage.", file=None, name="detox", eps=-4, api_name="/highlight")
         done["lens"] += 1
 
-    return [threading.Thread(target=_loop, args=(deadline, work, errors, lock)) for work in (train, sweep_or_highlight)]
+    return [threading.Thread(target=_loop, args=(deadline, work, done["background_errors"], lock)) for work in (train, sweep_or_highlight)]
 
 
 def _memory(server: AppServer, seconds: float, done: dict) -> threading.Thread:
     """Reads the server's resident memory after the warm-up (a quarter of the run, at most five minutes) and at the end."""
     def watch() -> None:
-        time.sleep(min(seconds / 4, 300))
-        done["rss_warm"] = server.rss_bytes()
-        time.sleep(max(seconds - min(seconds / 4, 300) - 1, 0))
-        done["rss_end"] = server.rss_bytes()
+        try:
+            time.sleep(min(seconds / 4, 300))
+            done["rss_warm"] = server.rss_bytes()
+            time.sleep(max(seconds - min(seconds / 4, 300) - 1, 0))
+            done["rss_end"] = server.rss_bytes()
+        except Exception as err:  # the server is gone: the rows say so instead of losing the run
+            done["rss_error"] = f"{type(err).__name__}: {err}"
 
     return threading.Thread(target=watch)
 
@@ -128,7 +140,7 @@ def run_clients(way: Way, server: AppServer, clients: int, seconds: float, token
                 busy: bool) -> tuple[list[dict], list[str], dict]:
     results: list[dict] = []
     errors: list[str] = []
-    done = {"trainings": 0, "lens": 0}
+    done = {"trainings": 0, "lens": 0, "background_errors": []}
     lock = threading.Lock()
     counter = iter(range(start_k, start_k + 1_000_000))
     deadline = time.perf_counter() + seconds
@@ -146,7 +158,7 @@ def run_clients(way: Way, server: AppServer, clients: int, seconds: float, token
         _loop(deadline, work, errors, lock)
 
     threads = [threading.Thread(target=client_loop) for _ in range(clients)]
-    threads += _background(way.url, deadline, errors, lock, done) if busy else []
+    threads += _background(way.url, deadline, lock, done) if busy else []
     threads.append(_memory(server, seconds, done))
     for t in threads:
         t.start()
@@ -162,17 +174,22 @@ def pct(values: list[float], q: float) -> float:
 
 
 def measure(way: Way, server: AppServer, counts: list[int], args: argparse.Namespace, quantum: str) -> list[tuple]:
-    solo = way.client()
-    way.request(solo, 10**9, args.tokens)  # warm-up
+    way.request(way.client(), 10**9, args.tokens)  # warm-up
     rows, start_k = [], 0
     for n in counts:
         results, errors, done = run_clients(way, server, n, args.seconds, args.tokens, start_k, args.busy)
         start_k += 100_000
-        same = None if args.soak else sum(way.request(solo, r["k"], args.tokens)["text"] == r["text"] for r in results)
+        same = None if args.soak else sum(way.solo(r["k"], args.tokens) == r["text"] for r in results)
         firsts, lasts = [r["first"] for r in results], [r["last"] for r in results]
         rows.append((quantum, way.name, n, len(results), len(results) / args.seconds, pct(firsts, 50), pct(firsts, 95), pct(lasts, 50),
                      pct(lasts, 95), len(errors), same, done, errors[:3]))
     return rows
+
+
+def memory(done: dict) -> str:
+    if "rss_end" not in done:
+        return f"not read ({done.get('rss_error', 'the run ended first')})"
+    return f"{done['rss_end'] / done['rss_warm'] - 1:+.1%} ({done['rss_end'] / 2**20:.0f} MB)"
 
 
 def report(rows: list[tuple], args: argparse.Namespace) -> None:
@@ -186,12 +203,13 @@ def report(rows: list[tuple], args: argparse.Namespace) -> None:
     base = {}
     for quantum, via, n, count, rate, f50, f95, l50, l95, errs, same, done, shown in rows:
         base.setdefault((quantum, via), rate or 1)
-        extra = f" {done['trainings']} / {done['lens']} |" if args.busy else ""
+        extra = f" {done['trainings']} / {done['lens']} ({len(done['background_errors'])} errors) |" if args.busy else ""
         print(f"| {quantum} | {via} | {n} | {count} | {rate:.2f} ({rate / base[quantum, via]:.1f}×) | {f50:.2f} s | {f95:.2f} s | {l50:.2f} s | {l95:.2f} s | "
-              f"{errs} | {'not replayed' if same is None else f'{same}/{count}'} | {done['rss_end'] / done['rss_warm'] - 1:+.1%} "
-              f"({done['rss_end'] / 2**20:.0f} MB) |{extra}")
+              f"{errs} | {'not replayed' if same is None else f'{same}/{count}'} | {memory(done)} |{extra}")
         for e in shown:
             print(f"\n  error: {e}")
+        for e in done["background_errors"][:3]:
+            print(f"\n  error beside (training, sweep or highlight): {e}")
 
 
 def main() -> None:
