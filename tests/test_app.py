@@ -442,3 +442,12 @@ def test_model_picker_and_transfer_steer_another_model(backend, llama_lm, make_l
     assert steered[1] == ls.generate(other, PROMPT, [], **GEN)[0]
     with pytest.raises(gr.Error, match="unknown model"):
         app.select_model(backend, "no-such-model", session, *[None] * 7)
+
+
+def test_a_model_whose_layers_cannot_be_found_is_still_served(llama_lm, folder, monkeypatch):
+    def unknown(self):
+        raise ValueError("cannot find the decoder layers")
+
+    monkeypatch.setattr(type(llama_lm), "decoder_layers", unknown)
+    backend = app.Backend.with_model(llama_lm, folder)  # no pause points before its layers: its passes run whole
+    assert backend.run(lambda: backend.lm is llama_lm)

@@ -51,7 +51,10 @@ class Backend:
     def add_model(self, lm: LanguageModel, name: str | None = None) -> None:
         """Serve ``lm`` (already loaded) under ``name`` as well, with the folder's switches made for it; its forward passes
         pause before every decoder layer, so background work lets generations go first."""
-        add_layer_pauses(lm.decoder_layers())
+        try:
+            add_layer_pauses(lm.decoder_layers())
+        except ValueError:  # an architecture whose layers we cannot find: its forward passes run whole
+            pass
         self.models[name or lm.name] = (lm, SwitchLibrary(lm, self.folder))
 
     def start(self) -> Backend:
