@@ -357,13 +357,12 @@ def calibrate(lm: LanguageModel, switch: Switch, probe: Probe = Probe(), protoco
         settings = [[(switch, side * s)] for side in walking for s in chunk]
         evals = list(evaluate_settings(lm, ([[]] if base is None else []) + settings, prompts, protocol))
         base = evals.pop(0) if base is None else base
-        for side in list(walking):
-            for s, ev in zip(chunk, evals[: len(chunk)], strict=True):
+        for i, side in enumerate(list(walking)):
+            for s, ev in zip(chunk, evals[i * len(chunk) : (i + 1) * len(chunk)], strict=True):
                 if probe.rules.problems(ev, base):
                     walking.remove(side)
                     break
                 reached[side] = side * s
-            evals = evals[len(chunk) :]
         if not walking:
             break
     return reached[-1], reached[+1]

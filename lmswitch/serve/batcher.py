@@ -147,13 +147,17 @@ class _Rolling:
 
     def __init__(self, lm: LanguageModel) -> None:
         self.lm = lm
+        self.eos = lm.tokenizer.eos_token_id
+        self.reset()
+
+    def reset(self) -> None:
+        """No rows, no cache: the state before the first request, and after the last one left (or a failed step)."""
         self.requests: list[_Request] = []
         self.samplers: list[CoupledSampler] = []
         self.ids: list[list[int]] = []
         self.prompt_tokens: list[int] = []
         self.mask: torch.Tensor | None = None  # (B, L): which cached positions are real tokens
         self.cache: DynamicCache | None = None
-        self.eos = lm.tokenizer.eos_token_id
 
     @property
     def key(self) -> tuple | None:
@@ -221,7 +225,7 @@ class _Rolling:
     def _drop(self, rows: list[int]) -> None:
         keep = [b for b in range(len(self.requests)) if b not in rows]
         if not keep:
-            self.__init__(self.lm)
+            self.reset()
             return
         index = torch.tensor(keep)
         self.cache.batch_select_indices(index.to(self.cache.layers[0].keys.device))
@@ -304,7 +308,7 @@ class Batcher:
             for request in {id(r): r for r in [*new, *(rolling.requests if rolling else [])]}.values():
                 request.out.put(err)
             if rolling is not None:
-                rolling.__init__(self.lm)
+                rolling.reset()
         finally:
             with self.lock:
                 self.scheduled = False
