@@ -9,6 +9,7 @@ import torch
 from conftest import random_switch
 
 import lmswitch as ls
+from lmswitch.core.hidden import encode_text
 from lmswitch.lenses.meter import measure
 
 TEXT = "the kind and warm people smile with joy but the cold and cruel one was bitter"
@@ -34,6 +35,14 @@ def test_curve_matches_full_forward_passes(tiny_lm):
     assert row.loglik == pytest.approx(expected, abs=1e-4)
     assert r.base_loglik == pytest.approx(expected[1], abs=1e-4)
     assert r.scored_tokens == r.tokens - 1
+
+
+def test_an_encoded_text_is_measured_without_another_pass(gpt2_lm, monkeypatch):
+    a = strong_switch(gpt2_lm, 1)
+    fresh = measure(gpt2_lm, a, TEXT, grid=[-1.0, 0.0, 1.0], bound=3.0)
+    encoded = encode_text(gpt2_lm, TEXT)
+    monkeypatch.setattr(gpt2_lm, "final_hidden", lambda *a, **k: pytest.fail("the model ran again"))
+    assert measure(gpt2_lm, a, encoded, grid=[-1.0, 0.0, 1.0], bound=3.0) == fresh
 
 
 def test_measurement_to_dict_is_the_plain_json_shape(gpt2_lm):

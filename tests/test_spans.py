@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lmswitch as ls
+from lmswitch.core.hidden import encode_text
 from lmswitch.lenses.spans import Highlight, best_spans, highlight, token_changes
 
 
@@ -99,6 +100,14 @@ def test_token_deltas_match_full_steered_forward(tiny_lm):
     assert [t.delta for t in h.tokens] == pytest.approx(expected, abs=1e-4)
     assert not h.tokens[0].scored and all(t.scored for t in h.tokens[1:])
     assert max(abs(x) for x in expected) > 1e-2  # the switch really changes something
+
+
+def test_an_encoded_text_is_highlighted_without_another_pass(tiny_lm, monkeypatch):
+    switch = random_switch(tiny_lm, seed=3, scale=2.0)
+    fresh = highlight(tiny_lm, switch, TEXT, eps=40.0, n_spans=2)
+    encoded = encode_text(tiny_lm, TEXT)
+    monkeypatch.setattr(tiny_lm, "final_hidden", lambda *a, **k: pytest.fail("the model ran again"))
+    assert highlight(tiny_lm, switch, encoded, eps=40.0, n_spans=2) == fresh
 
 
 def test_planted_switch_highlights_the_promoted_word(gpt2_lm):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from lmswitch.core.hidden import check_text
+from lmswitch.core.hidden import EncodedText, check_text, encode_text
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.switch import Switch
 from lmswitch.lenses.meter import MeterRow, measure
@@ -87,9 +87,10 @@ def what_was_learned(
     text, cut = _excerpt(check_text(document, "document"), max_chars) if document is not None else ("", False)
     other_text, other_cut = _excerpt(check_text(other, "other document"), max_chars) if other is not None else ("", False)
     changes = promoted_words(lm, switch, words=words)
-    found = _top_spans(lm, switch, text, spans) if text else []
-    own = _meter(lm, switch, text) if text else None
-    other_row = _meter(lm, switch, other_text) if other_text else None
+    encoded = encode_text(lm, text) if text else None  # one body pass per document, read by both lenses
+    found = _top_spans(lm, switch, encoded, spans) if encoded else []
+    own = _meter(lm, switch, encoded) if encoded else None
+    other_row = _meter(lm, switch, encode_text(lm, other_text)) if other_text else None
     return Learned(
         switch=switch.name,
         positive_label=switch.positive_label,
@@ -115,13 +116,13 @@ def _excerpt(text: str, max_chars: int) -> tuple[str, bool]:
     return (head[:cut] if cut > max_chars // 2 else head).rstrip(), True
 
 
-def _top_spans(lm: LanguageModel, switch: Switch, text: str, n: int) -> list[Span]:
+def _top_spans(lm: LanguageModel, switch: Switch, text: EncodedText, n: int) -> list[Span]:
     """The highlight's spans toward the positive side that do read more like it (summed Δ > 0), strongest first."""
     found = highlight(lm, switch, text, n_spans=n).spans
     return sorted((s for s in found if s.score > 0), key=lambda s: -s.score)
 
 
-def _meter(lm: LanguageModel, switch: Switch, text: str) -> MeterRow:
+def _meter(lm: LanguageModel, switch: Switch, text: EncodedText) -> MeterRow:
     """The style meter's reading of ``text``; a one-point curve, since only the best ε is wanted."""
     return measure(lm, switch, text, grid=[0.0]).switches[0]
 

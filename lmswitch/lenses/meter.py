@@ -17,7 +17,7 @@ import numpy as np
 import scipy.optimize
 import torch
 
-from lmswitch.core.hidden import HEAD_CHUNK, encode_text
+from lmswitch.core.hidden import HEAD_CHUNK, EncodedText, encode_text
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.switch import Switch
 
@@ -190,9 +190,9 @@ def _maximise(surface: _Surface, bounds: list[tuple[float, float]], fixed: dict[
     return full(x)
 
 
-def _scored_states(lm: LanguageModel, text: str) -> tuple:
-    """(encoded text, head inputs, targets) of the text's scored tokens, from one body pass."""
-    enc = encode_text(lm, text)
+def _scored_states(lm: LanguageModel, text: str | EncodedText) -> tuple:
+    """(encoded text, head inputs, targets) of the text's scored tokens, from one body pass (none if already encoded)."""
+    enc = text if isinstance(text, EncodedText) else encode_text(lm, text)
     keep = enc.scored.to(enc.hidden.device)
     if int(keep.sum()) < 1:
         raise ValueError("the text is a single token; the style meter needs at least two tokens")
@@ -229,7 +229,7 @@ def _checked_grid(grid: Sequence[float] | None, points: object, bound: object) -
 def measure(
     lm: LanguageModel,
     switches: Switch | Sequence[Switch],
-    text: str,
+    text: str | EncodedText,
     *,
     grid: Sequence[float] | None = None,
     points: int = 21,
@@ -247,6 +247,10 @@ def measure(
     - ``label``: the switch's positive or negative label by the sign of its best ε;
       ``evidence_nats``: how much more likely the text is at the switch's best ε
       than at 0 (a log-likelihood ratio; below ~1 nat the sign means little).
+
+    ``text`` may be an :class:`~lmswitch.core.hidden.EncodedText` from
+    :func:`~lmswitch.core.hidden.encode_text`: then no body pass is run (read one text
+    with several lenses at the cost of one).
 
     >>> r = measure(lm, [sentiment], "What a lovely, kind and generous host she was.")  # doctest: +SKIP
     >>> r.switches[0].best_eps > 0                                                        # doctest: +SKIP

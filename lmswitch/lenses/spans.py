@@ -219,7 +219,7 @@ def _highlighted(text: str, spans: list[Span], label: str) -> list[tuple[str, st
 def highlight(
     lm: LanguageModel,
     switch: Switch,
-    text: str,
+    text: str | EncodedText,
     *,
     eps: float = 5.0,
     max_span: int = 5,
@@ -240,6 +240,9 @@ def highlight(
       (scaled by the largest ``|Δ|``); :meth:`Highlight.word_heatmap` joins it into words;
     - ``tokens``: per token a :class:`TokenDelta` ``(text, start, end, delta, scored)``.
 
+    ``text`` may be an :class:`~lmswitch.core.hidden.EncodedText` (:func:`encode_text`'s
+    result): its head inputs are reused instead of running the model again.
+
     >>> h = highlight(lm, detox, "You are a complete idiot and everyone knows it.", eps=-5)  # doctest: +SKIP
     >>> h.spans[0].text                                                                     # doctest: +SKIP
     'a complete idiot'
@@ -249,7 +252,8 @@ def highlight(
     _check_span_args(max_span, n_spans)  # before the model pass: fail fast
     setting = [(switch, float(eps))]
     check_setting(lm, setting)
-    enc = encode_text(lm, text)
+    enc = text if isinstance(text, EncodedText) else encode_text(lm, text)
+    text = enc.text
     delta = _token_deltas(lm, enc, steering_matrix(setting))
     bounds, pieces = enc.boundaries(), enc.pieces()
     label = switch.positive_label if eps > 0 else switch.negative_label
