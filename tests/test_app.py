@@ -13,7 +13,7 @@ from conftest import digest, random_switch
 import app
 import lmswitch as ls
 from lmswitch.serve.session import Session
-from lmswitch.webapp.train import READING
+from lmswitch.webapp.train import PROBING, READING
 
 PROMPT = "the happy one was"
 GEN = dict(max_new_tokens=8, temperature=1.0, top_p=0.9, seed=3, chat=False)
@@ -252,7 +252,7 @@ def run_training(backend, session, **kw) -> list:
 def test_training_adds_a_private_slider_and_a_downloadable_file(backend, llama_lm):
     session = Session()
     updates = run_training(backend, session)
-    status, loss_fig, report, *rest = updates[-2]  # the switch is ready; the last update adds what it learned
+    status, loss_fig, report, *rest = updates[-1]  # the switch is ready, with what it learned
     sliders, pickers, download = rest[: app.MAX_SLOTS], rest[app.MAX_SLOTS : -2], rest[-2]
     assert "'mood'" in report and "is ready" in report and "held-out gain" in report
     assert any("mood: + → happy, − → sad" == u.label for u in sliders if u.visible)
@@ -286,11 +286,12 @@ def test_training_from_one_document_and_two_documents(backend, tmp_path):
     ],
 )
 def test_training_shows_what_the_switch_learned(backend, kw, shown, not_shown):
-    updates = run_training(backend, Session(), steps=5, **kw)
-    ready, last = updates[-2], updates[-1]
-    assert ready[-1] == READING  # the switch is usable before its summary is read
-    assert last[:3] == ready[:3]  # status, loss curve and report again, for API clients
-    assert all(u == gr.skip() for u in last[3:-1])  # sliders, pickers and the download button stay as they are
+    session = Session()
+    updates = run_training(backend, session, steps=5, **kw)
+    reading, probing, last = updates[-3:]
+    assert reading[0] == READING and all(u == gr.skip() for u in reading[1:])  # trained; nothing else changes yet
+    assert probing[0] == PROBING and all(u == gr.skip() for u in probing[1:-1])  # what it learned, while the range is probed
+    assert last[0] == "Done." and "is ready" in last[2] and last[-1] == probing[-1]  # the last message holds everything
     assert all(s in last[-1] for s in shown), last[-1]
     assert not any(s in last[-1] for s in not_shown), last[-1]
 
@@ -302,9 +303,21 @@ def test_a_failed_summary_keeps_the_trained_switch(backend, monkeypatch):
     monkeypatch.setattr("lmswitch.webapp.train.what_was_learned", broken)  # fault injection: the lenses themselves are tested for real
     session = Session()
     last = run_training(backend, session, steps=5)[-1]
-    assert "Could not read what it learned (RuntimeError: out of memory); the switch is ready" in last[-1]
+    assert "Could not read what it learned (RuntimeError: out of memory); the switch is kept" in last[-1]
     assert last[0] == "Done." and "is ready" in last[2]
     assert "mood" in session.available(backend.library)
+
+
+def test_a_failed_probe_keeps_the_trained_switch(backend, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr("lmswitch.webapp.train.calibrated_card", broken)  # fault injection: the probe itself is tested for real
+    session = Session()
+    last = run_training(backend, session, steps=5)[-1]
+    assert last[0] == "Done." and "is ready" in last[2]
+    switch = session.get("mood", backend.library)
+    assert switch.card.fluent_eps is None and switch.card["calibration_error"] == "RuntimeError: out of memory"
 
 
 def test_training_can_be_cancelled(backend):

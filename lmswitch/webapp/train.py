@@ -9,6 +9,7 @@ from pathlib import Path
 
 import gradio as gr
 
+from lmswitch.core.card import Card
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import TrainConfig
 from lmswitch.core.switch import Switch, load_switch
@@ -26,7 +27,8 @@ DESCRIPTIONS = {MODES[0]: "learned from one document", MODES[1]: "document A (+)
 MAX_TRAIN_CHARS = 400_000  # ~100k tokens: trains in minutes on a CPU; bigger corpora belong to `python -m lmswitch train`
 MAX_LABEL_CHARS = 80  # a side's label (shown on the slider, stored in the card)
 UPDATE_EVERY = 0.3  # seconds between progress updates of the loss curve
-READING = "⏳ Reading what the switch learned…"
+READING = "⏳ Trained. Reading what the switch learned…"
+PROBING = "⏳ Probing the fluent ε range on a few dev prompts (the slider will span it)…"
 
 
 def _training_data(mode: str, text_a, file_a, text_b, file_b) -> tuple[str | list[str], str | list[str] | None]:
@@ -128,13 +130,12 @@ def train(backend: Backend, mode: str, name: str, positive_label: str, negative_
     finally:
         events.close()  # if the page went away mid-run, stop training too
         session.end_training(flag)
-    progress(1.0, desc="probing the fluent ε range")
-    yield "Probing the fluent ε range on a few dev prompts…", gr.skip(), gr.skip(), *skip
-    done.switch.card = backend.run(calibrated_card, lm, done.switch, background=True)
-    ready = _finished(backend, session, library, name, done.switch, current)
-    yield *ready, READING  # the switch is usable now; what it learned follows
-    learned = _learned(backend, lm, done.switch, positive, negative)
-    yield *ready[:3], *[gr.skip()] * (len(ready) - 3), learned  # status, curve and report again: API clients read the last message
+    progress(1.0, desc="reading what it learned")
+    yield READING, gr.skip(), gr.skip(), *skip
+    learned = _learned(backend, lm, done.switch, positive, negative)  # first: a user reads it while the range is probed
+    yield PROBING, gr.skip(), gr.skip(), *skip[:-1], learned
+    done.switch.card = _calibrated(backend, lm, done.switch)
+    yield *_finished(backend, session, library, name, done.switch, current), learned  # the last message holds everything
 
 
 def _finished(backend: Backend, session: Session, library, name: str, switch: Switch, current: list) -> tuple:
@@ -144,6 +145,14 @@ def _finished(backend: Backend, session: Session, library, name: str, switch: Sw
     return ("Done.", figures.loss_figure(card["train_losses"], card["heldout_losses"], total_steps=card["steps"]),
             _report(final, name, switch), *slot_updates(session, library), *dropdown_updates(session, library, current),
             backend.run(export_path, backend, switch))
+
+
+def _calibrated(backend: Backend, lm: LanguageModel, switch: Switch) -> Card:
+    """The card with the probed fluent range; on a failure the card as trained (the switch must not be lost over it)."""
+    try:
+        return backend.run(calibrated_card, lm, switch, background=True)
+    except Exception as err:  # any failure: the switch is added uncalibrated, and its card says why
+        return switch.card.updated(calibration_error=f"{type(err).__name__}: {err}")
 
 
 def _learned(backend: Backend, lm: LanguageModel, switch: Switch, positive: str | list[str], negative: str | list[str] | None) -> str:
@@ -156,7 +165,7 @@ def _learned(backend: Backend, lm: LanguageModel, switch: Switch, positive: str 
     try:
         return backend.run(what_was_learned, lm, switch, document, other, background=True).to_markdown()
     except Exception as err:  # any failure: the trained switch must not be lost over its summary
-        return f"*Could not read what it learned ({type(err).__name__}: {err}); the switch is ready all the same.*"
+        return f"*Could not read what it learned ({type(err).__name__}: {err}); the switch is kept all the same.*"
 
 
 def cancel_training(session: Session) -> str:
