@@ -1,0 +1,117 @@
+"""oneDNN-packed linear layers (lmswitch.core.packed): same maths as nn.Linear, faster on CPU, never in the way."""
+
+import copy
+import io
+
+import pytest
+import torch
+from conftest import build_lm, random_ids, random_switch
+from torch import nn
+
+from lmswitch.core.models import LanguageModel
+from lmswitch.core.packed import PackedLinear, pack_linears, unpack_linears
+from lmswitch.core.steering import steer
+
+
+def _pair(family: str = "llama") -> tuple[LanguageModel, LanguageModel]:
+    """The same tiny model twice: plain, and with packed linear layers."""
+    plain, packed = build_lm(family, seed=3), build_lm(family, seed=3)
+    assert pack_linears(packed.model) == sum(type(m) is nn.Linear for m in plain.model.modules()) > 0
+    return plain, packed
+
+
+def _logits(lm: LanguageModel, ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return lm.model(input_ids=ids).logits
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt_neox"])
+def test_packed_layers_compute_what_plain_ones_do(family):
+    plain, packed = _pair(family)
+    ids = random_ids(plain, 3, 9)
+    torch.testing.assert_close(_logits(packed, ids), _logits(plain, ids), rtol=1e-5, atol=1e-5)
+    assert isinstance(packed.head, PackedLinear) and isinstance(packed.head, nn.Linear)
+    assert packed.head._packed is not None  # the packed path ran, not the fallback
+    hidden = torch.randn(4, plain.hidden_size)
+    for bias in (True, False):
+        torch.testing.assert_close(packed.raw_logits(hidden, bias=bias), plain.raw_logits(hidden, bias=bias),
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_the_state_dict_is_unchanged():
+    plain, packed = _pair()
+    a, b = plain.model.state_dict(), packed.model.state_dict()
+    assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
+    assert packed.fingerprint == plain.fingerprint
+
+
+def test_zero_eps_is_the_packed_model_exactly():
+    _, packed = _pair()
+    ids, switch = random_ids(packed, 2, 7), random_switch(packed, seed=1)
+    with steer(packed, [(switch, 0.0)]):
+        steered = _logits(packed, ids)
+    assert torch.equal(steered, _logits(packed, ids))
+    with steer(packed, [(switch, 3.0)]):
+        assert not torch.allclose(_logits(packed, ids), steered)
+
+
+def test_gradients_take_the_plain_path():
+    plain, packed = _pair()
+    ids = random_ids(plain, 2, 6)
+    grads = []
+    for lm in (plain, packed):
+        lm.head.weight.requires_grad_(True)
+        lm.model(input_ids=ids).logits.logsumexp(-1).sum().backward()
+        grads.append(lm.head.weight.grad)
+        lm.head.weight.requires_grad_(False)
+    torch.testing.assert_close(grads[1], grads[0])
+    x = torch.randn(3, plain.hidden_size, requires_grad=True)
+    packed.raw_logits(x).sum().backward()  # a gradient wrt the head input (the meter's maximisation) works too
+    assert x.grad is not None and x.grad.abs().sum() > 0
+
+
+def test_a_weight_changed_in_place_is_packed_again():
+    _, packed = _pair()
+    ids = random_ids(packed, 2, 5)
+    before = _logits(packed, ids)
+    layer = packed.decoder_layers()[0].mlp.down_proj
+    with torch.no_grad():
+        layer.weight.mul_(0.0)
+    after = _logits(packed, ids)
+    unpack_linears(packed.model)
+    torch.testing.assert_close(after, _logits(packed, ids), rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(after, before)
+
+
+def test_copies_and_pickles_carry_the_weight_not_the_packing():
+    _, packed = _pair()
+    ids = random_ids(packed, 1, 5)
+    expected = _logits(packed, ids)
+    twin = copy.deepcopy(packed.model)
+    buffer = io.BytesIO()
+    torch.save(packed.model, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    for model in (twin, loaded):
+        assert isinstance(model.lm_head, PackedLinear) and model.lm_head._packed is None
+        with torch.no_grad():
+            assert torch.equal(model(input_ids=ids).logits, expected)
+
+
+def test_only_float32_cpu_layers_are_packed_and_unpacking_restores_them():
+    lm = build_lm("llama", seed=3)
+    lm.model.to(torch.bfloat16)
+    assert pack_linears(lm.model) == 0
+    lm.model.to(torch.float32)
+    n = pack_linears(lm.model)
+    assert n > 0 and pack_linears(lm.model) == 0  # already packed
+    _logits(lm, random_ids(lm, 1, 4))
+    assert unpack_linears(lm.model) == n
+    assert all(type(m) is not PackedLinear for m in lm.model.modules())
+    assert "_packed" not in lm.head.__dict__
+
+
+@pytest.mark.real_model
+def test_the_embedded_model_in_float32_is_packed_by_default(lm32):
+    assert isinstance(lm32.head, PackedLinear)
+    assert sum(isinstance(m, PackedLinear) for m in lm32.model.modules()) == 1 + 7 * len(lm32.decoder_layers())
