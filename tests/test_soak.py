@@ -40,8 +40,10 @@ def test_a_minute_of_four_clients_gives_no_errors_and_no_memory_growth(app_serve
         n = 0
         while time.monotonic() < deadline:
             try:
-                c.completions.create(model="smollm2-135m", prompt="My weekend was", max_tokens=12, seed=k * 10_000 + n,
-                                     stream=n % 2 == 0, extra_body={"switches": settings_[k]})
+                response = c.completions.create(model="smollm2-135m", prompt="My weekend was", max_tokens=12,
+                                                seed=k * 10_000 + n, stream=n % 2 == 0, extra_body={"switches": settings_[k]})
+                chunks = list(response) if n % 2 == 0 else [response]  # a stream is read to its end, as a client does
+                assert "".join(chunk.choices[0].text for chunk in chunks).strip(), "an empty completion"
                 done[0] += 1
             except Exception as err:
                 errors.append(f"{type(err).__name__}: {err}"[:200])
