@@ -38,6 +38,20 @@ def test_packed_layers_compute_what_plain_ones_do(family):
                                    rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("shape", [(1536, 576), (576, 1536), (64, 500)])
+def test_a_row_gives_the_same_bits_whatever_rows_share_the_product(shape):
+    """Batch invariance: what lets a batched request compute exactly what it computes alone."""
+    layer = nn.Linear(*shape)
+    assert pack_linears(layer) == 1
+    x = torch.randn(80, shape[0], generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        alone = layer(x[:1])
+        for rows in (2, 3, 8, 17, 80):
+            assert torch.equal(layer(x[:rows])[:1], alone), rows
+        assert torch.equal(layer(x[None, :1]), alone[None])  # shapes (1, 1, K) and (K,) too
+        assert torch.equal(layer(x[0]), alone[0])
+
+
 def test_the_state_dict_is_unchanged():
     plain, packed = _pair()
     a, b = plain.model.state_dict(), packed.model.state_dict()

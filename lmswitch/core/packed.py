@@ -5,6 +5,9 @@ EPYC a product of 2 or 3 rows costs 2 or 3 times one row's, and the embedded mod
 takes 6.5 ms per token. oneDNN's matmul on a weight reordered into its blocked layout (what ``torch.compile``'s
 freezing pass does on CPU) is 2–3× faster there at every batch size and about flat from 1 to 8 rows, which is
 what batched decoding for several users needs. Results differ from MKL's by float32 rounding (~1e-6 relative).
+They are also batch-invariant: a row's result is the same bits whatever other rows share the product (MKL's are
+not), so a request batched with others computes what it computes alone. oneDNN splits the reduction of a single
+row differently (for K = 1536 on 2 threads), so one row is computed as two identical rows.
 
 :func:`pack_linears` turns every plain ``nn.Linear`` of a float32 CPU model into a :class:`PackedLinear` (still an
 ``nn.Linear``: same parameters, same state dict, PEFT wraps it as before). It keeps a packed copy of its weight
@@ -37,10 +40,20 @@ class PackedLinear(nn.Linear):
         w, b = self.weight, self.bias if bias else None
         if not _fast(x, w):
             return F.linear(x, w, b)
+        rows = x.reshape(-1, x.shape[-1])
+        n = rows.shape[0]
+        if n == 1:  # one row is computed as two (see the module docstring)
+            rows = rows.expand(2, -1).contiguous()
+        out = torch.ops.mkldnn._linear_pointwise(rows, self._packed_weight(), b, "none", [], "")
+        return out[:n].reshape(*x.shape[:-1], out.shape[-1])
+
+    def _packed_weight(self) -> torch.Tensor:
+        """The weight in oneDNN's layout, packed again when the weight has been replaced or changed in place."""
+        w = self.weight
         key = (w.data_ptr(), w._version, tuple(w.shape))
         if self._packed is None or self._packed[0] != key:
             self._packed = (key, torch.ops.mkldnn._reorder_linear_weight(w.detach(), None))
-        return torch.ops.mkldnn._linear_pointwise(x, self._packed[1], b, "none", [], "")
+        return self._packed[1]
 
     def __getstate__(self) -> dict:  # copies and pickles carry the weight, not its packed form (rebuilt on first use)
         state = self.__dict__.copy()
