@@ -13,7 +13,7 @@ from conftest import CONTEXT, random_switch
 
 import lmswitch as ls
 from lmswitch import generate, stream_generate, sweep
-from lmswitch.core.generate import CoupledSampler
+from lmswitch.core.generate import CoupledSampler, finished_text
 from lmswitch.core.steering import active_hook_count
 
 PROMPT = "the happy one was in a"
@@ -252,3 +252,12 @@ def test_stream_rows_can_run_on_a_given_executor(llama_lm):
 def test_a_conversation_is_a_prompt_only_with_the_chat_template(llama_lm):
     with pytest.raises(TypeError, match="needs the chat template"):
         generate(llama_lm, [[{"role": "user", "content": "a b"}]], max_new_tokens=2)
+
+
+@pytest.mark.real_model
+def test_a_character_cut_by_the_length_limit_is_left_out(lm):
+    """Byte-level tokenizers spell an emoji in several tokens; a generation that stops inside one ends before it."""
+    ids = lm.tokenizer("Nice 🌱", add_special_tokens=False).input_ids
+    cut = next(k for k in range(1, len(ids)) if lm.tokenizer.decode(ids[:k]).endswith("\ufffd"))
+    assert finished_text(lm.tokenizer, ids[:cut]) == "Nice "
+    assert finished_text(lm.tokenizer, ids) == "Nice 🌱"

@@ -216,7 +216,13 @@ def generate_tokens(
     is_eos = torch.isin(new, torch.tensor(sorted(eos), dtype=new.dtype)) if eos else torch.zeros_like(new, dtype=torch.bool)
     # valid: every token up to and including the first EOS
     new_mask = (is_eos.long().cumsum(-1) - is_eos.long()) == 0
-    return Generated(input_ids, mask, new, new_mask.long(), tok.batch_decode(new, skip_special_tokens=True))
+    return Generated(input_ids, mask, new, new_mask.long(), [finished_text(tok, row) for row in new.tolist()])
+
+
+def finished_text(tokenizer, ids: Sequence[int]) -> str:
+    """The text of a finished generation: its new tokens decoded, less the end of a character that the length limit
+    cut in two (its first bytes decode to "\ufffd"), so a text never ends in a broken character."""
+    return tokenizer.decode(ids, skip_special_tokens=True).rstrip("\ufffd")
 
 
 def check_seed(seed: int) -> int:

@@ -30,7 +30,7 @@ from transformers import DynamicCache, StoppingCriteria
 from transformers.cache_utils import DynamicLayer
 from transformers.generation.streamers import BaseStreamer
 
-from lmswitch.core.generate import CoupledSampler, Prompt, check_seed, encode_prompts, generate_tokens
+from lmswitch.core.generate import CoupledSampler, Prompt, check_seed, encode_prompts, finished_text, generate_tokens
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SamplingOptions
 from lmswitch.core.steering import Setting, check_setting, steer, steer_rows
@@ -216,7 +216,7 @@ class _Rolling:
             self.requests[b].out.put(self.lm.tokenizer.decode(self.ids[b], skip_special_tokens=True))
         done = [b for b, (r, ids) in enumerate(zip(self.requests, self.ids, strict=True))
                 if ids and (ids[-1] == self.eos or len(ids) >= r.options.max_new_tokens or r.gone.is_set())]
-        finished = [(self.requests[b], Row(self.lm.tokenizer.decode(self.ids[b], skip_special_tokens=True), self.ids[b],
+        finished = [(self.requests[b], Row(finished_text(self.lm.tokenizer, self.ids[b]), self.ids[b],
                                            self.prompt_tokens[b], self.ids[b][-1] == self.eos)) for b in done]
         if done:
             self._drop(done)
@@ -324,5 +324,4 @@ class Batcher:
                                     dispatch, stopping=_AllGone(batch))
         for b, (request, ids) in enumerate(zip(batch, dispatch.ids, strict=True)):
             ended = bool(ids) and ids[-1] == dispatch.eos
-            text = self.lm.tokenizer.decode(ids, skip_special_tokens=True)
-            request.out.put(Row(text, ids, int(generated.prompt_mask[b].sum()), ended))
+            request.out.put(Row(finished_text(self.lm.tokenizer, ids), ids, int(generated.prompt_mask[b].sum()), ended))
