@@ -26,7 +26,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import app  # noqa: E402
-from lmswitch.core.models import load_model  # noqa: E402
 from lmswitch.io.resources import read_data_text  # noqa: E402
 from lmswitch.serve.session import Session  # noqa: E402
 from lmswitch.webapp.train import PROBING, READING  # noqa: E402
@@ -64,8 +63,10 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--runs", type=int, default=3, help="timed runs per case (the median is reported)")
     args = parser.parse_args()
-    torch.manual_seed(0)
-    backend = app.Backend.with_model(load_model(dtype=getattr(torch, args.dtype)), None)
+    # loaded on the compute thread, as the app does: with libgomp, OpenMP work on a thread other than the first one to
+    # use it runs ~2× slower on this machine, so the model must not be touched on this thread first
+    backend = app.Backend(dtype=args.dtype).start()
+    backend.ready.wait()
     print(f"{date.today()}, {platform.machine()} {platform.processor() or ''}, {torch.get_num_threads()} threads, "
           f"torch {torch.__version__}, {args.dtype}")
     print("| data | " + " | ".join(MOMENTS) + " |\n|---|" + "---|" * len(MOMENTS))
