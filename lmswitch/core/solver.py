@@ -39,7 +39,7 @@ NO_HELDOUT_LAMBDA = 10.0  # where the path ends when there is no held-out text t
 ITERATIONS_PER_LAMBDA = 15  # loss evaluations per λ (L-BFGS iterations and line-search steps), warm-started
 TOLERANCE = 0.02  # keep the least regularised λ whose held-out loss is within 2% of the best; stop past it
 ROWS = 512  # rows per chunk: (512, k, d) gathered embeddings at a time
-KEEP_BYTES = 256 * 2**20  # keep the candidates' embeddings (gathered once, not per evaluation) up to this size
+KEEP_BYTES = 2**30  # keep the candidates' embeddings (gathered once, not per evaluation) up to this size
 
 
 @dataclass(frozen=True)
