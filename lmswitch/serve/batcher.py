@@ -8,7 +8,8 @@ step (:class:`_Rolling`); a finished row leaves at once. Models whose KV cache
 cannot be merged (sliding-window layers) decode each batch in one
 :func:`~lmswitch.core.generate.generate_tokens` call instead. A row's tokens are
 the ones the request would get alone (same seed), up to the floating-point
-effects of batching (none were seen in float32); its text stops at its own length.
+effects of batching (none were seen in float32, whose packed linear layers give a
+row the same bits whatever rows share the product); its text stops at its own length.
 
 Over capacity (``max_waiting`` requests already waiting) :meth:`Batcher.stream`
 raises :class:`Busy` at once, so no one waits silently until a timeout.
