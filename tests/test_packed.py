@@ -2,14 +2,16 @@
 
 import copy
 import io
+import os
 
 import pytest
 import torch
 from conftest import build_lm, random_ids, random_switch
 from torch import nn
 
+from lmswitch.core import packed as packed_module
 from lmswitch.core.models import LanguageModel
-from lmswitch.core.packed import PackedLinear, pack_linears, unpack_linears
+from lmswitch.core.packed import PackedLinear, pack_linears, refresh, unpack_linears
 from lmswitch.core.steering import steer
 
 
@@ -38,18 +40,24 @@ def test_packed_layers_compute_what_plain_ones_do(family):
                                    rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("threads", sorted({1, 2, os.cpu_count() or 1}))
 @pytest.mark.parametrize("shape", [(1536, 576), (576, 1536), (64, 500)])
-def test_a_row_gives_the_same_bits_whatever_rows_share_the_product(shape):
+def test_a_row_gives_the_same_bits_whatever_rows_share_the_product(shape, threads):
     """Batch invariance: what lets a batched request compute exactly what it computes alone."""
     layer = nn.Linear(*shape)
     assert pack_linears(layer) == 1
     x = torch.randn(80, shape[0], generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        alone = layer(x[:1])
-        for rows in (2, 3, 8, 17, 80):
-            assert torch.equal(layer(x[:rows])[:1], alone), rows
-        assert torch.equal(layer(x[None, :1]), alone[None])  # shapes (1, 1, K) and (K,) too
-        assert torch.equal(layer(x[0]), alone[0])
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.no_grad():
+            alone = layer(x[:1])
+            for rows in (2, 3, 8, 17, 80):
+                assert torch.equal(layer(x[:rows])[:1], alone), rows
+            assert torch.equal(layer(x[None, :1]), alone[None])  # shapes (1, 1, K) and (K,) too
+            assert torch.equal(layer(x[0]), alone[0])
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_the_state_dict_is_unchanged():
@@ -95,6 +103,43 @@ def test_a_weight_changed_in_place_is_packed_again():
     unpack_linears(packed.model)
     torch.testing.assert_close(after, _logits(packed, ids), rtol=1e-5, atol=1e-5)
     assert not torch.allclose(after, before)
+
+
+def test_a_change_through_data_is_seen_after_refresh():
+    """``.data`` changes (PEFT's merge) bypass the version counter: refresh() repacks."""
+    plain, packed = _pair()
+    ids = random_ids(plain, 2, 5)
+    _logits(packed, ids)
+    for lm in (plain, packed):
+        lm.decoder_layers()[0].mlp.up_proj.weight.data += 0.5
+    refresh(packed.model)
+    torch.testing.assert_close(_logits(packed, ids), _logits(plain, ids), rtol=1e-5, atol=1e-5)
+
+
+def test_a_trainable_bias_takes_the_plain_path():
+    layer = nn.Linear(6, 4)
+    pack_linears(layer)
+    layer.weight.requires_grad_(False)
+    layer(torch.randn(3, 6)).sum().backward()
+    assert torch.equal(layer.bias.grad, torch.full((4,), 3.0))
+
+
+def test_moved_layers_compute_and_free_their_packed_copy():
+    _, packed = _pair()
+    ids = random_ids(packed, 1, 4)
+    _logits(packed, ids)
+    packed.model.to(torch.bfloat16)
+    assert _logits(packed, ids).dtype == torch.bfloat16
+    assert packed.head._packed is None
+
+
+def test_inference_tensors_and_big_models_are_left_plain(monkeypatch):
+    with torch.inference_mode():
+        lm = build_lm("llama", seed=3)
+    assert pack_linears(lm.model) == 0
+    lm = build_lm("llama", seed=3)
+    monkeypatch.setattr(packed_module, "MAX_PACKED_BYTES", 1000)
+    assert pack_linears(lm.model) == 0
 
 
 def test_copies_and_pickles_carry_the_weight_not_the_packing():

@@ -5,26 +5,40 @@ EPYC a product of 2 or 3 rows costs 2 or 3 times one row's, and the embedded mod
 takes 6.5 ms per token. oneDNN's matmul on a weight reordered into its blocked layout (what ``torch.compile``'s
 freezing pass does on CPU) is 2–3× faster there at every batch size and about flat from 1 to 8 rows, which is
 what batched decoding for several users needs. Results differ from MKL's by float32 rounding (~1e-6 relative).
-They are also batch-invariant: a row's result is the same bits whatever other rows share the product (MKL's are
-not), so a request batched with others computes what it computes alone. oneDNN splits the reduction of a single
-row differently (for K = 1536 on 2 threads), so one row is computed as two identical rows.
+On that machine they were also batch-invariant (a row's result had the same bits whatever other rows shared the
+product; MKL's were not), so a request batched with others computed what it computed alone. oneDNN split the
+reduction of a lone row differently (K = 1536), so one row is computed as two identical rows. How oneDNN splits
+work depends on the CPU and the thread count: that is an observation (tested at 1 and 2 threads and at every
+core), not a guarantee.
 
 :func:`pack_linears` turns every plain ``nn.Linear`` of a float32 CPU model into a :class:`PackedLinear` (still an
 ``nn.Linear``: same parameters, same state dict, PEFT wraps it as before). It keeps a packed copy of its weight
 (about the model's size again in memory), used only for inference: with autograd recording, another dtype or
-device, it is an ordinary ``nn.Linear``; a weight changed in place is packed again on the next call.
+device, it is an ordinary ``nn.Linear`` (and frees its copy). A weight replaced or changed in place is packed
+again on the next call, but a change through ``.data`` is invisible to PyTorch's version counter (PEFT's
+``merge_adapter`` makes one): call :func:`unpack_linears` before such changes, or :func:`refresh` after them.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+MAX_PACKED_BYTES = 4 * 2**30  # models with more float32 linear weights than this are left as they are (a second copy)
 
+
+@functools.cache
 def available() -> bool:
-    """Whether this PyTorch build has oneDNN's packed linear (x86 and ARM builds with MKL-DNN do)."""
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    """Whether this PyTorch build's oneDNN packed linear works here (a tiny product checked against ``F.linear``)."""
+    try:
+        w, x = torch.randn(8, 16), torch.randn(3, 16)
+        out = torch.ops.mkldnn._linear_pointwise(x, torch.ops.mkldnn._reorder_linear_weight(w, None), None, "none", [], "")
+        return torch.allclose(out, F.linear(x, w), rtol=1e-4, atol=1e-5)
+    except (AttributeError, RuntimeError, TypeError):
+        return False
 
 
 class PackedLinear(nn.Linear):
@@ -38,7 +52,9 @@ class PackedLinear(nn.Linear):
     def linear(self, x: torch.Tensor, *, bias: bool = True) -> torch.Tensor:
         """``x Wᵀ (+ b)``, without this module's hooks; ``bias=False`` leaves the bias out."""
         w, b = self.weight, self.bias if bias else None
-        if not _fast(x, w):
+        if not _fast(x, w, b):
+            if not _packable(w):
+                self._packed = None  # moved to another device or dtype: the CPU copy would only take memory
             return F.linear(x, w, b)
         rows = x.reshape(-1, x.shape[-1])
         n = rows.shape[0]
@@ -56,32 +72,35 @@ class PackedLinear(nn.Linear):
         return self._packed[1]
 
     def __getstate__(self) -> dict:  # copies and pickles carry the weight, not its packed form (rebuilt on first use)
-        state = self.__dict__.copy()
+        state = super().__getstate__()
         state.pop("_packed", None)
         return state
 
 
-def _fast(x: torch.Tensor, w: torch.Tensor) -> bool:
-    """Whether ``x @ w.T`` may take the packed path: float32 on CPU, nothing to differentiate."""
-    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
+def _packable(w: torch.Tensor) -> bool:
+    return w.dtype == torch.float32 and w.device.type == "cpu" and not w.is_inference()
+
+
+def _fast(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> bool:
+    """Whether ``x Wᵀ + b`` may take the packed path: float32 on CPU, nothing to differentiate."""
+    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)):
         return False
-    return x.dtype == w.dtype == torch.float32 and x.device.type == w.device.type == "cpu" and x.numel() > 0
+    return _packable(w) and x.dtype == torch.float32 and x.device.type == "cpu" and x.numel() > 0
 
 
 def pack_linears(model: nn.Module) -> int:
     """Give every plain ``nn.Linear`` of ``model`` a packed float32 CPU path; returns how many (0 when unavailable).
 
-    Layers that are not float32 on CPU, that accelerate manages (offloaded or dispatched) or that another library
-    has subclassed or patched are left as they are.
+    Layers that are not float32 on CPU (or are inference tensors), that accelerate manages (offloaded or dispatched)
+    or that another library has subclassed or patched are left as they are, and so is a model whose float32 linear
+    weights exceed :data:`MAX_PACKED_BYTES` (the packed copies would double them).
     """
-    if not available():
+    layers = [m for m in model.modules() if type(m) is nn.Linear and _plain(m)]
+    if not available() or sum(m.weight.numel() * 4 for m in layers) > MAX_PACKED_BYTES:
         return 0
-    packed = 0
-    for module in model.modules():
-        if type(module) is nn.Linear and _plain(module):
-            module.__class__ = PackedLinear
-            packed += 1
-    return packed
+    for module in layers:
+        module.__class__ = PackedLinear
+    return len(layers)
 
 
 def unpack_linears(model: nn.Module) -> int:
@@ -95,7 +114,14 @@ def unpack_linears(model: nn.Module) -> int:
     return unpacked
 
 
+def refresh(model: nn.Module) -> None:
+    """Drop the packed copies so that each is packed again from the current weights on its next use (after changes made
+    through ``.data``, which PyTorch does not count)."""
+    for module in model.modules():
+        if type(module) is PackedLinear:
+            module.__dict__.pop("_packed", None)
+
+
 def _plain(module: nn.Linear) -> bool:
-    w = module.weight
     hooked = hasattr(module, "_hf_hook") or "forward" in module.__dict__
-    return not hooked and w.dtype == torch.float32 and w.device.type == "cpu"
+    return not hooked and _packable(module.weight)
