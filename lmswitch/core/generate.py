@@ -323,7 +323,12 @@ def stream_rows(
     check_seed(seed)
     opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget)
     with contextlib.closing(stream_tokens(lm, [prompt] * len(settings), settings, [seed] * len(settings), opts, executor=executor)) as items:
-        yield from (item for item in items if not isinstance(item, Generated))
+        last = None
+        for item in items:
+            texts = item.texts if isinstance(item, Generated) else item  # the last: the finished texts (finished_text)
+            if texts != last:
+                yield texts
+            last = texts
 
 
 def stream_tokens(lm: LanguageModel, prompts: Sequence[Prompt], settings: Sequence[Setting], seeds: Sequence[int],
