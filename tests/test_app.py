@@ -315,9 +315,19 @@ def test_a_failed_probe_keeps_the_trained_switch(backend, monkeypatch):
     monkeypatch.setattr("lmswitch.webapp.train.calibrated_card", broken)  # fault injection: the probe itself is tested for real
     session = Session()
     last = run_training(backend, session, steps=5)[-1]
-    assert last[0] == "Done." and "is ready" in last[2]
+    assert last[0] == "Done." and "is ready" in last[2] and "probe failed (RuntimeError: out of memory)" in last[2]
     switch = session.get("mood", backend.library)
     assert switch.card.fluent_eps is None and switch.card["calibration_error"] == "RuntimeError: out of memory"
+
+
+def test_a_page_closed_after_training_keeps_the_switch(backend):
+    """The switch is in the session as soon as training ends, before its summary and probe."""
+    session = Session()
+    stream = app.train(backend, *train_args(steps=5), session, *[None] * 7, progress=lambda *a, **k: None)
+    assert any(update[0] == READING for update in stream)
+    stream.close()  # the page goes away while "what it learned" is read
+    assert "mood" in session.available(backend.library)
+    assert app.cancel_training(session) == "No training is running in this session."
 
 
 def test_training_can_be_cancelled(backend):

@@ -70,6 +70,8 @@ def _report(final: str, name: str, switch: Switch) -> str:
     gain_text = "no held-out split" if gain is None else f"held-out gain **{gain:+.3f} nats/token**"
     renamed = f" (renamed from '{name}', which was taken)" if final != name else ""
     fluent_text = f" Fluent ε range (its slider's range): {card.fluent_text}." if card.fluent_text else ""
+    if card.get("calibration_error"):
+        fluent_text = f" The fluent-range probe failed ({card['calibration_error']}); its slider spans the usual range."
     return (f"### ✔ '{final}'{renamed} is ready — its slider is in the Steer tab.{fluent_text}\n"
             f"{card['tokens_train']} training tokens, {card['tokens_heldout']} held out, {card['steps']} steps in {card['seconds']:.1f} s; "
             f"{gain_text}.\n\n{data_advice(card)}")
@@ -130,16 +132,16 @@ def train(backend: Backend, mode: str, name: str, positive_label: str, negative_
     finally:
         events.close()  # if the page went away mid-run, stop training too
         session.end_training(flag)
+    final = session.add(done.switch, library, name=name)  # kept from here on, even if the page goes away
     progress(1.0, desc="reading what it learned")
     yield READING, gr.skip(), gr.skip(), *skip
     learned = _learned(backend, lm, done.switch, positive, negative)  # first: a user reads it while the range is probed
     yield PROBING, gr.skip(), gr.skip(), *skip[:-1], learned
-    done.switch.card = _calibrated(backend, lm, done.switch)
-    yield *_finished(backend, session, library, name, done.switch, current), learned  # the last message holds everything
+    done.switch.card = _calibrated(backend, lm, done.switch)  # the session holds this very switch: its card is updated
+    yield *_finished(backend, session, library, name, final, done.switch, current), learned  # the last message: everything
 
 
-def _finished(backend: Backend, session: Session, library, name: str, switch: Switch, current: list) -> tuple:
-    final = session.add(switch, library, name=name)
+def _finished(backend: Backend, session: Session, library, name: str, final: str, switch: Switch, current: list) -> tuple:
     card = switch.card
     current = [*current[:3], final, *current[4:]]  # the manage picker shows the new switch
     return ("Done.", figures.loss_figure(card["train_losses"], card["heldout_losses"], total_steps=card["steps"]),
@@ -158,7 +160,8 @@ def _calibrated(backend: Backend, lm: LanguageModel, switch: Switch) -> Card:
 def _learned(backend: Backend, lm: LanguageModel, switch: Switch, positive: str | list[str], negative: str | list[str] | None) -> str:
     """What the new switch learned, as Markdown: its words, and for documents their spans and the meter's verdict.
 
-    The switch is already in the session; a failure here shows a short note instead of an error.
+    The switch is already in the session (its slider comes after the probe); a failure here shows a short note instead
+    of an error.
     """
     document = positive if isinstance(positive, str) else None  # labelled sentences: the words only
     other = negative if isinstance(negative, str) else None
