@@ -11,7 +11,7 @@ from conftest import CONTEXT, EOS_ID, FILLER, build_lm, make_tokenizer
 from tokenizers import processors
 
 from lmswitch.core import hidden
-from lmswitch.core.hidden import check_text, encode_text, encode_texts, prefix_ids, target_logprobs, windows
+from lmswitch.core.hidden import PADDING_SHARE, _batches, check_text, encode_text, encode_texts, prefix_ids, target_logprobs, windows
 
 TEXT = "the kind and warm people smile with joy but the cold one was bitter"
 
@@ -219,3 +219,15 @@ def test_token_blocks_follow_the_document_whatever_the_window_order(gpt2_lm):
     for b in data.unit.unique().tolist():  # block b holds exactly the document's targets b·4 … b·4+3
         assert sorted(data.targets[data.unit == b].tolist()) == sorted(ids[1 + 4 * b : 1 + 4 * (b + 1)])
     assert torch.bincount(data.unit).tolist() == [4] * (len(ids) // 4 - 1) + [len(ids) - 1 - 4 * (len(ids) // 4 - 1)]
+
+
+def test_body_passes_hold_little_padding_and_stay_within_budget():
+    """A document's short last window must not stretch thirty short texts to its width (padding costs compute)."""
+    lengths = sorted([7, 9, 12, 14, 16, 19, 20, 21, 23, 25, 28, 31, 33] * 3 + [122, 512, 512, 512, 512, 512, 512, 512, 512, 900])
+    batches = _batches([([0] * n,) for n in lengths], budget=4096)
+    assert [len(p[0]) for b in batches for p in b] == lengths  # every piece once, in order
+    for b in batches:
+        widths = [len(p[0]) for p in b]
+        padded = len(b) * max(widths)
+        assert len(b) == 1 or (padded <= 4096 and padded - sum(widths) <= PADDING_SHARE * padded), widths
+    assert [len(p[0]) for p in next(b for b in batches if any(len(p[0]) == 122 for p in b))] == [122]

@@ -179,12 +179,22 @@ class TokenStates:
     unit: torch.Tensor  # (N,) id of the held-out unit (a text, or a block of one document)
 
 
+PADDING_SHARE = 1 / 3  # at most this share of a body pass's positions are padding
+
+
 def _batches(pieces: list, budget: int) -> list[list]:
-    """Consecutive pieces (sorted by length) grouped so a body pass holds about ``budget`` tokens."""
+    """Consecutive pieces (sorted by length) grouped so a body pass holds at most ``budget`` positions, padding
+    included, and at most :data:`PADDING_SHARE` of them padding: padded positions cost as much as real ones, so a
+    document's last short window does not stretch thirty short texts to its width."""
     out, i = [], 0
     while i < len(pieces):
-        j = i
-        while j < len(pieces) and (j - i + 1) * len(pieces[j][0]) <= max(budget, len(pieces[j][0])):
+        j, real = i, 0
+        while j < len(pieces):
+            width = len(pieces[j][0])
+            padded = (j - i + 1) * width
+            if j > i and (padded > budget or padded - (real + width) > PADDING_SHARE * padded):
+                break
+            real += width
             j += 1
         out.append(pieces[i:j])
         i = j
