@@ -296,11 +296,12 @@ def test_training_shows_what_the_switch_learned(backend, kw, shown, not_shown):
     assert not any(s in last[-1] for s in not_shown), last[-1]
 
 
-def test_a_failed_summary_keeps_the_trained_switch(backend, monkeypatch):
-    def broken(*args, **kwargs):
-        raise RuntimeError("out of memory")
+def _out_of_memory(*args, **kwargs):
+    raise RuntimeError("out of memory")
 
-    monkeypatch.setattr("lmswitch.webapp.train.what_was_learned", broken)  # fault injection: the lenses themselves are tested for real
+
+def test_a_failed_summary_keeps_the_trained_switch(backend, monkeypatch):
+    monkeypatch.setattr("lmswitch.webapp.train.what_was_learned", _out_of_memory)  # fault injection: the lenses themselves are tested for real
     session = Session()
     last = run_training(backend, session, steps=5)[-1]
     assert "Could not read what it learned (RuntimeError: out of memory); the switch is kept" in last[-1]
@@ -309,10 +310,7 @@ def test_a_failed_summary_keeps_the_trained_switch(backend, monkeypatch):
 
 
 def test_a_failed_probe_keeps_the_trained_switch(backend, monkeypatch):
-    def broken(*args, **kwargs):
-        raise RuntimeError("out of memory")
-
-    monkeypatch.setattr("lmswitch.webapp.train.calibrated_card", broken)  # fault injection: the probe itself is tested for real
+    monkeypatch.setattr("lmswitch.webapp.train.calibrated_card", _out_of_memory)  # fault injection: the probe itself is tested for real
     session = Session()
     last = run_training(backend, session, steps=5)[-1]
     assert last[0] == "Done." and "is ready" in last[2] and "probe failed (RuntimeError: out of memory)" in last[2]
