@@ -231,3 +231,19 @@ def test_body_passes_hold_little_padding_and_stay_within_budget():
         padded = len(b) * max(widths)
         assert len(b) == 1 or (padded <= 4096 and padded - sum(widths) <= PADDING_SHARE * padded), widths
     assert [len(p[0]) for p in next(b for b in batches if any(len(p[0]) == 122 for p in b))] == [122]
+
+
+def test_continuations_share_a_body_pass_and_match_one_by_one(tiny_lm, monkeypatch):
+    texts = [" alpha beta gamma", " delta", " " + " ".join(["epsilon zeta"] * 30)]
+    monkeypatch.setattr(hidden, "WINDOW_TOKENS", 40)  # the long one goes through windows, one by one
+    calls = []
+    real = tiny_lm.final_hidden
+    monkeypatch.setattr(tiny_lm, "final_hidden", lambda ids, *a, **k: calls.append(tuple(ids.shape)) or real(ids, *a, **k))
+    together = hidden.encode_continuations(tiny_lm, texts, prompt="the cat")
+    assert calls[-1][0] == 2 and len(calls) >= 3  # the two short ones in one pass, the long one in its windows
+    monkeypatch.undo()
+    monkeypatch.setattr(hidden, "WINDOW_TOKENS", 40)
+    for enc, text in zip(together, texts, strict=True):
+        alone = encode_text(tiny_lm, text, prompt="the cat")
+        assert enc.ids == alone.ids and enc.offsets == alone.offsets and torch.equal(enc.scored, alone.scored)
+        torch.testing.assert_close(enc.hidden, alone.hidden, rtol=1e-5, atol=1e-5)

@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from lmswitch.core.generate import encode_prompts, generate_tokens
-from lmswitch.core.hidden import encode_text, target_logprobs
+from lmswitch.core.hidden import EncodedText, encode_continuations, target_logprobs
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SAMPLING, SamplingOptions
 from lmswitch.core.parallel import gather, mine
@@ -236,17 +236,14 @@ class TextScores:
         return asdict(self)
 
 
-def _perplexity(lm: LanguageModel, prompt: str, text: str, chat: bool) -> tuple[float | None, int]:
-    """(perplexity of ``text``'s scored tokens given ``prompt``, or None; its token count), under the active steering."""
-    if not text.strip():
-        return None, 0
-    enc = encode_text(lm, text, prompt=prompt, chat=chat)
+def _perplexity(lm: LanguageModel, enc: EncodedText) -> float | None:
+    """Perplexity of an encoded text's scored tokens (None when none is scored), under the active steering."""
     keep = enc.scored.to(enc.hidden.device)
     if not int(keep.sum()):
-        return None, enc.n_tokens
+        return None
     ids = torch.tensor(enc.ids, device=enc.hidden.device)[keep]
     logp = target_logprobs(lm, enc.hidden[keep], ids, [None])[0]
-    return math.exp(-float(logp.mean())), enc.n_tokens
+    return math.exp(-float(logp.mean()))
 
 
 @torch.no_grad()
@@ -264,11 +261,11 @@ def text_scores(lm: LanguageModel, prompt: str, texts: Sequence[str], *, chat: b
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise ValueError(f"text #{i + 1} is a {type(text).__name__}, not a string")
-    out = []
-    for text, a, b in zip(texts, sentiment_scores(texts), toxicity_scores(texts), strict=True):
-        perplexity, tokens = _perplexity(lm, prompt, text, chat)
-        out.append(TextScores(sentiment=a, toxicity=b, perplexity=perplexity, tokens=tokens))
-    return out
+    filled = [i for i, text in enumerate(texts) if text.strip()]  # an empty text has no perplexity
+    encoded = dict(zip(filled, encode_continuations(lm, [texts[i] for i in filled], prompt=prompt, chat=chat), strict=True))
+    return [TextScores(sentiment=a, toxicity=b, perplexity=_perplexity(lm, encoded[i]) if i in encoded else None,
+                       tokens=encoded[i].n_tokens if i in encoded else 0)
+            for i, (a, b) in enumerate(zip(sentiment_scores(texts), toxicity_scores(texts), strict=True))]
 
 
 # ---------------------------------------------------------------- evaluation of steering settings
