@@ -162,18 +162,22 @@ def encode_continuations(lm: LanguageModel, texts: list[str], *, prompt: str, ch
     short = [i for i, (ids, _) in enumerate(tokenized) if prefix and ids and len(prefix) + len(ids) <= length]
     out = {i: encode_text(lm, text, prompt=prompt, chat=chat) for i, text in enumerate(texts) if i not in short}
     if short:
-        seqs = [prefix + tokenized[i][0] for i in short]
-        ids = torch.full((len(seqs), max(map(len, seqs))), lm.tokenizer.pad_token_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for r, seq in enumerate(seqs):
-            ids[r, : len(seq)], mask[r, : len(seq)] = torch.tensor(seq), 1
-        h = lm.final_hidden(ids, mask.to(lm.input_device))
+        h = _padded_pass(lm, [prefix + tokenized[i][0] for i in short])
         for r, i in enumerate(short):
             n = len(tokenized[i][0])  # row len(prefix) - 1 + j predicts the text's token j
             out[i] = EncodedText(text=texts[i], ids=tokenized[i][0], offsets=tokenized[i][1],
                                  hidden=h[r, len(prefix) - 1 : len(prefix) - 1 + n].float(),
                                  scored=torch.ones(n, dtype=torch.bool), windows=1)
     return [out[i] for i in range(len(texts))]
+
+
+def _padded_pass(lm: LanguageModel, seqs: list[list[int]]) -> torch.Tensor:
+    """One body pass over token sequences, right-padded to the longest: head inputs ``(len(seqs), width, d)``."""
+    ids = torch.full((len(seqs), max(map(len, seqs))), lm.tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for r, seq in enumerate(seqs):
+        ids[r, : len(seq)], mask[r, : len(seq)] = torch.tensor(seq), 1
+    return lm.final_hidden(ids, mask.to(lm.input_device))
 
 
 @torch.no_grad()
@@ -227,14 +231,7 @@ def _batches(pieces: list, budget: int) -> list[list]:
 
 def _encode_batch(lm: LanguageModel, batch: list, labels: list[float], block: int) -> tuple[list, list, list, list]:
     """One body pass: per piece, its head inputs, next-token targets, labels and held-out unit ids (on the CPU)."""
-    tok = lm.tokenizer
-    width = max(len(p[0]) for p in batch)
-    ids = torch.full((len(batch), width), tok.pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(batch), width), dtype=torch.long)
-    for r, (w, *_) in enumerate(batch):
-        ids[r, : len(w)] = torch.tensor(w)
-        mask[r, : len(w)] = 1
-    h = lm.final_hidden(ids, mask.to(lm.input_device))  # (b, width, d)
+    h = _padded_pass(lm, [p[0] for p in batch])  # (b, width, d)
     hidden, targets, lab, unit = [], [], [], []
     for r, (w, first, t, start) in enumerate(batch):
         n = len(w) - 1  # positions 0..n-1 predict tokens 1..n
