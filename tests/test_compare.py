@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import threading
 
+import pytest
 import torch
 from conftest import random_switch
 
@@ -102,3 +103,8 @@ def test_through_the_batcher_two_users_share_decodes_and_get_what_each_gets_alon
         t.join()
     assert batcher.batches == 1 and batcher.rows == 4
     assert [(r.steered, r.unsteered) for r in results] == [(r.steered, r.unsteered) for r in alone]
+    for together, solo in zip(results, alone, strict=True):  # scored with the other user's texts: the same scores
+        for mine, theirs in ((together.steered_scores, solo.steered_scores), (together.unsteered_scores, solo.unsteered_scores)):
+            assert mine.tokens == theirs.tokens and mine.sentiment == theirs.sentiment
+            assert mine.perplexity == pytest.approx(theirs.perplexity, rel=1e-5)
+    assert batcher._scores.items == 2  # both comparisons' scores went through the merged scorer

@@ -8,7 +8,7 @@ import torch
 from conftest import random_ids
 
 from lmswitch.core.pause import add_layer_pauses, pause_point
-from lmswitch.serve.compute import ComputeThread, until
+from lmswitch.serve.compute import ComputeThread, Merged, until
 
 
 def test_run_executes_on_the_compute_thread_and_reentrantly():
@@ -153,3 +153,52 @@ def test_a_forward_pass_paused_for_other_forward_passes_of_the_same_model_is_unc
     assert torch.equal(background.result(timeout=60), alone_long)
     assert compute.pauses >= 1  # the other passes ran inside the long one, at its first layer
     assert torch.equal(hidden.result(timeout=60), alone_short) and torch.equal(logits.result(timeout=60), alone_logits)
+
+
+def _callers(merged: Merged, items: list, compute: ComputeThread) -> list:
+    """``merged(item)`` from one thread per item, all queued while the compute thread is held; results or errors."""
+    release = threading.Event()
+    compute.submit(release.wait)
+    out: list = [None] * len(items)
+
+    def call(k: int) -> None:
+        try:
+            out[k] = merged(items[k])
+        except ValueError as err:
+            out[k] = err
+
+    threads = [threading.Thread(target=call, args=(k,)) for k in range(len(items))]
+    for t in threads:
+        t.start()
+    while len(merged._pending) < len(items):
+        threading.Event().wait(0.005)
+    release.set()
+    for t in threads:
+        t.join()
+    return out
+
+
+def test_merged_calls_waiting_together_run_as_one_call_on_the_compute_thread():
+    compute, seen = ComputeThread(), []
+
+    def double(items: list[int]) -> list[int]:
+        seen.append((threading.current_thread().name, list(items)))
+        return [2 * x for x in items]
+
+    merged = Merged(compute, double)
+    assert _callers(merged, [1, 2, 3], compute) == [2, 4, 6]
+    assert merged.calls == 1 and merged.items == 3
+    assert seen[0][0].startswith("lmswitch-compute") and sorted(seen[0][1]) == [1, 2, 3]
+    assert merged(5) == 10 and merged.calls == 2  # alone, later: its own call
+    assert compute.run(merged, 4) == 8  # from the compute thread itself: run directly, no deadlock
+
+
+def test_a_bad_item_fails_only_its_own_caller():
+    def checked(items: list[int]) -> list[int]:
+        if any(x < 0 for x in items):
+            raise ValueError("negative")
+        return [x + 1 for x in items]
+
+    compute = ComputeThread()
+    out = _callers(Merged(compute, checked), [1, -1, 2], compute)
+    assert out[0] == 2 and out[2] == 3 and isinstance(out[1], ValueError)

@@ -271,6 +271,14 @@ def test_text_scores_perplexity_matches_token_changes(make_lm, family):
     assert text_scores(lm, prompt, []) == []
     with pytest.raises(ValueError, match="not a string"):
         text_scores(lm, prompt, ["fine", 3])
+    prompts = [prompt, "another prompt that is longer", prompt]  # one prompt per text: scored together, as one by one
+    together = text_scores(lm, prompts, texts)
+    for p, text, row in zip(prompts, texts, together, strict=True):
+        alone = text_scores(lm, p, [text])[0]
+        assert row.tokens == alone.tokens and row.sentiment == alone.sentiment
+        assert row.perplexity == pytest.approx(alone.perplexity, rel=1e-5) if alone.perplexity else row.perplexity is None
+    with pytest.raises(ValueError, match="2 prompts for 3 texts"):
+        text_scores(lm, prompts[:2], texts)
 
 
 def test_protocol_defaults_are_the_sampling_defaults():

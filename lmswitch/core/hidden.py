@@ -8,6 +8,7 @@ lens features are then cheap head computations on these cached states:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -153,21 +154,28 @@ def encode_text(lm: LanguageModel, text: str, *, prompt: str | None = None, chat
 
 
 @torch.no_grad()
-def encode_continuations(lm: LanguageModel, texts: list[str], *, prompt: str, chat: bool = False) -> list[EncodedText]:
-    """:func:`encode_text` of several continuations of one prompt; those that fit one window share one body pass
-    (right-padded), so scoring a steered text and its unsteered twin costs about one pass, not two."""
-    prefix = prefix_ids(lm, prompt, chat)
+def encode_continuations(lm: LanguageModel, texts: Sequence[str], *, prompt: str | Sequence[str],
+                         chat: bool = False) -> list[EncodedText]:
+    """:func:`encode_text` of several continuations, of one ``prompt`` or of one prompt each (e.g. the outputs of
+    concurrent users' requests); those that fit one window share body passes (right-padded, at most
+    :data:`PADDING_SHARE` padding), so scoring a steered text and its unsteered twin costs about one pass, not two."""
+    prompts = [prompt] * len(texts) if isinstance(prompt, str) else list(prompt)
+    if len(prompts) != len(texts):
+        raise ValueError(f"{len(prompts)} prompts for {len(texts)} texts; give one prompt, or one per text")
+    prefixes = {p: prefix_ids(lm, p, chat) for p in set(prompts)}
     tokenized = [_offsets(lm, check_text(text)) for text in texts]
     length = min(lm.context_length, WINDOW_TOKENS)
-    short = [i for i, (ids, _) in enumerate(tokenized) if prefix and ids and len(prefix) + len(ids) <= length]
-    out = {i: encode_text(lm, text, prompt=prompt, chat=chat) for i, text in enumerate(texts) if i not in short}
-    if short:
-        h = _padded_pass(lm, [prefix + tokenized[i][0] for i in short])
-        for r, i in enumerate(short):
-            n = len(tokenized[i][0])  # row len(prefix) - 1 + j predicts the text's token j
-            out[i] = EncodedText(text=texts[i], ids=tokenized[i][0], offsets=tokenized[i][1],
-                                 hidden=h[r, len(prefix) - 1 : len(prefix) - 1 + n].float(),
-                                 scored=torch.ones(n, dtype=torch.bool), windows=1)
+    short = [(prefixes[p] + ids, i) for i, (p, (ids, _)) in enumerate(zip(prompts, tokenized, strict=True))
+             if prefixes[p] and ids and len(prefixes[p]) + len(ids) <= length]
+    out = {i: encode_text(lm, text, prompt=p, chat=chat)
+           for i, (p, text) in enumerate(zip(prompts, texts, strict=True)) if i not in {i for _, i in short}}
+    for batch in _batches(sorted(short, key=lambda piece: len(piece[0])), budget=4096):
+        h = _padded_pass(lm, [seq for seq, _ in batch])
+        for r, (_, i) in enumerate(batch):
+            ids, offsets = tokenized[i]
+            first = len(prefixes[prompts[i]]) - 1  # row first + j predicts the text's token j
+            out[i] = EncodedText(text=texts[i], ids=ids, offsets=offsets, hidden=h[r, first : first + len(ids)].float(),
+                                 scored=torch.ones(len(ids), dtype=torch.bool), windows=1)
     return [out[i] for i in range(len(texts))]
 
 

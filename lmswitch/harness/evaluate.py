@@ -236,19 +236,22 @@ class TextScores:
         return asdict(self)
 
 
-def _perplexity(lm: LanguageModel, enc: EncodedText) -> float | None:
-    """Perplexity of an encoded text's scored tokens (None when none is scored), under the active steering."""
-    keep = enc.scored.to(enc.hidden.device)
-    if not int(keep.sum()):
-        return None
-    ids = torch.tensor(enc.ids, device=enc.hidden.device)[keep]
-    logp = target_logprobs(lm, enc.hidden[keep], ids, [None])[0]
-    return math.exp(-float(logp.mean()))
+def _perplexities(lm: LanguageModel, encoded: Sequence[EncodedText]) -> list[float | None]:
+    """Perplexity of each encoded text's scored tokens (None when none is scored), under the active steering; one
+    head pass over all texts' rows."""
+    if not encoded:
+        return []
+    keep = [enc.scored.to(enc.hidden.device) for enc in encoded]
+    hidden = torch.cat([enc.hidden[k] for enc, k in zip(encoded, keep, strict=True)])
+    ids = torch.cat([torch.tensor(enc.ids, device=hidden.device)[k] for enc, k in zip(encoded, keep, strict=True)])
+    logp = target_logprobs(lm, hidden, ids, [None])[0].split([int(k.sum()) for k in keep])
+    return [math.exp(-float(x.mean())) if len(x) else None for x in logp]
 
 
 @torch.no_grad()
-def text_scores(lm: LanguageModel, prompt: str, texts: Sequence[str], *, chat: bool = False) -> list[TextScores]:
-    """:class:`TextScores` of each text as a continuation of ``prompt``, to show under generated outputs.
+def text_scores(lm: LanguageModel, prompt: str | Sequence[str], texts: Sequence[str], *, chat: bool = False) -> list[TextScores]:
+    """:class:`TextScores` of each text as a continuation of ``prompt`` (one for all texts, or one per text), to show
+    under generated outputs. Texts are scored together: one call for several users' outputs costs about one body pass.
 
     ``perplexity`` is of the text's tokens given the prompt (chat-templated with
     ``chat``), under whatever steering is active: call this outside ``steer(...)``
@@ -258,13 +261,17 @@ def text_scores(lm: LanguageModel, prompt: str, texts: Sequence[str], *, chat: b
     [True, False]
     """
     texts = list(texts)
+    prompts = [prompt] * len(texts) if isinstance(prompt, str) else list(prompt)
+    if len(prompts) != len(texts):
+        raise ValueError(f"{len(prompts)} prompts for {len(texts)} texts; give one prompt, or one per text")
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise ValueError(f"text #{i + 1} is a {type(text).__name__}, not a string")
     filled = [i for i, text in enumerate(texts) if text.strip()]  # an empty text has no perplexity
-    encoded = dict(zip(filled, encode_continuations(lm, [texts[i] for i in filled], prompt=prompt, chat=chat), strict=True))
-    return [TextScores(sentiment=a, toxicity=b, perplexity=_perplexity(lm, encoded[i]) if i in encoded else None,
-                       tokens=encoded[i].n_tokens if i in encoded else 0)
+    encoded = encode_continuations(lm, [texts[i] for i in filled], prompt=[prompts[i] for i in filled], chat=chat)
+    ppl = dict(zip(filled, _perplexities(lm, encoded), strict=True))
+    tokens = {i: enc.n_tokens for i, enc in zip(filled, encoded, strict=True)}
+    return [TextScores(sentiment=a, toxicity=b, perplexity=ppl.get(i), tokens=tokens.get(i, 0))
             for i, (a, b) in enumerate(zip(sentiment_scores(texts), toxicity_scores(texts), strict=True))]
 
 

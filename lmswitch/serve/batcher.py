@@ -11,6 +11,9 @@ the ones the request would get alone (same seed), up to the floating-point
 effects of batching (none were seen in float32, whose packed linear layers give a
 row the same bits whatever rows share the product); its text stops at its own length.
 
+The scores shown under the finished outputs are merged the same way: the
+comparisons that finish together are scored in one body pass (:meth:`Batcher.scores`).
+
 Over capacity (``max_waiting`` requests already waiting) :meth:`Batcher.stream`
 raises :class:`Busy` at once, so no one waits silently until a timeout.
 
@@ -35,7 +38,8 @@ from lmswitch.core.generate import CoupledSampler, Prompt, check_seed, encode_pr
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SamplingOptions
 from lmswitch.core.steering import Setting, check_setting, steer, steer_rows
-from lmswitch.serve.compute import ComputeThread
+from lmswitch.harness.evaluate import TextScores, text_scores
+from lmswitch.serve.compute import ComputeThread, Merged
 
 MAX_BATCH = 8  # rows decoded together
 MAX_WAITING = 32  # requests waiting for a batch; one more gets Busy
@@ -252,6 +256,21 @@ class Batcher:
         self.batches = 0  # admissions (or whole decodes) so far, and the rows in them
         self.rows = 0
         self.rolling = _Rolling(lm) if _Rolling.supported(lm) else None  # rows join a running decode between its steps
+        self._scores = Merged(compute, self._score_all)
+
+    def scores(self, prompt: str, texts: list[str], *, chat: bool) -> list[TextScores]:
+        """:func:`~lmswitch.harness.evaluate.text_scores` on the compute thread, merged with other requests' scores."""
+        return self._scores((prompt, list(texts), bool(chat)))
+
+    def _score_all(self, jobs: list[tuple[str, list[str], bool]]) -> list[list[TextScores]]:
+        """Every job's scores, one call per chat setting."""
+        out: dict[int, list[TextScores]] = {}
+        for chat in {job[2] for job in jobs}:
+            mine = [k for k, job in enumerate(jobs) if job[2] == chat]
+            prompts = [jobs[k][0] for k in mine for _ in jobs[k][1]]
+            flat = iter(text_scores(self.lm, prompts, [t for k in mine for t in jobs[k][1]], chat=chat))
+            out.update({k: [next(flat) for _ in jobs[k][1]] for k in mine})
+        return [out[k] for k in range(len(jobs))]
 
     def stream(self, prompt: Prompt, setting: Setting, *, seed: int, options: SamplingOptions) -> Iterator[str | Row]:
         """The request's text so far after each new token, then its :class:`Row`. Checked at once: bad values raise

@@ -93,11 +93,13 @@ def _call(compute: ComputeThread | None, fn, *args, **kwargs):
 
 
 def _finish(lm: LanguageModel, prompt: str, setting: Setting, texts: tuple[str, str], base_scores: TextScores | None,
-            options: SamplingOptions, changes: bool, compute: ComputeThread | None) -> Comparison:
-    """Score the two finished texts (the unsteered one only when not cached) and explain the steered one."""
+            options: SamplingOptions, changes: bool, compute: ComputeThread | None, batcher: Batcher | None) -> Comparison:
+    """Score the two finished texts (the unsteered one only when not cached; with ``batcher``, together with other
+    requests' texts) and explain the steered one."""
     steered, base = texts
     wanted = [steered] if base_scores is not None else ([steered, base] if setting else [base])
-    scores = _call(compute, text_scores, lm, prompt, wanted, chat=options.chat)
+    scores = (batcher.scores(prompt, wanted, chat=options.chat) if batcher is not None
+              else _call(compute, text_scores, lm, prompt, wanted, chat=options.chat))
     base_scores = base_scores if base_scores is not None else scores[-1]
     per_token = None
     if changes and setting and steered:
@@ -141,7 +143,7 @@ def compare(
     ``stop`` set (e.g. by a newer request of the same user) the stream ends at the
     next token and nothing more is yielded. ``compute`` runs all model work on a
     server's compute thread; with ``batcher`` (a server's), the rows are decoded
-    together with other users' requests.
+    and scored together with other users' requests.
     """
     setting = [(s, float(e)) for s, e in setting if e]
     base_key, key = _keys(lm, prompt, setting, seed, options)
@@ -159,7 +161,8 @@ def compare(
     if stop is not None and stop.is_set():
         return
     base = cached_base[0] if cached_base else texts[-1]
-    result = _finish(lm, prompt, setting, (texts[0], base), cached_base[1] if cached_base else None, options, changes, compute)
+    result = _finish(lm, prompt, setting, (texts[0], base), cached_base[1] if cached_base else None, options, changes, compute,
+                     batcher)
     if cache is not None:
         cache.put(base_key, (result.unsteered, result.unsteered_scores))
         cache.put(key, result)

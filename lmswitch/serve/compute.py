@@ -26,13 +26,14 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import torch
 
 from lmswitch.core.pause import detach_pausing, pausing
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 THREAD_PREFIX = "lmswitch-compute"
 # seconds a background job runs before it lets the interactive jobs waiting at a pause point go first ("inf": never);
@@ -151,6 +152,55 @@ class ComputeThread:
             with self._ready:
                 self._jobs.extendleft(reversed(waiting))
         self._slice_start = time.perf_counter()
+
+
+class Merged(Generic[T, R]):
+    """Calls from many threads merged on the compute thread: the items waiting when the thread gets to them go to one
+    ``fn(items)`` call, which returns one result per item (e.g. several users' outputs scored in one body pass).
+
+    Should the merged call fail, each of its items runs alone, so a bad item fails only its own caller.
+
+    >>> double = Merged(ComputeThread(), lambda items: [2 * x for x in items])
+    >>> double(21)
+    42
+    """
+
+    def __init__(self, compute: ComputeThread, fn: Callable[[list[T]], list[R]]) -> None:
+        self.compute, self.fn = compute, fn
+        self.calls = 0  # merged calls made so far, and the items they held
+        self.items = 0
+        self._pending: list[tuple[T, Future]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, item: T) -> R:
+        if self.compute.on_thread():
+            return self.fn([item])[0]
+        future: Future = Future()
+        with self._lock:
+            self._pending.append((item, future))
+            first = len(self._pending) == 1
+        if first:  # later items join this flush until it starts
+            self.compute.submit(self._flush)
+        return future.result()
+
+    def _flush(self) -> None:
+        with self._lock:
+            jobs, self._pending = self._pending, []
+        self.calls, self.items = self.calls + 1, self.items + len(jobs)
+        try:
+            results = self.fn([item for item, _ in jobs])
+        except BaseException as err:
+            if len(jobs) == 1:
+                jobs[0][1].set_exception(err)
+                return
+            for item, future in jobs:
+                try:
+                    future.set_result(self.fn([item])[0])
+                except BaseException as alone:  # handed to that item's caller only
+                    future.set_exception(alone)
+            return
+        for (_, future), result in zip(jobs, results, strict=True):
+            future.set_result(result)
 
 
 def until(flag: threading.Event, items: Iterator[T]) -> Iterator[T]:
