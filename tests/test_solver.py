@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -26,6 +27,13 @@ def _exact(lm, C, Y, U):
     return F.cross_entropy(lm.raw_logits(C + 0.0, dtype=torch.float32) + U @ lm.head_weight(torch.float32).T, Y)
 
 
+@pytest.fixture(autouse=True)
+def float32_products(monkeypatch):
+    """The full-vocabulary products in float32, whatever the CPU, so the reduction is exact at zero (the bfloat16
+    ones are tested against it below)."""
+    monkeypatch.setattr(solver, "_bf16_head", lambda lm: None)
+
+
 def _rows(lm, n=40, seed=0):
     g = torch.Generator().manual_seed(seed)
     C = torch.randn(n, lm.hidden_size, generator=g)
@@ -41,6 +49,37 @@ def test_reduced_loss_and_gradient_are_exact_at_zero(peaky_lm):
     value, grad = solver.loss_and_grad(peaky_lm, rows, torch.zeros_like(C))
     assert value == pytest.approx(exact.item(), abs=1e-5)
     assert torch.allclose(grad, U.grad, atol=1e-6)
+
+
+def test_bfloat16_products_keep_the_candidates_exact_and_the_tail_close(peaky_lm, monkeypatch):
+    C, Y, exact = _rows(peaky_lm, seed=7)
+    monkeypatch.setattr(solver, "_bf16_head", lambda lm: lm.head_weight(torch.bfloat16))
+    fast = solver.reduce(peaky_lm, C, Y, torch.ones(len(C)), k=8)
+    assert torch.equal(fast.ids[:, 0], exact.ids[:, 0])  # the targets, then the candidates the rounded logits rank first
+    assert (fast.ids[:, 1:] == exact.ids[:, 1:]).float().mean() > 0.9
+    torch.testing.assert_close(fast.log_tail, exact.log_tail, rtol=0, atol=1e-2)
+    for U in (torch.zeros_like(C), 0.05 * torch.randn(C.shape, generator=torch.Generator().manual_seed(8))):
+        (a, ga), (b, gb) = solver.loss_and_grad(peaky_lm, fast, U), solver.loss_and_grad(peaky_lm, exact, U)
+        assert a == pytest.approx(b, rel=1e-3)
+        assert float((ga - gb).norm() / gb.norm()) < 1e-2
+
+
+def test_rows_grouped_by_label_give_the_steering_and_gradients_of_rows_taken_one_by_one(peaky_lm):
+    g = torch.Generator().manual_seed(9)
+    C, Y = torch.randn(60, peaky_lm.hidden_size, generator=g), torch.randint(0, peaky_lm.vocab_size, (60,), generator=g)
+    labels = torch.tensor([1.0, -1.0, -1.0] * 20)
+    grouped = solver.reduce(peaky_lm, C, Y, labels, k=8)
+    assert grouped.groups == ((-1.0, 0, 40), (1.0, 40, 60)) and torch.equal(grouped.labels, labels.sort().values)
+    plain = dataclasses.replace(grouped, groups=None)
+    W, Wd = (0.1 * torch.randn(C.shape[1], C.shape[1], generator=g) for _ in range(2))
+    G = torch.randn(C.shape, generator=g)
+    for dummy in (Wd, None):
+        torch.testing.assert_close(solver.steer_term(grouped, W, dummy, 0.5), solver.steer_term(plain, W, dummy, 0.5))
+        (gW, gWd), (pW, pWd) = (solver.steer_gradients(rows, G, dummy is not None) for rows in (grouped, plain))
+        torch.testing.assert_close(gW, pW)
+        assert (gWd is None and pWd is None) if dummy is None else torch.allclose(gWd, pWd, atol=1e-5)
+    graded = solver.reduce(peaky_lm, C, Y, torch.linspace(-1, 1, 60), k=8)
+    assert graded.groups is None  # graded labels: every row its own label, no grouping
 
 
 def test_reduced_loss_is_a_close_lower_bound_for_small_changes(peaky_lm):

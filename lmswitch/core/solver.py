@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lmswitch.core.models import LanguageModel
+from lmswitch.core.models import LanguageModel, preferred_dtype
 from lmswitch.core.pause import pause_point
 
 CANDIDATES = 32  # next-token candidates per row kept exactly (plus the target)
@@ -40,6 +40,7 @@ ITERATIONS_PER_LAMBDA = 15  # loss evaluations per λ (L-BFGS iterations and lin
 TOLERANCE = 0.02  # keep the least regularised λ whose held-out loss is within 2% of the best; stop past it
 ROWS = 512  # rows per chunk: (512, k, d) gathered embeddings at a time
 KEEP_BYTES = 2**30  # keep the candidates' embeddings (gathered once, not per evaluation) up to this size
+MAX_GROUPS = 4  # label values up to which rows are grouped by label (one steering product per label)
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class Reduced:
     log_tail: torch.Tensor  # (n,) log of the probability outside the candidates
     tail_mean: torch.Tensor  # (n, d) the tail's probability-weighted mean output embedding
     candidates: torch.Tensor | None = None  # (n, k + 1, d) the candidates' output embeddings, when small enough to keep
+    groups: tuple[tuple[float, int, int], ...] | None = None  # (label, first row, end) when rows are sorted by a few labels
 
     def __len__(self) -> int:
         return len(self.C)
@@ -64,25 +66,63 @@ class Reduced:
 
 @torch.no_grad()
 def reduce(lm: LanguageModel, C: torch.Tensor, targets: torch.Tensor, labels: torch.Tensor, k: int = CANDIDATES) -> Reduced:
-    """The one full-vocabulary pass: candidates, their log-probabilities and the tail statistics of every row."""
+    """The one full-vocabulary pass: candidates, their log-probabilities and the tail statistics of every row.
+
+    Where the hardware multiplies bfloat16 natively, the full-vocabulary products run in bfloat16 (~4× faster on
+    an AVX512-BF16 CPU) and only pick the candidates and weigh the tail; the candidates' logits, which carry most
+    of the probability, are computed again exactly in float32."""
     E = lm.head_weight(torch.float32)
+    E_fast = _bf16_head(lm)
+    C, targets, labels, groups = _by_label(C, targets, labels)
     parts: list[tuple[torch.Tensor, ...]] = []
     for s in range(0, len(C), ROWS):
-        c, y = C[s : s + ROWS].float(), targets[s : s + ROWS]
-        logp_all = torch.log_softmax(lm.raw_logits(c, dtype=torch.float32), dim=-1)  # (r, V)
-        top = logp_all.topk(min(k, logp_all.shape[1]), dim=-1).indices
-        ids = torch.cat([y[:, None], top], dim=1)
-        logp = logp_all.gather(1, ids)
-        logp[:, 1:][top == y[:, None]] = -torch.inf  # the target counted once
-        p = logp.exp()
-        kept = torch.einsum("rk,rkd->rd", p, E[ids])
-        tail_p = (1 - p.sum(1)).clamp_min(1e-12)
-        tail_mean = (logp_all.exp_() @ E - kept) / tail_p[:, None]
-        parts.append((ids, logp, tail_p.log(), tail_mean))
+        parts.append(_reduce_rows(lm, C[s : s + ROWS].float(), targets[s : s + ROWS], k, E, E_fast))
         pause_point()
     ids, logp, log_tail, tail_mean = (torch.cat(x) for x in zip(*parts, strict=True))
     keep = ids.numel() * E.shape[1] * E.element_size() <= KEEP_BYTES
-    return Reduced(C.float(), labels.float(), ids, logp, log_tail, tail_mean, E[ids] if keep else None)
+    return Reduced(C.float(), labels.float(), ids, logp, log_tail, tail_mean, E[ids] if keep else None, groups)
+
+
+def _bf16_head(lm: LanguageModel) -> torch.Tensor | None:
+    """The output embedding in bfloat16 where the head's device multiplies bfloat16 natively, else None."""
+    return lm.head_weight(torch.bfloat16) if preferred_dtype(lm.head_device) == torch.bfloat16 else None
+
+
+def _reduce_rows(lm: LanguageModel, c: torch.Tensor, y: torch.Tensor, k: int, E: torch.Tensor,
+                 E_fast: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+    """:func:`reduce` of one chunk of rows: candidate ids (target first), their log-probabilities, the log tail
+    probability and the tail's mean output embedding."""
+    logits = lm.raw_logits(c, dtype=torch.float32 if E_fast is None else torch.bfloat16)  # (r, V)
+    top = logits.topk(min(k, logits.shape[1]), dim=-1).indices
+    ids = torch.cat([y[:, None], top], dim=1)
+    Eg = E[ids]  # (r, k + 1, d)
+    if E_fast is not None:  # the candidates' logits exactly; the rounded ones only for the rest
+        bias = getattr(lm.head, "bias", None)
+        exact = torch.einsum("rd,rkd->rk", c, Eg) + (bias.float()[ids] if bias is not None else 0.0)
+        logits.scatter_(1, ids, exact)
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(1, ids)
+    logp[:, 1:][top == y[:, None]] = -torch.inf  # the target counted once
+    p = logp.exp()
+    tail_p = (1 - p.sum(1)).clamp_min(1e-12)
+    p_tail = logp_all.exp_().scatter_(1, ids, 0.0)  # the probabilities outside the candidates
+    mass = (p_tail @ E) if E_fast is None else (p_tail.to(E_fast.dtype) @ E_fast).float()
+    return ids, logp, tail_p.log(), mass / tail_p[:, None]
+
+
+def _by_label(C: torch.Tensor, targets: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                                                                    tuple[tuple[float, int, int], ...] | None]:
+    """The rows sorted by label, with each label's slice, when there are at most :data:`MAX_GROUPS` labels: rows that
+    share a label share their steering matrix ``y W + W_d``, one product instead of two (the loss is a mean over rows,
+    so their order does not matter). Graded labels keep their rows and no groups."""
+    values = labels.unique()
+    if len(values) > MAX_GROUPS:
+        return C, targets, labels, None
+    order = labels.argsort(stable=True)
+    counts = [int((labels == v).sum()) for v in values]  # unique() is sorted, as is labels[order]
+    ends = torch.tensor(counts).cumsum(0).tolist()
+    groups = tuple((float(v), end - n, end) for v, n, end in zip(values.tolist(), counts, ends, strict=True))
+    return C[order], targets[order], labels[order], groups
 
 
 def loss_and_grad(lm: LanguageModel, rows: Reduced, U: torch.Tensor) -> tuple[float, torch.Tensor]:
@@ -102,11 +142,25 @@ def loss_and_grad(lm: LanguageModel, rows: Reduced, U: torch.Tensor) -> tuple[fl
     return total / n, grad / n
 
 
-def steer_term(rows: Reduced, W: torch.Tensor, Wd: torch.Tensor | None, eps0: float, sign: float = 1.0,
-               with_w: bool = True) -> torch.Tensor:
-    """``U = ε0 (sign·y W + W_d) c`` for every row: the head-input change the loss sees."""
-    U = (sign * eps0 * rows.labels)[:, None] * (rows.C @ W.T) if with_w else torch.zeros_like(rows.C)
-    return U.addmm_(rows.C, Wd.T, alpha=eps0) if Wd is not None else U
+def steer_term(rows: Reduced, W: torch.Tensor, Wd: torch.Tensor | None, eps0: float) -> torch.Tensor:
+    """``U = ε0 (y W + W_d) c`` for every row: the head-input change the loss sees."""
+    if rows.groups is None:
+        U = (eps0 * rows.labels)[:, None] * (rows.C @ W.T)
+        return U.addmm_(rows.C, Wd.T, alpha=eps0) if Wd is not None else U
+    U = torch.empty_like(rows.C)
+    for y, a, b in rows.groups:
+        M = y * W + Wd if Wd is not None else y * W
+        torch.mm(rows.C[a:b], M.T, out=U[a:b]).mul_(eps0)
+    return U
+
+
+def steer_gradients(rows: Reduced, G: torch.Tensor, with_dummy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``Σ_i y_i g_i c_iᵀ`` and (``with_dummy``) ``Σ_i g_i c_iᵀ`` for the rows ``g_i`` of ``G`` (n, d): with ``G`` the
+    gradient of the loss with respect to ``U / ε0``, the gradients with respect to ``W`` and ``W_d``."""
+    if rows.groups is None:
+        return (rows.labels[:, None] * G).T @ rows.C, (G.T @ rows.C if with_dummy else None)
+    parts = [(y, G[a:b].T @ rows.C[a:b]) for y, a, b in rows.groups]
+    return sum(y * P for y, P in parts), (sum(P for _, P in parts) if with_dummy else None)
 
 
 def ridge_path(lm: LanguageModel, train: Reduced, eps0: float, use_dummy: bool, W: torch.Tensor, Wd: torch.Tensor, *,
@@ -130,10 +184,10 @@ def ridge_path(lm: LanguageModel, train: Reduced, eps0: float, use_dummy: bool, 
             nonlocal evals
             U = steer_term(train, W.detach(), Wd.detach() if use_dummy else None, eps0)
             loss, gU = loss_and_grad(lm, train, U)
-            scale = eps0 * gU
-            W.grad = (train.labels[:, None] * scale).T @ train.C + 2 * lam * eps0**2 * W.detach()
+            gW, gWd = steer_gradients(train, eps0 * gU, use_dummy)
+            W.grad = gW + 2 * lam * eps0**2 * W.detach()
             if use_dummy:
-                Wd.grad = scale.T @ train.C + 2 * lam * eps0**2 * Wd.detach()
+                Wd.grad = gWd + 2 * lam * eps0**2 * Wd.detach()
             value = loss + lam * eps0**2 * sum(float((p.detach() ** 2).sum()) for p in params)
             evals += 1
             on_evaluation(evals, value)
