@@ -171,3 +171,14 @@ def test_only_float32_cpu_layers_are_packed_and_unpacking_restores_them():
 def test_the_embedded_model_in_float32_is_packed_by_default(lm32):
     assert isinstance(lm32.head, PackedLinear)
     assert sum(isinstance(m, PackedLinear) for m in lm32.model.modules()) == 1 + 7 * len(lm32.decoder_layers())
+
+
+def test_mm_t_is_a_times_b_transposed_on_every_path():
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(300, 48, generator=g), torch.randn(40, 48, generator=g)
+    torch.testing.assert_close(packed_module.mm_t(a, b), a @ b.T, rtol=1e-5, atol=1e-5)  # oneDNN where available
+    torch.testing.assert_close(packed_module.mm_t(a.T.contiguous().T, b), a @ b.T, rtol=1e-5, atol=1e-5)  # not contiguous: torch.mm
+    torch.testing.assert_close(packed_module.mm_t(a.bfloat16(), b.bfloat16()).float(), (a.bfloat16() @ b.bfloat16().T).float())
+    w = b.clone().requires_grad_()
+    packed_module.mm_t(a, w).sum().backward()  # something to differentiate: the autograd path
+    torch.testing.assert_close(w.grad, a.sum(0).expand_as(b))

@@ -180,3 +180,20 @@ def test_training_with_self_contrast_records_its_negatives(peaky_lm):
     card = switch.card
     assert card["negatives"] == "self-contrast" and card["n_positive"] == 1 and card["n_negative"] == len(sentence_openings([doc]))
     assert card["dummy_steer"] is True
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_the_tail_of_a_nearly_certain_row_is_a_mean_of_output_embeddings(peaky_lm, monkeypatch, bf16):
+    """Where the candidates hold all but ~1e-7 or less of the probability, 1 − their sum is rounding noise; the tail's mean
+    embedding must still be a weighted mean (bounded by the longest embedding), or the loss explodes off zero."""
+    if bf16:
+        monkeypatch.setattr(solver, "_bf16_head", lambda lm: lm.head_weight(torch.bfloat16))
+    g = torch.Generator().manual_seed(10)
+    C = 8 * torch.randn(64, peaky_lm.hidden_size, generator=g)  # confident rows: tails of ~1e-7 down to ~1e-15
+    Y = peaky_lm.raw_logits(C).argmax(-1)
+    rows = solver.reduce(peaky_lm, C, Y, torch.ones(len(C)), k=8)
+    longest = peaky_lm.head_weight(torch.float32).norm(dim=1).max()
+    assert float(rows.tail_mean.norm(dim=1).max()) <= 1.01 * float(longest)
+    value, grad = solver.loss_and_grad(peaky_lm, rows, torch.zeros_like(C))
+    step, _ = solver.loss_and_grad(peaky_lm, rows, -1e-3 * grad / grad.norm())
+    assert step < value  # the gradient points downhill

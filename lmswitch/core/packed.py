@@ -41,6 +41,15 @@ def available() -> bool:
         return False
 
 
+def mm_t(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a bᵀ`` of two 2-D tensors, through oneDNN when both are contiguous float32 CPU tensors with nothing to
+    differentiate (the training solver's (n × 576) × (576 × 576) products: ~2× faster than MKL's sgemm on the AMD
+    EPYC above), else ``torch.mm``."""
+    if available() and _fast(a, b, None) and a.is_contiguous() and b.is_contiguous() and a.dim() == b.dim() == 2:
+        return torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], "")
+    return a @ b.T
+
+
 class PackedLinear(nn.Linear):
     """``nn.Linear`` whose float32 CPU inference runs on a oneDNN-packed copy of its weight."""
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from lmswitch.core.models import LanguageModel, preferred_dtype
+from lmswitch.core.packed import mm_t
 from lmswitch.core.pause import pause_point
 
 CANDIDATES = 32  # next-token candidates per row kept exactly (plus the target)
@@ -55,6 +56,7 @@ class Reduced:
     tail_mean: torch.Tensor  # (n, d) the tail's probability-weighted mean output embedding
     candidates: torch.Tensor | None = None  # (n, k + 1, d) the candidates' output embeddings, when small enough to keep
     groups: tuple[tuple[float, int, int], ...] | None = None  # (label, first row, end) when rows are sorted by a few labels
+    C_t: tuple[torch.Tensor, ...] = ()  # each group's C transposed, contiguous (for the gradient products)
 
     def __len__(self) -> int:
         return len(self.C)
@@ -74,13 +76,18 @@ def reduce(lm: LanguageModel, C: torch.Tensor, targets: torch.Tensor, labels: to
     E = lm.head_weight(torch.float32)
     E_fast = _bf16_head(lm)
     C, targets, labels, groups = _by_label(C, targets, labels)
+    keep = len(C) * (k + 1) * E.shape[1] * E.element_size() <= KEEP_BYTES
     parts: list[tuple[torch.Tensor, ...]] = []
+    gathered: list[torch.Tensor] = []  # each chunk's candidate embeddings (r, k + 1, d), when kept
     for s in range(0, len(C), ROWS):
-        parts.append(_reduce_rows(lm, C[s : s + ROWS].float(), targets[s : s + ROWS], k, E, E_fast))
+        *part, Eg = _reduce_rows(lm, C[s : s + ROWS].float(), targets[s : s + ROWS], k, E, E_fast)
+        parts.append(part)
+        gathered += [Eg] if keep else []
         pause_point()
     ids, logp, log_tail, tail_mean = (torch.cat(x) for x in zip(*parts, strict=True))
-    keep = ids.numel() * E.shape[1] * E.element_size() <= KEEP_BYTES
-    return Reduced(C.float(), labels.float(), ids, logp, log_tail, tail_mean, E[ids] if keep else None, groups)
+    C = C.float()
+    C_t = tuple(C[a:b].T.contiguous() for _, a, b in groups) if groups else ()
+    return Reduced(C, labels.float(), ids, logp, log_tail, tail_mean, torch.cat(gathered) if keep else None, groups, C_t)
 
 
 def _bf16_head(lm: LanguageModel) -> torch.Tensor | None:
@@ -91,7 +98,7 @@ def _bf16_head(lm: LanguageModel) -> torch.Tensor | None:
 def _reduce_rows(lm: LanguageModel, c: torch.Tensor, y: torch.Tensor, k: int, E: torch.Tensor,
                  E_fast: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
     """:func:`reduce` of one chunk of rows: candidate ids (target first), their log-probabilities, the log tail
-    probability and the tail's mean output embedding."""
+    probability, the tail's mean output embedding and the candidates' embeddings."""
     logits = lm.raw_logits(c, dtype=torch.float32 if E_fast is None else torch.bfloat16)  # (r, V)
     top = logits.topk(min(k, logits.shape[1]), dim=-1).indices
     ids = torch.cat([y[:, None], top], dim=1)
@@ -100,14 +107,18 @@ def _reduce_rows(lm: LanguageModel, c: torch.Tensor, y: torch.Tensor, k: int, E:
         bias = getattr(lm.head, "bias", None)
         exact = torch.einsum("rd,rkd->rk", c, Eg) + (bias.float()[ids] if bias is not None else 0.0)
         logits.scatter_(1, ids, exact)
-    logp_all = torch.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(1, ids)
+    chosen = logits.gather(1, ids)
+    p_all = torch.softmax(logits, dim=-1)
+    del logits
+    lse = chosen[:, 1] - p_all.gather(1, top[:, :1])[:, 0].log()  # the likeliest word's probability never underflows
+    logp = chosen - lse[:, None]
     logp[:, 1:][top == y[:, None]] = -torch.inf  # the target counted once
-    p = logp.exp()
-    tail_p = (1 - p.sum(1)).clamp_min(1e-12)
-    p_tail = logp_all.exp_().scatter_(1, ids, 0.0)  # the probabilities outside the candidates
+    p_tail = p_all.scatter_(1, ids, 0.0)  # the probabilities outside the candidates
+    # their sum, not 1 − the candidates' (which cancels to rounding noise where the candidates hold nearly all of it):
+    # the mean below is then a true weighted mean of output embeddings
+    tail_p = p_tail.sum(1, dtype=torch.float64).float().clamp_min(1e-30)
     mass = (p_tail @ E) if E_fast is None else (p_tail.to(E_fast.dtype) @ E_fast).float()
-    return ids, logp, tail_p.log(), mass / tail_p[:, None]
+    return ids, logp, tail_p.log(), mass / tail_p[:, None], Eg
 
 
 def _by_label(C: torch.Tensor, targets: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
@@ -147,11 +158,7 @@ def steer_term(rows: Reduced, W: torch.Tensor, Wd: torch.Tensor | None, eps0: fl
     if rows.groups is None:
         U = (eps0 * rows.labels)[:, None] * (rows.C @ W.T)
         return U.addmm_(rows.C, Wd.T, alpha=eps0) if Wd is not None else U
-    U = torch.empty_like(rows.C)
-    for y, a, b in rows.groups:
-        M = y * W + Wd if Wd is not None else y * W
-        torch.mm(rows.C[a:b], M.T, out=U[a:b]).mul_(eps0)
-    return U
+    return torch.cat([mm_t(rows.C[a:b], eps0 * (y * W + Wd if Wd is not None else y * W)) for y, a, b in rows.groups])
 
 
 def steer_gradients(rows: Reduced, G: torch.Tensor, with_dummy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -159,7 +166,7 @@ def steer_gradients(rows: Reduced, G: torch.Tensor, with_dummy: bool) -> tuple[t
     gradient of the loss with respect to ``U / ε0``, the gradients with respect to ``W`` and ``W_d``."""
     if rows.groups is None:
         return (rows.labels[:, None] * G).T @ rows.C, (G.T @ rows.C if with_dummy else None)
-    parts = [(y, G[a:b].T @ rows.C[a:b]) for y, a, b in rows.groups]
+    parts = [(y, mm_t(G[a:b].T.contiguous(), C_t)) for (y, a, b), C_t in zip(rows.groups, rows.C_t, strict=True)]
     return sum(y * P for y, P in parts), (sum(P for _, P in parts) if with_dummy else None)
 
 

@@ -415,9 +415,9 @@ def _optimizer(obj: _Objective, config: TrainConfig) -> str:
 
 
 def _card(ex: _Examples, obj: _Objective, config: TrainConfig, run: _Run, best_step: int, seconds: tuple[float, float],
-          negatives: str) -> Card:
-    """The training record stored with the switch."""
-    held_with = obj.heldout(run.W, run.Wd)
+          negatives: str, held_with: float | None = None) -> Card:
+    """The training record stored with the switch; ``held_with``: the held-out loss of the final W, when known."""
+    held_with = obj.heldout(run.W, run.Wd) if held_with is None else held_with
     held_without = obj.heldout(run.W, run.Wd, with_w=False)  # gain attributable to the switch: dummy kept, W removed
     held_reversed = obj.heldout(run.W, run.Wd, sign=-1.0)
     record = TrainingRecord(
@@ -495,11 +495,12 @@ def train_events(
         yield from _optimise_lbfgs(obj, config, _cancel_check(cancel), run)
     else:
         yield from _optimise(obj, config, _cancel_check(cancel), generator, run)
-    _, best_step, W_best, Wd_best = run.best if run.best is not None else (math.nan, run.steps_done, run.W.detach(), run.Wd.detach())
+    held_best, best_step, W_best, Wd_best = run.best if run.best is not None else (None, run.steps_done, run.W.detach(), run.Wd.detach())
     with torch.no_grad():
         run.W.copy_(_truncate(W_best, config.rank))
         run.Wd.copy_(Wd_best)
-        card = _card(ex, obj, config, run, best_step, (hidden_seconds, time.perf_counter() - start), negatives)
+        card = _card(ex, obj, config, run, best_step, (hidden_seconds, time.perf_counter() - start), negatives,
+                     held_with=held_best if config.rank is None else None)  # a truncated W is scored again
         card = card.updated(warnings=[warning]) if warning else card
     yield Done(Switch(W=run.W.detach().cpu(), name=name, description=description, eps0=config.eps0, positive_label=positive_label,
                       negative_label=negative_label, model_name=lm.name, model_fingerprint=lm.fingerprint, card=card))
