@@ -39,7 +39,7 @@ PATH = (30.0, 10.0, 3.0, 1.0, 0.3, 0.1)  # λ on ‖ε0 W‖², strongest first
 NO_HELDOUT_LAMBDA = 10.0  # where the path ends when there is no held-out text to choose with
 ITERATIONS_PER_LAMBDA = 15  # loss evaluations per λ (L-BFGS iterations and line-search steps), warm-started
 TOLERANCE = 0.02  # keep the least regularised λ whose held-out loss is within 2% of the best; stop past it
-ROWS = 512  # rows per chunk: (512, k, d) gathered embeddings at a time
+ROWS = 256  # rows per chunk: (256, k, d) gathered embeddings at a time (converted to float32 while in cache)
 KEEP_BYTES = 2**30  # keep the candidates' embeddings (gathered once, not per evaluation) up to this size
 MAX_GROUPS = 4  # label values up to which rows are grouped by label (one steering product per label)
 
@@ -55,6 +55,7 @@ class Reduced:
     log_tail: torch.Tensor  # (n,) log of the probability outside the candidates
     tail_mean: torch.Tensor  # (n, d) the tail's probability-weighted mean output embedding
     candidates: torch.Tensor | None = None  # (n, k + 1, d) the candidates' output embeddings, when small enough to keep
+    # (in bfloat16 when the head's weights are bfloat16: the same values, half the memory to stream per evaluation)
     groups: tuple[tuple[float, int, int], ...] | None = None  # (label, first row, end) when rows are sorted by a few labels
     C_t: tuple[torch.Tensor, ...] = ()  # each group's C transposed, contiguous (for the gradient products)
 
@@ -63,7 +64,7 @@ class Reduced:
 
     def embeddings(self, E: torch.Tensor | None, rows: slice) -> torch.Tensor:
         """The candidates' output embeddings of ``rows``, ``(r, k + 1, d)``: kept, or gathered again from ``E``."""
-        return self.candidates[rows] if self.candidates is not None else E[self.ids[rows]]
+        return (self.candidates[rows] if self.candidates is not None else E[self.ids[rows]]).float()
 
 
 @torch.no_grad()
@@ -76,13 +77,14 @@ def reduce(lm: LanguageModel, C: torch.Tensor, targets: torch.Tensor, labels: to
     E = lm.head_weight(torch.float32)
     E_fast = _bf16_head(lm)
     C, targets, labels, groups = _by_label(C, targets, labels)
-    keep = len(C) * (k + 1) * E.shape[1] * E.element_size() <= KEEP_BYTES
+    stored = torch.bfloat16 if lm.head_weight().dtype == torch.bfloat16 else torch.float32
+    keep = len(C) * (k + 1) * E.shape[1] * stored.itemsize <= KEEP_BYTES
     parts: list[tuple[torch.Tensor, ...]] = []
     gathered: list[torch.Tensor] = []  # each chunk's candidate embeddings (r, k + 1, d), when kept
     for s in range(0, len(C), ROWS):
         *part, Eg = _reduce_rows(lm, C[s : s + ROWS].float(), targets[s : s + ROWS], k, E, E_fast)
         parts.append(part)
-        gathered += [Eg] if keep else []
+        gathered += [Eg.to(stored)] if keep else []
         pause_point()
     ids, logp, log_tail, tail_mean = (torch.cat(x) for x in zip(*parts, strict=True))
     C = C.float()
