@@ -186,6 +186,8 @@ class Merged(Generic[T, R]):
     def _flush(self) -> None:
         with self._lock:
             jobs, self._pending = self._pending, []
+        if not jobs:  # an earlier flush took them (it started between their append and this flush's submit)
+            return
         self.calls, self.items = self.calls + 1, self.items + len(jobs)
         try:
             results = self.fn([item for item, _ in jobs])
