@@ -197,3 +197,21 @@ def test_the_tail_of_a_nearly_certain_row_is_a_mean_of_output_embeddings(peaky_l
     value, grad = solver.loss_and_grad(peaky_lm, rows, torch.zeros_like(C))
     step, _ = solver.loss_and_grad(peaky_lm, rows, -1e-3 * grad / grad.norm())
     assert step < value  # the gradient points downhill
+
+
+def test_a_reduction_taken_at_a_point_is_exact_there_and_the_path_takes_one_at_each_lambda(peaky_lm, monkeypatch):
+    """The tail term is exact only where the reduction was taken; far from it L-BFGS finds directions where the bound is
+    loose. Reduced again at a point, the loss is exact there (and the ridge path does that before each later λ)."""
+    C, Y, at_zero = _rows(peaky_lm, seed=11)
+    U0 = 0.5 * torch.randn(C.shape, generator=torch.Generator().manual_seed(12))
+    exact = float(_exact(peaky_lm, C, Y, U0))
+    there = solver.reduce(peaky_lm, C, Y, torch.ones(len(C)), k=8, origin=U0)
+    assert solver.loss_and_grad(peaky_lm, there, U0)[0] == pytest.approx(exact, abs=1e-5)
+    assert solver.loss_and_grad(peaky_lm, at_zero, U0)[0] < exact - 1e-3  # the reduction at 0 is a loose bound there
+    calls = []
+    real = solver.reduce
+    monkeypatch.setattr(solver, "reduce", lambda *a, **k: calls.append(k.get("origin")) or real(*a, **k))
+    W, Wd = torch.zeros(C.shape[1], C.shape[1], requires_grad=True), torch.zeros(C.shape[1], C.shape[1], requires_grad=True)
+    lams = list(solver.ridge_path(peaky_lm, at_zero, 1.0, True, W, Wd, max_evaluations=45, on_evaluation=lambda e, v: None,
+                                  path=(10.0, 1.0, 0.1)))
+    assert lams == [10.0, 1.0, 0.1] and len(calls) == 2 and all(c is not None for c in calls)

@@ -62,6 +62,7 @@ class Reduced:
     # (in bfloat16 when the head's weights are bfloat16: the same values, half the memory to stream per evaluation)
     groups: tuple[tuple[float, int, int], ...] | None = None  # (label, first row, end) when rows are sorted by a few labels
     C_t: tuple[torch.Tensor, ...] = ()  # each group's C transposed, contiguous (for the gradient products)
+    origin: torch.Tensor | None = None  # (n, d) the head-input change the reduction was taken at (None: 0)
 
     def __len__(self) -> int:
         return len(self.C)
@@ -72,28 +73,34 @@ class Reduced:
 
 
 @torch.no_grad()
-def reduce(lm: LanguageModel, C: torch.Tensor, targets: torch.Tensor, labels: torch.Tensor, k: int = CANDIDATES) -> Reduced:
-    """The one full-vocabulary pass: candidates, their log-probabilities and the tail statistics of every row.
+def reduce(lm: LanguageModel, C: torch.Tensor, targets: torch.Tensor, labels: torch.Tensor, k: int = CANDIDATES,
+           origin: torch.Tensor | None = None) -> Reduced:
+    """The one full-vocabulary pass: candidates, their log-probabilities and the tail statistics of every row, at
+    head-input change ``origin`` (rows in the order :func:`reduce` sorts them to; None: 0), where the reduced loss is
+    then exact.
 
     Where the hardware multiplies bfloat16 natively, the full-vocabulary products run in bfloat16 (~4× faster on
     an AVX512-BF16 CPU) and only pick the candidates and weigh the tail; the candidates' logits, which carry most
     of the probability, are computed again exactly in float32."""
     E = lm.head_weight(torch.float32)
     E_fast = _bf16_head(lm)
-    C, targets, labels, groups = _by_label(C, targets, labels)
+    order, groups = _by_label(labels)
+    C, targets, labels = C[order], targets[order], labels[order]
+    at = C.float() if origin is None else C.float() + origin
     stored = torch.bfloat16 if lm.head_weight().dtype == torch.bfloat16 else torch.float32
     keep = len(C) * (k + 1) * E.shape[1] * stored.itemsize <= KEEP_BYTES
     parts: list[tuple[torch.Tensor, ...]] = []
     gathered: list[torch.Tensor] = []  # each chunk's candidate embeddings (r, k + 1, d), when kept
     for s in range(0, len(C), ROWS):
-        *part, Eg = _reduce_rows(lm, C[s : s + ROWS].float(), targets[s : s + ROWS], k, E, E_fast)
+        *part, Eg = _reduce_rows(lm, at[s : s + ROWS], targets[s : s + ROWS], k, E, E_fast)
         parts.append(part)
         gathered += [Eg.to(stored)] if keep else []
         pause_point()
     ids, logp, log_tail, tail_mean = (torch.cat(x) for x in zip(*parts, strict=True))
     C = C.float()
     C_t = tuple(C[a:b].T.contiguous() for _, a, b in groups) if groups else ()
-    return Reduced(C, labels.float(), ids, logp, log_tail, tail_mean, torch.cat(gathered) if keep else None, groups, C_t)
+    return Reduced(C, labels.float(), ids, logp, log_tail, tail_mean, torch.cat(gathered) if keep else None, groups, C_t,
+                   origin)
 
 
 def _bf16_head(lm: LanguageModel) -> torch.Tensor | None:
@@ -127,23 +134,23 @@ def _reduce_rows(lm: LanguageModel, c: torch.Tensor, y: torch.Tensor, k: int, E:
     return ids, logp, tail_p.log(), mass / tail_p[:, None], Eg
 
 
-def _by_label(C: torch.Tensor, targets: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
-                                                                                    tuple[tuple[float, int, int], ...] | None]:
-    """The rows sorted by label, with each label's slice, when there are at most :data:`MAX_GROUPS` labels: rows that
-    share a label share their steering matrix ``y W + W_d``, one product instead of two (the loss is a mean over rows,
-    so their order does not matter). Graded labels keep their rows and no groups."""
+def _by_label(labels: torch.Tensor) -> tuple[torch.Tensor, tuple[tuple[float, int, int], ...] | None]:
+    """An order of the rows sorted by label, with each label's slice, when there are at most :data:`MAX_GROUPS`
+    labels: rows that share a label share their steering matrix ``y W + W_d``, one product instead of two (the loss is
+    a mean over rows, so their order does not matter). Graded labels keep their rows and no groups. The sort is
+    stable, so rows already sorted keep their order."""
     values = labels.unique()
     if len(values) > MAX_GROUPS:
-        return C, targets, labels, None
-    order = labels.argsort(stable=True)
+        return torch.arange(len(labels)), None
     counts = [int((labels == v).sum()) for v in values]  # unique() is sorted, as is labels[order]
     ends = torch.tensor(counts).cumsum(0).tolist()
     groups = tuple((float(v), end - n, end) for v, n, end in zip(values.tolist(), counts, ends, strict=True))
-    return C[order], targets[order], labels[order], groups
+    return labels.argsort(stable=True), groups
 
 
 def loss_and_grad(lm: LanguageModel, rows: Reduced, U: torch.Tensor) -> tuple[float, torch.Tensor]:
     """Mean reduced NLL of the rows at head-input change ``U`` (n, d), and its gradient with respect to ``U``."""
+    U = U if rows.origin is None else U - rows.origin
     total, grad = 0.0, torch.empty_like(U)
     E = lm.head_weight(torch.float32) if rows.candidates is None else None  # once per evaluation, not per chunk
     for s in range(0, len(rows), ROWS):
@@ -185,19 +192,23 @@ def ridge_path(lm: LanguageModel, train: Reduced, eps0: float, use_dummy: bool, 
     """
     params = [W, Wd] if use_dummy else [W]
     evals = 0
-    for lam in path:
+    for i, lam in enumerate(path):
         budget = min(ITERATIONS_PER_LAMBDA, max_evaluations - evals)
         if budget <= 0:
             return
+        if i:  # the reduction again, at the point the previous λ reached: exact there, not only at W = 0
+            with torch.no_grad():
+                origin = steer_term(train, W.detach(), Wd.detach() if use_dummy else None, eps0)
+                train = reduce(lm, train.C, train.ids[:, 0], train.labels, k=train.ids.shape[1] - 1, origin=origin)
         opt = torch.optim.LBFGS(params, lr=1.0, max_iter=budget, max_eval=budget, history_size=20,
                                 line_search_fn="strong_wolfe", tolerance_grad=1e-9, tolerance_change=1e-12)
 
         @torch.no_grad()
-        def closure(lam: float = lam) -> torch.Tensor:
+        def closure(lam: float = lam, rows: Reduced = train) -> torch.Tensor:
             nonlocal evals
-            U = steer_term(train, W.detach(), Wd.detach() if use_dummy else None, eps0)
-            loss, gU = loss_and_grad(lm, train, U)
-            gW, gWd = steer_gradients(train, eps0 * gU, use_dummy)
+            U = steer_term(rows, W.detach(), Wd.detach() if use_dummy else None, eps0)
+            loss, gU = loss_and_grad(lm, rows, U)
+            gW, gWd = steer_gradients(rows, eps0 * gU, use_dummy)
             W.grad = gW + 2 * lam * eps0**2 * W.detach()
             if use_dummy:
                 Wd.grad = gWd + 2 * lam * eps0**2 * Wd.detach()
