@@ -39,7 +39,8 @@ def _card_without_curves(switch: Switch) -> dict:
 
 def _sampling(args: argparse.Namespace) -> dict:
     """The decoding options of ``generate``/``sweep`` as keyword arguments."""
-    return SamplingOptions(args.max_new_tokens, args.temperature, args.top_p, args.chat, args.adaptive, args.kl_budget).to_dict()
+    return SamplingOptions(args.max_new_tokens, args.temperature, args.top_p, args.chat, args.adaptive, args.kl_budget,
+                           args.generation_budget).to_dict()
 
 
 def cmd_switch_card(args: argparse.Namespace) -> None:
@@ -99,18 +100,19 @@ def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
          + (f"{gain:+.4f} nats/token" if gain is not None else "n/a (no held-out data)") + fluent)
 
 
-def _warn_beyond_fluent(setting: list[tuple[Switch, float]]) -> None:
+def _warn_beyond_fluent(setting: list[tuple[Switch, float]], adaptive: bool) -> None:
     """A warning on stderr for each ε outside its switch's calibrated fluent range (text there tends to loop)."""
     for switch, eps in setting:
         fluent = switch.card.fluent_eps
         if fluent is not None and not fluent[0] <= eps <= fluent[1]:
             log(f"warning: ε {eps:+g} for '{switch.name}' is beyond its fluent range {switch.card.fluent_text}; "
-                "expect repetition and lower fluency")
+                + ("--adaptive stops the steering once its budget is spent, so expect a weaker effect rather than loops"
+                   if adaptive else "expect repetition and lower fluency (--adaptive keeps strong settings from looping)"))
 
 
 def cmd_generate(args: argparse.Namespace, lm: LanguageModel) -> None:
     setting = [(open_switch(ref, lm), eps) for ref, eps in args.switch]
-    _warn_beyond_fluent(setting)
+    _warn_beyond_fluent(setting, args.adaptive)
     texts = generate(lm, args.prompt, setting, samples=args.samples, seed=args.seed, **_sampling(args))
     data = {"prompt": args.prompt, "switches": [{"path": ref, "eps": eps} for ref, eps in args.switch], "seed": args.seed,
             "samples": [{"seed": args.seed + k, "text": t} for k, t in enumerate(texts)]}
@@ -196,7 +198,7 @@ def _card_eps(switch: Switch, eps: float | None) -> float:
 def cmd_export(args: argparse.Namespace, lm: LanguageModel) -> None:
     switches = [(open_switch(ref, lm), eps) for ref, eps in args.switch]
     setting = [(s, _card_eps(s, eps)) for s, eps in switches]
-    _warn_beyond_fluent(setting)
+    _warn_beyond_fluent(setting, adaptive=False)  # an exported adapter steers every token
     if not is_main():  # under accelerate launch: one process writes
         return
     r = export(lm, setting, args.out, format=args.format, rank=args.rank, force=args.force)

@@ -89,7 +89,7 @@ def _evaluate(args: argparse.Namespace, lm: LanguageModel) -> None:
     switch = open_switch(args.switch, lm)
     prompts = load_prompts(args.prompts, args.limit)
     protocol = Protocol(samples=args.samples, max_new_tokens=args.max_new_tokens, top_p=args.top_p, seed=args.seed,
-                        adaptive=args.adaptive, kl_budget=args.kl_budget)
+                        adaptive=args.adaptive, kl_budget=args.kl_budget, generation_budget=args.generation_budget)
     protocol.validate()
     protocol.sampling().validate(lm)
     outcome = (_grid if args.grid else _sweep)(args, lm, switch, prompts, protocol, metrics)
@@ -128,7 +128,8 @@ def _frontier(args: argparse.Namespace, lm: LanguageModel) -> None:
     from lmswitch.harness.report import command_line, replace_section
 
     methods = parse_names(args.methods)
-    protocol = Protocol(samples=args.samples, max_new_tokens=args.max_new_tokens, top_p=args.top_p, seed=args.seed, kl_budget=args.kl_budget)
+    protocol = Protocol(samples=args.samples, max_new_tokens=args.max_new_tokens, top_p=args.top_p, seed=args.seed, kl_budget=args.kl_budget,
+                        generation_budget=args.generation_budget)
     frontiers = [run_frontier(lm, open_switch(name, lm), FrontierSpec.for_switch(name), methods=methods, protocol=protocol,
                               dev_limit=args.limit, test_limit=args.limit, log=log) for name in args.frontier]
     sliders = [check_sliders(lm, open_switch(name, lm), FrontierSpec.for_switch(name), protocol, args.limit)

@@ -106,8 +106,12 @@ def _add_generation_options(p: argparse.ArgumentParser) -> None:
 
 def _add_adaptive_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--adaptive", action="store_true",
-                   help="adaptive strength: per token, scale the steering down so KL(steered ‖ unsteered) stays within --kl-budget")
-    p.add_argument("--kl-budget", type=float, default=SAMPLING.kl_budget, help="with --adaptive: nats per token (default %(default)s)")
+                   help="adaptive strength: steer each generation only until the switch has changed its sampled tokens by "
+                        "--generation-budget nats (then the model writes on unsteered: no word loops at strong ε)")
+    p.add_argument("--generation-budget", type=float, default=SAMPLING.generation_budget,
+                   help="with --adaptive: nats of steering per generation (default %(default)s)")
+    p.add_argument("--kl-budget", type=float, default=SAMPLING.kl_budget,
+                   help="with --adaptive: also cap each token's KL(steered ‖ unsteered) at this many nats (default: no cap)")
 
 
 def _add_text_options(p: argparse.ArgumentParser) -> None:

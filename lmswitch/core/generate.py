@@ -24,6 +24,7 @@ import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
+from lmswitch.core.budget import Budget
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SAMPLING, SamplingOptions
 from lmswitch.core.steering import Setting, steer, steer_rows
@@ -34,13 +35,15 @@ class CoupledSampler(LogitsProcessor):
     """Temperature + nucleus (top-p) sampling by Gumbel-max with one seeded noise stream per row.
 
     Returns scores that are 0 at the sampled token and -inf elsewhere, so greedy
-    decoding in ``generate`` picks exactly the sampled token.
+    decoding in ``generate`` picks exactly the sampled token. With a ``budget``, each
+    row is charged for what steering did to its sampled token (:mod:`lmswitch.core.budget`).
     """
 
-    def __init__(self, seeds: Sequence[int], temperature: float, top_p: float) -> None:
+    def __init__(self, seeds: Sequence[int], temperature: float, top_p: float, budget: Budget | None = None) -> None:
         self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
         self.temperature = temperature
         self.top_p = top_p
+        self.budget = budget
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         B, V = scores.shape
@@ -63,6 +66,8 @@ class CoupledSampler(LogitsProcessor):
             else:
                 gumbel = -torch.log(-torch.log(noise.clamp_min(1e-20)))
                 choice = (logp + gumbel).argmax(-1)
+        if self.budget is not None:
+            self.budget.spend(logits, choice)
         out = torch.full_like(scores, -math.inf)
         out[torch.arange(B), choice] = 0.0
         return out
@@ -201,13 +206,15 @@ def generate_tokens(
     )
     criteria = [c for c in (_StopOnEvent(stop) if stop is not None else None, stopping) if c is not None]
     same = all(list(s) == list(settings[0]) for s in settings)
-    ctx = steer(lm, settings[0], kl_budget=opts.budget) if same else steer_rows(lm, settings, kl_budget=opts.budget)
+    budget = Budget(len(prompts), opts.per_generation) if opts.per_generation is not None else None
+    ctx = (steer(lm, settings[0], kl_budget=opts.budget, budget=budget) if same
+           else steer_rows(lm, settings, kl_budget=opts.budget, budget=budget))
     with ctx, torch.inference_mode():
         out = lm.model.generate(
             input_ids=input_ids.to(lm.input_device),
             attention_mask=mask.to(lm.input_device),
             generation_config=config,
-            logits_processor=LogitsProcessorList([CoupledSampler(seeds, opts.temperature, opts.top_p)]),
+            logits_processor=LogitsProcessorList([CoupledSampler(seeds, opts.temperature, opts.top_p, budget)]),
             stopping_criteria=StoppingCriteriaList(criteria) if criteria else None,
             streamer=streamer,
         )
@@ -243,7 +250,8 @@ def generate(
     samples: int = 1,
     chat: bool = SAMPLING.chat,
     adaptive: bool = SAMPLING.adaptive,
-    kl_budget: float = SAMPLING.kl_budget,
+    kl_budget: float | None = SAMPLING.kl_budget,
+    generation_budget: float | None = SAMPLING.generation_budget,
 ) -> list[str]:
     """Continuations of ``prompt`` steered by ``switches`` (pairs of switch and ε in ε0 units).
 
@@ -261,7 +269,7 @@ def generate(
     check_seed(seed)
     rows = [p for p in prompts for _ in range(samples)]
     seeds = [seed + k for _ in prompts for k in range(samples)]
-    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget)
+    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget, generation_budget)
     return generate_tokens(lm, rows, [list(switches)] * len(rows), seeds, opts).texts
 
 
@@ -278,7 +286,8 @@ def sweep(
     top_p: float = SAMPLING.top_p,
     chat: bool = SAMPLING.chat,
     adaptive: bool = SAMPLING.adaptive,
-    kl_budget: float = SAMPLING.kl_budget,
+    kl_budget: float | None = SAMPLING.kl_budget,
+    generation_budget: float | None = SAMPLING.generation_budget,
 ) -> list[tuple[float, str]]:
     """The same prompt and seed at each ε of one switch, in one batched call (the paper's Table 5).
 
@@ -292,7 +301,7 @@ def sweep(
         raise ValueError("give at least one eps value to sweep")
     check_seed(seed)
     settings = [[(switch, e), *others] for e in eps_values]
-    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget)
+    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget, generation_budget)
     texts = generate_tokens(lm, [prompt] * len(eps_values), settings, [seed] * len(eps_values), opts).texts
     return list(zip(eps_values, texts, strict=False))
 
@@ -308,7 +317,8 @@ def stream_rows(
     top_p: float = SAMPLING.top_p,
     chat: bool = SAMPLING.chat,
     adaptive: bool = SAMPLING.adaptive,
-    kl_budget: float = SAMPLING.kl_budget,
+    kl_budget: float | None = SAMPLING.kl_budget,
+    generation_budget: float | None = SAMPLING.generation_budget,
     executor: Executor | None = None,
 ) -> Iterator[list[str]]:
     """Stream several settings of one prompt side by side (same seed): yields the texts so far, per row.
@@ -321,7 +331,7 @@ def stream_rows(
     if not settings:
         raise ValueError("give at least one setting")
     check_seed(seed)
-    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget)
+    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget, generation_budget)
     with contextlib.closing(stream_tokens(lm, [prompt] * len(settings), settings, [seed] * len(settings), opts, executor=executor)) as items:
         last = None
         for item in items:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from lmswitch.core.adaptive import KL_BUDGET
+from lmswitch.core.budget import GENERATION_BUDGET
 
 if TYPE_CHECKING:
     from lmswitch.core.models import LanguageModel
@@ -40,8 +41,15 @@ class SamplingOptions:
     temperature: float = field(default=1.0, metadata={"help": "softmax temperature; 0 means greedy"})
     top_p: float = field(default=0.9, metadata={"help": "nucleus sampling mass, in (0, 1]"})
     chat: bool = field(default=False, metadata={"help": "wrap the prompt in the model's chat template (instruct models)"})
-    adaptive: bool = field(default=False, metadata={"help": "adaptive strength: per token, scale steering down to the KL budget"})
-    kl_budget: float = field(default=KL_BUDGET, metadata={"help": "with adaptive: the most KL(steered ‖ unsteered) per token, in nats"})
+    adaptive: bool = field(default=False, metadata={
+        "help": "adaptive strength: steer each generation only until its steering budget is spent (generation_budget), "
+                "and, with kl_budget, cap every token's KL(steered ‖ unsteered)"})
+    kl_budget: float | None = field(default=None, metadata={
+        "help": f"with adaptive: the most KL(steered ‖ unsteered) per token, in nats (None: no per-token cap; {KL_BUDGET:g} "
+                "was the issue's first measurement)"})
+    generation_budget: float | None = field(default=GENERATION_BUDGET, metadata={
+        "help": "with adaptive: nats of steering per generation; a row is steered until the log-likelihood ratio "
+                "(steered vs unsteered) of its sampled tokens reaches it, then not (None: no such budget)"})
 
     def validate(self, lm: LanguageModel) -> None:
         if not _whole(self.max_new_tokens) or not 1 <= self.max_new_tokens < lm.context_length:
@@ -50,15 +58,23 @@ class SamplingOptions:
             raise ValueError(f"temperature must be a number from 0 (greedy) to 100; got {self.temperature!r}")
         if not (_finite(self.top_p) and 0 < self.top_p <= 1):
             raise ValueError(f"top_p must be in (0, 1]; got {self.top_p!r}")
-        if not (_finite(self.kl_budget) and self.kl_budget > 0):
-            raise ValueError(f"kl_budget must be a positive number of nats per token; got {self.kl_budget!r}")
+        if self.kl_budget is not None and not (_finite(self.kl_budget) and self.kl_budget > 0):
+            raise ValueError(f"kl_budget must be a positive number of nats per token, or None; got {self.kl_budget!r}")
+        if self.generation_budget is not None and not (_finite(self.generation_budget) and self.generation_budget > 0):
+            raise ValueError(f"generation_budget must be a positive number of nats per generation, or None; "
+                             f"got {self.generation_budget!r}")
         if self.chat and not lm.has_chat_template:
             raise ValueError(f"model '{lm.name}' has no chat template; generate without chat=True")
 
     @property
     def budget(self) -> float | None:
-        """The KL budget the steering hook applies: ``kl_budget`` with ``adaptive``, else None (no cap)."""
+        """The per-token KL cap the steering hook applies: ``kl_budget`` with ``adaptive``, else None (no cap)."""
         return self.kl_budget if self.adaptive else None
+
+    @property
+    def per_generation(self) -> float | None:
+        """The steering budget per generation the decode keeps: ``generation_budget`` with ``adaptive``, else None."""
+        return self.generation_budget if self.adaptive else None
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -18,6 +18,7 @@ from contextvars import ContextVar
 import torch
 
 from lmswitch.core.adaptive import kl_scale
+from lmswitch.core.budget import Budget
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.switch import Switch
 
@@ -61,18 +62,23 @@ class _Steer:
     (d, d) matrices, not 128, and each group is one ordinary matmul.
     """
 
-    def __init__(self, matrix: torch.Tensor, groups: torch.Tensor | None = None, cap: tuple[LanguageModel, float] | None = None) -> None:
+    def __init__(self, matrix: torch.Tensor, groups: torch.Tensor | None = None, cap: tuple[LanguageModel, float] | None = None,
+                 budget: tuple[LanguageModel, Budget] | None = None) -> None:
         self.matrix = matrix
         self.groups = groups
         self.cap = cap  # (model, KL budget in nats per token): adaptive strength, see lmswitch.core.adaptive
+        self.budget = budget  # (model, nats left per row): a steering budget per generation, see lmswitch.core.budget
         self._by_device: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
 
-    def _step(self, c: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
-        """``c + M c``, or with a KL cap ``c + α M c`` with the per-position ``α`` that keeps the budget."""
+    def _step(self, c: torch.Tensor, M: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
+        """``c + M c``; with a KL cap ``c + α M c`` with the per-position ``α`` that keeps the cap; ``scale`` (n,) 0 or
+        1 per row: a row whose generation budget is spent is not steered (1 leaves the product exactly as it was)."""
         delta = c @ M.T  # (n, T, d) @ (d, d)
         if self.cap is not None:
             lm, budget = self.cap
             delta = delta * kl_scale(lm, c, delta, budget).to(delta.dtype)
+        if scale is not None:
+            delta = delta * scale.to(delta.device, delta.dtype).reshape(-1, *[1] * (delta.ndim - 1))
         return c + delta
 
     def apply(self, c: torch.Tensor) -> torch.Tensor:
@@ -80,8 +86,15 @@ class _Steer:
         M = self._by_device.get(key)
         if M is None:
             M = self._by_device[key] = self.matrix.to(c.device, c.dtype)
+        scale = None
+        if self.budget is not None:
+            lm, budget = self.budget
+            if len(budget) != c.shape[0]:
+                raise ValueError(f"the steering budget has {len(budget)} rows but the batch has {c.shape[0]}")
+            budget.observe(lm, c[:, -1] if c.ndim == 3 else c)
+            scale = budget.scale()
         if M.ndim == 2:
-            return self._step(c, M)
+            return self._step(c, M, scale)
         groups = self.groups
         rows = c.shape[0]
         if rows != len(groups):
@@ -92,7 +105,7 @@ class _Steer:
         for u in range(M.shape[0]):
             idx = (groups == u).nonzero().squeeze(1).to(c.device)
             if idx.numel():
-                out[idx] = self._step(c[idx], M[u])
+                out[idx] = self._step(c[idx], M[u], scale[idx.cpu()] if scale is not None else None)
         return out
 
 
@@ -139,27 +152,35 @@ def _cap(lm: LanguageModel, kl_budget: float | None) -> tuple[LanguageModel, flo
     return lm, float(kl_budget)
 
 
+def _budget(lm: LanguageModel, budget: Budget | None) -> tuple[LanguageModel, Budget] | None:
+    if budget is not None and not isinstance(budget, Budget):
+        raise TypeError(f"budget must be a lmswitch.core.budget.Budget (or None); got {type(budget).__name__}")
+    return (lm, budget) if budget is not None else None
+
+
 @contextmanager
-def steer(lm: LanguageModel, setting: Setting, *, kl_budget: float | None = None) -> Iterator[None]:
+def steer(lm: LanguageModel, setting: Setting, *, kl_budget: float | None = None, budget: Budget | None = None) -> Iterator[None]:
     """Steer ``lm`` inside the block: ``c → c + (Σ eps_i · eps0 · W_i) c`` on the head input.
 
     The sum is formed once. With every eps 0 the model is left exactly as it is.
     Only the current thread (context) is affected. ``kl_budget`` (nats per token)
     turns on adaptive strength: at each position the steering term is scaled down
     just enough that ``KL(steered ‖ unsteered) ≤ kl_budget``
-    (:mod:`lmswitch.core.adaptive`).
+    (:mod:`lmswitch.core.adaptive`). ``budget`` (one row per batch row) steers each row
+    only while its generation budget lasts (:mod:`lmswitch.core.budget`); the sampler spends it.
 
     >>> with steer(lm, [(sentiment, 5.0), (detox, 3.0)]):   # doctest: +SKIP
     ...     logits = lm.model(ids).logits
     """
     check_setting(lm, setting)
     matrix = steering_matrix(setting)
-    with _activate(lm, _Steer(matrix, cap=_cap(lm, kl_budget)) if matrix is not None else None):
+    with _activate(lm, _Steer(matrix, cap=_cap(lm, kl_budget), budget=_budget(lm, budget)) if matrix is not None else None):
         yield
 
 
 @contextmanager
-def steer_rows(lm: LanguageModel, settings: Sequence[Setting], *, kl_budget: float | None = None) -> Iterator[None]:
+def steer_rows(lm: LanguageModel, settings: Sequence[Setting], *, kl_budget: float | None = None,
+               budget: Budget | None = None) -> Iterator[None]:
     """Per-row steering: row ``b`` of every batch uses ``settings[b]``.
 
     A batch whose size is a multiple of ``len(settings)`` (several samples per
@@ -182,7 +203,7 @@ def steer_rows(lm: LanguageModel, settings: Sequence[Setting], *, kl_budget: flo
             distinct[key] = len(matrices)
             matrices.append(steering_matrix(setting))
         groups.append(distinct[key])
-    steer_obj = _Steer(torch.stack(matrices), torch.tensor(groups), cap=cap) if matrices else None
+    steer_obj = _Steer(torch.stack(matrices), torch.tensor(groups), cap=cap, budget=_budget(lm, budget)) if matrices else None
     with _activate(lm, steer_obj):
         yield
 

@@ -91,11 +91,13 @@ class Protocol:
     seed: int = 0
     batch_size: int = 128
     adaptive: bool = SAMPLING.adaptive  # per-token KL cap on the steering (lmswitch.core.adaptive)
-    kl_budget: float = SAMPLING.kl_budget
+    kl_budget: float | None = SAMPLING.kl_budget
+    generation_budget: float | None = SAMPLING.generation_budget  # with adaptive: steering per generation (lmswitch.core.budget)
 
     def sampling(self) -> SamplingOptions:
         """The decoding options of this protocol's generations."""
-        return SamplingOptions(self.max_new_tokens, self.temperature, self.top_p, adaptive=self.adaptive, kl_budget=self.kl_budget)
+        return SamplingOptions(self.max_new_tokens, self.temperature, self.top_p, adaptive=self.adaptive, kl_budget=self.kl_budget,
+                               generation_budget=self.generation_budget)
 
     def validate(self) -> None:
         if not isinstance(self.samples, int) or not 1 <= self.samples <= 100:

@@ -34,6 +34,7 @@ from transformers import DynamicCache, StoppingCriteria
 from transformers.cache_utils import DynamicLayer
 from transformers.generation.streamers import BaseStreamer
 
+from lmswitch.core.budget import Budget, RowBudgets
 from lmswitch.core.generate import CoupledSampler, Prompt, check_seed, encode_prompts, finished_text, generate_tokens
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SamplingOptions
@@ -72,7 +73,7 @@ class _Request:
     def key(self) -> tuple:
         """Requests with the same key can share a batch (one sampler temperature and top-p, one template, one KL cap)."""
         o = self.options
-        return o.temperature, o.top_p, o.chat, o.adaptive, o.kl_budget
+        return o.temperature, o.top_p, o.chat, o.adaptive, o.kl_budget, o.generation_budget
 
 
 class _Dispatch(BaseStreamer):
@@ -159,6 +160,7 @@ class _Rolling:
         """No rows, no cache: the state before the first request, and after the last one left (or a failed step)."""
         self.requests: list[_Request] = []
         self.samplers: list[CoupledSampler] = []
+        self.budgets: list[Budget | None] = []  # each row's steering budget per generation (adaptive), or None
         self.ids: list[list[int]] = []
         self.prompt_tokens: list[int] = []
         self.mask: torch.Tensor | None = None  # (B, L): which cached positions are real tokens
@@ -174,14 +176,17 @@ class _Rolling:
         """Only plain per-layer caches can be padded and merged (not sliding-window or hybrid ones)."""
         return all(type(layer) is DynamicLayer for layer in DynamicCache(config=lm.model.config).layers)
 
-    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, cache: DynamicCache, requests: list[_Request]) -> torch.Tensor:
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, cache: DynamicCache, requests: list[_Request],
+                 budgets: list[Budget | None]) -> torch.Tensor:
         """The next-token logits (B, V) float32 of ``ids`` given ``cache``, each row steered by its own switches."""
         positions = mask.long().cumsum(-1) - 1
         positions.masked_fill_(mask == 0, 1)
-        settings, budget = [r.setting for r in requests], requests[0].options.budget
+        settings, cap = [r.setting for r in requests], requests[0].options.budget
+        budget = RowBudgets(budgets) if budgets[0] is not None else None
         same = all(list(x) == list(settings[0]) for x in settings)
         device = self.lm.input_device
-        with steer(self.lm, settings[0], kl_budget=budget) if same else steer_rows(self.lm, settings, kl_budget=budget), torch.inference_mode():
+        with (steer(self.lm, settings[0], kl_budget=cap, budget=budget) if same else
+              steer_rows(self.lm, settings, kl_budget=cap, budget=budget)), torch.inference_mode():
             out = self.lm.model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions[:, -ids.shape[1]:].to(device),
                                 past_key_values=cache, use_cache=True, logits_to_keep=1)
         return out.logits[:, -1, :].float()
@@ -191,7 +196,8 @@ class _Rolling:
         options = replace(new[0].options, max_new_tokens=max(r.options.max_new_tokens for r in new))
         ids, mask = encode_prompts(self.lm, [r.prompt for r in new], options)
         cache = DynamicCache(config=self.lm.model.config)
-        logits = self._forward(ids, mask, cache, new)
+        budgets = [Budget(1, r.options.per_generation) if r.options.per_generation is not None else None for r in new]
+        logits = self._forward(ids, mask, cache, new, budgets)
         if self.cache is None:
             self.cache, self.mask = cache, mask
         else:
@@ -201,7 +207,8 @@ class _Rolling:
                 old.values = torch.cat([_left_pad(old.values, length, -2), _left_pad(extra.values, length, -2)])
             self.mask = torch.cat([_left_pad(self.mask, length, 1), _left_pad(mask, length, 1)])
         self.requests += new
-        self.samplers += [CoupledSampler([r.seed], r.options.temperature, r.options.top_p) for r in new]
+        self.samplers += [CoupledSampler([r.seed], r.options.temperature, r.options.top_p, b) for r, b in zip(new, budgets, strict=True)]
+        self.budgets += budgets
         self.ids += [[] for _ in new]
         self.prompt_tokens += [int(m.sum()) for m in mask]
         return self._sample(logits, first=len(self.requests) - len(new))
@@ -210,7 +217,7 @@ class _Rolling:
         """One decode step for every running row; returns the rows that finished."""
         last = torch.tensor([[ids[-1]] for ids in self.ids])
         self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.ids), 1)], dim=1)
-        return self._sample(self._forward(last, self.mask, self.cache, self.requests), first=0)
+        return self._sample(self._forward(last, self.mask, self.cache, self.requests, self.budgets), first=0)
 
     def _sample(self, logits: torch.Tensor, first: int) -> list[tuple[_Request, Row]]:
         """Draw the next token of rows ``first…`` (logits row k belongs to row first + k); hand out text; drop finished rows."""
@@ -240,7 +247,7 @@ class _Rolling:
             self.mask = self.mask[:, start:]
             for layer in self.cache.layers:
                 layer.keys, layer.values = layer.keys[..., start:, :], layer.values[..., start:, :]
-        for name in ("requests", "samplers", "ids", "prompt_tokens"):
+        for name in ("requests", "samplers", "budgets", "ids", "prompt_tokens"):
             setattr(self, name, [getattr(self, name)[b] for b in keep])
 
 

@@ -40,8 +40,8 @@ def _steer_tab(ui: SimpleNamespace, backend: Backend) -> None:
                           gr.Number(value=0, precision=0, minimum=0, label="seed"),
                           gr.Checkbox(value=SAMPLING.chat, label="chat template")]
                 ui.adaptive = gr.Checkbox(value=SAMPLING.adaptive, label="adaptive strength",
-                                          info=f"per token, hold the steering back to a KL budget of {SAMPLING.kl_budget:g} nat "
-                                               "so strong settings stay fluent", elem_id="adaptive")
+                                          info=f"steer each generation until the switch has changed it by {SAMPLING.generation_budget:g} "
+                                               "nats, then let the model write: strong settings stay fluent", elem_id="adaptive")
                 ui.wide = gr.Checkbox(value=False, label="sliders beyond the fluent range", elem_id="wide-sliders",
                                       info="each slider reaches twice as far; past a switch's fluent ε text tends to loop")
             ui.wide_warning = gr.Markdown("", visible=False, elem_id="wide-warning")

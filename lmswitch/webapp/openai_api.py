@@ -79,6 +79,7 @@ class _Request(BaseModel):
     switches: dict[StrictStr, Number] = Field(default_factory=dict)  # switch name → ε (ε0 units)
     adaptive: StrictBool = SAMPLING.adaptive
     kl_budget: Number | None = None
+    generation_budget: Number | None = None
 
 
 class CompletionRequest(_Request):
@@ -260,7 +261,8 @@ class OpenAIApi:
         options = SamplingOptions(max_new_tokens=d.max_new_tokens if limit is None else limit,
                                   temperature=d.temperature if req.temperature is None else float(req.temperature),
                                   top_p=d.top_p if req.top_p is None else float(req.top_p), chat=chat, adaptive=req.adaptive,
-                                  kl_budget=d.kl_budget if req.kl_budget is None else float(req.kl_budget))
+                                  kl_budget=d.kl_budget if req.kl_budget is None else float(req.kl_budget),
+                                  generation_budget=d.generation_budget if req.generation_budget is None else float(req.generation_budget))
         options.validate(lm)
         if req.seed is not None:
             try:

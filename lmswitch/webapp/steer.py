@@ -49,7 +49,8 @@ def on_load(backend: Backend, session: Session, *current: str | None):
 
 
 WIDE_WARNING = ("⚠ **Sliders beyond the fluent range.** Past a switch's calibrated fluent ε, steered text tends to repeat "
-                "words (\"great great great\"); tick *adaptive strength* to hold strong settings back per token.")
+                "words (\"great great great\"); tick *adaptive strength* to stop the steering once it has changed a text enough "
+                "(no loops, at the cost of a weaker effect for styles that need a push on every word, such as casual).")
 
 
 def widen_sliders(backend: Backend, wide: bool, session: Session, *values: float):
