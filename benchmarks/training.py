@@ -13,7 +13,10 @@ both measured in the same process:
 
 Naive time to a held-out loss = steps to reach it × seconds per step. The comparison
 is at ours' held-out loss, or at the naive recipe's best if it never gets there (then
-ours reaches a better loss, and the speed-up shown is a lower bound).
+ours goes on to a better loss). Ours' time to that loss is the wall time, caching
+included, at its first held-out evaluation (the end of a λ of the path) at or below it:
+both sides are timed to the same held-out loss, as the issue asks, and ours' whole run
+is shown beside it.
 """
 
 from __future__ import annotations
@@ -97,10 +100,19 @@ def texts_of(case: Case) -> list[str]:
     return [case.positive] if isinstance(case.positive, str) else case.positive + (case.negative or [])
 
 
+def train_timed(lm: ls.LanguageModel, case: Case) -> tuple[ls.Switch, float, list[tuple[float, float]]]:
+    """Ours, with the wall time (caching included) of every held-out evaluation: (switch, seconds, [(seconds, loss)])."""
+    start, evaluated = time.perf_counter(), []
+    for event in ls.train_events(lm, case.positive, case.negative, config=case.config):
+        if isinstance(event, T.Evaluated):
+            evaluated.append((time.perf_counter() - start, event.heldout_loss))
+        elif isinstance(event, T.Done):
+            return event.switch, time.perf_counter() - start, evaluated
+    raise RuntimeError("training ended without a switch")
+
+
 def bench_case(lm: ls.LanguageModel, case: Case, naive: bool) -> dict:
-    start = time.perf_counter()
-    switch = ls.train_switch(lm, case.positive, case.negative, config=case.config)
-    ours = time.perf_counter() - start
+    switch, ours, evaluated = train_timed(lm, case)
     card = switch.card
     row = {"case": case.name, "ours_s": round(ours, 2), "target_s": case.target_s, "hidden_state_s": card["hidden_state_seconds"],
            "tokens_train": card["tokens_train"], "tokens_heldout": card["tokens_heldout"], "evaluations": card["steps"],
@@ -112,9 +124,11 @@ def bench_case(lm: ls.LanguageModel, case: Case, naive: bool) -> dict:
         best_step, best = min(curve, key=lambda sh: sh[1])
         goal = max(card["heldout_nll_with_switch"], best)
         steps = next(s for s, h in curve if h <= goal)
+        ours_to_goal = next((t for t, h in evaluated if h <= goal + 1e-4), ours)  # the card's loss is the kept λ's, to rounding
         row.update(naive_s_per_step=round(per_step, 3), naive_best_heldout=round(best, 4), naive_best_step=best_step,
                    naive_steps_to_goal=steps, naive_reaches_ours=best <= card["heldout_nll_with_switch"],
-                   naive_s_to_goal=round(steps * per_step, 1), speedup=round(steps * per_step / ours, 1))
+                   naive_s_to_goal=round(steps * per_step, 1), ours_s_to_goal=round(ours_to_goal, 2),
+                   speedup=round(steps * per_step / ours_to_goal, 1))
     return row
 
 
@@ -123,16 +137,18 @@ def run(lm: ls.LanguageModel, *, with_dataset: bool = True, naive: bool = True) 
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| training | ours (wall, incl. caching) | held-out loss (gain) | naive official recipe to the same held-out loss | speed-up | target |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| training | ours (wall, incl. caching) | held-out loss (gain) | naive official recipe to the same held-out loss | "
+             "ours to that loss | speed-up | target |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
-        naive = "—"
+        naive, ours_to = "—", "—"
         if "naive_s_per_step" in r:
+            ours_to = f"{r['ours_s_to_goal']} s"
             reach = "ours' loss" if r["naive_reaches_ours"] else f"its best {r['naive_best_heldout']} (never reaches ours)"
             naive = f"{r['naive_steps_to_goal']} steps × {r['naive_s_per_step']} s = {r['naive_s_to_goal']} s to {reach}"
-        speed = f"{r['speedup']}×" + ("" if r.get("naive_reaches_ours", True) else " (lower bound)") if "speedup" in r else "—"
+        speed = f"{r['speedup']}×" if "speedup" in r else "—"
         lines.append(f"| {r['case']} ({r['tokens_train']} + {r['tokens_heldout']} tokens) | {r['ours_s']} s ({r['hidden_state_s']} s caching) "
-                     f"{'✓' if r['ours_s'] <= r['target_s'] else '✗'} | {r['heldout_loss']} ({r['heldout_gain']:+.4f}) | {naive} | {speed} | "
+                     f"{'✓' if r['ours_s'] <= r['target_s'] else '✗'} | {r['heldout_loss']} ({r['heldout_gain']:+.4f}) | {naive} | {ours_to} | {speed} | "
                      f"≤ {r['target_s']:g} s, ≥ 20× |")
     return "\n".join(lines)
 
