@@ -13,8 +13,9 @@ word bonus never start.
 This is the projection-aware idea (intervene only while the text does not yet carry
 the style, arXiv 2604.08169) measured with the switch's own likelihood ratio. Chosen on
 the dev frontier (EVALUATION.md): with ``adaptive`` decoding the sentiment switch at
-+12 writes 0.80 positive at 1.47× perplexity with no loops, where plain steering loops
-in 60% of samples.
++12 writes 0.80 positive at about 1.5× perplexity with no loops, where plain steering
+loops in 60% of samples. It saturates, and it weakens styles that need a push on every
+word (casual formality), so it is an option, off by default.
 
 >>> budget = Budget(rows=2, nats=4.0)      # doctest: +SKIP
 >>> with steer(lm, [(sentiment, 12)], budget=budget): ...   # the hook reads budget.scale()   # doctest: +SKIP
@@ -56,21 +57,23 @@ class Budget:
     def observe(self, lm: LanguageModel, c_last: torch.Tensor) -> None:
         """Keep the unsteered next-token log-probabilities of head inputs ``c_last`` (rows, d), computed as the head
         computes them (its dtype), so a row steered by nothing is charged nothing."""
-        self.base_logp = torch.log_softmax(lm.logits_from_hidden(c_last), dim=-1).cpu()
+        self.base_logp = torch.log_softmax(lm.logits_from_hidden(c_last), dim=-1)  # on the head's device
 
     @torch.no_grad()
     def spend(self, steered: torch.Tensor, chosen: torch.Tensor) -> None:
         """Charge every row for its chosen token, ``chosen`` (rows,), given its steered logits ``steered`` (rows, V)."""
         if self.base_logp is None:  # nothing was steered (every setting had ε = 0): the hook never ran
             return
-        logp = torch.log_softmax(steered.float(), dim=-1).cpu()
-        rows, chosen = torch.arange(len(chosen)), chosen.cpu()
-        self.left -= logp[rows, chosen] - self.base_logp[rows, chosen]
+        idx = chosen.to(steered.device)[:, None]
+        steered_logp = torch.log_softmax(steered.float(), dim=-1).gather(1, idx)[:, 0]
+        base_logp = self.base_logp.to(steered.device).gather(1, idx)[:, 0]
+        self.left -= (steered_logp - base_logp).cpu()  # only (rows,) numbers leave the device
 
 
 class RowBudgets(Budget):
     """Several one-row budgets steered in one forward pass (a running decode whose rows join and leave): the hook
-    reads and fills each row's own :class:`Budget`, and each row's sampler spends its own."""
+    reads and fills each row's own :class:`Budget`, and each row's sampler spends its own (so this view has no
+    ``left`` of its own and is never spent)."""
 
     def __init__(self, parts: list[Budget]) -> None:
         self.parts = parts
