@@ -160,7 +160,6 @@ class _Rolling:
         """No rows, no cache: the state before the first request, and after the last one left (or a failed step)."""
         self.requests: list[_Request] = []
         self.samplers: list[CoupledSampler] = []
-        self.budgets: list[Budget | None] = []  # each row's steering budget per generation (adaptive), or None
         self.ids: list[list[int]] = []
         self.prompt_tokens: list[int] = []
         self.mask: torch.Tensor | None = None  # (B, L): which cached positions are real tokens
@@ -208,7 +207,6 @@ class _Rolling:
             self.mask = torch.cat([_left_pad(self.mask, length, 1), _left_pad(mask, length, 1)])
         self.requests += new
         self.samplers += [CoupledSampler([r.seed], r.options.temperature, r.options.top_p, b) for r, b in zip(new, budgets, strict=True)]
-        self.budgets += budgets
         self.ids += [[] for _ in new]
         self.prompt_tokens += [int(m.sum()) for m in mask]
         return self._sample(logits, first=len(self.requests) - len(new))
@@ -217,7 +215,8 @@ class _Rolling:
         """One decode step for every running row; returns the rows that finished."""
         last = torch.tensor([[ids[-1]] for ids in self.ids])
         self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.ids), 1)], dim=1)
-        return self._sample(self._forward(last, self.mask, self.cache, self.requests, self.budgets), first=0)
+        budgets = [sampler.budget for sampler in self.samplers]  # each row's steering budget (adaptive), or None
+        return self._sample(self._forward(last, self.mask, self.cache, self.requests, budgets), first=0)
 
     def _sample(self, logits: torch.Tensor, first: int) -> list[tuple[_Request, Row]]:
         """Draw the next token of rows ``first…`` (logits row k belongs to row first + k); hand out text; drop finished rows."""
@@ -247,7 +246,7 @@ class _Rolling:
             self.mask = self.mask[:, start:]
             for layer in self.cache.layers:
                 layer.keys, layer.values = layer.keys[..., start:, :], layer.values[..., start:, :]
-        for name in ("requests", "samplers", "budgets", "ids", "prompt_tokens"):
+        for name in ("requests", "samplers", "ids", "prompt_tokens"):
             setattr(self, name, [getattr(self, name)[b] for b in keep])
 
 
