@@ -231,6 +231,19 @@ def test_nucleus_sampler_equals_a_full_sort(spread):
     assert torch.equal(got, expect)
 
 
+def test_a_rows_sample_does_not_depend_on_the_other_rows_of_its_batch():
+    """Where words tie at the nucleus edge (common in bfloat16), which tied words are kept must not depend on how far
+    the other rows of the batch made the candidate search grow: a row samples the same alone as beside a flat row."""
+    V = 5000
+    peaky = torch.full((V,), -1e4)
+    peaky[0], peaky[1:301] = math.log(0.7), math.log(0.001)  # 300 tied words; the nucleus keeps 200 of them
+    flat = torch.zeros(V)  # needs thousands of candidates
+    for seed in range(40):
+        alone = CoupledSampler([seed], temperature=1.0, top_p=0.9)(None, peaky[None]).argmax(-1)
+        beside = CoupledSampler([seed, seed + 1], temperature=1.0, top_p=0.9)(None, torch.stack([peaky, flat])).argmax(-1)
+        assert int(alone[0]) == int(beside[0]), seed
+
+
 def test_stream_rows_can_run_on_a_given_executor(llama_lm):
     """A server keeps all model work on one long-lived thread: stream_rows submits its generation there."""
     from concurrent.futures import ThreadPoolExecutor

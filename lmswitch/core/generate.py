@@ -73,20 +73,29 @@ class CoupledSampler(LogitsProcessor):
         return out
 
     def _nucleus_candidates(self, logp: torch.Tensor, k: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
-        """The top-k log-probabilities (descending) and ids, with k grown until every row's top-k holds top_p.
+        """The top log-probabilities (descending) and ids of every row, enough of them to hold top_p, padded to one width.
 
         A full sort of the vocabulary per row and step would cost ~10× more; the
-        nucleus is almost always far smaller than the vocabulary. (Growing k per
-        row would be faster still, but tokens with exactly equal probability at the
-        nucleus edge can then come out in another order, which changes samples.)
+        nucleus is almost always far smaller than the vocabulary. Each row's ``k``
+        grows (×4) only for that row, so a row's candidates never depend on the
+        other rows of its batch (a request samples the same tokens alone as batched),
+        and a few flat rows do not make every row sort thousands of words. Padding
+        is -inf, past the nucleus of its row, so it is never kept.
         """
         V = logp.shape[-1]
-        while True:
-            k = min(k, V)
-            top_logp, top_idx = logp.topk(k, dim=-1)
-            if k == V or bool((top_logp.exp().sum(-1) >= self.top_p).all()):
-                return top_logp, top_idx
-            k *= 4
+        top_logp, top_idx = logp.topk(min(k, V), dim=-1)
+        short = (top_logp.exp().sum(-1) < self.top_p).nonzero()[:, 0]
+        while len(short) and k < V:
+            k = min(k * 4, V)
+            if len(short) == len(logp):  # every row: no copies
+                top_logp, top_idx = more_logp, more_idx = logp.topk(k, dim=-1)
+            else:
+                more_logp, more_idx = logp[short].topk(k, dim=-1)
+                top_logp = torch.nn.functional.pad(top_logp, (0, k - top_logp.shape[1]), value=-math.inf)
+                top_idx = torch.nn.functional.pad(top_idx, (0, k - top_idx.shape[1]), value=0)
+                top_logp[short], top_idx[short] = more_logp, more_idx
+            short = short[more_logp.exp().sum(-1) < self.top_p]
+        return top_logp, top_idx
 
 
 class _RowStreamer(BaseStreamer):
