@@ -182,3 +182,17 @@ def test_mm_t_is_a_times_b_transposed_on_every_path():
     w = b.clone().requires_grad_()
     packed_module.mm_t(a, w).sum().backward()  # something to differentiate: the autograd path
     torch.testing.assert_close(w.grad, a.sum(0).expand_as(b))
+
+
+def test_a_bfloat16_head_gets_its_input_contiguous_and_computes_the_same():
+    """generate hands the head a strided slice (each row's last position); in bfloat16 on CPU that slice made torch
+    copy the head's weight once per row. The head of a bfloat16 model computes on a contiguous copy, the same values."""
+    source = build_lm("llama", seed=3)
+    lm = LanguageModel(model=source.model.to(torch.bfloat16), tokenizer=source.tokenizer, name="tiny-bf16")
+    assert type(lm.head) is packed_module.ContiguousLinear and isinstance(lm.head, nn.Linear)
+    hidden = torch.randn(5, 7, lm.hidden_size, dtype=torch.bfloat16)
+    sliced = hidden[:, -1:, :]
+    assert not sliced.is_contiguous()
+    with torch.no_grad():
+        torch.testing.assert_close(lm.head(sliced), nn.functional.linear(sliced.contiguous(), lm.head.weight), rtol=0, atol=0)
+    assert type(build_lm("llama", seed=3).head) is nn.Linear  # a float32 head is left to pack_linears

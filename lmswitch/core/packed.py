@@ -123,6 +123,30 @@ def unpack_linears(model: nn.Module) -> int:
     return unpacked
 
 
+class ContiguousLinear(nn.Linear):
+    """``nn.Linear`` that makes its input contiguous first.
+
+    ``generate`` applies the output head to the last position of every row, a strided slice of the hidden states.
+    On CPU, a bfloat16 ``F.linear`` of such a 3-D slice becomes a batched product with the weight broadcast to every
+    row, copying the (49152 × 576) head once per row: 1.1 s for the prefill of 30 rows, against 4 ms for the same
+    product on a contiguous copy of the 30 rows. (Float32 takes a fast path either way.)
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x.contiguous(), self.weight, self.bias)
+
+
+def contiguous_input(layer: nn.Module) -> bool:
+    """Make a plain ``nn.Linear`` (the output head) whose weight is not float32 a :class:`ContiguousLinear`; False
+    when it is float32 (left to :func:`pack_linears`) or not plain (managed by accelerate or patched by another
+    library): those are left as they are."""
+    plain = type(layer) is nn.Linear and not hasattr(layer, "_hf_hook") and "forward" not in layer.__dict__
+    if not plain or layer.weight.dtype == torch.float32:
+        return False
+    layer.__class__ = ContiguousLinear
+    return True
+
+
 def refresh(model: nn.Module) -> None:
     """Drop the packed copies so that each is packed again from the current weights on its next use (after changes made
     through ``.data``, which PyTorch does not count)."""
