@@ -136,3 +136,24 @@ def test_style_slope_is_the_derivative_of_the_curve_at_zero(llama_lm):
     assert abs(slope) > 1e-4
     with pytest.raises(ValueError, match="two tokens"):
         style_slope(llama_lm, s, "the")
+
+
+@pytest.mark.parametrize("cap", [None, 3.0])  # 3.0: a soft cap tight enough to bend these logits (Gemma 2/3 use 30)
+def test_the_exact_derivatives_match_finite_differences(gpt2_lm, monkeypatch, cap):
+    """The Newton steps rely on the gradient and Hessian of the log-likelihood surface, soft-capped or not."""
+    import numpy as np
+
+    from lmswitch.lenses.meter import _scored_states, _Surface
+
+    monkeypatch.setattr(type(gpt2_lm), "logit_softcap", property(lambda self: cap))
+    switches = [strong_switch(gpt2_lm, 1), strong_switch(gpt2_lm, 2)]
+    _, hidden, targets = _scored_states(gpt2_lm, TEXT)
+    surface = _Surface(gpt2_lm, hidden, targets, switches)
+    at, h = np.array([4.0, -3.0]), 0.05  # float32 logits: a step large enough to rise above rounding
+    f, g, H = surface.derivatives(at)
+    assert f == pytest.approx(surface.value(at.tolist()), abs=1e-6)
+    for i in range(2):
+        step = np.eye(2)[i] * h
+        assert g[i] == pytest.approx((surface.value((at + step).tolist()) - surface.value((at - step).tolist())) / (2 * h), rel=1e-2)
+        dg = (surface.derivatives(at + step)[1] - surface.derivatives(at - step)[1]) / (2 * h)
+        np.testing.assert_allclose(H[i], dg, rtol=2e-2)
