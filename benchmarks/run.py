@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 import lmswitch as ls  # noqa: E402
 from lmswitch.core.adaptive import KL_BUDGET  # noqa: E402
-from lmswitch.core.options import SAMPLING, TrainConfig  # noqa: E402
+from lmswitch.core.options import SAMPLING, SamplingOptions, TrainConfig  # noqa: E402
 from lmswitch.harness.evaluate import PROTOCOL  # noqa: E402
 from lmswitch.io.resources import shipped_switch_path  # noqa: E402
 
@@ -83,6 +83,41 @@ def bench_decode(lm: ls.LanguageModel, tokens: int, repeats: int) -> dict:
     return {"decode_tokens": tokens, "unsteered_s": round(b, 3), "three_switches_s": round(s, 3), "ratio": round(s / b, 3),
             "kl_cap_s": round(a, 3), "kl_cap_ratio": round(a / b, 3), "tokens_per_s_unsteered": round(tokens / b, 1),
             "sampled_s": round(p, 3), "budget_s": round(g, 3), "budget_ratio": round(g / p, 3)}
+
+
+def bench_batched_prefill(lm: ls.LanguageModel, repeats: int) -> dict:
+    """A batch of 30 short prompts (the self-contrast openings of the benchmark article), 16 sampled tokens each, with the
+    head as loaded (a bfloat16 head gets its input contiguous: :class:`~lmswitch.core.packed.ContiguousLinear`) vs the
+    same head as a plain ``nn.Linear``, alternating. A float32 model's head is packed and not compared."""
+    from torch import nn
+
+    from lmswitch.core.contrast import sentence_openings
+    from lmswitch.core.generate import generate_tokens
+    from lmswitch.core.packed import ContiguousLinear
+
+    head = lm.head
+    if type(head) is not ContiguousLinear:
+        return {}
+    article = (ROOT / "benchmarks" / "data" / "article.txt").read_text()
+    prompts = [opening for opening, _ in sentence_openings([article])]
+    opts = SamplingOptions(max_new_tokens=16)
+
+    def run(cls: type) -> float:
+        head.__class__ = cls
+        try:
+            start = time.perf_counter()
+            generate_tokens(lm, prompts, [[]] * len(prompts), list(range(len(prompts))), opts)
+            return time.perf_counter() - start
+        finally:
+            head.__class__ = ContiguousLinear
+
+    run(ContiguousLinear)  # warm-up
+    ours, plain = [], []
+    for _ in range(repeats):
+        ours.append(run(ContiguousLinear))
+        plain.append(run(nn.Linear))
+    return {"prefill_rows": len(prompts), "contiguous_head_s": round(statistics.median(ours), 3),
+            "plain_head_s": round(statistics.median(plain), 3)}
 
 
 def _naive_train(lm: ls.LanguageModel, text: str, steps: int, lr: float, eps0: float = 1e-3, seed: int = 0) -> float:
@@ -588,11 +623,14 @@ def _app_table(ap: dict, machine: str) -> str:
 
 
 def _decode_rows(dc: dict) -> str:
+    prefill = dc.get("prefill") or {}
+    batched = (f"\n| {prefill['prefill_rows']} rows × 16 sampled tokens, bfloat16: the head's input made contiguous vs a plain "
+               f"`nn.Linear` head | {prefill['contiguous_head_s']} s vs {prefill['plain_head_s']} s | — |") if prefill else ""
     return (f"| decode {dc['decode_tokens']} tokens, 3 switches vs unsteered | {dc['three_switches_s']} s vs {dc['unsteered_s']} s → "
             f"ratio {dc['ratio']} | ≤ 1.03 |\n| same, 3 switches with the per-token KL cap ({KL_BUDGET:g} nat) | "
             f"{dc['kl_cap_s']} s → ratio {dc['kl_cap_ratio']} vs unsteered | — |\n"
             f"| `ls.generate`, 3 switches, adaptive strength (a steering budget per generation) vs plain | "
-            f"{dc['budget_s']} s vs {dc['sampled_s']} s → ratio {dc['budget_ratio']} | — |")
+            f"{dc['budget_s']} s vs {dc['sampled_s']} s → ratio {dc['budget_ratio']} | — |" + batched)
 
 
 def main() -> None:
@@ -612,7 +650,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.only == "decode":
         lm = ls.load_model(dtype=args.dtype)
-        dc = bench_decode(lm, args.tokens, args.repeats)
+        dc = {**bench_decode(lm, args.tokens, args.repeats), "prefill": bench_batched_prefill(lm, args.repeats)}
         print(json.dumps(dc, indent=2) if args.json else _decode_rows(dc))
         return
     if args.only == "train":
@@ -643,7 +681,7 @@ def main() -> None:
     results["load"] = bench_load()
     lm = ls.load_model(dtype=args.dtype)
     results["machine"] += f", model dtype {str(lm.model.dtype).removeprefix('torch.')}"
-    results["decode"] = bench_decode(lm, args.tokens, args.repeats)
+    results["decode"] = {**bench_decode(lm, args.tokens, args.repeats), "prefill": bench_batched_prefill(lm, args.repeats)}
     results["train"], switch = bench_train(lm, args.steps, args.naive_steps)
     results["lens"] = bench_lens(lm, switch, args.repeats)
     results["eval"] = bench_eval(lm, args.eval_prompts, args.eval_samples)
