@@ -192,7 +192,7 @@ def build_switch(
     return switch
 
 
-CALIBRATION = Probe(prompts=50, samples=2, max_new_tokens=25)  # the shipped switches' fluent range: every dev prompt (100 samples, so one looping sample is 1%)
+CALIBRATION = Probe(prompts=50, samples=5, max_new_tokens=25)  # the shipped switches' fluent range: the full protocol's dev split (250 samples, so one looping sample is 0.4%)
 
 
 def _calibrated(lm: LanguageModel, switch: Switch, spec: Spec, protocol: Protocol, say: Log) -> Card:
