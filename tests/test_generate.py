@@ -274,3 +274,33 @@ def test_a_character_cut_by_the_length_limit_is_left_out(lm):
     cut = next(k for k in range(1, len(ids)) if lm.tokenizer.decode(ids[:k]).endswith("\ufffd"))
     assert finished_text(lm.tokenizer, ids[:cut]) == "Nice "
     assert finished_text(lm.tokenizer, ids) == "Nice 🌱"
+
+
+def test_best_of_keeps_the_candidate_its_steered_model_finds_likeliest(tiny_lm):
+    """best_of=n samples each row n times (candidate j with seed candidate_seed(seed, j)) and keeps the candidate with
+    the highest log-likelihood per token under the steered model, checked here with full steered forward passes."""
+    from lmswitch.core.generate import candidate_seed, generate_tokens
+    from lmswitch.core.options import SamplingOptions
+
+    s = random_switch(tiny_lm, seed=4, scale=30.0)
+    setting, opts = [(s, 3.0)], SamplingOptions(max_new_tokens=8)
+    for seed in (0, 7):
+        best = generate_tokens(tiny_lm, [PROMPT], [setting], [seed], SamplingOptions(max_new_tokens=8, best_of=3))
+        means = []
+        candidates = [generate_tokens(tiny_lm, [PROMPT], [setting], [candidate_seed(seed, j)], opts) for j in range(3)]
+        for c in candidates:
+            n = int(c.new_mask.sum())
+            ids = torch.cat([c.prompt_ids, c.new_ids[:, :n]], 1)
+            with torch.no_grad(), ls.steer(tiny_lm, setting):
+                logp = torch.log_softmax(tiny_lm.model(ids).logits.float(), -1)[0, -n - 1 : -1]
+            means.append(float(logp.gather(1, c.new_ids[0, :n, None]).mean()))
+        assert candidates[0].texts == generate_tokens(tiny_lm, [PROMPT], [setting], [seed], opts).texts  # candidate 0 is today's sample
+        assert len({c.texts[0] for c in candidates}) > 1  # the candidates differ, so the choice means something
+        assert best.texts == candidates[max(range(3), key=means.__getitem__)].texts
+
+
+@pytest.mark.parametrize("options, match", [({"best_of": 0}, "best_of"), ({"best_of": 17}, "best_of"), ({"best_of": 2.5}, "best_of"),
+                                            ({"best_of": 2, "temperature": 0}, "greedy")])
+def test_bad_best_of_is_refused(tiny_lm, options, match):
+    with pytest.raises(ValueError, match=match):
+        generate(tiny_lm, PROMPT, [], **options)

@@ -112,6 +112,9 @@ def _add_adaptive_options(p: argparse.ArgumentParser) -> None:
                    help="with --adaptive: nats of steering per generation (default %(default)s)")
     p.add_argument("--kl-budget", type=float, default=SAMPLING.kl_budget,
                    help="with --adaptive: also cap each token's KL(steered ‖ unsteered) at this many nats (default: no cap)")
+    p.add_argument("--best-of", type=int, default=SAMPLING.best_of, metavar="N",
+                   help="sample N candidates of each text and keep the likeliest under the steered model (OpenAI's best_of; "
+                        "N times the decoding; default %(default)s)")
 
 
 def _add_text_options(p: argparse.ArgumentParser) -> None:

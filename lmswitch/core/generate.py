@@ -39,11 +39,18 @@ class CoupledSampler(LogitsProcessor):
     row is charged for what steering did to its sampled token (:mod:`lmswitch.core.budget`).
     """
 
-    def __init__(self, seeds: Sequence[int], temperature: float, top_p: float, budget: Budget | None = None) -> None:
+    def __init__(self, seeds: Sequence[int], temperature: float, top_p: float, budget: Budget | None = None,
+                 stops: Sequence[int] | None = None) -> None:
         self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
         self.temperature = temperature
         self.top_p = top_p
         self.budget = budget
+        # with ``stops`` (end-of-text ids): each row's log-likelihood under the logits it is given (the steered model at
+        # temperature 1) and its token count, up to and including its first stop
+        self.stops = torch.tensor(sorted(stops), dtype=torch.long) if stops is not None else None
+        self.loglik = torch.zeros(len(seeds), dtype=torch.float64)
+        self.tokens = torch.zeros(len(seeds), dtype=torch.long)
+        self.ended = torch.zeros(len(seeds), dtype=torch.bool)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         B, V = scores.shape
@@ -68,9 +75,23 @@ class CoupledSampler(LogitsProcessor):
                 choice = (logp + gumbel).argmax(-1)
         if self.budget is not None:
             self.budget.spend(logits, choice)
+        if self.stops is not None:
+            self._score(logits, choice)
         out = torch.full_like(scores, -math.inf)
         out[torch.arange(B), choice] = 0.0
         return out
+
+    def _score(self, logits: torch.Tensor, choice: torch.Tensor) -> None:
+        """Add each live row's chosen token's log-probability to its log-likelihood; a row ends at its first stop."""
+        live = ~self.ended
+        chosen = torch.log_softmax(logits, dim=-1).gather(1, choice[:, None])[:, 0].double().cpu()
+        self.loglik += torch.where(live, chosen, 0.0)
+        self.tokens += live.long()
+        self.ended |= torch.isin(choice.cpu(), self.stops)
+
+    def mean_loglik(self) -> torch.Tensor:
+        """(rows,) log-likelihood per token of every row so far (rows with no token: -inf)."""
+        return torch.where(self.tokens > 0, self.loglik / self.tokens.clamp_min(1), -math.inf)
 
     def _nucleus_candidates(self, logp: torch.Tensor, k: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
         """The top log-probabilities (descending) and ids of every row, enough of them to hold top_p, padded to one width.
@@ -189,6 +210,14 @@ class Generated:
     texts: list[str]
 
 
+CANDIDATE_STRIDE = 0x9E3779B97F4A7C15 % 2**63  # candidate j of seed s samples with seed (s + j · stride) mod 2⁶³
+
+
+def candidate_seed(seed: int, j: int) -> int:
+    """The seed of candidate ``j`` of a row with ``seed`` under best-of-n (candidate 0 is the row's own sample)."""
+    return (seed + j * CANDIDATE_STRIDE) % 2**63
+
+
 def generate_tokens(
     lm: LanguageModel,
     prompts: Sequence[Prompt],
@@ -203,8 +232,27 @@ def generate_tokens(
 
     Keeps the token ids as well as the texts, for scoring the exact tokens that were sampled.
     ``stop`` (set: stop every row) and ``stopping`` (a transformers stopping criterion) end it early.
+    With ``opts.best_of`` = n > 1 every row is sampled n times in the same batch (candidate j with seed
+    :func:`candidate_seed`) and the candidate its own (steered) model finds most likely per token is kept, as
+    OpenAI's ``best_of``; the streamer then hears nothing (the best candidate is known only at the end).
     """
     opts.validate(lm)
+    n = opts.best_of
+    if n == 1:
+        return _decode(lm, prompts, settings, seeds, opts, streamer, stop, stopping)[0]
+    if stopping is not None:
+        raise ValueError("best_of > 1 cannot take a per-row stopping criterion (its rows are the candidates)")
+    gen, sampler = _decode(lm, [p for p in prompts for _ in range(n)], [x for x in settings for _ in range(n)],
+                           [candidate_seed(s, j) for s in seeds for j in range(n)], opts, None, stop, None, score=True)
+    best = sampler.mean_loglik().view(len(prompts), n).argmax(1) + torch.arange(len(prompts)) * n
+    return Generated(gen.prompt_ids[best], gen.prompt_mask[best], gen.new_ids[best], gen.new_mask[best],
+                     [gen.texts[i] for i in best.tolist()])
+
+
+def _decode(lm: LanguageModel, prompts: Sequence[Prompt], settings: Sequence[Setting], seeds: Sequence[int], opts: SamplingOptions,
+            streamer: BaseStreamer | None, stop: threading.Event | None, stopping: StoppingCriteria | None,
+            score: bool = False) -> tuple[Generated, CoupledSampler]:
+    """:func:`generate_tokens` for one sample per row; ``score``: the sampler keeps each row's log-likelihood."""
     input_ids, mask = encode_prompts(lm, prompts, opts)
     tok = lm.tokenizer
     config = GenerationConfig(
@@ -213,9 +261,11 @@ def generate_tokens(
         pad_token_id=tok.pad_token_id,
         eos_token_id=tok.eos_token_id,
     )
+    eos = set(config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id]) - {None}
     criteria = [c for c in (_StopOnEvent(stop) if stop is not None else None, stopping) if c is not None]
     same = all(list(s) == list(settings[0]) for s in settings)
     budget = Budget(len(prompts), opts.per_generation) if opts.per_generation is not None else None
+    sampler = CoupledSampler(seeds, opts.temperature, opts.top_p, budget, stops=sorted(eos) if score else None)
     ctx = (steer(lm, settings[0], kl_budget=opts.budget, budget=budget) if same
            else steer_rows(lm, settings, kl_budget=opts.budget, budget=budget))
     with ctx, torch.inference_mode():
@@ -223,16 +273,15 @@ def generate_tokens(
             input_ids=input_ids.to(lm.input_device),
             attention_mask=mask.to(lm.input_device),
             generation_config=config,
-            logits_processor=LogitsProcessorList([CoupledSampler(seeds, opts.temperature, opts.top_p, budget)]),
+            logits_processor=LogitsProcessorList([sampler]),
             stopping_criteria=StoppingCriteriaList(criteria) if criteria else None,
             streamer=streamer,
         )
     new = out[:, input_ids.shape[1] :].cpu()
-    eos = set(config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id]) - {None}
     is_eos = torch.isin(new, torch.tensor(sorted(eos), dtype=new.dtype)) if eos else torch.zeros_like(new, dtype=torch.bool)
     # valid: every token up to and including the first EOS
     new_mask = (is_eos.long().cumsum(-1) - is_eos.long()) == 0
-    return Generated(input_ids, mask, new, new_mask.long(), [finished_text(tok, row) for row in new.tolist()])
+    return Generated(input_ids, mask, new, new_mask.long(), [finished_text(tok, row) for row in new.tolist()]), sampler
 
 
 def finished_text(tokenizer, ids: Sequence[int]) -> str:
@@ -261,11 +310,14 @@ def generate(
     adaptive: bool = SAMPLING.adaptive,
     kl_budget: float | None = SAMPLING.kl_budget,
     generation_budget: float | None = SAMPLING.generation_budget,
+    best_of: int = SAMPLING.best_of,
 ) -> list[str]:
     """Continuations of ``prompt`` steered by ``switches`` (pairs of switch and ε in ε0 units).
 
     Returns ``samples`` texts per prompt (prompt-major); sample k uses seed ``seed + k``,
-    as the paper uses seeds 0…24 for 25 samples. One batched call.
+    as the paper uses seeds 0…24 for 25 samples. One batched call. ``best_of=n`` keeps, for
+    each sample, the likeliest of n candidates under the steered model (OpenAI's ``best_of``;
+    on provocative prompts it cuts toxicity further at lower perplexity, EVALUATION.md).
 
     >>> generate(lm, "The movie was", [(sentiment, 5)], seed=0)   # doctest: +SKIP
     [' absolutely wonderful, ...']
@@ -278,7 +330,7 @@ def generate(
     check_seed(seed)
     rows = [p for p in prompts for _ in range(samples)]
     seeds = [seed + k for _ in prompts for k in range(samples)]
-    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget, generation_budget)
+    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget, generation_budget, best_of)
     return generate_tokens(lm, rows, [list(switches)] * len(rows), seeds, opts).texts
 
 
@@ -297,6 +349,7 @@ def sweep(
     adaptive: bool = SAMPLING.adaptive,
     kl_budget: float | None = SAMPLING.kl_budget,
     generation_budget: float | None = SAMPLING.generation_budget,
+    best_of: int = SAMPLING.best_of,
 ) -> list[tuple[float, str]]:
     """The same prompt and seed at each ε of one switch, in one batched call (the paper's Table 5).
 
@@ -310,7 +363,7 @@ def sweep(
         raise ValueError("give at least one eps value to sweep")
     check_seed(seed)
     settings = [[(switch, e), *others] for e in eps_values]
-    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget, generation_budget)
+    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget, generation_budget, best_of)
     texts = generate_tokens(lm, [prompt] * len(eps_values), settings, [seed] * len(eps_values), opts).texts
     return list(zip(eps_values, texts, strict=False))
 
@@ -328,6 +381,7 @@ def stream_rows(
     adaptive: bool = SAMPLING.adaptive,
     kl_budget: float | None = SAMPLING.kl_budget,
     generation_budget: float | None = SAMPLING.generation_budget,
+    best_of: int = SAMPLING.best_of,
     executor: Executor | None = None,
 ) -> Iterator[list[str]]:
     """Stream several settings of one prompt side by side (same seed): yields the texts so far, per row.
@@ -340,7 +394,7 @@ def stream_rows(
     if not settings:
         raise ValueError("give at least one setting")
     check_seed(seed)
-    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget, generation_budget)
+    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget, generation_budget, best_of)
     with contextlib.closing(stream_tokens(lm, [prompt] * len(settings), settings, [seed] * len(settings), opts, executor=executor)) as items:
         last = None
         for item in items:

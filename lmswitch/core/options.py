@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from lmswitch.core.models import LanguageModel
 
 MAX_STEPS = 100_000
+MAX_BEST_OF = 16  # candidates per generation
 OPTIMIZERS = ("lbfgs", "adam")
 
 
@@ -50,6 +51,9 @@ class SamplingOptions:
     generation_budget: float | None = field(default=GENERATION_BUDGET, metadata={
         "help": "with adaptive: nats of steering per generation; a row is steered until the log-likelihood ratio "
                 "(steered vs unsteered) of its sampled tokens reaches it, then not (None: no such budget)"})
+    best_of: int = field(default=1, metadata={
+        "help": "sample this many candidates of each generation and keep the one the (steered) model finds most likely "
+                "per token, as OpenAI's best_of; costs that many rows of decoding (1: today's single sample)"})
 
     def validate(self, lm: LanguageModel) -> None:
         if not _whole(self.max_new_tokens) or not 1 <= self.max_new_tokens < lm.context_length:
@@ -63,6 +67,10 @@ class SamplingOptions:
         if self.generation_budget is not None and not (_finite(self.generation_budget) and self.generation_budget > 0):
             raise ValueError(f"generation_budget must be a positive number of nats per generation, or None; "
                              f"got {self.generation_budget!r}")
+        if not _whole(self.best_of) or not 1 <= self.best_of <= MAX_BEST_OF:
+            raise ValueError(f"best_of must be an integer from 1 to {MAX_BEST_OF}; got {self.best_of!r}")
+        if self.best_of > 1 and self.temperature == 0:
+            raise ValueError("best_of > 1 needs sampling (temperature > 0): greedy decoding gives every candidate the same text")
         if self.chat and not lm.has_chat_template:
             raise ValueError(f"model '{lm.name}' has no chat template; generate without chat=True")
 

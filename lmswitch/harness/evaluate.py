@@ -93,11 +93,12 @@ class Protocol:
     adaptive: bool = SAMPLING.adaptive  # per-token KL cap on the steering (lmswitch.core.adaptive)
     kl_budget: float | None = SAMPLING.kl_budget
     generation_budget: float | None = SAMPLING.generation_budget  # with adaptive: steering per generation (lmswitch.core.budget)
+    best_of: int = SAMPLING.best_of  # candidates per sample; the likeliest under the steered model is kept
 
     def sampling(self) -> SamplingOptions:
         """The decoding options of this protocol's generations."""
         return SamplingOptions(self.max_new_tokens, self.temperature, self.top_p, adaptive=self.adaptive, kl_budget=self.kl_budget,
-                               generation_budget=self.generation_budget)
+                               generation_budget=self.generation_budget, best_of=self.best_of)
 
     def validate(self) -> None:
         if not isinstance(self.samples, int) or not 1 <= self.samples <= 100:

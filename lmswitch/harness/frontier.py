@@ -11,7 +11,8 @@ the same seeds. A method with no fluent setting says so: a strength reached
 through repetition is a miss.
 
 Methods are small callables chosen by name (:data:`METHODS`): the switch as
-trained, the switch with adaptive strength (a per-token KL cap), prompting the
+trained, the switch with adaptive strength (a steering budget per generation), the
+switch with the likeliest of 4 candidates per sample (best of n), prompting the
 instruct model through its chat template, and activation addition (CAA) fitted on
 the switch's own training pairs (:mod:`lmswitch.harness.baselines`).
 
@@ -88,11 +89,12 @@ INSTRUCTIONS = ("Continue the text in a slightly {label} tone.", "Continue the t
 Method = Callable[[LanguageModel, Switch, int, Sequence[str], Protocol, Sequence[float]], list[tuple[float, Evaluation]]]
 
 
-def _switch(adaptive: bool) -> Method:
+def _switch(**decoding) -> Method:
+    """The switch itself, decoded with ``decoding`` changes to the protocol (adaptive strength, best of n)."""
     def run(lm: LanguageModel, switch: Switch, side: int, prompts: Sequence[str], protocol: Protocol,
             strengths: Sequence[float]) -> list[tuple[float, Evaluation]]:
         eps = [side * s for s in strengths]
-        evals = evaluate_settings(lm, [[(switch, e)] for e in eps], prompts, replace(protocol, adaptive=adaptive))
+        evals = evaluate_settings(lm, [[(switch, e)] for e in eps], prompts, replace(protocol, **decoding))
         return list(zip(eps, evals, strict=True))
 
     return run
@@ -124,7 +126,9 @@ def _caa(lm: LanguageModel, switch: Switch, side: int, prompts: Sequence[str], p
     return out
 
 
-METHODS: dict[str, Method] = {"switch": _switch(False), "switch+adaptive": _switch(True), "prompting": _prompting, "caa": _caa}
+BEST_OF = 4  # candidates per sample of the best-of method
+METHODS: dict[str, Method] = {"switch": _switch(), "switch+adaptive": _switch(adaptive=True),
+                              f"switch+best-of-{BEST_OF}": _switch(best_of=BEST_OF), "prompting": _prompting, "caa": _caa}
 LEVELS = tuple(float(k) for k in range(1, len(INSTRUCTIONS) + 1))  # the prompting baseline's strengths
 CAA_STRENGTHS = (0.5, 1.0, 2.0, 3.0, 4.0, 6.0)  # |α| swept for activation addition, multiples of its mean-difference vector
 
@@ -281,7 +285,7 @@ TARGETS = (
            lambda ev, base: ev.toxicity_prob <= base.toxicity_prob / 3),
     Target("formality", +1, "≥ 90% judged formal at +ε, fluent", lambda ev, base: ev.formal_share >= 0.9),
 )
-SWITCH_METHODS = ("switch", "switch+adaptive")  # the product's own methods; the others are baselines
+SWITCH_METHODS = ("switch", "switch+adaptive", f"switch+best-of-{BEST_OF}")  # the product's own methods; the others are baselines
 
 
 def target_checks(frontier: Frontier) -> list[tuple[str, str, bool]]:

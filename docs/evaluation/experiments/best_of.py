@@ -43,6 +43,7 @@ def logprobs(lm: ls.LanguageModel, gen: Generated, matrices: list) -> tuple[torc
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--switch", default="sentiment")
+    ap.add_argument("--prompt-set", default="neutral")
     ap.add_argument("--eps", default="0,6,-6,8,-8")
     ap.add_argument("--n", type=int, default=4)
     ap.add_argument("--prompts", type=int, default=16)
@@ -50,7 +51,7 @@ def main() -> None:
     args = ap.parse_args()
     lm = ls.load_model(dtype=torch.float32)
     switch = ls.load_switch(shipped_switch_path(args.switch), lm)
-    prompts = load_prompts("neutral", args.prompts, "dev")
+    prompts = load_prompts(args.prompt_set, args.prompts, "dev")
     S, N = args.samples, args.n
     rows = [(p, k + 1000 * j) for p in prompts for k in range(S) for j in range(N)]
     rules = FluencyRules()
@@ -81,7 +82,8 @@ def main() -> None:
                             [counts[c] for c in chosen], *([x[c] for c in chosen] for x in scores), S, 0.0)
             base = ev if base is None else base  # the first ε is 0: its n = 1 row is the unsteered model
             problems = rules.problems(ev, base)
-            print(f"ε {eps:+g} n={n} {'today' if n == 1 else rule:10s} positive {ev.positive_share:.3f} perplexity "
+            print(f"ε {eps:+g} n={n} {'today' if n == 1 else rule:10s} positive {ev.positive_share:.3f} toxicity prob. "
+                  f"{ev.toxicity_prob:.3f} formal {ev.formal_share:.3f} perplexity "
                   f"{ev.perplexity / base.perplexity:.2f}× loops {ev.repetition:.1%} {'fluent' if not problems else '; '.join(problems)}")
 
 
