@@ -137,3 +137,23 @@ def test_a_decode_that_never_empties_keeps_its_cache_no_longer_than_its_longest_
         assert rolling.mask.shape[1] == longest and rolling.cache.layers[0].keys.shape[-2] == longest
     solo = generate_tokens(llama_lm, [" ".join([WORDS] * 3)], [[]], [0], options)
     assert rows[0].text == solo.texts[0]  # the first request, decoded beside the others, is still its solo text
+
+
+def test_best_of_requests_decode_whole_beside_the_running_rows_and_equal_their_solo_choice(llama_lm):
+    """A best-of-n request cannot join the rolling decode (its likeliest candidate is known only at the end): it is
+    decoded whole, with the other best-of requests of its settings, and gets the same text as alone; plain requests
+    waiting beside it still get their solo tokens."""
+    a = random_switch(llama_lm, seed=1, scale=20.0, name="a")
+    batcher = Batcher(llama_lm, ComputeThread())
+    best = [(WORDS, [(a, 4.0)], 1, SamplingOptions(max_new_tokens=6, best_of=3)),
+            ("beta", [], 2, SamplingOptions(max_new_tokens=6, best_of=3))]
+    plain = [(WORDS, [(a, 4.0)], 3, SamplingOptions(max_new_tokens=5))]
+    release = held(batcher.compute)
+    streams = [batcher.stream(p, s, seed=seed, options=o) for p, s, seed, o in best + plain]
+    release.set()
+    rows = [list(stream) for stream in streams]
+    assert batcher.batches == 2 and batcher.rows == 3  # the two best-of requests together, the plain one apart
+    for got, (prompt, setting, seed, options) in zip(rows, best + plain, strict=True):
+        solo = generate_tokens(llama_lm, [prompt], [setting], [seed], options)
+        assert got[-1].text == solo.texts[0] and got[-1].new_ids == solo.new_ids[0][: int(solo.new_mask[0].sum())].tolist()
+    assert all(len(r) == 1 for r in rows[:2])  # best of n: no partial text, only the finished row

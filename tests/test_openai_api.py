@@ -46,6 +46,15 @@ def test_completion_with_switches_equals_the_library_and_streams_the_same_text(c
     assert chunks[-1].choices[0].finish_reason == done.choices[0].finish_reason
 
 
+def test_best_of_returns_the_librarys_likeliest_candidate(client, lm32, switches):
+    """OpenAI's ``best_of`` field: the server samples that many candidates and returns the library's choice."""
+    done = client.completions.create(model=lm32.name, prompt=PROMPT, max_tokens=12, seed=3, best_of=3, extra_body={"switches": {"sentiment": 6}})
+    want = ls.generate(lm32, PROMPT, [(switches["sentiment"], 6)], seed=3, max_new_tokens=12, best_of=3)[0]
+    assert done.choices[0].text == want != ls.generate(lm32, PROMPT, [(switches["sentiment"], 6)], seed=3, max_new_tokens=12)[0]
+    with pytest.raises(openai.BadRequestError, match="best_of"):
+        client.completions.create(model=lm32.name, prompt=PROMPT, max_tokens=4, best_of=40)
+
+
 def test_chat_completion_equals_the_library_with_the_chat_template(client, lm32, switches):
     messages = [{"role": "user", "content": "Tell me about your day."}]
     body = {"switches": {"sentiment": 6}, "adaptive": True}

@@ -72,8 +72,8 @@ class _Request:
     @property
     def key(self) -> tuple:
         """Requests with the same key can share a batch (one sampler temperature and top-p, one template, one KL cap)."""
-        o = self.options
-        return o.temperature, o.top_p, o.chat, o.adaptive, o.kl_budget, o.generation_budget
+        o = self.options  # best of n chooses among whole candidates, so its requests also share their length
+        return o.temperature, o.top_p, o.chat, o.adaptive, o.kl_budget, o.generation_budget, o.best_of, o.max_new_tokens if o.best_of > 1 else 0
 
 
 class _Dispatch(BaseStreamer):
@@ -314,13 +314,20 @@ class Batcher:
             self.waiting = [r for r in self.waiting if r not in batch]
             return batch
 
+    def _take_best_of(self) -> list[_Request]:
+        """The oldest waiting best-of-n requests (n > 1) that share their settings, as many as fit ``max_batch`` rows."""
+        with self.lock:
+            first = next((r for r in self.waiting if r.options.best_of > 1 and not r.gone.is_set()), None)
+        return self._take(first.key, self.max_batch // first.options.best_of) if first is not None else []
+
     def _tick(self) -> None:
         """On the compute thread, one bounded piece of work (other jobs run between two): admit waiting requests into the
         running decode, or decode one more token of its rows; hand out finished rows; then schedule the next piece."""
         rolling, new = self.rolling, []
         try:
-            if rolling is None:  # a cache that cannot be merged: one whole decode per batch
-                new = self._take(None, self.max_batch)
+            new = self._take_best_of()  # best of n: its candidates are chosen at the end, so it decodes whole
+            if rolling is None or new:  # (also every batch of a cache that cannot be merged)
+                new = new or self._take(None, self.max_batch)
                 if new:
                     self._decode(new)
                 return
@@ -345,9 +352,12 @@ class Batcher:
         self.batches, self.rows = self.batches + 1, self.rows + len(batch)
         longest = max(r.options.max_new_tokens for r in batch)
         options = replace(batch[0].options, max_new_tokens=longest)
+        streamed = options.best_of == 1  # best of n: no text before the end, when the likeliest candidate is known
         dispatch = _Dispatch(self.lm, batch)
         generated = generate_tokens(self.lm, [r.prompt for r in batch], [r.setting for r in batch], [r.seed for r in batch], options,
-                                    dispatch, stopping=_AllGone(batch))
-        for b, (request, ids) in enumerate(zip(batch, dispatch.ids, strict=True)):
+                                    dispatch if streamed else None, stopping=_AllGone(batch) if streamed else None)
+        for b, request in enumerate(batch):
+            ids = dispatch.ids[b] if streamed else generated.new_ids[b][generated.new_mask[b].bool()].tolist()
+            ids = ids[: request.options.max_new_tokens]
             ended = bool(ids) and ids[-1] == dispatch.eos
             request.out.put(Row(finished_text(self.lm.tokenizer, ids), ids, int(generated.prompt_mask[b].sum()), ended))

@@ -80,6 +80,7 @@ class _Request(BaseModel):
     adaptive: StrictBool = SAMPLING.adaptive
     kl_budget: Number | None = None
     generation_budget: Number | None = None
+    best_of: StrictInt | None = None  # OpenAI's completions field: the likeliest of this many candidates is returned
 
 
 class CompletionRequest(_Request):
@@ -262,7 +263,8 @@ class OpenAIApi:
                                   temperature=d.temperature if req.temperature is None else float(req.temperature),
                                   top_p=d.top_p if req.top_p is None else float(req.top_p), chat=chat, adaptive=req.adaptive,
                                   kl_budget=d.kl_budget if req.kl_budget is None else float(req.kl_budget),
-                                  generation_budget=d.generation_budget if req.generation_budget is None else float(req.generation_budget))
+                                  generation_budget=d.generation_budget if req.generation_budget is None else float(req.generation_budget),
+                                  best_of=d.best_of if req.best_of is None else req.best_of)
         options.validate(lm)
         if req.seed is not None:
             try:
