@@ -40,6 +40,20 @@ def test_generate_with_and_without_a_switch(app_server):
     assert sum(sentiment_scores(steered)) / 4 > sum(sentiment_scores(base)) / 4 + 0.3  # clearly more positive
 
 
+def test_generate_best_of_returns_the_librarys_choice_for_both_outputs(app_server, lm32):
+    """The app's "best of" control: both outputs are the likeliest of n candidates, as the library chooses them."""
+    import lmswitch as ls
+    from lmswitch.io.resources import shipped_switch_path
+
+    detox = ls.load_switch(shipped_switch_path("detox"), lm32)
+    res = client(app_server).predict(prompt=PROMPT, switches="detox=4", max_new_tokens=12, seed=3, best_of=3, api_name="/generate")
+    assert res["steered"] == ls.generate(lm32, PROMPT, [(detox, 4.0)], seed=3, max_new_tokens=12, best_of=3)[0]
+    assert res["unsteered"] == ls.generate(lm32, PROMPT, seed=3, max_new_tokens=12, best_of=3)[0]
+    for bad, match in ((99, "maximum value 16"), (2.5, "whole number")):
+        with pytest.raises(AppError, match=match):
+            client(app_server).predict(prompt=PROMPT, switches="detox=4", max_new_tokens=12, best_of=bad, api_name="/generate")
+
+
 def test_slider_endpoint_streams_and_scores(app_server):
     c = client(app_server)
     job = c.submit(*steer_args({"sentiment": -12}), api_name="/steer")
