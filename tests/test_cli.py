@@ -63,6 +63,18 @@ def test_generate_and_sweep(run, switch_file):
     assert code == 0 and [r["eps"] for r in json.loads(out)["rows"]] == [-3.0, 0.0, 3.0]
 
 
+def test_generate_best_of_is_the_librarys_choice_and_bad_values_are_refused(run, switch_file, model_dir):
+    import lmswitch as ls
+
+    code, out, _ = run("generate", "--prompt", "the", "--switch", f"{switch_file}=3", "--max-new-tokens", "6", "--seed", "2",
+                       "--best-of", "3", "--json")
+    lm = ls.load_model(str(model_dir), dtype="float32")
+    want = ls.generate(lm, "the", [(ls.load_switch(switch_file, lm), 3.0)], seed=2, max_new_tokens=6, best_of=3)
+    assert code == 0 and [s["text"] for s in json.loads(out)["samples"]] == want
+    code, _, err = run("generate", "--prompt", "the", "--max-new-tokens", "2", "--best-of", "0")
+    assert code != 0 and "best_of must be an integer from 1 to 16" in err
+
+
 def test_svd_json_and_text(run, switch_file):
     code, out, _ = run("svd", "--switch", str(switch_file), "--dims", "2", "--words", "3", "--json")
     data = json.loads(out)
