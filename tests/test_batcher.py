@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import pytest
 from conftest import random_switch
@@ -157,3 +158,11 @@ def test_best_of_requests_decode_whole_beside_the_running_rows_and_equal_their_s
         solo = generate_tokens(llama_lm, [prompt], [setting], [seed], options)
         assert got[-1].text == solo.texts[0] and got[-1].new_ids == solo.new_ids[0][: int(solo.new_mask[0].sum())].tolist()
     assert all(len(r) == 1 for r in rows[:2])  # best of n: no partial text, only the finished row
+
+
+def test_a_best_of_request_with_more_candidates_than_the_batch_holds_is_still_served(llama_lm):
+    batcher = Batcher(llama_lm, ComputeThread(), max_batch=2)
+    options = SamplingOptions(max_new_tokens=4, best_of=5)
+    row = batcher.generate(WORDS, [], seed=0, options=options)
+    assert row.text == generate_tokens(llama_lm, [WORDS], [[]], [0], options).texts[0]
+    assert row.text != generate_tokens(llama_lm, [WORDS], [[]], [0], replace(options, best_of=1)).texts[0]  # not one sample

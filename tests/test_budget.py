@@ -38,8 +38,8 @@ def test_each_row_is_charged_the_log_ratio_of_its_sampled_token(llama_lm):
         with ls.steer(llama_lm, [(s, 4.0)], budget=budget):
             steered_logits = llama_lm.model(ids).logits[:, -1].float()
     chosen = steered_logits.argmax(-1)
-    budget.spend(steered_logits, chosen)
     steered = torch.log_softmax(steered_logits, -1)
+    budget.spend(steered, chosen)
     rows = torch.arange(3)
     expected = 5.0 - (steered[rows, chosen] - base[rows, chosen])
     assert torch.allclose(budget.left, expected, atol=1e-5)

@@ -39,7 +39,7 @@ class Budget:
     The steering hook calls :meth:`observe` with the head inputs of the rows' last
     positions (it keeps their unsteered log-probabilities) and scales each row's
     steering term by :meth:`scale`; the sampler calls :meth:`spend` with the steered
-    logits and the chosen tokens.
+    log-probabilities and the chosen tokens.
     """
 
     def __init__(self, rows: int, nats: float) -> None:
@@ -60,13 +60,13 @@ class Budget:
         self.base_logp = torch.log_softmax(lm.logits_from_hidden(c_last), dim=-1)  # on the head's device
 
     @torch.no_grad()
-    def spend(self, steered: torch.Tensor, chosen: torch.Tensor) -> None:
-        """Charge every row for its chosen token, ``chosen`` (rows,), given its steered logits ``steered`` (rows, V)."""
+    def spend(self, steered_logp: torch.Tensor, chosen: torch.Tensor) -> None:
+        """Charge every row for its chosen token, ``chosen`` (rows,), given its steered log-probabilities (rows, V)."""
         if self.base_logp is None:  # nothing was steered (every setting had ε = 0): the hook never ran
             return
-        idx = chosen.to(steered.device)[:, None]
-        steered_logp = torch.log_softmax(steered.float(), dim=-1).gather(1, idx)[:, 0]
-        base_logp = self.base_logp.to(steered.device).gather(1, idx)[:, 0]
+        idx = chosen.to(steered_logp.device)[:, None]
+        steered_logp = steered_logp.float().gather(1, idx)[:, 0]
+        base_logp = self.base_logp.to(idx.device).gather(1, idx)[:, 0]
         self.left -= (steered_logp - base_logp).cpu()  # only (rows,) numbers leave the device
 
 

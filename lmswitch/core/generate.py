@@ -59,10 +59,12 @@ class CoupledSampler(LogitsProcessor):
         logits = scores.float()
         # every stream advances by one draw per step, also for greedy rows, so streams stay aligned
         noise = torch.stack([torch.rand(V, generator=g) for g in self.generators]).to(logits.device)  # (B, V)
+        # the model's own log-probabilities (temperature 1), for the steering budget and best of n: computed once
+        model_logp = torch.log_softmax(logits, dim=-1) if (self.budget, self.stops) != (None, None) or self.temperature == 1 else None
         if self.temperature == 0:
             choice = logits.argmax(-1)
         else:
-            logp = torch.log_softmax(logits / self.temperature, dim=-1)
+            logp = model_logp if self.temperature == 1 else torch.log_softmax(logits / self.temperature, dim=-1)
             if self.top_p < 1:
                 top_logp, top_idx = self._nucleus_candidates(logp)
                 top_p = top_logp.exp()
@@ -74,17 +76,17 @@ class CoupledSampler(LogitsProcessor):
                 gumbel = -torch.log(-torch.log(noise.clamp_min(1e-20)))
                 choice = (logp + gumbel).argmax(-1)
         if self.budget is not None:
-            self.budget.spend(logits, choice)
+            self.budget.spend(model_logp, choice)
         if self.stops is not None:
-            self._score(logits, choice)
+            self._score(model_logp, choice)
         out = torch.full_like(scores, -math.inf)
         out[torch.arange(B), choice] = 0.0
         return out
 
-    def _score(self, logits: torch.Tensor, choice: torch.Tensor) -> None:
+    def _score(self, logp: torch.Tensor, choice: torch.Tensor) -> None:
         """Add each live row's chosen token's log-probability to its log-likelihood; a row ends at its first stop."""
         live = ~self.ended
-        chosen = torch.log_softmax(logits, dim=-1).gather(1, choice[:, None])[:, 0].double().cpu()
+        chosen = logp.gather(1, choice[:, None])[:, 0].double().cpu()
         self.loglik += torch.where(live, chosen, 0.0)
         self.tokens += live.long()
         self.ended |= torch.isin(choice.cpu(), self.stops)

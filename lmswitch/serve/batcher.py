@@ -302,30 +302,27 @@ class Batcher:
             self.scheduled = True
             self.compute.submit(self._tick)
 
-    def _take(self, key: tuple | None, room: int) -> list[_Request]:
+    def _take(self, key: tuple | None, room: int, best_of: bool = False) -> list[_Request]:
         """Up to ``room`` waiting requests that can share a decode with sampling settings ``key`` (None: the oldest's), in
-        arrival order."""
+        arrival order. ``best_of``: only best-of-n requests (n > 1), as many as fit ``room`` rows (one at least, even
+        when its n candidates alone are more); else only the others (the rows a rolling decode can take)."""
         with self.lock:
             self.waiting = [r for r in self.waiting if not r.gone.is_set()]
-            if not self.waiting or room < 1:
+            kind = [r for r in self.waiting if (r.options.best_of > 1) == best_of]
+            if not kind or room < 1:
                 return []
-            key = key if key is not None else self.waiting[0].key
-            batch = [r for r in self.waiting if r.key == key][:room]
+            key = key if key is not None else kind[0].key
+            room = max(1, room // kind[0].options.best_of)
+            batch = [r for r in kind if r.key == key][:room]
             self.waiting = [r for r in self.waiting if r not in batch]
             return batch
-
-    def _take_best_of(self) -> list[_Request]:
-        """The oldest waiting best-of-n requests (n > 1) that share their settings, as many as fit ``max_batch`` rows."""
-        with self.lock:
-            first = next((r for r in self.waiting if r.options.best_of > 1 and not r.gone.is_set()), None)
-        return self._take(first.key, self.max_batch // first.options.best_of) if first is not None else []
 
     def _tick(self) -> None:
         """On the compute thread, one bounded piece of work (other jobs run between two): admit waiting requests into the
         running decode, or decode one more token of its rows; hand out finished rows; then schedule the next piece."""
         rolling, new = self.rolling, []
         try:
-            new = self._take_best_of()  # best of n: its candidates are chosen at the end, so it decodes whole
+            new = self._take(None, self.max_batch, best_of=True)  # best of n: chosen among whole candidates, so decoded whole
             if rolling is None or new:  # (also every batch of a cache that cannot be merged)
                 new = new or self._take(None, self.max_batch)
                 if new:
@@ -357,7 +354,6 @@ class Batcher:
         generated = generate_tokens(self.lm, [r.prompt for r in batch], [r.setting for r in batch], [r.seed for r in batch], options,
                                     dispatch if streamed else None, stopping=_AllGone(batch) if streamed else None)
         for b, request in enumerate(batch):
-            ids = dispatch.ids[b] if streamed else generated.new_ids[b][generated.new_mask[b].bool()].tolist()
-            ids = ids[: request.options.max_new_tokens]
+            ids = dispatch.ids[b] if streamed else generated.new_ids[b][generated.new_mask[b].bool()].tolist()  # (same lengths)
             ended = bool(ids) and ids[-1] == dispatch.eos
             request.out.put(Row(finished_text(self.lm.tokenizer, ids), ids, int(generated.prompt_mask[b].sum()), ended))
