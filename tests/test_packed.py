@@ -128,8 +128,8 @@ def test_moved_layers_compute_and_free_their_packed_copy():
     _, packed = _pair()
     ids = random_ids(packed, 1, 4)
     _logits(packed, ids)
-    packed.model.to(torch.bfloat16)
-    assert _logits(packed, ids).dtype == torch.bfloat16
+    packed.model.to(torch.float16)  # a dtype never packed
+    assert _logits(packed, ids).dtype == torch.float16
     assert packed.head._packed is None
 
 
@@ -156,7 +156,7 @@ def test_copies_and_pickles_carry_the_weight_not_the_packing():
 
 def test_only_float32_cpu_layers_are_packed_and_unpacking_restores_them():
     lm = build_lm("llama", seed=3)
-    lm.model.to(torch.bfloat16)
+    lm.model.to(torch.float16)
     assert pack_linears(lm.model) == 0
     lm.model.to(torch.float32)
     n = pack_linears(lm.model)
@@ -171,6 +171,38 @@ def test_only_float32_cpu_layers_are_packed_and_unpacking_restores_them():
 def test_the_embedded_model_in_float32_is_packed_by_default(lm32):
     assert isinstance(lm32.head, PackedLinear)
     assert sum(isinstance(m, PackedLinear) for m in lm32.model.modules()) == 1 + 7 * len(lm32.decoder_layers())
+
+
+@pytest.mark.real_model
+def test_the_embedded_model_in_its_default_dtype_is_packed_where_the_cpu_is_made_for_it(lm):
+    """bfloat16 (the default where the CPU multiplies it natively) is packed there; elsewhere the default is float32."""
+    assert lm.model.dtype in packed_module.packed_dtypes()
+    assert isinstance(lm.head, PackedLinear)
+    assert sum(isinstance(m, PackedLinear) for m in lm.model.modules()) == 1 + 7 * len(lm.decoder_layers())
+
+
+@pytest.mark.parametrize("threads", sorted({1, 2, os.cpu_count() or 1}))
+def test_bfloat16_layers_pack_where_the_cpu_is_made_for_it_with_the_bits_of_f_linear(threads):
+    """Same bits as ``F.linear``, and a row's bits whatever rows share the product (as float32); on a CPU without native
+    bfloat16 the layer is left plain."""
+    layer = nn.Linear(576, 1536).to(torch.bfloat16)
+    plain = copy.deepcopy(layer)
+    assert pack_linears(layer) == int(packed_module.cpu_has_fast_bf16())
+    x = torch.randn(17, 576, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.no_grad():
+            alone = layer(x[:1])
+            assert torch.equal(layer(x), plain(x))
+            for rows in (2, 3, 8, 17):
+                assert torch.equal(layer(x[:rows])[:1], alone), rows
+            sliced = x.view(1, 17, 576)[:, -1:, :]  # the slice generate hands the head
+            assert torch.equal(layer(x.view(17, 1, 576)[:, -1]), plain(x)) and torch.equal(layer(sliced), plain(x[-1:])[None])
+    finally:
+        torch.set_num_threads(before)
+    if packed_module.cpu_has_fast_bf16():
+        assert layer._packed is not None  # the packed path ran
 
 
 def test_mm_t_is_a_times_b_transposed_on_every_path():
@@ -189,7 +221,7 @@ def test_a_bfloat16_head_gets_its_input_contiguous_and_computes_the_same():
     copy the head's weight once per row. The head of a bfloat16 model computes on a contiguous copy, the same values."""
     source = build_lm("llama", seed=3)
     lm = LanguageModel(model=source.model.to(torch.bfloat16), tokenizer=source.tokenizer, name="tiny-bf16")
-    assert type(lm.head) is packed_module.ContiguousLinear and isinstance(lm.head, nn.Linear)
+    assert type(lm.head) is packed_module.ContiguousLinear and isinstance(lm.head, nn.Linear)  # (load_model packs it where it can)
     hidden = torch.randn(5, 7, lm.hidden_size, dtype=torch.bfloat16)
     sliced = hidden[:, -1:, :]
     assert not sliced.is_contiguous()

@@ -1,4 +1,4 @@
-"""Float32 linear layers on CPU through oneDNN, with each weight reordered once ("prepacked").
+"""Float32 (and bfloat16) linear layers on CPU through oneDNN, with each weight reordered once ("prepacked").
 
 PyTorch sends a float32 ``F.linear`` on CPU to MKL's sgemm, which takes a slow path on AMD CPUs: on a 2-core AMD
 EPYC a product of 2 or 3 rows costs 2 or 3 times one row's, and the embedded model's (49152 × 576) output head
@@ -11,7 +11,12 @@ reduction of a lone row differently (K = 1536), so one row is computed as two id
 work depends on the CPU and the thread count: that is an observation (tested at 1 and 2 threads and at every
 core), not a guarantee.
 
-:func:`pack_linears` turns every plain ``nn.Linear`` of a float32 CPU model into a :class:`PackedLinear` (still an
+bfloat16 layers are packed the same way on CPUs with native bfloat16 instructions (AVX512-BF16, AMX), where the
+library loads models in bfloat16 by default: there ``F.linear`` reorders the weight on every call, and the packed
+product is ~1.7× faster for a few rows (a decoder layer's (1536 × 576) product of 2 rows: 23 against 41 µs; the head
+of 8 rows: 1.1 against 1.9 ms), with the same bits as ``F.linear`` and, on that machine, batch-invariant as well.
+
+:func:`pack_linears` turns every plain ``nn.Linear`` of such a CPU model into a :class:`PackedLinear` (still an
 ``nn.Linear``: same parameters, same state dict, PEFT wraps it as before). It keeps a packed copy of its weight
 (about the model's size again in memory), used only for inference: with autograd recording, another dtype or
 device, it is an ordinary ``nn.Linear`` (and frees its copy). A weight replaced or changed in place is packed
@@ -22,12 +27,23 @@ again on the next call, but a change through ``.data`` is invisible to PyTorch's
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-MAX_PACKED_BYTES = 4 * 2**30  # models with more float32 linear weights than this are left as they are (a second copy)
+MAX_PACKED_BYTES = 4 * 2**30  # models with more linear weight bytes than this are left as they are (a second copy)
+
+
+@functools.cache
+def cpu_has_fast_bf16() -> bool:
+    """Whether this CPU has native bfloat16 matrix instructions (AVX512-BF16 or AMX), read from /proc/cpuinfo."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text(errors="ignore")
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 @functools.cache
@@ -51,7 +67,8 @@ def mm_t(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 class PackedLinear(nn.Linear):
-    """``nn.Linear`` whose float32 CPU inference runs on a oneDNN-packed copy of its weight."""
+    """``nn.Linear`` whose CPU inference (float32, or bfloat16 on CPUs made for it) runs on a oneDNN-packed copy of
+    its weight."""
 
     _packed: tuple | None = None  # (the weight's identity and version when packed, the packed weight)
 
@@ -86,26 +103,32 @@ class PackedLinear(nn.Linear):
         return state
 
 
+def packed_dtypes() -> tuple[torch.dtype, ...]:
+    """The weight dtypes packed here: float32, and bfloat16 where the CPU multiplies it natively."""
+    return (torch.float32, torch.bfloat16) if cpu_has_fast_bf16() else (torch.float32,)
+
+
 def _packable(w: torch.Tensor) -> bool:
-    return w.dtype == torch.float32 and w.device.type == "cpu" and not w.is_inference()
+    return w.dtype in packed_dtypes() and w.device.type == "cpu" and not w.is_inference()
 
 
 def _fast(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> bool:
-    """Whether ``x Wᵀ + b`` may take the packed path: float32 on CPU, nothing to differentiate."""
+    """Whether ``x Wᵀ + b`` may take the packed path: a packed dtype on CPU (the input's the weight's), nothing to
+    differentiate."""
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)):
         return False
-    return _packable(w) and x.dtype == torch.float32 and x.device.type == "cpu" and x.numel() > 0
+    return _packable(w) and x.dtype == w.dtype and (b is None or b.dtype == w.dtype) and x.device.type == "cpu" and x.numel() > 0
 
 
 def pack_linears(model: nn.Module) -> int:
-    """Give every plain ``nn.Linear`` of ``model`` a packed float32 CPU path; returns how many (0 when unavailable).
+    """Give every plain ``nn.Linear`` of ``model`` a packed CPU path; returns how many (0 when unavailable).
 
-    Layers that are not float32 on CPU (or are inference tensors), that accelerate manages (offloaded or dispatched)
-    or that another library has subclassed or patched are left as they are, and so is a model whose float32 linear
+    Layers that are not of a packed dtype (:func:`packed_dtypes`) on CPU (or are inference tensors), that accelerate manages (offloaded or dispatched)
+    or that another library has subclassed or patched are left as they are, and so is a model whose linear
     weights exceed :data:`MAX_PACKED_BYTES` (the packed copies would double them).
     """
     layers = [m for m in model.modules() if type(m) is nn.Linear and _plain(m)]
-    if not available() or sum(m.weight.numel() * 4 for m in layers) > MAX_PACKED_BYTES:
+    if not available() or sum(m.weight.numel() * m.weight.element_size() for m in layers) > MAX_PACKED_BYTES:
         return 0
     for module in layers:
         module.__class__ = PackedLinear
@@ -138,7 +161,7 @@ class ContiguousLinear(nn.Linear):
 
 def contiguous_input(layer: nn.Module) -> bool:
     """Make a plain ``nn.Linear`` (the output head) whose weight is not float32 a :class:`ContiguousLinear`; False
-    when it is float32 (left to :func:`pack_linears`) or not plain (managed by accelerate or patched by another
+    when it is float32 (left to :func:`pack_linears`, as a packed bfloat16 head is) or not plain (managed by accelerate or patched by another
     library): those are left as they are."""
     plain = type(layer) is nn.Linear and not hasattr(layer, "_hf_hook") and "forward" not in layer.__dict__
     if not plain or layer.weight.dtype == torch.float32:
