@@ -6,11 +6,13 @@ import threading
 from dataclasses import replace
 
 import pytest
+import torch
 from conftest import random_switch
 
 import lmswitch as ls
-from lmswitch.core.generate import generate_tokens
+from lmswitch.core.generate import encode_prompts, generate_tokens
 from lmswitch.core.options import SamplingOptions
+from lmswitch.core.steering import steer
 from lmswitch.io.resources import shipped_switch_path
 from lmswitch.serve.batcher import Batcher, Busy, Row
 from lmswitch.serve.compute import ComputeThread
@@ -46,6 +48,33 @@ def test_requests_waiting_together_share_one_decode_and_each_gets_its_solo_token
         solo = generate_tokens(llama_lm, [prompt], [setting], [seed], SamplingOptions(max_new_tokens=n))
         assert row.text == solo.texts[0] and len(row.new_ids) <= n
         assert row.new_ids == solo.new_ids[0][: int(solo.new_mask[0].sum())].tolist()
+
+
+def unsteered_logprobs(lm, prompt: str, new_ids: list[int]) -> list[float]:
+    """Each new token's log-probability under the unsteered model, from one full forward pass of prompt + tokens."""
+    ids, _ = encode_prompts(lm, [prompt], SamplingOptions(max_new_tokens=len(new_ids)))
+    full = torch.cat([ids, torch.tensor([new_ids])], dim=1)
+    with torch.no_grad():
+        logp = torch.log_softmax(lm.model(input_ids=full).logits[0].float(), -1)
+    P = ids.shape[1]
+    return [float(logp[P - 1 + i, t]) for i, t in enumerate(new_ids)]
+
+
+def test_rows_decoded_together_carry_their_tokens_unsteered_log_probabilities(llama_lm):
+    """Scored while decoding (no body pass afterwards): each token's log-probability under the unsteered model, as a
+    full forward pass of the prompt and the tokens gives it; steered or not, whoever shared the decode."""
+    a = random_switch(llama_lm, seed=1, scale=20.0, name="a")
+    requests = [(WORDS, [(a, 4.0)], 1, 8), ("beta", [], 2, 6), (WORDS + " " + WORDS, [(a, -3.0)], 3, 5)]
+    rows = run_together(Batcher(llama_lm, ComputeThread()), requests)
+    for row, (prompt, *_) in zip(rows, requests, strict=True):
+        assert row.logprobs is not None and len(row.logprobs) == len(row.text_ids) > 0
+        assert list(row.logprobs) == pytest.approx(unsteered_logprobs(llama_lm, prompt, row.text_ids), abs=1e-4)
+    with steer(llama_lm, [(a, 4.0)]):  # what a hook that saw the steered head input would have recorded
+        steered = unsteered_logprobs(llama_lm, WORDS, rows[0].text_ids)
+    assert max(abs(x - y) for x, y in zip(rows[0].logprobs, steered, strict=True)) > 0.01  # 100× the tolerance above
+    whole = Batcher(llama_lm, ComputeThread())
+    whole.rolling = None  # a whole decode (sliding-window caches, best of n) records none: its rows are scored by text
+    assert run_together(whole, requests[:1])[0].logprobs is None
 
 
 def test_streams_grow_token_by_token_and_end_with_the_row(llama_lm):

@@ -10,6 +10,7 @@ import torch
 from conftest import random_switch
 
 import lmswitch as ls
+from lmswitch.core.hidden import encode_text as spans_encode
 from lmswitch.core.options import SamplingOptions
 from lmswitch.serve.compare import Comparison, ComparisonCache, Partial, compare
 from lmswitch.serve.compute import ComputeThread
@@ -76,7 +77,8 @@ def test_model_work_runs_on_the_compute_thread(llama_lm):
     assert torch.is_tensor(llama_lm.head.weight)
 
 
-def test_through_the_batcher_two_users_share_decodes_and_get_what_each_gets_alone(llama_lm):
+@pytest.mark.parametrize("rolling", [True, False], ids=["scored-from-the-decode", "whole-decode-scored-by-text"])
+def test_through_the_batcher_two_users_share_decodes_and_get_what_each_gets_alone(llama_lm, rolling):
     from lmswitch.serve.batcher import Batcher
 
     a, b = random_switch(llama_lm, seed=1, scale=20.0, name="a"), random_switch(llama_lm, seed=2, scale=20.0, name="b")
@@ -85,6 +87,7 @@ def test_through_the_batcher_two_users_share_decodes_and_get_what_each_gets_alon
                                                                                                                  ([(b, -3.0)], 2))]
     compute = ComputeThread()
     batcher = Batcher(llama_lm, compute)
+    batcher.rolling = batcher.rolling if rolling else None  # None: the path of sliding-window caches (Gemma 3)
     release = threading.Event()
     compute.submit(release.wait)  # both users' rows wait, then share one decode
     results: list = [None, None]
@@ -107,4 +110,29 @@ def test_through_the_batcher_two_users_share_decodes_and_get_what_each_gets_alon
         for mine, theirs in ((together.steered_scores, solo.steered_scores), (together.unsteered_scores, solo.unsteered_scores)):
             assert mine.tokens == theirs.tokens and mine.sentiment == theirs.sentiment
             assert mine.perplexity == pytest.approx(theirs.perplexity, rel=1e-5)
-    assert batcher._scores.items == 2  # both comparisons' scores went through the merged scorer
+    # rows joined a running decode: scored from the head inputs it recorded, no scoring pass; whole decodes record
+    # none, so both comparisons' texts went through the merged scorer (one body pass)
+    assert batcher._scores.items == (0 if rolling else 2)
+
+
+@pytest.mark.parametrize("seed, encoded_again", [(1, False), (3, True)], ids=["from-the-decode", "special-token-encoded-again"])
+def test_through_the_batcher_the_per_token_changes_come_from_the_decode_without_a_body_pass(llama_lm, monkeypatch, seed, encoded_again):
+    """The decode recorded each token's head input, so explaining the steered text needs no body pass; the changes are
+    the ones the text's own encoding gives (up to float32 rounding). With seed 3 the tiny model writes a special token,
+    which the text leaves out: that text does not tokenize back to what was decoded, so it is encoded again."""
+    import lmswitch.lenses.spans as spans
+    from lmswitch.serve.batcher import Batcher
+
+    s = random_switch(llama_lm, seed=1, scale=30.0, name="alpha")
+    solo = finished(compare(llama_lm, PROMPT, [(s, 6.0)], seed=seed, options=OPTIONS))  # the text encoded again: a body pass
+    encodings = []
+    monkeypatch.setattr(spans, "encode_text", lambda *a, **k: encodings.append(a) or spans_encode(*a, **k))
+    compute = ComputeThread()
+    together = finished(compare(llama_lm, PROMPT, [(s, 6.0)], seed=seed, options=OPTIONS, compute=compute,
+                                batcher=Batcher(llama_lm, compute)))
+    assert len(encodings) == encoded_again
+    assert together.steered == solo.steered and len(together.changes) == len(solo.changes) > 3
+    for mine, theirs in zip(together.changes, solo.changes, strict=True):
+        assert (mine.text, mine.token, mine.start, mine.end, mine.scored) == (theirs.text, theirs.token, theirs.start, theirs.end, theirs.scored)
+        assert mine.logp_base == pytest.approx(theirs.logp_base, abs=1e-4) and mine.delta == pytest.approx(theirs.delta, abs=1e-4)
+        assert [a.token for a in mine.promoted] == [a.token for a in theirs.promoted]

@@ -153,6 +153,17 @@ def encode_text(lm: LanguageModel, text: str, *, prompt: str | None = None, chat
     return EncodedText(text=text, ids=ids, offsets=offsets, hidden=hidden, scored=scored, windows=len(parts))
 
 
+def encoded_continuation(lm: LanguageModel, text: str, ids: Sequence[int], hidden: torch.Tensor) -> EncodedText | None:
+    """The :class:`EncodedText` of a generated continuation from the head inputs its decode recorded (row ``i`` of
+    ``hidden`` predicts ``ids[i]``), with no body pass; None when ``text`` does not tokenize back to ``ids`` (rare: then
+    :func:`encode_text` it)."""
+    retokenized, offsets = _offsets(lm, text)
+    if retokenized != list(ids) or not ids:
+        return None
+    return EncodedText(text=text, ids=list(ids), offsets=offsets, hidden=hidden.float(), scored=torch.ones(len(ids), dtype=torch.bool),
+                       windows=0)
+
+
 @torch.no_grad()
 def encode_continuations(lm: LanguageModel, texts: Sequence[str], *, prompt: str | Sequence[str],
                          chat: bool = False) -> list[EncodedText]:

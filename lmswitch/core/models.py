@@ -7,12 +7,14 @@ Hugging Face causal LM exposes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -179,6 +181,27 @@ class LanguageModel:
         the same time (other threads, or other users' work run at a pause point of
         this one, :mod:`lmswitch.core.pause`) pass through it untouched.
         """
+        with self._head_hook(stop=True) as captured:
+            try:
+                extra = {} if position_ids is None else {"position_ids": position_ids.to(self.input_device)}
+                self.model(input_ids=input_ids.to(self.input_device), attention_mask=attention_mask, use_cache=False, **extra)
+            except _StopForward:
+                pass
+        if not captured:
+            raise RuntimeError("the model's forward pass never reached its output head")
+        return captured[0]
+
+    def head_inputs(self) -> contextlib.AbstractContextManager[list[torch.Tensor]]:
+        """Record the output head's input ``c``, before any steering, of every forward pass run in this context: a list
+        that gets one ``(..., d)`` tensor per pass (e.g. a decode step's, to score its tokens under the unsteered model
+        later without a body pass). Other threads' passes, and other users' work run at a pause point, are not recorded.
+        """
+        return self._head_hook(stop=False, first=True)
+
+    @contextlib.contextmanager
+    def _head_hook(self, *, stop: bool, first: bool = False) -> Iterator[list[torch.Tensor]]:
+        """A pre-hook on the head that appends its input to the yielded list (``stop``: then skips the head) in the
+        calling context only; ``first``: it runs before hooks already there (steering), so it sees the input unsteered."""
         captured: list[torch.Tensor] = []
         token = _CAPTURING.set(captured)
 
@@ -186,20 +209,16 @@ class LanguageModel:
             if _CAPTURING.get() is not captured:
                 return None
             captured.append(args[0])
-            raise _StopForward
+            if stop:
+                raise _StopForward
+            return None
 
-        handle = self.head.register_forward_pre_hook(grab)
+        handle = self.head.register_forward_pre_hook(grab, prepend=first)
         try:
-            extra = {} if position_ids is None else {"position_ids": position_ids.to(self.input_device)}
-            self.model(input_ids=input_ids.to(self.input_device), attention_mask=attention_mask, use_cache=False, **extra)
-        except _StopForward:
-            pass
+            yield captured
         finally:
             handle.remove()
             _CAPTURING.reset(token)
-        if not captured:
-            raise RuntimeError("the model's forward pass never reached its output head")
-        return captured[0]
 
 
 _CAPTURING: ContextVar[list | None] = ContextVar("lmswitch_capturing_head_input", default=None)

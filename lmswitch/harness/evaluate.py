@@ -239,16 +239,15 @@ class TextScores:
         return asdict(self)
 
 
-def _perplexities(lm: LanguageModel, encoded: Sequence[EncodedText]) -> list[float | None]:
-    """Perplexity of each encoded text's scored tokens (None when none is scored), under the active steering; one
-    head pass over all texts' rows."""
+def _logprobs(lm: LanguageModel, encoded: Sequence[EncodedText]) -> list[list[float]]:
+    """The log-probability of each encoded text's scored tokens, under the active steering; one head pass over all
+    texts' rows."""
     if not encoded:
         return []
     keep = [enc.scored.to(enc.hidden.device) for enc in encoded]
     hidden = torch.cat([enc.hidden[k] for enc, k in zip(encoded, keep, strict=True)])
     ids = torch.cat([torch.tensor(enc.ids, device=hidden.device)[k] for enc, k in zip(encoded, keep, strict=True)])
-    logp = target_logprobs(lm, hidden, ids, [None])[0].split([int(k.sum()) for k in keep])
-    return [math.exp(-float(x.mean())) if len(x) else None for x in logp]
+    return [x.tolist() for x in target_logprobs(lm, hidden, ids, [None])[0].split([int(k.sum()) for k in keep])]
 
 
 @torch.no_grad()
@@ -272,10 +271,18 @@ def text_scores(lm: LanguageModel, prompt: str | Sequence[str], texts: Sequence[
             raise ValueError(f"text #{i + 1} is a {type(text).__name__}, not a string")
     filled = [i for i, text in enumerate(texts) if text.strip()]  # an empty text has no perplexity
     encoded = encode_continuations(lm, [texts[i] for i in filled], prompt=[prompts[i] for i in filled], chat=chat)
-    ppl = dict(zip(filled, _perplexities(lm, encoded), strict=True))
+    logprobs = dict(zip(filled, _logprobs(lm, encoded), strict=True))
     tokens = {i: enc.n_tokens for i, enc in zip(filled, encoded, strict=True)}
-    return [TextScores(sentiment=a, toxicity=b, perplexity=ppl.get(i), tokens=tokens.get(i, 0))
-            for i, (a, b) in enumerate(zip(sentiment_scores(texts), toxicity_scores(texts), strict=True))]
+    return scores_of(texts, [logprobs.get(i, ()) for i in range(len(texts))], [tokens.get(i, 0) for i in range(len(texts))])
+
+
+def scores_of(texts: Sequence[str], logprobs: Sequence[Sequence[float]], tokens: Sequence[int] | None = None) -> list[TextScores]:
+    """:class:`TextScores` of texts whose tokens' log-probabilities under the unsteered model are known (e.g. recorded
+    while decoding them): perplexity ``exp(−mean)``, None for a blank text; ``tokens`` defaults to the scored ones."""
+    tokens = [len(x) for x in logprobs] if tokens is None else tokens
+    return [TextScores(sentiment=a, toxicity=b, perplexity=math.exp(-sum(lp) / len(lp)) if len(lp) and text.strip() else None,
+                       tokens=n)
+            for text, lp, n, a, b in zip(texts, logprobs, tokens, sentiment_scores(texts), toxicity_scores(texts), strict=True)]
 
 
 # ---------------------------------------------------------------- evaluation of steering settings

@@ -295,6 +295,7 @@ def token_changes(
     chat: bool = False,
     top: int = 5,
     among: int | None = 100,
+    encoded: EncodedText | None = None,
 ) -> list[TokenChange]:
     """What a switch setting changed at each token of ``text`` (e.g. a generation after ``prompt``).
 
@@ -305,7 +306,9 @@ def token_changes(
     log-probability (``Δlogits = (M c)ᵀ E`` minus the change of the normaliser).
     ``among`` restricts the alternatives to tokens in the top ``among`` of either
     model at that step (the ones that could actually be sampled); ``None`` ranks the
-    whole vocabulary.
+    whole vocabulary. ``encoded``: the text's encoding when it is already known (a
+    decode's own, :func:`~lmswitch.core.hidden.encoded_continuation`), which saves
+    the body pass.
 
     >>> rows = token_changes(lm, [(sentiment, 5.0)], " was lovely", prompt="My weekend")  # doctest: +SKIP
     >>> [(r.text, round(r.delta, 2)) for r in rows]                                      # doctest: +SKIP
@@ -317,7 +320,7 @@ def token_changes(
         raise ValueError(f"among must be a positive integer or None; got {among!r}")
     check_setting(lm, setting)
     M = steering_matrix(setting)
-    enc = encode_text(lm, text, prompt=prompt, chat=chat)
+    enc = encoded if encoded is not None and encoded.text == text else encode_text(lm, text, prompt=prompt, chat=chat)
     bounds, pieces = enc.boundaries(), enc.pieces()
     decode = lm.tokenizer.decode
     out: list[TokenChange] = []

@@ -11,8 +11,11 @@ the ones the request would get alone (same seed), up to the floating-point
 effects of batching (none were seen in float32, whose packed linear layers give a
 row the same bits whatever rows share the product); its text stops at its own length.
 
-The scores shown under the finished outputs are merged the same way: the
-comparisons that finish together are scored in one body pass (:meth:`Batcher.scores`).
+The scores shown under the finished outputs need no more model work: each step
+records the head's input before steering, and a finished row's tokens are scored
+under the unsteered model from those (one head product). Where a decode did not
+record them (whole decodes), the comparisons that finish together are scored in
+one body pass (:meth:`Batcher.scores`).
 
 Over capacity (``max_waiting`` requests already waiting) :meth:`Batcher.stream`
 raises :class:`Busy` at once, so no one waits silently until a timeout.
@@ -36,10 +39,11 @@ from transformers.generation.streamers import BaseStreamer
 
 from lmswitch.core.budget import Budget, RowBudgets
 from lmswitch.core.generate import CoupledSampler, Prompt, check_seed, encode_prompts, finished_text, generate_tokens
+from lmswitch.core.hidden import target_logprobs
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SamplingOptions
 from lmswitch.core.steering import Setting, check_setting, steer, steer_rows
-from lmswitch.harness.evaluate import TextScores, text_scores
+from lmswitch.harness.evaluate import TextScores, scores_of, text_scores
 from lmswitch.serve.compute import ComputeThread, Merged
 
 MAX_BATCH = 8  # rows decoded together
@@ -58,6 +62,15 @@ class Row:
     new_ids: list[int]
     prompt_tokens: int
     ended: bool  # the model ended the text (end-of-sequence) before the length limit
+    # the unsteered model's log-probability of each new token of the text (a final end-of-sequence token left out),
+    # recorded while decoding (no body pass needed to score it); None where the decode did not record them
+    logprobs: tuple[float, ...] | None = None
+    hidden: torch.Tensor | None = field(default=None, compare=False, repr=False)  # (tokens, d): the head inputs behind them
+
+    @property
+    def text_ids(self) -> list[int]:
+        """The new tokens that make the text: ``new_ids`` less a final end-of-sequence token."""
+        return self.new_ids[:-1] if self.ended else self.new_ids
 
 
 @dataclass(eq=False)
@@ -161,6 +174,7 @@ class _Rolling:
         self.requests: list[_Request] = []
         self.samplers: list[CoupledSampler] = []
         self.ids: list[list[int]] = []
+        self.heads: list[list[torch.Tensor]] = []  # each row's head input (unsteered) for each of its tokens so far
         self.prompt_tokens: list[int] = []
         self.mask: torch.Tensor | None = None  # (B, L): which cached positions are real tokens
         self.cache: DynamicCache | None = None
@@ -176,8 +190,9 @@ class _Rolling:
         return all(type(layer) is DynamicLayer for layer in DynamicCache(config=lm.model.config).layers)
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, cache: DynamicCache, requests: list[_Request],
-                 budgets: list[Budget | None]) -> torch.Tensor:
-        """The next-token logits (B, V) float32 of ``ids`` given ``cache``, each row steered by its own switches."""
+                 budgets: list[Budget | None]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The next-token logits (B, V) float32 of ``ids`` given ``cache``, each row steered by its own switches, and
+        the head's input before steering (B, d), from which the unsteered model scores the tokens drawn."""
         positions = mask.long().cumsum(-1) - 1
         positions.masked_fill_(mask == 0, 1)
         settings, cap = [r.setting for r in requests], requests[0].options.budget
@@ -185,10 +200,10 @@ class _Rolling:
         same = all(list(x) == list(settings[0]) for x in settings)
         device = self.lm.input_device
         with (steer(self.lm, settings[0], kl_budget=cap, budget=budget) if same else
-              steer_rows(self.lm, settings, kl_budget=cap, budget=budget)), torch.inference_mode():
+              steer_rows(self.lm, settings, kl_budget=cap, budget=budget)), torch.inference_mode(), self.lm.head_inputs() as seen:
             out = self.lm.model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions[:, -ids.shape[1]:].to(device),
                                 past_key_values=cache, use_cache=True, logits_to_keep=1)
-        return out.logits[:, -1, :].float()
+        return out.logits[:, -1, :].float(), seen[-1][:, -1].clone()
 
     def admit(self, new: list[_Request]) -> list[tuple[_Request, Row]]:
         """Prefill ``new`` requests, sample their first tokens and add them to the running rows; returns the finished rows."""
@@ -196,7 +211,7 @@ class _Rolling:
         ids, mask = encode_prompts(self.lm, [r.prompt for r in new], options)
         cache = DynamicCache(config=self.lm.model.config)
         budgets = [Budget(1, r.options.per_generation) if r.options.per_generation is not None else None for r in new]
-        logits = self._forward(ids, mask, cache, new, budgets)
+        logits, heads = self._forward(ids, mask, cache, new, budgets)
         if self.cache is None:
             self.cache, self.mask = cache, mask
         else:
@@ -208,6 +223,7 @@ class _Rolling:
         self.requests += new
         self.samplers += [CoupledSampler([r.seed], r.options.temperature, r.options.top_p, b) for r, b in zip(new, budgets, strict=True)]
         self.ids += [[] for _ in new]
+        self.heads += [[h] for h in heads]
         self.prompt_tokens += [int(m.sum()) for m in mask]
         return self._sample(logits, first=len(self.requests) - len(new))
 
@@ -216,7 +232,10 @@ class _Rolling:
         last = torch.tensor([[ids[-1]] for ids in self.ids])
         self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.ids), 1)], dim=1)
         budgets = [sampler.budget for sampler in self.samplers]  # each row's steering budget (adaptive), or None
-        return self._sample(self._forward(last, self.mask, self.cache, self.requests, budgets), first=0)
+        logits, heads = self._forward(last, self.mask, self.cache, self.requests, budgets)
+        for row, h in zip(self.heads, heads, strict=True):
+            row.append(h)
+        return self._sample(logits, first=0)
 
     def _sample(self, logits: torch.Tensor, first: int) -> list[tuple[_Request, Row]]:
         """Draw the next token of rows ``first…`` (logits row k belongs to row first + k); hand out text; drop finished rows."""
@@ -227,11 +246,21 @@ class _Rolling:
             self.requests[b].out.put(self.lm.tokenizer.decode(self.ids[b], skip_special_tokens=True))
         done = [b for b, (r, ids) in enumerate(zip(self.requests, self.ids, strict=True))
                 if ids and (ids[-1] == self.eos or len(ids) >= r.options.max_new_tokens or r.gone.is_set())]
-        finished = [(self.requests[b], Row(finished_text(self.lm.tokenizer, self.ids[b]), self.ids[b],
-                                           self.prompt_tokens[b], self.ids[b][-1] == self.eos)) for b in done]
+        finished = [(self.requests[b], self._row(b)) for b in done]
         if done:
             self._drop(done)
         return finished
+
+    @torch.inference_mode()
+    def _row(self, b: int) -> Row:
+        """Row ``b`` finished, its tokens scored under the unsteered model from the head inputs its decode recorded (one
+        head product, no body pass)."""
+        ids, ended = self.ids[b], self.ids[b][-1] == self.eos
+        kept = len(ids) - ended
+        hidden = torch.stack(self.heads[b][:kept]) if kept else None
+        logprobs = target_logprobs(self.lm, hidden, torch.tensor(ids[:kept]), [None])[0] if kept else []
+        return Row(finished_text(self.lm.tokenizer, ids), ids, self.prompt_tokens[b], ended, tuple(float(x) for x in logprobs),
+                   hidden)
 
     def _drop(self, rows: list[int]) -> None:
         keep = [b for b in range(len(self.requests)) if b not in rows]
@@ -246,7 +275,7 @@ class _Rolling:
             self.mask = self.mask[:, start:]
             for layer in self.cache.layers:
                 layer.keys, layer.values = layer.keys[..., start:, :], layer.values[..., start:, :]
-        for name in ("requests", "samplers", "ids", "prompt_tokens"):
+        for name in ("requests", "samplers", "ids", "heads", "prompt_tokens"):
             setattr(self, name, [getattr(self, name)[b] for b in keep])
 
 
@@ -264,9 +293,13 @@ class Batcher:
         self.rolling = _Rolling(lm) if _Rolling.supported(lm) else None  # rows join a running decode between its steps
         self._scores = Merged(compute, self._score_all)
 
-    def scores(self, prompt: str, texts: list[str], *, chat: bool) -> list[TextScores]:
-        """:func:`~lmswitch.harness.evaluate.text_scores` on the compute thread, merged with other requests' scores."""
-        return self._scores((prompt, list(texts), bool(chat)))
+    def scores(self, prompt: str, rows: list[Row], *, chat: bool) -> list[TextScores]:
+        """The :class:`~lmswitch.harness.evaluate.TextScores` of finished rows of ``prompt``: from the log-probabilities
+        their decode recorded (:func:`~lmswitch.harness.evaluate.scores_of`, no model work), or else by
+        :func:`~lmswitch.harness.evaluate.text_scores` on the compute thread, merged with other requests' scores."""
+        if all(row.logprobs is not None for row in rows):
+            return scores_of([row.text for row in rows], [row.logprobs for row in rows])
+        return self._scores((prompt, [row.text for row in rows], bool(chat)))
 
     def _score_all(self, jobs: list[tuple[str, list[str], bool]]) -> list[list[TextScores]]:
         """Every job's scores, one call per chat setting."""

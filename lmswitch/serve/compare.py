@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from lmswitch.core.generate import stream_rows
+from lmswitch.core.hidden import encoded_continuation
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SAMPLING, SamplingOptions
 from lmswitch.core.steering import Setting
@@ -92,33 +93,38 @@ def _call(compute: ComputeThread | None, fn, *args, **kwargs):
     return compute.run(fn, *args, **kwargs) if compute is not None else fn(*args, **kwargs)
 
 
-def _finish(lm: LanguageModel, prompt: str, setting: Setting, texts: tuple[str, str], base_scores: TextScores | None,
+def _finish(lm: LanguageModel, prompt: str, setting: Setting, outputs: list[str | Row], base: tuple[str, TextScores] | None,
             options: SamplingOptions, changes: bool, compute: ComputeThread | None, batcher: Batcher | None) -> Comparison:
-    """Score the two finished texts (the unsteered one only when not cached; with ``batcher``, together with other
-    requests' texts) and explain the steered one."""
-    steered, base = texts
-    wanted = [steered] if base_scores is not None else ([steered, base] if setting else [base])
-    scores = (batcher.scores(prompt, wanted, chat=options.chat) if batcher is not None
-              else _call(compute, text_scores, lm, prompt, wanted, chat=options.chat))
-    base_scores = base_scores if base_scores is not None else scores[-1]
+    """Score the finished outputs (steered, then unsteered unless ``base`` has it from the cache; :class:`Row` objects
+    with ``batcher``, which scores them from their decode) and explain the steered one."""
+    texts = [_text(x) for x in outputs]
+    steered, base_text = texts[0], (base[0] if base else texts[-1])
+    scores = (batcher.scores(prompt, outputs, chat=options.chat) if batcher is not None
+              else _call(compute, text_scores, lm, prompt, texts, chat=options.chat))
+    base_scores = base[1] if base else scores[-1]
     per_token = None
     if changes and setting and steered:
-        per_token = _call(compute, token_changes, lm, setting, steered, prompt=prompt, chat=options.chat)
-    return Comparison({s.name: float(e) for s, e in setting}, steered, base, scores[0], base_scores, per_token)
+        row = outputs[0]
+        encoded = encoded_continuation(lm, steered, row.text_ids, row.hidden) if isinstance(row, Row) and row.hidden is not None else None
+        per_token = _call(compute, token_changes, lm, setting, steered, prompt=prompt, chat=options.chat, encoded=encoded)
+    return Comparison({s.name: float(e) for s, e in setting}, steered, base_text, scores[0], base_scores, per_token)
 
 
-def _batched_rows(batcher: Batcher, prompt: str, rows: list[Setting], seed: int, options: SamplingOptions) -> Iterator[list[str]]:
-    """Like :func:`~lmswitch.core.generate.stream_rows`, through ``batcher``: every row's text so far, after each token."""
+def _text(output: str | Row) -> str:
+    return output.text if isinstance(output, Row) else output
+
+
+def _batched_rows(batcher: Batcher, prompt: str, rows: list[Setting], seed: int, options: SamplingOptions) -> Iterator[list[str | Row]]:
+    """Like :func:`~lmswitch.core.generate.stream_rows`, through ``batcher``: every row's text so far after each token,
+    or its :class:`Row` once finished."""
     streams = [batcher.stream(prompt, row, seed=seed, options=options) for row in rows]
-    texts, done = [""] * len(rows), [False] * len(rows)
+    outputs: list[str | Row] = [""] * len(rows)
     try:
-        while not all(done):
+        while not all(isinstance(x, Row) for x in outputs):
             for i, stream in enumerate(streams):
-                if not done[i]:
-                    item = next(stream)
-                    done[i] = isinstance(item, Row)
-                    texts[i] = item.text if done[i] else item
-            yield list(texts)
+                if not isinstance(outputs[i], Row):
+                    outputs[i] = next(stream)
+            yield list(outputs)
     finally:
         for stream in streams:
             stream.close()
@@ -153,16 +159,14 @@ def compare(
         return
     cached_base = cache.get(base_key) if cache is not None and setting else None
     rows = [setting] if cached_base else [setting, []] if setting else [[]]
-    texts: list[str] = [""]
+    outputs: list[str | Row] = [""]
     stream = (_batched_rows(batcher, prompt, rows, seed, options) if batcher is not None
               else stream_rows(lm, prompt, rows, seed=seed, executor=compute, **options.to_dict()))
-    for texts in until(stop or threading.Event(), stream):
-        yield Partial(texts[0], cached_base[0] if cached_base else texts[-1])
+    for outputs in until(stop or threading.Event(), stream):
+        yield Partial(_text(outputs[0]), cached_base[0] if cached_base else _text(outputs[-1]))
     if stop is not None and stop.is_set():
         return
-    base = cached_base[0] if cached_base else texts[-1]
-    result = _finish(lm, prompt, setting, (texts[0], base), cached_base[1] if cached_base else None, options, changes, compute,
-                     batcher)
+    result = _finish(lm, prompt, setting, outputs, cached_base, options, changes, compute, batcher)
     if cache is not None:
         cache.put(base_key, (result.unsteered, result.unsteered_scores))
         cache.put(key, result)
