@@ -128,6 +128,44 @@ def bench_packed_layers(lm: ls.LanguageModel, repeats: int) -> dict:
     return out
 
 
+def bench_scoring(lm: ls.LanguageModel, repeats: int) -> dict:
+    """What a finished comparison of the Steer view costs after its decode (the scores of both texts and the steered
+    text's per-token changes): from the head inputs the batcher's decode recorded, vs encoding the texts again (what it
+    did before, and still does after a whole decode), alternating on the same two 40-token rows."""
+    from lmswitch.core.hidden import encoded_continuation
+    from lmswitch.harness.evaluate import scores_of, text_scores
+    from lmswitch.lenses.spans import token_changes
+    from lmswitch.serve.batcher import Batcher
+    from lmswitch.serve.compute import ComputeThread
+
+    setting = [(ls.load_switch(shipped_switch_path("sentiment"), lm), 4.0)]
+    prompt, options = "My weekend was", SamplingOptions(max_new_tokens=40)
+    batcher = Batcher(lm, ComputeThread())
+    steered, unsteered = (batcher.generate(prompt, row, seed=1, options=options) for row in (setting, []))
+    texts = [steered.text, unsteered.text]
+    encoded = encoded_continuation(lm, steered.text, steered.text_ids, steered.hidden)
+    if encoded is None:
+        return {}
+
+    def from_decode() -> None:
+        scores_of(texts, [steered.logprobs, unsteered.logprobs])
+        token_changes(lm, setting, steered.text, prompt=prompt, encoded=encoded)
+
+    def encoding_again() -> None:
+        text_scores(lm, prompt, texts)
+        token_changes(lm, setting, steered.text, prompt=prompt)
+
+    ours, before = [], []
+    for k in range(repeats + 1):
+        for fn, out in ((from_decode, ours), (encoding_again, before)):
+            start = time.perf_counter()
+            fn()
+            if k:  # the first round warms up
+                out.append(time.perf_counter() - start)
+    return {"tokens": len(steered.new_ids), "from_decode_s": round(statistics.median(ours), 4),
+            "encoding_again_s": round(statistics.median(before), 4)}
+
+
 def _naive_train(lm: ls.LanguageModel, text: str, steps: int, lr: float, eps0: float = 1e-3, seed: int = 0) -> float:
     """The reference-code way: every step runs the whole model forward and backward on the text."""
     ids = lm.tokenizer(text, return_tensors="pt").input_ids
@@ -635,6 +673,9 @@ def _decode_rows(dc: dict) -> str:
     dtype = packed.pop("dtype", "")
     batched = "".join(f"\n| sampling {case.replace('x', ' rows × ')} tokens, {dtype}: oneDNN-packed layers vs plain `nn.Linear` | "
                       f"{t['packed_s']} s vs {t['plain_s']} s | — |" for case, t in packed.items())
+    sc = dc.get("scoring") or {}
+    batched += (f"\n| a finished {sc['tokens']}-token comparison's scores and per-token changes: from its decode vs encoding the "
+                f"texts again | {sc['from_decode_s']} s vs {sc['encoding_again_s']} s | — |") if sc else ""
     return (f"| decode {dc['decode_tokens']} tokens, 3 switches vs unsteered | {dc['three_switches_s']} s vs {dc['unsteered_s']} s → "
             f"ratio {dc['ratio']} | ≤ 1.03 |\n| same, 3 switches with the per-token KL cap ({KL_BUDGET:g} nat) | "
             f"{dc['kl_cap_s']} s → ratio {dc['kl_cap_ratio']} vs unsteered | — |\n"
@@ -659,7 +700,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.only == "decode":
         lm = ls.load_model(dtype=args.dtype)
-        dc = {**bench_decode(lm, args.tokens, args.repeats), "packed": bench_packed_layers(lm, args.repeats)}
+        dc = {**bench_decode(lm, args.tokens, args.repeats), "packed": bench_packed_layers(lm, args.repeats),
+              "scoring": bench_scoring(lm, args.repeats)}
         print(json.dumps(dc, indent=2) if args.json else _decode_rows(dc))
         return
     if args.only == "train":
@@ -690,7 +732,8 @@ def main() -> None:
     results["load"] = bench_load()
     lm = ls.load_model(dtype=args.dtype)
     results["machine"] += f", model dtype {str(lm.model.dtype).removeprefix('torch.')}"
-    results["decode"] = {**bench_decode(lm, args.tokens, args.repeats), "packed": bench_packed_layers(lm, args.repeats)}
+    results["decode"] = {**bench_decode(lm, args.tokens, args.repeats), "packed": bench_packed_layers(lm, args.repeats),
+                         "scoring": bench_scoring(lm, args.repeats)}
     results["train"], switch = bench_train(lm, args.steps, args.naive_steps)
     results["lens"] = bench_lens(lm, switch, args.repeats)
     results["eval"] = bench_eval(lm, args.eval_prompts, args.eval_samples)
