@@ -255,12 +255,13 @@ class _Rolling:
     def _row(self, b: int) -> Row:
         """Row ``b`` finished, its tokens scored under the unsteered model from the head inputs its decode recorded (one
         head product, no body pass)."""
-        ids, ended = self.ids[b], self.ids[b][-1] == self.eos
-        kept = len(ids) - ended
-        hidden = torch.stack(self.heads[b][:kept]) if kept else None
-        logprobs = target_logprobs(self.lm, hidden, torch.tensor(ids[:kept]), [None])[0] if kept else []
-        return Row(finished_text(self.lm.tokenizer, ids), ids, self.prompt_tokens[b], ended, tuple(float(x) for x in logprobs),
-                   hidden)
+        ids = self.ids[b]
+        row = Row(finished_text(self.lm.tokenizer, ids), ids, self.prompt_tokens[b], ids[-1] == self.eos, logprobs=())
+        if not row.text_ids:
+            return row
+        hidden = torch.stack(self.heads[b][: len(row.text_ids)])
+        logprobs = target_logprobs(self.lm, hidden, torch.tensor(row.text_ids), [None])[0]
+        return replace(row, logprobs=tuple(float(x) for x in logprobs), hidden=hidden)
 
     def _drop(self, rows: list[int]) -> None:
         keep = [b for b in range(len(self.requests)) if b not in rows]
