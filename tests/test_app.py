@@ -472,3 +472,16 @@ def test_a_model_whose_layers_cannot_be_found_is_still_served(llama_lm, folder, 
     monkeypatch.setattr(type(llama_lm), "decoder_layers", unknown)
     backend = app.Backend.with_model(llama_lm, folder)  # no pause points before its layers: its passes run whole
     assert backend.run(lambda: backend.lm is llama_lm)
+
+
+def test_once_its_model_is_loaded_the_server_takes_what_it_holds_for_good_out_of_the_garbage_collector(backend):
+    """A full collection scanning the model, the switches and the libraries' modules paused every user for ~0.25 s;
+    frozen, they are not scanned again (``app.main`` runs this on a side thread once the model is loaded)."""
+    import gc
+
+    held = gc.get_freeze_count()
+    try:
+        app.freeze_when_loaded(backend)  # the backend is loaded: it returns at once
+        assert gc.get_freeze_count() > held + 1000
+    finally:
+        gc.unfreeze()
