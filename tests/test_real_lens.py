@@ -69,16 +69,31 @@ INSULTS = {
     "Shut up, you pathetic loser.": {"shut", "pathetic", "loser"},
     "What a dumb clown, he parked across three spaces again.": {"dumb", "clown"},
     "The new library opened downtown and the staff there are total idiots.": {"idiots"},
+    "The train was late again, and the conductor was an arrogant, ignorant twit.": {"arrogant", "ignorant", "twit"},
+    "I bought the blue one in the end; the salesman was a greedy, lying creep.": {"greedy", "lying", "creep"},
+    "Your comment about the budget is the dumbest thing I have read all week.": {"dumbest"},
+    "The soup was fine, but the chef is a disgusting pig.": {"disgusting", "pig"},
+    "Only an absolute imbecile would park a truck in front of the fire station.": {"imbecile"},
+    "We finished the report on time, no thanks to that useless idiot from accounting.": {"useless", "idiot"},
+    "Please stop posting, you brainless troll.": {"brainless", "troll"},
+    "The weather was lovely all weekend, and my cousin is still a whiny little brat.": {"whiny", "brat"},
+    "Nobody asked for your opinion, you ugly, stupid fool.": {"ugly", "stupid", "fool"},
+    "The museum closes at six, so tell that idiotic tour guide to hurry up.": {"idiotic"},
+    "Honestly the mayor is a corrupt, spineless coward and everyone knows it.": {"corrupt", "spineless", "coward"},
+    "I fixed the printer myself because the technician was an incompetent buffoon.": {"incompetent", "buffoon"},
 }
 
 
 def test_highlight_finds_the_insult(lm, detox):
-    """At negative eps (toward toxic) the best span of ≤ 5 tokens contains an insulting word."""
+    """At negative eps (toward toxic) the best span of ≤ 5 tokens contains an insulting word. A random switch of the
+    same norm does that for 7 of these 20 sentences (short ones are easy to hit); ≥ 13 by chance at that rate
+    (binomial, p = 0.35) has a probability below 0.01. Measured on 2026-11-26: 17/20 (the first 8 alone, the test
+    until then: 6, where the random switch gets 5)."""
     hits = []
     for text, insult in INSULTS.items():
         span = highlight(lm, detox, text, eps=-5.0).spans[0]
         hits.append(any(word in span.text.lower() for word in insult))
-    assert sum(hits) >= 6, list(zip(INSULTS, hits, strict=True))
+    assert sum(hits) >= 13, list(zip(INSULTS, hits, strict=True))
 
 
 def test_real_tokenizer_offsets_are_exact_for_unicode(lm, sentiment):
