@@ -148,7 +148,7 @@ def bench_scoring(lm: ls.LanguageModel, repeats: int) -> dict:
         return {}
 
     def from_decode() -> None:
-        scores_of(texts, [steered.logprobs, unsteered.logprobs])
+        scores_of(texts, batcher.logprobs([steered, unsteered]))
         token_changes(lm, setting, steered.text, prompt=prompt, encoded=encoded)
 
     def encoding_again() -> None:

@@ -65,16 +65,19 @@ def test_rows_decoded_together_carry_their_tokens_unsteered_log_probabilities(ll
     full forward pass of the prompt and the tokens gives it; steered or not, whoever shared the decode."""
     a = random_switch(llama_lm, seed=1, scale=20.0, name="a")
     requests = [(WORDS, [(a, 4.0)], 1, 8), ("beta", [], 2, 6), (WORDS + " " + WORDS, [(a, -3.0)], 3, 5)]
-    rows = run_together(Batcher(llama_lm, ComputeThread()), requests)
-    for row, (prompt, *_) in zip(rows, requests, strict=True):
-        assert row.logprobs is not None and len(row.logprobs) == len(row.text_ids) > 0
-        assert list(row.logprobs) == pytest.approx(unsteered_logprobs(llama_lm, prompt, row.text_ids), abs=1e-4)
+    batcher = Batcher(llama_lm, ComputeThread())
+    rows = run_together(batcher, requests)
+    scored = batcher.logprobs(rows)  # all rows in one head pass
+    for row, logprobs, (prompt, *_) in zip(rows, scored, requests, strict=True):
+        assert row.hidden is not None and len(logprobs) == len(row.hidden) == len(row.text_ids) > 0
+        assert logprobs == pytest.approx(unsteered_logprobs(llama_lm, prompt, row.text_ids), abs=1e-4)
+        assert batcher.logprobs([row]) == [logprobs]  # alone: the same
     with steer(llama_lm, [(a, 4.0)]):  # what a hook that saw the steered head input would have recorded
         steered = unsteered_logprobs(llama_lm, WORDS, rows[0].text_ids)
-    assert max(abs(x - y) for x, y in zip(rows[0].logprobs, steered, strict=True)) > 0.01  # 100× the tolerance above
+    assert max(abs(x - y) for x, y in zip(scored[0], steered, strict=True)) > 0.01  # 100× the tolerance above
     whole = Batcher(llama_lm, ComputeThread())
     whole.rolling = None  # a whole decode (sliding-window caches, best of n) records none: its rows are scored by text
-    assert run_together(whole, requests[:1])[0].logprobs is None
+    assert run_together(whole, requests[:1])[0].hidden is None
 
 
 def test_streams_grow_token_by_token_and_end_with_the_row(llama_lm):

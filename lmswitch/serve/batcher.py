@@ -11,9 +11,9 @@ the ones the request would get alone (same seed), up to the floating-point
 effects of batching (none were seen in float32, whose packed linear layers give a
 row the same bits whatever rows share the product); its text stops at its own length.
 
-The scores shown under the finished outputs need no more model work: each step
-records the head's input before steering, and a finished row's tokens are scored
-under the unsteered model from those (one head product). Where a decode did not
+The scores shown under the finished outputs need no body pass: each step records
+the head's input before steering, and a finished row's tokens are scored under
+the unsteered model from those when asked (one head product). Where a decode did not
 record them (whole decodes), the comparisons that finish together are scored in
 one body pass (:meth:`Batcher.scores`).
 
@@ -62,10 +62,9 @@ class Row:
     new_ids: list[int]
     prompt_tokens: int
     ended: bool  # the model ended the text (end-of-sequence) before the length limit
-    # the unsteered model's log-probability of each new token of the text (a final end-of-sequence token left out),
-    # recorded while decoding (no body pass needed to score it); None where the decode did not record them
-    logprobs: tuple[float, ...] | None = None
-    hidden: torch.Tensor | None = field(default=None, compare=False, repr=False)  # (tokens, d): the head inputs behind them
+    # (len(text_ids), d): the head input (before steering) behind each token of the text, recorded while decoding, so
+    # scoring or explaining the text needs no body pass (:meth:`Batcher.logprobs`); None where the decode did not record them
+    hidden: torch.Tensor | None = field(default=None, compare=False, repr=False)
 
     @property
     def text_ids(self) -> list[int]:
@@ -251,17 +250,12 @@ class _Rolling:
             self._drop(done)
         return finished
 
-    @torch.inference_mode()
     def _row(self, b: int) -> Row:
-        """Row ``b`` finished, its tokens scored under the unsteered model from the head inputs its decode recorded (one
-        head product, no body pass)."""
+        """Row ``b`` finished, with the head inputs its decode recorded for the tokens of its text."""
         ids = self.ids[b]
-        row = Row(finished_text(self.lm.tokenizer, ids), ids, self.prompt_tokens[b], ids[-1] == self.eos, logprobs=())
-        if not row.text_ids:
-            return row
-        hidden = torch.stack(self.heads[b][: len(row.text_ids)])
-        logprobs = target_logprobs(self.lm, hidden, torch.tensor(row.text_ids), [None])[0]
-        return replace(row, logprobs=tuple(float(x) for x in logprobs), hidden=hidden)
+        row = Row(finished_text(self.lm.tokenizer, ids), ids, self.prompt_tokens[b], ids[-1] == self.eos)
+        kept = self.heads[b][: len(row.text_ids)]
+        return replace(row, hidden=torch.stack(kept) if kept else self.heads[b][0].new_zeros(0, self.lm.hidden_size))
 
     def _drop(self, rows: list[int]) -> None:
         keep = [b for b in range(len(self.requests)) if b not in rows]
@@ -295,12 +289,21 @@ class Batcher:
         self._scores = Merged(compute, self._score_all)
 
     def scores(self, prompt: str, rows: list[Row], *, chat: bool) -> list[TextScores]:
-        """The :class:`~lmswitch.harness.evaluate.TextScores` of finished rows of ``prompt``: from the log-probabilities
-        their decode recorded (:func:`~lmswitch.harness.evaluate.scores_of`, no model work), or else by
-        :func:`~lmswitch.harness.evaluate.text_scores` on the compute thread, merged with other requests' scores."""
-        if all(row.logprobs is not None for row in rows):
-            return scores_of([row.text for row in rows], [row.logprobs for row in rows])
+        """The :class:`~lmswitch.harness.evaluate.TextScores` of finished rows of ``prompt``: from the head inputs their
+        decode recorded (:meth:`logprobs`, one head product), or else by :func:`~lmswitch.harness.evaluate.text_scores`
+        on the compute thread, merged with other requests' scores. Only asked for where scores are shown: a row of the
+        OpenAI endpoints costs nothing more than its decode."""
+        if all(row.hidden is not None for row in rows):
+            return scores_of([row.text for row in rows], self.compute.run(self.logprobs, rows))
         return self._scores((prompt, [row.text for row in rows], bool(chat)))
+
+    @torch.inference_mode()
+    def logprobs(self, rows: list[Row]) -> list[list[float]]:
+        """The unsteered model's log-probability of each token of each row's text, from the head inputs its decode
+        recorded (rows with ``hidden``): one head pass over all of them, no body pass."""
+        ids = torch.tensor([t for row in rows for t in row.text_ids], dtype=torch.long)
+        logp = target_logprobs(self.lm, torch.cat([row.hidden for row in rows]), ids, [None])[0] if len(ids) else torch.zeros(0)
+        return [x.tolist() for x in logp.split([len(row.text_ids) for row in rows])]
 
     def _score_all(self, jobs: list[tuple[str, list[str], bool]]) -> list[list[TextScores]]:
         """Every job's scores, one call per chat setting."""
