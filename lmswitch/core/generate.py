@@ -60,7 +60,8 @@ class CoupledSampler(LogitsProcessor):
         # every stream advances by one draw per step, also for greedy rows, so streams stay aligned
         noise = torch.stack([torch.rand(V, generator=g) for g in self.generators]).to(logits.device)  # (B, V)
         # the model's own log-probabilities (temperature 1), for the steering budget and best of n: computed once
-        model_logp = torch.log_softmax(logits, dim=-1) if (self.budget, self.stops) != (None, None) or self.temperature == 1 else None
+        needed = self.budget is not None or self.stops is not None or self.temperature == 1
+        model_logp = torch.log_softmax(logits, dim=-1) if needed else None
         if self.temperature == 0:
             choice = logits.argmax(-1)
         else:
