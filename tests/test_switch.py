@@ -156,10 +156,13 @@ def test_non_square_matrix_with_valid_header(tmp_path, saved, shape):
 def test_wrong_tensor_name(tmp_path, saved, switch):
     path = tmp_path / "renamed.safetensors"
     save_file({"weight": switch.W}, str(path), metadata=real_metadata(saved))
-    with pytest.raises(SwitchFileError, match="exactly one tensor 'W'"):
+    with pytest.raises(SwitchFileError, match="should hold the tensor 'W' and at most a 'judge'"):
+        load_switch(path)
+    save_file({"W": switch.W, "judge": torch.zeros(3)}, str(path), metadata=real_metadata(saved))
+    with pytest.raises(SwitchFileError, match="judge of shape"):
         load_switch(path)
     save_file({"W": switch.W, "extra": torch.zeros(1)}, str(path), metadata=real_metadata(saved))
-    with pytest.raises(SwitchFileError, match="exactly one tensor 'W'"):
+    with pytest.raises(SwitchFileError, match="should hold the tensor 'W' and at most a 'judge'"):
         load_switch(path)
 
 

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from lmswitch.core.models import LanguageModel
 
 FORMAT_VERSION = "1"
+TENSORS = ("W", "judge")  # stored as tensors, not in the JSON header
 MAX_FILE_BYTES = 2 * 1024**3  # a 16k × 16k float32 matrix is 1 GiB; anything much larger is not a switch
 
 
@@ -53,6 +54,7 @@ class Switch:
     model_name: str = ""
     model_fingerprint: str = ""
     card: Card = field(default_factory=Card)  # what it is and how it was made (a plain dict is parsed into a Card)
+    judge: torch.Tensor | None = None  # (d + 1,) [w, b]: log-odds of the positive side from a text's mean head input
 
     def __post_init__(self) -> None:
         self.W = torch.as_tensor(self.W).detach().to("cpu", torch.float32).contiguous()
@@ -60,6 +62,11 @@ class Switch:
             raise SwitchFileError(f"a switch matrix must be square (d × d); got shape {tuple(self.W.shape)}")
         if not torch.isfinite(self.W).all():
             raise SwitchFileError(f"switch '{self.name}' has NaN or infinite entries")
+        if self.judge is not None:
+            self.judge = torch.as_tensor(self.judge).detach().to("cpu", torch.float32).contiguous()
+            if self.judge.shape != (self.W.shape[0] + 1,) or not torch.isfinite(self.judge).all():
+                raise SwitchFileError(f"switch '{self.name}' has a judge of shape {tuple(self.judge.shape)} (or non-finite); "
+                                      f"expected {self.W.shape[0] + 1} finite numbers")
         if not (math.isfinite(self.eps0) and self.eps0 > 0):
             raise SwitchFileError(f"eps0 must be a positive finite number; got {self.eps0}")
         try:
@@ -113,13 +120,15 @@ class Switch:
         k = float(k)
         if not math.isfinite(k):
             raise ValueError(f"cannot scale a switch by {k}")
-        out = replace(self, W=self.W * k, name=f"{k:g}*{self.name}", card={"scaled_from": self.name, "factor": k})
+        out = replace(self, W=self.W * k, name=f"{k:g}*{self.name}", card={"scaled_from": self.name, "factor": k},
+                      judge=None if self.judge is None or k == 0 else self.judge * math.copysign(1.0, k))
         return out._swap_labels() if k < 0 else out
 
     __rmul__ = __mul__
 
     def __neg__(self) -> Switch:
-        return replace(self, W=-self.W, name=f"-{self.name}", card={"negated_from": self.name})._swap_labels()
+        return replace(self, W=-self.W, name=f"-{self.name}", card={"negated_from": self.name},
+                       judge=None if self.judge is None else -self.judge)._swap_labels()
 
     def __add__(self, other: Switch) -> Switch:
         if not isinstance(other, Switch):
@@ -134,6 +143,7 @@ class Switch:
             positive_label=f"{self.positive_label} & {other.positive_label}",
             negative_label=f"{self.negative_label} & {other.negative_label}",
             card={"sum_of": [self.name, other.name]},
+            judge=None,  # two styles at once have no single judge
         )
 
     def __sub__(self, other: Switch) -> Switch:
@@ -169,7 +179,7 @@ class Switch:
     # --- files ------------------------------------------------------------------------
     def header(self) -> dict:
         """Everything but ``W``, as JSON-ready data (what the file header stores)."""
-        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "W"}
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in TENSORS}
         data["eps_range"] = list(self.eps_range)
         data["card"] = self.card.to_dict()
         return data
@@ -184,7 +194,7 @@ class Switch:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         os.close(fd)
         try:
-            save_file({"W": self.W}, tmp, metadata=meta)
+            save_file({k: getattr(self, k) for k in TENSORS if getattr(self, k) is not None}, tmp, metadata=meta)
             with open(tmp, "rb") as fh:
                 os.fsync(fh.fileno())
             os.replace(tmp, path)
@@ -211,9 +221,10 @@ def load_switch(path: str | os.PathLike, model: LanguageModel | None = None) -> 
             keys = set(f.keys())
             if meta.get("format") != "lmswitch" or "switch" not in meta:
                 raise SwitchFileError(f"{path.name} is a safetensors file but not an lmswitch switch (no switch header)")
-            if keys != {"W"}:
-                raise SwitchFileError(f"{path.name} should hold exactly one tensor 'W'; it holds {sorted(keys)}")
+            if "W" not in keys or not keys <= set(TENSORS):
+                raise SwitchFileError(f"{path.name} should hold the tensor 'W' and at most a 'judge'; it holds {sorted(keys)}")
             W = f.get_tensor("W")
+            judge = f.get_tensor("judge").float() if "judge" in keys else None
     except SafetensorError as err:
         raise SwitchFileError(f"{path.name} is not a valid safetensors file ({err}); it may be truncated or corrupted") from None
     except (OSError, UnicodeDecodeError) as err:
@@ -226,9 +237,9 @@ def load_switch(path: str | os.PathLike, model: LanguageModel | None = None) -> 
         raise SwitchFileError(f"{path.name} has an unreadable switch header ({err})") from None
     if W.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
         raise SwitchFileError(f"{path.name}: W has dtype {W.dtype}; expected a floating-point matrix")
-    known = {f for f in Switch.__dataclass_fields__ if f != "W"}
+    known = {f for f in Switch.__dataclass_fields__ if f not in TENSORS}
     try:
-        switch = Switch(W=W.float(), **{k: v for k, v in header.items() if k in known})
+        switch = Switch(W=W.float(), judge=judge, **{k: v for k, v in header.items() if k in known})
     except SwitchFileError as err:
         raise SwitchFileError(f"{path.name}: {err}") from None
     except TypeError as err:

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from lmswitch.core import solver
 from lmswitch.core.card import Card, TrainingRecord
 from lmswitch.core.hidden import TokenStates, check_text, encode_texts
+from lmswitch.core.judge import fit_judge
 from lmswitch.core.models import LanguageModel, preferred_dtype
 from lmswitch.core.options import TrainConfig
 from lmswitch.core.pause import pause_point
@@ -503,7 +504,8 @@ def train_events(
                      held_with=held_best if config.rank is None else None)  # a truncated W is scored again
         card = card.updated(warnings=[warning]) if warning else card
     yield Done(Switch(W=run.W.detach().cpu(), name=name, description=description, eps0=config.eps0, positive_label=positive_label,
-                      negative_label=negative_label, model_name=lm.name, model_fingerprint=lm.fingerprint, card=card))
+                      negative_label=negative_label, model_name=lm.name, model_fingerprint=lm.fingerprint, card=card,
+                      judge=fit_judge(data)))
 
 
 def train_switch(
