@@ -198,3 +198,21 @@ def test_a_best_of_request_with_more_candidates_than_the_batch_holds_is_still_se
     row = batcher.generate(WORDS, [], seed=0, options=options)
     assert row.text == generate_tokens(llama_lm, [WORDS], [[]], [0], options).texts[0]
     assert row.text != generate_tokens(llama_lm, [WORDS], [[]], [0], replace(options, best_of=1)).texts[0]  # not one sample
+
+
+def test_a_guided_request_decodes_whole_and_equals_its_solo_run(llama_lm):
+    """Guided decoding chooses among candidates every few tokens: like best of n it is decoded whole, and gets the same
+    text as alone; an unsteered request beside it is the plain decode."""
+    a = random_switch(llama_lm, seed=1, scale=20.0, name="a")
+    a.judge = torch.randn(a.dim + 1, generator=torch.Generator().manual_seed(0))
+    batcher = Batcher(llama_lm, ComputeThread())
+    options = SamplingOptions(max_new_tokens=8, guide=3)
+    requests = [(WORDS, [(a, 4.0)], 1), ("beta", [], 2)]
+    release = held(batcher.compute)
+    streams = [batcher.stream(p, s, seed=seed, options=options) for p, s, seed in requests]
+    release.set()
+    rows = [list(stream) for stream in streams]
+    assert batcher.batches == 1 and all(len(r) == 1 for r in rows)  # one whole decode, no partial text
+    for got, (prompt, setting, seed) in zip(rows, requests, strict=True):
+        assert got[-1].text == generate_tokens(llama_lm, [prompt], [setting], [seed], options).texts[0]
+    assert rows[1][-1].text == generate_tokens(llama_lm, ["beta"], [[]], [2], replace(options, guide=1)).texts[0]

@@ -287,4 +287,4 @@ def test_protocol_defaults_are_the_sampling_defaults():
     assert (PROTOCOL.top_p, PROTOCOL.temperature) == (SAMPLING.top_p, SAMPLING.temperature)
     assert PROTOCOL.to_dict() == {"samples": 5, "max_new_tokens": 25, "top_p": 0.9, "temperature": 1.0, "seed": 0, "batch_size": 128,
                                   "adaptive": False, "kl_budget": None,
-                                  "generation_budget": SAMPLING.generation_budget, "best_of": 1}
+                                  "generation_budget": SAMPLING.generation_budget, "best_of": 1, "guide": 1}

@@ -237,9 +237,14 @@ def generate_tokens(
     ``stop`` (set: stop every row) and ``stopping`` (a transformers stopping criterion) end it early.
     With ``opts.best_of`` = n > 1 every row is sampled n times in the same batch (candidate j with seed
     :func:`candidate_seed`) and the candidate its own (steered) model finds most likely per token is kept, as
-    OpenAI's ``best_of``; the streamer then hears nothing (the best candidate is known only at the end).
+    OpenAI's ``best_of``; the streamer then hears nothing (the best candidate is known only at the end). With
+    ``opts.guide`` = n > 1 the rows are decoded by :func:`lmswitch.core.guided.guided_tokens` (no streamer either).
     """
     opts.validate(lm)
+    if opts.guide > 1:
+        from lmswitch.core.guided import guided_tokens  # (it decodes its chunks with this module's helpers)
+
+        return guided_tokens(lm, prompts, settings, seeds, opts, stop)
     n = opts.best_of
     if n == 1:
         return _decode(lm, prompts, settings, seeds, opts, streamer, stop, stopping)[0]
@@ -252,11 +257,12 @@ def generate_tokens(
                      [gen.texts[i] for i in best.tolist()])
 
 
-def _decode(lm: LanguageModel, prompts: Sequence[Prompt], settings: Sequence[Setting], seeds: Sequence[int], opts: SamplingOptions,
-            streamer: BaseStreamer | None, stop: threading.Event | None, stopping: StoppingCriteria | None,
-            score: bool = False) -> tuple[Generated, CoupledSampler]:
-    """:func:`generate_tokens` for one sample per row; ``score``: the sampler keeps each row's log-likelihood."""
-    input_ids, mask = encode_prompts(lm, prompts, opts)
+def _decode(lm: LanguageModel, prompts: Sequence[Prompt] | tuple[torch.Tensor, torch.Tensor], settings: Sequence[Setting],
+            seeds: Sequence[int], opts: SamplingOptions, streamer: BaseStreamer | None, stop: threading.Event | None,
+            stopping: StoppingCriteria | None, score: bool = False) -> tuple[Generated, CoupledSampler]:
+    """:func:`generate_tokens` for one sample per row; ``prompts`` may be encoded already (left-padded ids and mask);
+    ``score``: the sampler keeps each row's log-likelihood."""
+    input_ids, mask = prompts if isinstance(prompts, tuple) else encode_prompts(lm, prompts, opts)
     tok = lm.tokenizer
     config = GenerationConfig(
         max_new_tokens=opts.max_new_tokens,
@@ -314,13 +320,16 @@ def generate(
     kl_budget: float | None = SAMPLING.kl_budget,
     generation_budget: float | None = SAMPLING.generation_budget,
     best_of: int = SAMPLING.best_of,
+    guide: int = SAMPLING.guide,
 ) -> list[str]:
     """Continuations of ``prompt`` steered by ``switches`` (pairs of switch and ε in ε0 units).
 
     Returns ``samples`` texts per prompt (prompt-major); sample k uses seed ``seed + k``,
     as the paper uses seeds 0…24 for 25 samples. One batched call. ``best_of=n`` keeps, for
     each sample, the likeliest of n candidates under the steered model (OpenAI's ``best_of``;
-    on provocative prompts it cuts toxicity further at lower perplexity, EVALUATION.md).
+    on provocative prompts it cuts toxicity further at lower perplexity, EVALUATION.md). ``guide=n`` decodes
+    five tokens at a time as n candidates and keeps the one the switch's judge likes best
+    (:mod:`lmswitch.core.guided`: much stronger at a mild ε, without word loops).
 
     >>> generate(lm, "The movie was", [(sentiment, 5)], seed=0)   # doctest: +SKIP
     [' absolutely wonderful, ...']
@@ -333,7 +342,7 @@ def generate(
     check_seed(seed)
     rows = [p for p in prompts for _ in range(samples)]
     seeds = [seed + k for _ in prompts for k in range(samples)]
-    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget, generation_budget, best_of)
+    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget, generation_budget, best_of, guide)
     return generate_tokens(lm, rows, [list(switches)] * len(rows), seeds, opts).texts
 
 
@@ -353,6 +362,7 @@ def sweep(
     kl_budget: float | None = SAMPLING.kl_budget,
     generation_budget: float | None = SAMPLING.generation_budget,
     best_of: int = SAMPLING.best_of,
+    guide: int = SAMPLING.guide,
 ) -> list[tuple[float, str]]:
     """The same prompt and seed at each ε of one switch, in one batched call (the paper's Table 5).
 
@@ -366,7 +376,7 @@ def sweep(
         raise ValueError("give at least one eps value to sweep")
     check_seed(seed)
     settings = [[(switch, e), *others] for e in eps_values]
-    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget, generation_budget, best_of)
+    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget, generation_budget, best_of, guide)
     texts = generate_tokens(lm, [prompt] * len(eps_values), settings, [seed] * len(eps_values), opts).texts
     return list(zip(eps_values, texts, strict=False))
 
@@ -385,6 +395,7 @@ def stream_rows(
     kl_budget: float | None = SAMPLING.kl_budget,
     generation_budget: float | None = SAMPLING.generation_budget,
     best_of: int = SAMPLING.best_of,
+    guide: int = SAMPLING.guide,
     executor: Executor | None = None,
 ) -> Iterator[list[str]]:
     """Stream several settings of one prompt side by side (same seed): yields the texts so far, per row.
@@ -397,7 +408,7 @@ def stream_rows(
     if not settings:
         raise ValueError("give at least one setting")
     check_seed(seed)
-    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget, generation_budget, best_of)
+    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget, generation_budget, best_of, guide)
     with contextlib.closing(stream_tokens(lm, [prompt] * len(settings), settings, [seed] * len(settings), opts, executor=executor)) as items:
         last = None
         for item in items:

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 MAX_STEPS = 100_000
 MAX_BEST_OF = 16  # candidates per generation
+MAX_GUIDE = 8  # candidates per piece of guided decoding
+GUIDE_TOKENS = 5  # guided decoding chooses among its candidates every this many tokens
 OPTIMIZERS = ("lbfgs", "adam")
 
 
@@ -54,6 +56,10 @@ class SamplingOptions:
     best_of: int = field(default=1, metadata={
         "help": "sample this many candidates of each generation and keep the one the (steered) model finds most likely "
                 "per token, as OpenAI's best_of; costs that many rows of decoding (1: today's single sample)"})
+    guide: int = field(default=1, metadata={
+        "help": f"guided decoding: every {GUIDE_TOKENS} tokens, sample this many candidate continuations and keep the one "
+                "the steering switches' judges (classifiers of their two styles) place furthest the way ε points; costs "
+                "about 1.5× that many rows of decoding (1: off)"})
 
     def validate(self, lm: LanguageModel) -> None:
         if not _whole(self.max_new_tokens) or not 1 <= self.max_new_tokens < lm.context_length:
@@ -71,6 +77,11 @@ class SamplingOptions:
             raise ValueError(f"best_of must be an integer from 1 to {MAX_BEST_OF}; got {self.best_of!r}")
         if self.best_of > 1 and self.temperature == 0:
             raise ValueError("best_of > 1 needs sampling (temperature > 0): greedy decoding gives every candidate the same text")
+        if not _whole(self.guide) or not 1 <= self.guide <= MAX_GUIDE:
+            raise ValueError(f"guide must be an integer from 1 (off) to {MAX_GUIDE}; got {self.guide!r}")
+        if self.guide > 1 and (self.temperature == 0 or self.best_of > 1 or self.adaptive):
+            raise ValueError("guided decoding (guide > 1) needs sampling (temperature > 0) and goes without best_of and "
+                             "adaptive strength: choose one of them")
         if self.chat and not lm.has_chat_template:
             raise ValueError(f"model '{lm.name}' has no chat template; generate without chat=True")
 
@@ -83,6 +94,11 @@ class SamplingOptions:
     def per_generation(self) -> float | None:
         """The steering budget per generation the decode keeps: ``generation_budget`` with ``adaptive``, else None."""
         return self.generation_budget if self.adaptive else None
+
+    @property
+    def candidates(self) -> int:
+        """Rows decoded per generation: best of n and guided decoding choose among ``n`` candidates (1: neither)."""
+        return self.best_of * self.guide
 
     def to_dict(self) -> dict:
         return asdict(self)

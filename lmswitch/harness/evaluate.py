@@ -26,7 +26,6 @@ Every default is written once: the thresholds below, and the sampling settings i
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -37,6 +36,7 @@ from pathlib import Path
 import torch
 
 from lmswitch.core.generate import encode_prompts, generate_tokens
+from lmswitch.core.guided import loops as repeated_word
 from lmswitch.core.hidden import EncodedText, encode_continuations, target_logprobs
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SAMPLING, SamplingOptions
@@ -94,11 +94,12 @@ class Protocol:
     kl_budget: float | None = SAMPLING.kl_budget
     generation_budget: float | None = SAMPLING.generation_budget  # with adaptive: steering per generation (lmswitch.core.budget)
     best_of: int = SAMPLING.best_of  # candidates per sample; the likeliest under the steered model is kept
+    guide: int = SAMPLING.guide  # guided decoding's candidates per piece (lmswitch.core.guided)
 
     def sampling(self) -> SamplingOptions:
         """The decoding options of this protocol's generations."""
         return SamplingOptions(self.max_new_tokens, self.temperature, self.top_p, adaptive=self.adaptive, kl_budget=self.kl_budget,
-                               generation_budget=self.generation_budget, best_of=self.best_of)
+                               generation_budget=self.generation_budget, best_of=self.best_of, guide=self.guide)
 
     def validate(self) -> None:
         if not isinstance(self.samples, int) or not 1 <= self.samples <= 100:
@@ -127,18 +128,11 @@ def distinct_n(texts: Sequence[str], n: int) -> float:
 
 
 LOOP_REPEATS = 3  # a word this many times in a row ("great great great") marks a sample as looping
-_WORDS = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 
 
 def loops(text: str, repeats: int = LOOP_REPEATS) -> bool:
     """Whether ``text`` has one word ``repeats`` times in a row, ignoring case and punctuation ("cramped, cramped, cramped")."""
-    words = [w.lower() for w in _WORDS.findall(text)]
-    run = 1
-    for a, b in zip(words, words[1:], strict=False):
-        run = run + 1 if a == b else 1
-        if run >= repeats:
-            return True
-    return False
+    return repeated_word(text, repeats)
 
 
 def repetition_share(texts: Sequence[str]) -> float:

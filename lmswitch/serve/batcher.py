@@ -84,8 +84,9 @@ class _Request:
     @property
     def key(self) -> tuple:
         """Requests with the same key can share a batch (one sampler temperature and top-p, one template, one KL cap)."""
-        o = self.options  # best of n chooses among whole candidates, so its requests also share their length
-        return o.temperature, o.top_p, o.chat, o.adaptive, o.kl_budget, o.generation_budget, o.best_of, o.max_new_tokens if o.best_of > 1 else 0
+        o = self.options  # best of n and guided decoding choose among candidates, so their requests also share their length
+        return (o.temperature, o.top_p, o.chat, o.adaptive, o.kl_budget, o.generation_budget, o.best_of, o.guide,
+                o.max_new_tokens if o.candidates > 1 else 0)
 
 
 class _Dispatch(BaseStreamer):
@@ -339,17 +340,18 @@ class Batcher:
             self.scheduled = True
             self.compute.submit(self._tick)
 
-    def _take(self, key: tuple | None, room: int, best_of: bool = False) -> list[_Request]:
+    def _take(self, key: tuple | None, room: int, whole: bool = False) -> list[_Request]:
         """Up to ``room`` waiting requests that can share a decode with sampling settings ``key`` (None: the oldest's), in
-        arrival order. ``best_of``: only best-of-n requests (n > 1), as many as fit ``room`` rows (one at least, even
-        when its n candidates alone are more); else only the others (the rows a rolling decode can take)."""
+        arrival order. ``whole``: only requests decoded among candidates (best of n, guided), as many as fit ``room``
+        rows (one at least, even when its n candidates alone are more); else only the others (the rows a rolling decode
+        can take)."""
         with self.lock:
             self.waiting = [r for r in self.waiting if not r.gone.is_set()]
-            kind = [r for r in self.waiting if (r.options.best_of > 1) == best_of]
+            kind = [r for r in self.waiting if (r.options.candidates > 1) == whole]
             if not kind or room < 1:
                 return []
             key = key if key is not None else kind[0].key
-            room = max(1, room // kind[0].options.best_of)
+            room = max(1, room // kind[0].options.candidates)
             batch = [r for r in kind if r.key == key][:room]
             self.waiting = [r for r in self.waiting if r not in batch]
             return batch
@@ -359,7 +361,7 @@ class Batcher:
         running decode, or decode one more token of its rows; hand out finished rows; then schedule the next piece."""
         rolling, new = self.rolling, []
         try:
-            new = self._take(None, self.max_batch, best_of=True)  # best of n: chosen among whole candidates, so decoded whole
+            new = self._take(None, self.max_batch, whole=True)  # best of n, guided: chosen among candidates, so decoded whole
             if rolling is None or new:  # (also every batch of a cache that cannot be merged)
                 new = new or self._take(None, self.max_batch)
                 if new:
@@ -386,7 +388,7 @@ class Batcher:
         self.batches, self.rows = self.batches + 1, self.rows + len(batch)
         longest = max(r.options.max_new_tokens for r in batch)
         options = replace(batch[0].options, max_new_tokens=longest)
-        streamed = options.best_of == 1  # best of n: no text before the end, when the likeliest candidate is known
+        streamed = options.candidates == 1  # best of n, guided: no text before the end, when the chosen candidate is known
         dispatch = _Dispatch(self.lm, batch)
         generated = generate_tokens(self.lm, [r.prompt for r in batch], [r.setting for r in batch], [r.seed for r in batch], options,
                                     dispatch if streamed else None, stopping=_AllGone(batch) if streamed else None)

@@ -1,0 +1,144 @@
+"""Guided decoding: steer, and every few tokens keep the candidate continuation the switch's judge likes best.
+
+A switch pushes every token a little; at strengths where the push is enough to make a text read positive, the push
+has turned into a bonus on a few words and the text loops (EVALUATION.md). Guided decoding keeps the push mild and
+adds a choice: each row is decoded :data:`~lmswitch.core.options.GUIDE_TOKENS` tokens at a time as ``guide``
+candidates (other seeds), and the candidate whose text so far the row's switch judges
+(:mod:`lmswitch.core.judge`) place furthest the way its ε points is kept; a candidate that repeats a word ("great
+great") or a three-word phrase is kept only when every candidate does. Rows whose switches are all at ε 0 are decoded plainly, so ε = 0 is
+the unsteered model exactly.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import replace
+
+import torch
+
+from lmswitch.core.generate import Generated, Prompt, _decode, candidate_seed, encode_prompts, finished_text
+from lmswitch.core.judge import guide_scores
+from lmswitch.core.models import LanguageModel
+from lmswitch.core.options import GUIDE_TOKENS, SamplingOptions
+from lmswitch.core.steering import Setting
+
+_WORDS = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+
+
+def loops(text: str, repeats: int) -> bool:  # (the evaluation marks a sample looping with repeats = 3)
+    """Whether ``text`` has one word ``repeats`` times in a row, ignoring case and punctuation ("cramped, cramped")."""
+    words = [w.lower() for w in _WORDS.findall(text)]
+    run = 1
+    for a, b in zip(words, words[1:], strict=False):
+        run = run + 1 if a == b else 1
+        if run >= repeats:
+            return True
+    return False
+
+
+def judges_of(setting: Setting) -> list[tuple[torch.Tensor, float]]:
+    """The (judge, ε) pairs that guide a row; raises when a steering switch has no judge."""
+    out = []
+    for switch, eps in setting:
+        if eps and switch.judge is None:
+            raise ValueError(f"switch '{switch.name}' has no judge, so it cannot guide decoding; switches trained from two "
+                             "sides (positive and negative texts) have one: train it again, or set guide to 1")
+        if eps:
+            out.append((switch.judge, float(eps)))
+    return out
+
+
+def _rows(gen: Generated) -> tuple[list[list[int]], list[list[int]]]:
+    """Each row's prompt ids (padding dropped) and new ids (up to and including EOS)."""
+    prompts = [ids[mask.bool()].tolist() for ids, mask in zip(gen.prompt_ids, gen.prompt_mask, strict=True)]
+    return prompts, [ids[mask.bool()].tolist() for ids, mask in zip(gen.new_ids, gen.new_mask, strict=True)]
+
+
+def _padded(rows: Sequence[list[int]], pad: int, left: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(1, *map(len, rows))
+    fill = [[pad] * (width - len(r)) for r in rows]
+    ids = [f + r if left else r + f for f, r in zip(fill, rows, strict=True)]
+    mask = [[0] * len(f) + [1] * len(r) if left else [1] * len(r) + [0] * len(f) for f, r in zip(fill, rows, strict=True)]
+    return torch.tensor(ids), torch.tensor(mask)
+
+
+@torch.no_grad()
+def _mean_continuation(lm: LanguageModel, rows: list[list[int]], starts: list[int]) -> torch.Tensor:
+    """Mean head input over each row's tokens from ``starts[r]`` on (its continuation), ``(len(rows), d)``."""
+    ids, mask = _padded(rows, lm.tokenizer.pad_token_id, left=True)
+    h = lm.final_hidden(ids, mask, (mask.cumsum(-1) - 1).clamp_min(0)).float().cpu()
+    keep = mask.clone()
+    for r, (row, start) in enumerate(zip(rows, starts, strict=True)):
+        keep[r, : ids.shape[1] - len(row) + start] = 0
+    return (h * keep[..., None]).sum(1) / keep.sum(1, keepdim=True).clamp_min(1)
+
+
+def guided_tokens(lm: LanguageModel, prompts: Sequence[Prompt], settings: Sequence[Setting], seeds: Sequence[int],
+                  opts: SamplingOptions, stop: threading.Event | None = None) -> Generated:
+    """:func:`~lmswitch.core.generate.generate_tokens` with ``opts.guide`` = n > 1 (see the module's docstring)."""
+    guides = [judges_of(s) for s in settings]
+    plain_opts = replace(opts, guide=1)
+    plain = [i for i, g in enumerate(guides) if not g]
+    prompt_ids: list[list[int]] = [[] for _ in prompts]
+    new_ids: list[list[int]] = [[] for _ in prompts]
+    if plain:
+        gen, _ = _decode(lm, [prompts[i] for i in plain], [settings[i] for i in plain], [seeds[i] for i in plain], plain_opts,
+                         None, stop, None)
+        for i, p, x in zip(plain, *_rows(gen), strict=True):
+            prompt_ids[i], new_ids[i] = p, x
+    guided = [i for i, g in enumerate(guides) if g]
+    if guided:
+        ids, mask = encode_prompts(lm, [prompts[i] for i in guided], opts)
+        for i, row, keep in zip(guided, ids.tolist(), mask.tolist(), strict=True):
+            prompt_ids[i] = [t for t, m in zip(row, keep, strict=True) if m]
+        _guide(lm, guided, prompt_ids, new_ids, [settings[i] for i in guided], [seeds[i] for i in guided], guides, opts, stop)
+    pad = lm.tokenizer.pad_token_id
+    prompt_ids_t, prompt_mask = _padded(prompt_ids, pad, left=True)
+    new_t, new_mask = _padded(new_ids, pad, left=False)
+    return Generated(prompt_ids_t, prompt_mask, new_t, new_mask, [finished_text(lm.tokenizer, x) for x in new_ids])
+
+
+def _guide(lm: LanguageModel, rows: list[int], prompt_ids: list[list[int]], new_ids: list[list[int]], settings: list[Setting],
+           seeds: list[int], guides: list, opts: SamplingOptions, stop: threading.Event | None) -> None:
+    """Decode ``rows`` piece by piece, appending the chosen candidate of each piece to ``new_ids`` in place."""
+    n, eos, pad = opts.guide, set(_eos(lm)), lm.tokenizer.pad_token_id
+    active = list(range(len(rows)))
+    for piece, first in enumerate(range(0, opts.max_new_tokens, GUIDE_TOKENS)):
+        if not active or (stop is not None and stop.is_set()):
+            return
+        k = min(GUIDE_TOKENS, opts.max_new_tokens - first)
+        cand = [prompt_ids[rows[a]] + new_ids[rows[a]] for a in active for _ in range(n)]
+        gen, _ = _decode(lm, _padded(cand, pad, left=True), [settings[a] for a in active for _ in range(n)],
+                         [candidate_seed(seeds[a], piece * n + j) for a in active for j in range(n)], replace(opts, max_new_tokens=k, guide=1),
+                         None, stop, None)
+        pieces = _rows(gen)[1]
+        texts = [prompt_ids[rows[a]] + new_ids[rows[a]] + x for a, x in zip((a for a in active for _ in range(n)), pieces, strict=True)]
+        means = _mean_continuation(lm, texts, [len(prompt_ids[rows[a]]) for a in active for _ in range(n)])
+        still = []
+        for g, a in enumerate(active):
+            best = _choose(lm, guides[rows[a]], means[g * n : (g + 1) * n], [new_ids[rows[a]] + x for x in pieces[g * n : (g + 1) * n]])
+            new_ids[rows[a]] += pieces[g * n + best]
+            if not eos.intersection(pieces[g * n + best]) and len(new_ids[rows[a]]) < opts.max_new_tokens:
+                still.append(a)
+        active = still
+
+
+def repetitive(text: str) -> bool:
+    """Whether ``text`` repeats a word twice in a row ("great great") or a phrase of three words ("great job. Great job.")."""
+    words = [w.lower() for w in _WORDS.findall(text)]
+    grams = [tuple(words[i : i + 3]) for i in range(len(words) - 2)]
+    return loops(text, 2) or len(set(grams)) < len(grams)
+
+
+def _choose(lm: LanguageModel, judges: list, means: torch.Tensor, continuations: list[list[int]]) -> int:
+    """The candidate with the highest guide score among those that are not :func:`repetitive` (all, when every one is)."""
+    score = guide_scores(judges, means)
+    repeats = torch.tensor([repetitive(lm.tokenizer.decode(c, skip_special_tokens=True)) for c in continuations])
+    return int(torch.where(repeats & ~repeats.all(), float("-inf"), score).argmax())
+
+
+def _eos(lm: LanguageModel) -> list[int]:
+    eos = lm.tokenizer.eos_token_id
+    return [] if eos is None else [eos]

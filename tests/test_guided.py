@@ -1,0 +1,125 @@
+"""Guided decoding and the switch's judge: a planted style direction is recovered, ε = 0 is the plain decode exactly,
+and every piece keeps the candidate the judge likes best."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import random_switch
+
+import lmswitch as ls
+from lmswitch.core.generate import candidate_seed, generate_tokens
+from lmswitch.core.guided import _mean_continuation, loops, repetitive
+from lmswitch.core.hidden import TokenStates
+from lmswitch.core.judge import fit_judge, guide_scores, judge_logodds
+from lmswitch.core.options import GUIDE_TOKENS, SamplingOptions
+from lmswitch.core.switch import SwitchFileError
+
+PROMPT = "the happy one was in a"
+
+
+def _states(direction: torch.Tensor, n_units: int, tokens: int = 6, seed: int = 0) -> TokenStates:
+    """Units of ``tokens`` head inputs each: noise plus ±direction by label (positives first)."""
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.tensor([1.0] * (n_units // 2) + [-1.0] * (n_units - n_units // 2)).repeat_interleave(tokens)
+    hidden = 1.5 * torch.randn(len(labels), len(direction), generator=g) + labels[:, None] * direction + 5.0
+    unit = torch.arange(n_units).repeat_interleave(tokens) * 1_000_000
+    return TokenStates(hidden, torch.zeros(len(labels), dtype=torch.long), labels, unit)
+
+
+def test_the_judge_recovers_a_planted_direction_and_needs_both_sides():
+    direction = torch.zeros(16)
+    direction[3] = 1.0
+    judge = fit_judge(_states(direction, 200))
+    w = judge[:-1] / judge[:-1].norm()
+    assert float(w[3]) > 0.8  # the planted coordinate dominates the fitted direction
+    test = _states(direction, 100, seed=1)
+    means = test.hidden.view(100, 6, 16).mean(1)
+    right = (judge_logodds(judge, means) > 0) == (test.labels.view(100, 6)[:, 0] > 0)
+    assert right.float().mean() > 0.9
+    assert fit_judge(_states(direction, 6)) is None  # 3 units a side: too few to fit
+    one_side = _states(direction, 40)
+    one_side.labels.abs_()
+    assert fit_judge(one_side) is None
+
+
+def test_guide_scores_follow_the_sign_of_eps():
+    judge = torch.tensor([1.0, 0.0, 0.5])
+    means = torch.tensor([[2.0, 0.0], [-2.0, 0.0]])
+    assert guide_scores([(judge, 4.0)], means).tolist() == [2.5, -1.5]
+    assert guide_scores([(judge, -4.0)], means).tolist() == [-2.5, 1.5]
+    assert guide_scores([(judge, 0.0)], means).tolist() == [0.0, 0.0]
+
+
+def test_a_judge_is_saved_negated_and_dropped_by_a_sum(tiny_lm, tmp_path):
+    s = random_switch(tiny_lm, seed=1)
+    s.judge = torch.arange(s.dim + 1, dtype=torch.float32)
+    back = ls.load_switch(s.save(tmp_path / "s.safetensors"))
+    assert torch.equal(back.judge, s.judge)
+    assert torch.equal((-s).judge, -s.judge) and torch.equal((-2.0 * s).judge, -s.judge) and torch.equal((0.5 * s).judge, s.judge)
+    assert (s + s).judge is None
+    plain = random_switch(tiny_lm, seed=2)
+    assert ls.load_switch(plain.save(tmp_path / "p.safetensors")).judge is None
+    with pytest.raises(SwitchFileError, match="judge"):
+        ls.Switch(W=s.W, judge=torch.zeros(3))
+    with pytest.raises(SwitchFileError, match="judge"):
+        ls.Switch(W=s.W, judge=torch.full((s.dim + 1,), float("nan")))
+
+
+def _judged(lm, seed: int):
+    s = random_switch(lm, seed=seed, scale=30.0)
+    s.judge = torch.randn(s.dim + 1, generator=torch.Generator().manual_seed(seed))
+    return s
+
+
+def test_eps_zero_rows_decode_exactly_as_without_guide(tiny_lm):
+    s = _judged(tiny_lm, 3)
+    plain = SamplingOptions(max_new_tokens=12)
+    guided = SamplingOptions(max_new_tokens=12, guide=3)
+    a = generate_tokens(tiny_lm, [PROMPT, "a"], [[(s, 0.0)], []], [5, 6], plain)
+    b = generate_tokens(tiny_lm, [PROMPT, "a"], [[(s, 0.0)], []], [5, 6], guided)
+    assert a.texts == b.texts and torch.equal(a.new_ids[a.new_mask.bool()], b.new_ids[b.new_mask.bool()])
+    mixed = generate_tokens(tiny_lm, [PROMPT, PROMPT], [[(s, 0.0)], [(s, 3.0)]], [5, 5], guided)
+    assert mixed.texts[0] == a.texts[0]  # an unsteered row beside a guided one is still the plain decode
+
+
+def test_each_piece_keeps_the_candidate_the_judge_likes_best(tiny_lm):
+    """The first piece of a guided row is the best-scored of the ``guide`` candidates decoded alone with their seeds."""
+    s = _judged(tiny_lm, 4)
+    setting, n = [(s, 3.0)], 3
+    guided = generate_tokens(tiny_lm, [PROMPT], [setting], [7], SamplingOptions(max_new_tokens=GUIDE_TOKENS + 3, guide=n))
+    pieces = [generate_tokens(tiny_lm, [PROMPT], [setting], [candidate_seed(7, j)], SamplingOptions(max_new_tokens=GUIDE_TOKENS))
+              for j in range(n)]
+    prompt = pieces[0].prompt_ids[0][pieces[0].prompt_mask[0].bool()].tolist()
+    news = [p.new_ids[0][p.new_mask[0].bool()].tolist() for p in pieces]
+    assert len({tuple(x) for x in news}) > 1  # the candidates differ, so the choice means something
+    means = _mean_continuation(tiny_lm, [prompt + x for x in news], [len(prompt)] * n)
+    score = guide_scores([(s.judge, 3.0)], means)
+    clean = [j for j in range(n) if not repetitive(tiny_lm.tokenizer.decode(news[j], skip_special_tokens=True))] or list(range(n))
+    best = max(clean, key=lambda j: float(score[j]))
+    got = guided.new_ids[0][guided.new_mask[0].bool()].tolist()
+    assert got[:GUIDE_TOKENS] == news[best] and len(got) == GUIDE_TOKENS + 3
+    flipped = generate_tokens(tiny_lm, [PROMPT], [[(s, -3.0)]], [7], SamplingOptions(max_new_tokens=GUIDE_TOKENS, guide=n))
+    assert flipped.texts != [tiny_lm.tokenizer.decode(news[best], skip_special_tokens=True)] or len(set(map(tuple, news))) == 1
+
+
+def test_loops_and_repetition_are_told_apart_from_plain_text():
+    assert loops("Great, great day", 2) and not loops("great day, great", 2)
+    assert loops("so so so", 3) and not loops("so so", 3)
+    assert repetitive("Great job, Jamie. Great job, Jamie.") and repetitive("a fine fine day")
+    assert not repetitive("Great service. Great work. The staff were kind and the food was good.")
+
+
+@pytest.mark.parametrize("options, match", [({"guide": 0}, "guide"), ({"guide": 9}, "guide"), ({"guide": 2.0}, "guide"),
+                                            ({"guide": 2, "temperature": 0}, "choose one"), ({"guide": 2, "best_of": 2}, "choose one"),
+                                            ({"guide": 2, "adaptive": True}, "choose one")])
+def test_bad_guide_settings_are_refused(tiny_lm, options, match):
+    with pytest.raises(ValueError, match=match):
+        ls.generate(tiny_lm, PROMPT, [], **options)
+
+
+def test_a_steering_switch_without_a_judge_cannot_guide(tiny_lm):
+    s = random_switch(tiny_lm, seed=5)
+    with pytest.raises(ValueError, match="has no judge"):
+        ls.generate(tiny_lm, PROMPT, [(s, 2.0)], guide=2, max_new_tokens=4)
+    assert ls.generate(tiny_lm, PROMPT, [(s, 0.0)], guide=2, max_new_tokens=4) == ls.generate(tiny_lm, PROMPT, [], max_new_tokens=4)
