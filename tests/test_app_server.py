@@ -54,6 +54,20 @@ def test_generate_best_of_returns_the_librarys_choice_for_both_outputs(app_serve
             client(app_server).predict(prompt=PROMPT, switches="detox=4", max_new_tokens=12, best_of=bad, api_name="/generate")
 
 
+def test_generate_guided_returns_the_librarys_choice(app_server, lm32):
+    """The app's "guided" control: the steered output is the library's guided decode, the unsteered one the plain
+    decode (ε 0 has nothing to guide it)."""
+    import lmswitch as ls
+    from lmswitch.io.resources import shipped_switch_path
+
+    sentiment = ls.load_switch(shipped_switch_path("sentiment"), lm32)
+    res = client(app_server).predict(prompt=PROMPT, switches="sentiment=4", max_new_tokens=12, seed=3, guide=3, api_name="/generate")
+    assert res["steered"] == ls.generate(lm32, PROMPT, [(sentiment, 4.0)], seed=3, max_new_tokens=12, guide=3)[0]
+    assert res["unsteered"] == ls.generate(lm32, PROMPT, seed=3, max_new_tokens=12)[0]
+    with pytest.raises(AppError, match="maximum value 8"):
+        client(app_server).predict(prompt=PROMPT, switches="sentiment=4", max_new_tokens=12, guide=9, api_name="/generate")
+
+
 def test_slider_endpoint_streams_and_scores(app_server):
     c = client(app_server)
     job = c.submit(*steer_args({"sentiment": -12}), api_name="/steer")

@@ -75,6 +75,20 @@ def test_generate_best_of_is_the_librarys_choice_and_bad_values_are_refused(run,
     assert code != 0 and "best_of must be an integer from 1 to 16" in err
 
 
+def test_generate_guided_is_the_librarys_choice(run, switch_file, model_dir):
+    import lmswitch as ls
+
+    lm = ls.load_model(str(model_dir), dtype="float32")
+    switch = ls.load_switch(switch_file, lm)
+    assert switch.judge is not None  # trained from two sides: the switch file carries its judge
+    code, out, _ = run("generate", "--prompt", "the", "--switch", f"{switch_file}=3", "--max-new-tokens", "8", "--seed", "2",
+                       "--guide", "3", "--json")
+    want = ls.generate(lm, "the", [(switch, 3.0)], seed=2, max_new_tokens=8, guide=3)
+    assert code == 0 and [s["text"] for s in json.loads(out)["samples"]] == want
+    code, _, err = run("generate", "--prompt", "the", "--max-new-tokens", "2", "--guide", "9")
+    assert code != 0 and "guide must be an integer from 1 (off) to 8" in err
+
+
 def test_svd_json_and_text(run, switch_file):
     code, out, _ = run("svd", "--switch", str(switch_file), "--dims", "2", "--words", "3", "--json")
     data = json.loads(out)
@@ -254,7 +268,6 @@ def test_demo_sweeps_only_inside_the_fluent_range_it_measured(run):
 
 def test_options_that_make_no_sense_together_are_refused_before_loading(capsys):
     for argv, said in ((["eval", "--sliders"], "add --frontier"),
-                       (["build-pretrained", "--recalibrate", "--no-calibrate"], "drop --no-calibrate"),
-                       (["build-pretrained", "--recalibrate", "--data", "x"], "reads no --data")):
+                       (["build-pretrained", "--recalibrate", "--no-calibrate"], "drop --no-calibrate")):
         assert main(["--model", "no-such-model", *argv]) == 2
         assert said in capsys.readouterr().err

@@ -46,6 +46,15 @@ def test_completion_with_switches_equals_the_library_and_streams_the_same_text(c
     assert chunks[-1].choices[0].finish_reason == done.choices[0].finish_reason
 
 
+def test_guide_returns_the_librarys_guided_decode(client, lm32, switches):
+    """lmswitch's ``guide`` extension field: guided decoding by the switch's judge, as the library does it."""
+    done = client.completions.create(model=lm32.name, prompt=PROMPT, max_tokens=12, seed=3, extra_body={"switches": {"sentiment": 4}, "guide": 3})
+    want = ls.generate(lm32, PROMPT, [(switches["sentiment"], 4)], seed=3, max_new_tokens=12, guide=3)[0]
+    assert done.choices[0].text == want
+    with pytest.raises(openai.BadRequestError, match="guide"):
+        client.completions.create(model=lm32.name, prompt=PROMPT, max_tokens=4, extra_body={"guide": 40})
+
+
 def test_best_of_returns_the_librarys_likeliest_candidate(client, lm32, switches):
     """OpenAI's ``best_of`` field: the server samples that many candidates and returns the library's choice."""
     done = client.completions.create(model=lm32.name, prompt=PROMPT, max_tokens=12, seed=3, best_of=3, extra_body={"switches": {"sentiment": 6}})

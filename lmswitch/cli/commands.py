@@ -40,7 +40,7 @@ def _card_without_curves(switch: Switch) -> dict:
 def _sampling(args: argparse.Namespace) -> dict:
     """The decoding options of ``generate``/``sweep`` as keyword arguments."""
     return SamplingOptions(args.max_new_tokens, args.temperature, args.top_p, args.chat, args.adaptive, args.kl_budget,
-                           args.generation_budget, args.best_of).to_dict()
+                           args.generation_budget, args.best_of, args.guide).to_dict()
 
 
 def cmd_switch_card(args: argparse.Namespace) -> None:
@@ -239,8 +239,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, LanguageModel], None]] = {
 
 CONFLICTS = {  # subcommand → [(a bad combination of options, what to do instead)], checked before the model loads
     "eval": [(lambda a: a.sliders and not a.frontier, "--sliders scores the slider ranges of --frontier switches; add --frontier NAME")],
-    "build-pretrained": [(lambda a: a.recalibrate and a.no_calibrate, "--recalibrate measures the fluent range; drop --no-calibrate"),
-                         (lambda a: a.recalibrate and a.data, "--recalibrate keeps the weights, so it reads no --data; drop one")],
+    "build-pretrained": [(lambda a: a.recalibrate and a.no_calibrate, "--recalibrate measures the fluent range; drop --no-calibrate")],
 }
 
 

@@ -90,7 +90,7 @@ def _evaluate(args: argparse.Namespace, lm: LanguageModel) -> None:
     prompts = load_prompts(args.prompts, args.limit)
     protocol = Protocol(samples=args.samples, max_new_tokens=args.max_new_tokens, top_p=args.top_p, seed=args.seed,
                         adaptive=args.adaptive, kl_budget=args.kl_budget, generation_budget=args.generation_budget,
-                        best_of=args.best_of)
+                        best_of=args.best_of, guide=args.guide)
     protocol.validate()
     protocol.sampling().validate(lm)
     outcome = (_grid if args.grid else _sweep)(args, lm, switch, prompts, protocol, metrics)

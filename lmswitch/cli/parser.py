@@ -24,7 +24,7 @@ from typing import TypeVar
 
 from lmswitch.core.export import FORMATS as EXPORT_FORMATS
 from lmswitch.core.generate import generate
-from lmswitch.core.options import OPTIMIZERS, SAMPLING, TrainConfig
+from lmswitch.core.options import GUIDE_TOKENS, OPTIMIZERS, SAMPLING, TrainConfig
 from lmswitch.core.train import train_switch
 from lmswitch.core.transfer import transfer
 from lmswitch.harness.evaluate import PROTOCOL
@@ -115,6 +115,10 @@ def _add_adaptive_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--best-of", type=int, default=SAMPLING.best_of, metavar="N",
                    help="sample N candidates of each text and keep the likeliest under the steered model (OpenAI's best_of; "
                         "N times the decoding; default %(default)s)")
+    p.add_argument("--guide", type=int, default=SAMPLING.guide, metavar="N",
+                   help=f"guided decoding: every {GUIDE_TOKENS} tokens sample N candidates and keep the one the switch's judge "
+                        "(a classifier of its two styles) places furthest the way ε points; about 1.5 N times the decoding, "
+                        "no word loops; default %(default)s (off)")
 
 
 def _add_text_options(p: argparse.ArgumentParser) -> None:
@@ -227,7 +231,8 @@ def _build_pretrained(p: argparse.ArgumentParser) -> None:
                    help="skip probing each switch's fluent ε range on the dev prompts (the card then recommends the spec's ε)")
     p.add_argument("--recalibrate", action="store_true",
                    help="keep each switch's weights (read from --out) and only measure its card again: the fluent ε range on the "
-                        "dev prompts, the recommended ε at its limit, the short evaluation at ±that ε")
+                        "dev prompts, the recommended ε at its limit, the short evaluation at ±that ε; and fit its judge (for --guide) "
+                        "on the training pairs")
 
 
 def _transfer(p: argparse.ArgumentParser) -> None:

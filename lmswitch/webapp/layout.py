@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from lmswitch.core.options import MAX_BEST_OF, SAMPLING, TrainConfig
+from lmswitch.core.options import GUIDE_TOKENS, MAX_BEST_OF, MAX_GUIDE, SAMPLING, TrainConfig
 from lmswitch.core.steering import MAX_ABS_EPS
 from lmswitch.serve.session import Session
 from lmswitch.webapp import lens, steer, train
@@ -45,6 +45,10 @@ def _steer_tab(ui: SimpleNamespace, backend: Backend) -> None:
                 ui.best_of = gr.Slider(1, MAX_BEST_OF, value=SAMPLING.best_of, step=1, label="best of", elem_id="best-of",
                                        info="sample this many texts and show the one the steered model finds likeliest "
                                             "(less toxic with detox; shown when all are done)")
+                ui.guide = gr.Slider(1, MAX_GUIDE, value=SAMPLING.guide, step=1, label="guided", elem_id="guide",
+                                     info=f"every {GUIDE_TOKENS} tokens, write this many candidates and keep the one the switch's "
+                                          "judge finds furthest the way ε points: a mild ε goes much further, without loops "
+                                          "(1 = off; shown when all are done)")
                 ui.wide = gr.Checkbox(value=False, label="sliders beyond the fluent range", elem_id="wide-sliders",
                                       info="each slider reaches twice as far; past a switch's fluent ε text tends to loop")
             ui.wide_warning = gr.Markdown("", visible=False, elem_id="wide-warning")
@@ -169,7 +173,7 @@ def _highlight_tab(ui: SimpleNamespace, shipped: list[str]) -> None:
 def _wire_steer(ui: SimpleNamespace, backend: Backend, demo: gr.Blocks) -> None:
     bind = functools.partial
     live = dict(concurrency_id="generate", concurrency_limit=4, trigger_mode="multiple", show_progress="hidden")
-    steer_inputs = [ui.prompt, *ui.gen, ui.session, *ui.sliders, ui.adaptive, ui.best_of]
+    steer_inputs = [ui.prompt, *ui.gen, ui.session, *ui.sliders, ui.adaptive, ui.best_of, ui.guide]
     stream_out = [ui.steered, ui.base, ui.steered_scores, ui.base_scores, ui.tokens]
     run_steer = bind(steer.steer, backend)
     loaded = demo.load(bind(steer.on_load, backend), [ui.session, *ui.pickers], [ui.status, *ui.sliders, *ui.pickers],
@@ -188,13 +192,15 @@ def _wire_steer(ui: SimpleNamespace, backend: Backend, demo: gr.Blocks) -> None:
                    [ui.tr_report, ui.model_pick, ui.status, *ui.sliders, *ui.pickers], api_name="transfer",
                    show_progress_on=[ui.tr_report]).then(run_steer, steer_inputs, stream_out, api_visibility="private", **live)
     batch = dict(concurrency_id="generate", concurrency_limit=4)
-    ui.api_go.click(bind(steer.generate_api, backend), [ui.prompt, ui.api_switches, *ui.gen, ui.session, ui.adaptive, ui.best_of], ui.api_result,
+    ui.api_go.click(bind(steer.generate_api, backend), [ui.prompt, ui.api_switches, *ui.gen, ui.session, ui.adaptive, ui.best_of, ui.guide],
+                    ui.api_result,
                     api_name="generate", **batch)
     ui.sweep_go.click(bind(steer.run_sweep, backend), [ui.sweep_switch, ui.sweep_eps, ui.sweep_samples, ui.prompt, *ui.gen, ui.session,
-                                                       ui.adaptive, ui.best_of],
+                                                       ui.adaptive, ui.best_of, ui.guide],
                       [ui.sweep_plot, ui.sweep_table], api_name="sweep", **batch)
     ui.grid_go.click(bind(steer.run_grid, backend), [ui.grid_a, ui.grid_b, ui.grid_eps_a, ui.grid_eps_b, ui.grid_samples, ui.prompt,
-                                                     *ui.gen, ui.session, ui.adaptive, ui.best_of], [ui.grid_plot, ui.grid_table],
+                                                     *ui.gen, ui.session, ui.adaptive, ui.best_of, ui.guide],
+                     [ui.grid_plot, ui.grid_table],
                      api_name="compose",
                      **batch)
 

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 from starlette.concurrency import run_in_threadpool
 
 from lmswitch.core.generate import Prompt, check_seed, prompt_text
+from lmswitch.core.guided import judges_of
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SAMPLING, SamplingOptions
 from lmswitch.core.steering import Setting
@@ -81,6 +82,7 @@ class _Request(BaseModel):
     kl_budget: Number | None = None
     generation_budget: Number | None = None
     best_of: StrictInt | None = None  # OpenAI's completions field: the likeliest of this many candidates is returned
+    guide: StrictInt | None = None  # lmswitch's extension: guided decoding with this many candidates per piece
 
 
 class CompletionRequest(_Request):
@@ -264,7 +266,8 @@ class OpenAIApi:
                                   top_p=d.top_p if req.top_p is None else float(req.top_p), chat=chat, adaptive=req.adaptive,
                                   kl_budget=d.kl_budget if req.kl_budget is None else float(req.kl_budget),
                                   generation_budget=d.generation_budget if req.generation_budget is None else float(req.generation_budget),
-                                  best_of=d.best_of if req.best_of is None else req.best_of)
+                                  best_of=d.best_of if req.best_of is None else req.best_of,
+                                  guide=d.guide if req.guide is None else req.guide)
         options.validate(lm)
         if req.seed is not None:
             try:
@@ -277,7 +280,13 @@ class OpenAIApi:
             raise ApiError(400, "messages: give at least one message", param="messages")
         prompt_text(lm, prompt, chat)  # a conversation the chat template refuses fails here, before any stream starts
         seed = req.seed if req.seed is not None else secrets.randbelow(2**31)
-        return Job(lm, prompt, self._setting(library, req.switches), seed, options, chat, req.stream)
+        setting = self._setting(library, req.switches)
+        if options.guide > 1:
+            try:
+                judges_of(setting)
+            except ValueError as err:
+                raise ApiError(400, str(err), param="guide") from None
+        return Job(lm, prompt, setting, seed, options, chat, req.stream)
 
     # --- streaming ----------------------------------------------------------------------------------------
     def _events(self, job: Job, release: Callable[[], None]) -> Iterator[str]:

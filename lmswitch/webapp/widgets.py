@@ -39,14 +39,15 @@ def number(value, label: str, kind: type = float):
     return kind(value)
 
 
-def sampling(max_new_tokens, temperature, top_p, seed, chat, adaptive=False, best_of=1) -> tuple[SamplingOptions, int]:
+def sampling(max_new_tokens, temperature, top_p, seed, chat, adaptive=False, best_of=1, guide=1) -> tuple[SamplingOptions, int]:
     """Widget values → (decoding options, seed); the library validates the ranges."""
     seed = number(seed, "seed", int)
     if seed < 0:
         raise ValueError(f"seed must be a whole number ≥ 0; got {seed}")
     options = SamplingOptions(max_new_tokens=number(max_new_tokens, "max new tokens", int), temperature=number(temperature, "temperature"),
                               top_p=number(top_p, "top-p"), chat=bool(chat), adaptive=bool(adaptive),
-                              best_of=number(1 if best_of is None else best_of, "best of", int))
+                              best_of=number(1 if best_of is None else best_of, "best of", int),
+                              guide=number(1 if guide is None else guide, "guided", int))
     return options, seed
 
 
