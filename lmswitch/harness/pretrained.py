@@ -14,8 +14,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import torch
+
 from lmswitch import __version__
 from lmswitch.core.card import Card
+from lmswitch.core.hidden import encode_texts
+from lmswitch.core.judge import fit_judge
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import TrainConfig
 from lmswitch.core.switch import Switch, load_switch
@@ -207,19 +211,28 @@ def _calibrated(lm: LanguageModel, switch: Switch, spec: Spec, protocol: Protoco
 
 
 def recalibrate_switch(lm: LanguageModel, switch: Switch, *, eval_prompts: int = CARD_PROMPTS, samples: int = CARD_SAMPLES,
-                       seed: int = 0, log: Log | None = None) -> Switch:
+                       seed: int = 0, data_dir: str | Path | None = None, log: Log | None = None) -> Switch:
     """A shipped switch with its weights kept and its card measured again: the fluent ε range on the dev prompts
     (:data:`CALIBRATION`, the frontier's rules), the recommended ε moved to its limit, and the card's short
-    evaluation at ±that ε. What the card says of its training is left as it was.
+    evaluation at ±that ε; its judge (guided decoding's classifier) is fitted again on its training pairs. What the
+    card says of its training is left as it was.
 
     >>> switch = recalibrate_switch(lm, load_switch("sentiment.safetensors"))   # doctest: +SKIP
     """
     say = log or (lambda _msg: None)
     start = time.perf_counter()
-    measured = _measured(lm, switch, get_spec(switch.name), eval_prompts, Protocol(samples=samples, seed=seed), True, say)
-    switch.card = switch.card.updated(**measured, recalibrated_with=f"lmswitch {__version__}: python -m lmswitch build-pretrained "
+    spec = get_spec(switch.name)
+    switch.judge = shipped_judge(lm, spec, data_dir)
+    measured = _measured(lm, switch, spec, eval_prompts, Protocol(samples=samples, seed=seed), True, say)
+    switch.card = switch.card.updated(**measured, judge_fitted_on=f"the training pairs of '{spec.dataset}'", recalibrated_with=f"lmswitch {__version__}: python -m lmswitch build-pretrained "
                                       "--recalibrate", recalibration_seconds=round(time.perf_counter() - start, 1))
     return switch
+
+
+def shipped_judge(lm: LanguageModel, spec: Spec, data_dir: str | Path | None = None) -> torch.Tensor | None:
+    """The judge :func:`~lmswitch.core.train.train_switch` fits, from ``spec``'s training pairs (one body pass)."""
+    pos, neg = load_dataset(spec.dataset, data_dir).train()
+    return fit_judge(encode_texts(lm, pos + neg, [1.0] * len(pos) + [-1.0] * len(neg), spec.train.chunk_tokens, block=32))
 
 
 def build_pretrained(
@@ -237,15 +250,16 @@ def build_pretrained(
 ) -> list[Path]:
     """Rebuild the shipped switches (all of :data:`SPECS`, or ``names``) into ``out_dir``; returns the files written.
 
-    ``recalibrate``: keep each switch's weights (read from ``out_dir``) and only measure its card again
-    (:func:`recalibrate_switch`); the data is not read.
+    ``recalibrate``: keep each switch's weights (read from ``out_dir``), measure its card again and fit its judge
+    (:func:`recalibrate_switch`).
     """
     specs = [get_spec(n) for n in names] if names else list(SPECS)
     out = Path(out_dir)
     paths = []
     for spec in specs:
         if recalibrate:
-            switch = recalibrate_switch(lm, _existing(out, spec, lm), eval_prompts=eval_prompts, samples=samples, seed=seed, log=log)
+            switch = recalibrate_switch(lm, _existing(out, spec, lm), eval_prompts=eval_prompts, samples=samples, seed=seed,
+                                        data_dir=data_dir, log=log)
         else:
             switch = build_switch(lm, spec, data_dir=data_dir, eval_prompts=eval_prompts, samples=samples, seed=seed, fluent=fluent,
                                   log=log)
