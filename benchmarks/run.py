@@ -676,11 +676,36 @@ def _decode_rows(dc: dict) -> str:
     sc = dc.get("scoring") or {}
     batched += (f"\n| a finished {sc['tokens']}-token comparison's scores and per-token changes: from its decode vs encoding the "
                 f"texts again | {sc['from_decode_s']} s vs {sc['encoding_again_s']} s | — |") if sc else ""
+    gd = dc.get("guided") or {}
+    batched += (f"\n| 4 prompts × 25 tokens, sentiment +4: guided (4 candidates) vs best of 4 vs plain | {gd['guided_4_s']} s vs "
+                f"{gd['best_of_4_s']} s vs {gd['plain_s']} s | — |") if gd else ""
     return (f"| decode {dc['decode_tokens']} tokens, 3 switches vs unsteered | {dc['three_switches_s']} s vs {dc['unsteered_s']} s → "
             f"ratio {dc['ratio']} | ≤ 1.03 |\n| same, 3 switches with the per-token KL cap ({KL_BUDGET:g} nat) | "
             f"{dc['kl_cap_s']} s → ratio {dc['kl_cap_ratio']} vs unsteered | — |\n"
             f"| `ls.generate`, 3 switches, adaptive strength (a steering budget per generation) vs plain | "
             f"{dc['budget_s']} s vs {dc['sampled_s']} s → ratio {dc['budget_ratio']} | — |" + batched)
+
+
+def bench_guided(lm: ls.LanguageModel, repeats: int) -> dict:
+    """What guided decoding costs: 4 prompts × 25 tokens with the shipped sentiment switch at +4, plain vs best of 4 vs
+    guided with 4 candidates, alternating in one process."""
+    from lmswitch.core.generate import generate_tokens
+    from lmswitch.harness.pretrained import get_spec, shipped_judge
+
+    switch = ls.load_switch(shipped_switch_path("sentiment"), lm)
+    if switch.judge is None:  # switch files from before judges
+        switch.judge = shipped_judge(lm, get_spec("sentiment"))
+    prompts = ["My weekend was", "The new policy at work", "Her latest album", "The city council announced"]
+    variants = {"plain": SamplingOptions(max_new_tokens=25), "best_of_4": SamplingOptions(max_new_tokens=25, best_of=4),
+                "guided_4": SamplingOptions(max_new_tokens=25, guide=4)}
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for k in range(repeats + 1):
+        for name, options in variants.items():
+            start = time.perf_counter()
+            generate_tokens(lm, prompts, [[(switch, 4.0)]] * len(prompts), list(range(len(prompts))), options)
+            if k:  # the first round warms up
+                times[name].append(time.perf_counter() - start)
+    return {f"{name}_s": round(statistics.median(t), 3) for name, t in times.items()}
 
 
 def main() -> None:
@@ -701,7 +726,7 @@ def main() -> None:
     if args.only == "decode":
         lm = ls.load_model(dtype=args.dtype)
         dc = {**bench_decode(lm, args.tokens, args.repeats), "packed": bench_packed_layers(lm, args.repeats),
-              "scoring": bench_scoring(lm, args.repeats)}
+              "scoring": bench_scoring(lm, args.repeats), "guided": bench_guided(lm, args.repeats)}
         print(json.dumps(dc, indent=2) if args.json else _decode_rows(dc))
         return
     if args.only == "train":
@@ -733,7 +758,7 @@ def main() -> None:
     lm = ls.load_model(dtype=args.dtype)
     results["machine"] += f", model dtype {str(lm.model.dtype).removeprefix('torch.')}"
     results["decode"] = {**bench_decode(lm, args.tokens, args.repeats), "packed": bench_packed_layers(lm, args.repeats),
-                         "scoring": bench_scoring(lm, args.repeats)}
+                         "scoring": bench_scoring(lm, args.repeats), "guided": bench_guided(lm, args.repeats)}
     results["train"], switch = bench_train(lm, args.steps, args.naive_steps)
     results["lens"] = bench_lens(lm, switch, args.repeats)
     results["eval"] = bench_eval(lm, args.eval_prompts, args.eval_samples)
