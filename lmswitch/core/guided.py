@@ -19,6 +19,7 @@ from dataclasses import replace
 import torch
 
 from lmswitch.core.generate import Generated, Prompt, _decode, candidate_seed, encode_prompts, finished_text
+from lmswitch.core.hidden import _padded_pass
 from lmswitch.core.judge import guide_scores
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import GUIDE_TOKENS, SamplingOptions
@@ -67,11 +68,10 @@ def _padded(rows: Sequence[list[int]], pad: int, left: bool) -> tuple[torch.Tens
 @torch.no_grad()
 def _mean_continuation(lm: LanguageModel, rows: list[list[int]], starts: list[int]) -> torch.Tensor:
     """Mean head input over each row's tokens from ``starts[r]`` on (its continuation), ``(len(rows), d)``."""
-    ids, mask = _padded(rows, lm.tokenizer.pad_token_id, left=True)
-    h = lm.final_hidden(ids, mask, (mask.cumsum(-1) - 1).clamp_min(0)).float().cpu()
-    keep = mask.clone()
+    h = _padded_pass(lm, rows).float().cpu()
+    keep = torch.zeros(h.shape[:2])
     for r, (row, start) in enumerate(zip(rows, starts, strict=True)):
-        keep[r, : ids.shape[1] - len(row) + start] = 0
+        keep[r, start : len(row)] = 1
     return (h * keep[..., None]).sum(1) / keep.sum(1, keepdim=True).clamp_min(1)
 
 
