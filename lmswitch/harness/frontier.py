@@ -127,9 +127,10 @@ def _caa(lm: LanguageModel, switch: Switch, side: int, prompts: Sequence[str], p
 
 
 BEST_OF = 4  # candidates per sample of the best-of method
-GUIDE = 4  # candidates per piece of the guided method
+GUIDES = (4, 8)  # candidates per piece of the guided methods
 METHODS: dict[str, Method] = {"switch": _switch(), "switch+adaptive": _switch(adaptive=True),
-                              f"switch+best-of-{BEST_OF}": _switch(best_of=BEST_OF), f"switch+guided-{GUIDE}": _switch(guide=GUIDE),
+                              f"switch+best-of-{BEST_OF}": _switch(best_of=BEST_OF),
+                              **{f"switch+guided-{n}": _switch(guide=n) for n in GUIDES},
                               "prompting": _prompting, "caa": _caa}
 LEVELS = tuple(float(k) for k in range(1, len(INSTRUCTIONS) + 1))  # the prompting baseline's strengths
 CAA_STRENGTHS = (0.5, 1.0, 2.0, 3.0, 4.0, 6.0)  # |α| swept for activation addition, multiples of its mean-difference vector
@@ -287,7 +288,7 @@ TARGETS = (
            lambda ev, base: ev.toxicity_prob <= base.toxicity_prob / 3),
     Target("formality", +1, "≥ 90% judged formal at +ε, fluent", lambda ev, base: ev.formal_share >= 0.9),
 )
-SWITCH_METHODS = ("switch", "switch+adaptive", f"switch+best-of-{BEST_OF}", f"switch+guided-{GUIDE}")  # the product's own methods; the others are baselines
+SWITCH_METHODS = tuple(m for m in METHODS if m.startswith("switch"))  # the product's own methods; the others are baselines
 
 
 def target_checks(frontier: Frontier) -> list[tuple[str, str, bool]]:

@@ -32,16 +32,21 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=5)
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--out", default="docs/evaluation/frontier/guided-50")
+    ap.add_argument("--file", help="a switch file to run instead of the shipped one (one --switch: the spec it is judged by)")
+    ap.add_argument("--sides", default="+1,-1", help="the sides to run, e.g. +1")
     args = ap.parse_args()
+    if args.file and len(args.switch) != 1:
+        ap.error("--file runs one switch: name the spec it is judged by with one --switch")
     lm = ls.load_model(dtype=getattr(torch, args.dtype))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for name in args.switch:
         start = time.perf_counter()
-        switch = ls.load_switch(shipped_switch_path(name), lm)
+        switch = ls.load_switch(args.file or shipped_switch_path(name), lm)
         if switch.judge is None:
             switch.judge = shipped_judge(lm, get_spec(name))
-        spec = replace(FrontierSpec.for_switch(name), strengths=tuple(float(s) for s in args.strengths.split(",")))
+        spec = replace(FrontierSpec.for_switch(name), strengths=tuple(float(s) for s in args.strengths.split(",")),
+                       sides=tuple(int(s) for s in args.sides.split(",")))
         frontier = run_frontier(lm, switch, spec, methods=args.methods.split(","), protocol=Protocol(samples=args.samples),
                                 dev_limit=args.limit, test_limit=args.limit, log=print)
         text = markdown(frontier)
