@@ -33,7 +33,9 @@ def test_report_end_to_end_on_a_tiny_model(tmp_path, llama_lm, monkeypatch):
         assert f"| {check['target']} | {check['measured']} | {'**met**' if check['met'] else '**missed**'} |" in text
     assert list(results) == ["suite", "protocol", "model", "fingerprint", "sentiment", "detox", "formality", "efficiency", "grid",
                              "checks", "frontier", "seconds"]
-    assert len(results["sentiment"]) == len(QUICK.sentiment_eps) and len(results["grid"]) == len(QUICK.grid_eps)
+    r = SPECS[0].recommended_eps  # the sweep adds ±the recommended ε, which the checks read
+    assert [e["setting"].get("sentiment", 0.0) for e in results["sentiment"]] == sorted({*QUICK.sentiment_eps, -r, r})
+    assert len(results["grid"]) == len(QUICK.grid_eps)
     assert len(results["frontier"]) == 5 and set(results["efficiency"]) == {"pairs", "card", "evals"}
     for png in ("sentiment_sweep.png", "detox_sweep.png", "formality_sweep.png", "composition.png"):
         assert (tmp_path / "fig" / png).read_bytes()[:4] == b"\x89PNG"

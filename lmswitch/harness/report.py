@@ -350,7 +350,8 @@ def _sentiment_frontier(evals: list[Evaluation]) -> tuple[tuple[str, str], ...]:
 
 
 def _sentiment_sweep(run: _Run, switch: Switch, prompts: list[str]) -> SweepSection:
-    evals = run.sweep(switch, "sentiment", run.suite.sentiment_eps, prompts, "neutral")
+    r = get_spec("sentiment").recommended_eps  # the checks read ±r: swept beside the suite's grid
+    evals = run.sweep(switch, "sentiment", sorted({*run.suite.sentiment_eps, -r, r}), prompts, "neutral")
     export(sweep_figure(evals, "sentiment", ("positive_share", "negative_share")), run.fig_dir / "sentiment_sweep.png")
     return SweepSection("sentiment", evals, "Sentiment (neutral prompts)", "sentiment_sweep.png", _sentiment_checks(evals), _sentiment_frontier(evals))
 
