@@ -294,7 +294,7 @@ SWITCH_METHODS = tuple(m for m in METHODS if m.startswith("switch"))  # the prod
 def target_checks(frontier: Frontier) -> list[tuple[str, str, bool]]:
     """(target, best measured on test by the switch's own methods, met) for each target of this switch."""
     out = []
-    for target in (t for t in TARGETS if t.switch == frontier.spec.switch):
+    for target in (t for t in TARGETS if t.switch == frontier.spec.switch and t.side in frontier.spec.sides):  # a side not run is not a miss
         rows = [r for r in frontier.rows if r.side == target.side and r.method in SWITCH_METHODS and r.test is not None]
         fluent = [r for r in rows if not r.test_problems]
         met = any(target.passes(r.test, r.test_base) for r in fluent)
