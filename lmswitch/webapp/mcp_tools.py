@@ -93,7 +93,7 @@ class McpTools:
 
         Args:
             prompt: the text the model continues.
-            switches: comma-separated NAME=EPS settings, e.g. "sentiment=6, formality=-2" (ε in ε0 units; see list_switches for names and fluent ranges); empty for none.
+            switches: comma-separated NAME=EPS settings, e.g. "sentiment=4, formality=-2" (ε in ε0 units; see list_switches for names and fluent ranges); empty for none.
             max_new_tokens: how many tokens to generate (1 to a few hundred).
             seed: the random seed; the same seed gives the same text.
             adaptive: scale the steering down per token so the text stays fluent (a KL budget per token).

@@ -5,7 +5,7 @@ through ``extra_body``::
 
     client = OpenAI(base_url="http://127.0.0.1:7860/v1", api_key="-")
     client.completions.create(model="smollm2-135m", prompt="My weekend was", seed=1,
-                              extra_body={"switches": {"sentiment": 6, "formality": -2}, "adaptive": False})
+                              extra_body={"switches": {"sentiment": 4, "formality": -2}, "adaptive": False})
 
 A request goes through the model's :class:`~lmswitch.serve.batcher.Batcher`:
 concurrent requests are decoded together on the app's compute thread, each row
