@@ -9,7 +9,7 @@ import torch
 from conftest import random_switch
 
 from lmswitch.harness.evaluate import PROTOCOL, Evaluation, load_prompts, loops, repetition_share
-from lmswitch.harness.frontier import FluencyRules, FrontierSpec, _best, markdown, run_frontier, target_checks
+from lmswitch.harness.frontier import FluencyRules, Frontier, FrontierSpec, _best, markdown, run_frontier, target_checks
 
 
 def evaluation(**kw) -> Evaluation:
@@ -168,3 +168,11 @@ def test_slider_check_scores_every_whole_eps_of_the_default_range_on_test_prompt
     switch.card = switch.card.updated(fluent_eps=None)
     switch.eps_range = (-14.2, 14.2)
     assert switch.slider_range() == (-15.0, 15.0)  # uncalibrated: the recommended range, at least ±10
+
+
+def test_targets_cover_only_the_sides_that_were_run():
+    spec = replace(FrontierSpec.for_switch("sentiment"), sides=(+1,))
+    checks = target_checks(Frontier(spec, PROTOCOL, 0, 0, []))
+    assert [target for target, _, _ in checks] == ["sentiment: ≥ 90% positive at +ε, fluent"]  # −ε was not run: not a miss
+    both = target_checks(Frontier(FrontierSpec.for_switch("sentiment"), PROTOCOL, 0, 0, []))
+    assert len(both) == 2 and not any(met for _, _, met in both)
