@@ -58,8 +58,8 @@ class SamplingOptions:
                 "per token, as OpenAI's best_of; costs that many rows of decoding (1: today's single sample)"})
     guide: int = field(default=1, metadata={
         "help": f"guided decoding: every {GUIDE_TOKENS} tokens, sample this many candidate continuations and keep the one "
-                "the steering switches' judges (classifiers of their two styles) place furthest the way ε points; costs "
-                "about 1.5× that many rows of decoding (1: off)"})
+                "the steering switches' judges (classifiers of their two styles) place furthest the way ε points; with 4, "
+                "about 3.4× the time of plain decoding on 2 CPU cores (benchmarks/RESULTS.md; 1: off)"})
 
     def validate(self, lm: LanguageModel) -> None:
         if not _whole(self.max_new_tokens) or not 1 <= self.max_new_tokens < lm.context_length:
