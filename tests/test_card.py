@@ -69,6 +69,9 @@ def test_calibration_sets_the_fluent_range_and_recommends_its_positive_end():
     assert calibrated.fluent_eps == (-6.0, 4.0) and calibrated.recommended_eps == 4.0
     assert calibrated["recommended_eps_range"] == [-6.0, 4.0] and calibrated["note"] == "kept"
     assert calibrated.fluent_text == "-6 … +4" and card.fluent_text == ""
+    assert card.calibrated(-6.0, 4.0, share=0.75).recommended_eps == 3.0  # recommended from inside a noisy limit
+    with pytest.raises(ValueError, match="share must be in"):
+        card.calibrated(-6.0, 4.0, share=0.0)
     nothing_positive = card.calibrated(-2.0, 0.0)  # no +ε was fluent: the earlier recommendation stays
     assert nothing_positive.recommended_eps == 12.0 and nothing_positive.fluent_eps == (-2.0, 0.0)
     assert Card().calibrated(-2.0, 0.0).recommended_eps is None

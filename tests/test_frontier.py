@@ -132,7 +132,8 @@ def test_calibration_stores_the_fluent_range_in_the_card(llama_lm):
     low, high = calibrate(llama_lm, wild, strict)
     assert low <= 0 <= high and (low, high) != (-8.0, 8.0)  # a wild switch breaks the rules somewhere
     card = calibrated_card(llama_lm, zero, probe)
-    assert card.fluent_eps == (-8.0, 8.0) and card.recommended_eps == 8.0
+    assert card.fluent_eps == (-8.0, 8.0) and card.recommended_eps == 6.0  # recommended from inside the probe's limit (3/4)
+    assert calibrated_card(llama_lm, zero, replace(probe, recommend=1.0)).recommended_eps == 8.0
 
 
 def test_activation_addition_baseline_runs_on_the_switch_training_pairs(llama_lm, tmp_path):

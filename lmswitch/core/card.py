@@ -124,12 +124,14 @@ class Card(Mapping):
         """The fluent ε range as people read it (``"-6 … +6"``), or ``""`` when the card has none."""
         return f"{self.fluent_eps[0]:+g} … {self.fluent_eps[1]:+g}" if self.fluent_eps is not None else ""
 
-    def calibrated(self, low: float, high: float) -> Card:
+    def calibrated(self, low: float, high: float, share: float = 1.0) -> Card:
         """This card with its measured fluent range ``[low, high]``, which also becomes its recommended range, and the
-        recommended ε at the positive fluent limit (kept as it was when no positive ε was fluent)."""
+        recommended ε at ``share`` of the positive fluent limit (kept as it was when no positive ε was fluent)."""
+        if not 0 < share <= 1:
+            raise ValueError(f"share must be in (0, 1]; got {share!r}")
         changes: dict[str, Any] = {"fluent_eps": [low, high], "recommended_eps_range": [low, high]}
         if high > 0:
-            changes["recommended_eps"] = high
+            changes["recommended_eps"] = round(share * high, 3)
         return self.updated(**changes)
 
     def updated(self, **changes: Any) -> Card:

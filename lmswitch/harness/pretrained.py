@@ -198,7 +198,9 @@ def build_switch(
     return switch
 
 
-CALIBRATION = Probe(prompts=50, samples=5, max_new_tokens=25)  # the shipped switches' fluent range: the full protocol's dev split (250 samples, so one looping sample is 0.4%)
+# the shipped switches' fluent range: the full protocol's dev split (250 samples, so one looping sample is 0.4%), measured
+# well enough to recommend its limit
+CALIBRATION = Probe(prompts=50, samples=5, max_new_tokens=25, recommend=1.0)
 
 
 def _calibrated(lm: LanguageModel, switch: Switch, spec: Spec, protocol: Protocol, say: Log) -> Card:
@@ -209,7 +211,7 @@ def _calibrated(lm: LanguageModel, switch: Switch, spec: Spec, protocol: Protoco
     say(f"[{spec.name}] fluent ε on {probe.prompts} dev prompts: {low:+g} … {high:+g}")
     if high <= 0:
         say(f"[{spec.name}] ⚠ no probed +ε was fluent; the card keeps its recommended ε (or the spec's, {spec.recommended_eps:+g})")
-    return switch.card.calibrated(low, high)
+    return switch.card.calibrated(low, high, share=probe.recommend)
 
 
 def recalibrate_switch(lm: LanguageModel, switch: Switch, *, eval_prompts: int = CARD_PROMPTS, samples: int = CARD_SAMPLES,
