@@ -270,6 +270,8 @@ def card(**kw) -> dict:
             ],
         ),
         (dict(heldout_gain=0.0, stopped_early=True), ["+0.000 nats/token", "memorised", "a lower learning rate"]),
+        (dict(heldout_gain=-0.273, optimizer="lbfgs"), ["-0.273 nats/token", "no better than the model", "guided decoding with 8"]),
+        (dict(heldout_gain=-0.1, optimizer="lbfgs", n_negative=0), ["no better than the model", "self-contrast negatives"]),
         (dict(heldout_gain=0.004), ["Small held-out gain +0.004 nats/token", "400 held-out tokens", "More varied text"]),
         (dict(heldout_gain=0.0786), ["Enough data", "+0.079 nats/token", "400 held-out tokens", "2,000 training tokens"]),
     ],

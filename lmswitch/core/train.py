@@ -589,9 +589,13 @@ def _advice(card: Mapping) -> str:
         )
     if gain <= 0:
         if card.get("optimizer") == "lbfgs":
+            then = ("Add more varied text; meanwhile guided decoding with 8 candidates moves generation furthest at the "
+                    "recommended ε (a switch from 30 + 30 sentiment sentences: 0.88 positive on test prompts with it, "
+                    "about half without)" if card.get("n_negative") else
+                    "Add more varied text, or for one document try self-contrast negatives; generation may still move in "
+                    "the intended direction")
             return (f"Held-out gain {gain:+.3f} nats/token on {held:,} tokens: the switch explains held-out text no better "
-                    f"than the model (its {n:,} training tokens are few or narrow). Add more varied text, or for one "
-                    f"document try self-contrast negatives; generation may still move in the intended direction.")
+                    f"than the model (its {n:,} training tokens are few or narrow). {then}.")
         fewer = "a lower learning rate" if card.get("stopped_early") else "fewer steps or a lower learning rate"
         return (
             f"Held-out gain {gain:+.3f} nats/token on {held:,} tokens: the switch memorised its {n:,} training tokens "
