@@ -255,6 +255,8 @@ def test_training_adds_a_private_slider_and_a_downloadable_file(backend, llama_l
     status, loss_fig, report, *rest = updates[-1]  # the switch is ready, with what it learned
     sliders, pickers, download = rest[: app.MAX_SLOTS], rest[app.MAX_SLOTS : -2], rest[-2]
     assert "'mood'" in report and "is ready" in report and "held-out gain" in report
+    card = session.get("mood", backend.library).card
+    assert card.fluent_eps[1] > 0 and f"{card.fluent_text}; recommended ε {card.recommended_eps:+g}." in report  # probed, and inside
     assert any("mood: + → happy, − → sad" == u.label for u in sliders if u.visible)
     assert pickers[3].value == "mood"  # the manage picker selects the new switch
     assert len(loss_fig.data[0].y) == session.get("mood", backend.library).card["steps"]

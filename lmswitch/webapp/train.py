@@ -69,7 +69,8 @@ def _report(final: str, name: str, switch: Switch) -> str:
     gain = card.get("heldout_gain")
     gain_text = "no held-out split" if gain is None else f"held-out gain **{gain:+.3f} nats/token**"
     renamed = f" (renamed from '{name}', which was taken)" if final != name else ""
-    fluent_text = f" Fluent ε range (its slider's range): {card.fluent_text}." if card.fluent_text else ""
+    recommended = f"; recommended ε {card.recommended_eps:+g}" if card.fluent_text and card.recommended_eps else ""
+    fluent_text = f" Fluent ε range (its slider's range): {card.fluent_text}{recommended}." if card.fluent_text else ""
     if card.get("calibration_error"):
         fluent_text = f" The fluent-range probe failed ({card['calibration_error']}); its slider spans the usual range."
     return (f"### ✔ '{final}'{renamed} is ready — its slider is in the Steer tab.{fluent_text}\n"
