@@ -10,8 +10,7 @@ from conftest import tiny_style_data
 
 from lmswitch.core.switch import load_switch
 from lmswitch.harness.evaluate import Protocol, evaluate_sweep, load_prompts
-from lmswitch.harness.frontier import Probe
-from lmswitch.harness.pretrained import PRETRAINED_DIR, SPECS, build_pretrained, get_spec, load_pretrained
+from lmswitch.harness.pretrained import CALIBRATION, PRETRAINED_DIR, SPECS, build_pretrained, get_spec, load_pretrained
 
 
 def test_build_is_deterministic_and_cards_are_complete(tmp_path, llama_lm, monkeypatch):
@@ -19,7 +18,7 @@ def test_build_is_deterministic_and_cards_are_complete(tmp_path, llama_lm, monke
     # a tiny model trains in a few steps; keep each spec's other settings
     monkeypatch.setattr("lmswitch.harness.pretrained.SPECS", tuple(replace(s, train=replace(s.train, steps=20)) for s in SPECS))
     messages = []
-    monkeypatch.setattr("lmswitch.harness.pretrained.CALIBRATION", Probe(prompts=2, samples=1, max_new_tokens=4, strengths=(4.0, 8.0), recommend=1.0))
+    monkeypatch.setattr("lmswitch.harness.pretrained.CALIBRATION", replace(CALIBRATION, prompts=2, samples=1, max_new_tokens=4, strengths=(4.0, 8.0)))
     first = build_pretrained(llama_lm, tmp_path / "a", names=["sentiment", "detox"], data_dir=tmp_path / "data", eval_prompts=0, log=messages.append,
                              fluent=False)
     second = build_pretrained(llama_lm, tmp_path / "b", names=["sentiment", "detox"], data_dir=tmp_path / "data", eval_prompts=0)
@@ -47,7 +46,7 @@ def test_build_is_deterministic_and_cards_are_complete(tmp_path, llama_lm, monke
 def test_recalibrate_keeps_the_weights_and_measures_the_card_again(tmp_path, llama_lm, monkeypatch):
     tiny_style_data(tmp_path / "data")
     monkeypatch.setattr("lmswitch.harness.pretrained.SPECS", tuple(replace(s, train=replace(s.train, steps=5)) for s in SPECS))
-    monkeypatch.setattr("lmswitch.harness.pretrained.CALIBRATION", Probe(prompts=2, samples=1, max_new_tokens=4, strengths=(4.0, 8.0), recommend=1.0))
+    monkeypatch.setattr("lmswitch.harness.pretrained.CALIBRATION", replace(CALIBRATION, prompts=2, samples=1, max_new_tokens=4, strengths=(4.0, 8.0)))
     [path] = build_pretrained(llama_lm, tmp_path, names=["formality"], data_dir=tmp_path / "data", eval_prompts=0, fluent=False)
     before = load_switch(path, llama_lm)
     assert before.card.fluent_eps is None
