@@ -50,6 +50,25 @@ def test_requests_waiting_together_share_one_decode_and_each_gets_its_solo_token
         assert row.new_ids == solo.new_ids[0][: int(solo.new_mask[0].sum())].tolist()
 
 
+def test_adaptive_rows_drawn_together_each_spend_their_own_budget_as_alone(llama_lm):
+    """One sampler draws all rows of a step; each row's steering budget is charged for its own token only, so a row
+    whose budget runs out stops being steered at the same token as alone (budgets small enough to run out mid-way)."""
+    a, b = random_switch(llama_lm, seed=1, scale=20.0, name="a"), random_switch(llama_lm, seed=2, scale=20.0, name="b")
+    options = SamplingOptions(max_new_tokens=10, adaptive=True, generation_budget=0.05)
+    requests = [(WORDS, [(a, 6.0)], 1), ("beta", [], 2), ("gamma delta", [(b, -4.0)], 3), (WORDS, [(a, 6.0)], 4)]
+    batcher = Batcher(llama_lm, ComputeThread())
+    release = held(batcher.compute)
+    streams = [batcher.stream(p, s, seed=seed, options=options) for p, s, seed in requests]
+    release.set()
+    rows = [list(stream)[-1] for stream in streams]
+    assert batcher.batches == 1
+    for row, (prompt, setting, seed) in zip(rows, requests, strict=True):
+        solo = generate_tokens(llama_lm, [prompt], [setting], [seed], options)
+        assert row.new_ids == solo.new_ids[0][: int(solo.new_mask[0].sum())].tolist()
+    plain = run_together(Batcher(llama_lm, ComputeThread()), [(p, s, seed, 10) for p, s, seed in requests])
+    assert [r.new_ids for r in rows] != [r.new_ids for r in plain]  # the budgets did change the steered rows
+
+
 def unsteered_logprobs(lm, prompt: str, new_ids: list[int]) -> list[float]:
     """Each new token's log-probability under the unsteered model, from one full forward pass of prompt + tokens."""
     ids, _ = encode_prompts(lm, [prompt], SamplingOptions(max_new_tokens=len(new_ids)))

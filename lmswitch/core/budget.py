@@ -72,8 +72,8 @@ class Budget:
 
 class RowBudgets(Budget):
     """Several one-row budgets steered in one forward pass (a running decode whose rows join and leave): the hook
-    reads and fills each row's own :class:`Budget`, and each row's sampler spends its own (so this view has no
-    ``left`` of its own and is never spent)."""
+    reads and fills each row's own :class:`Budget`, and the sampler spends each row's own (this view has no ``left``
+    of its own)."""
 
     def __init__(self, parts: list[Budget]) -> None:
         self.parts = parts
@@ -88,3 +88,9 @@ class RowBudgets(Budget):
     def observe(self, lm: LanguageModel, c_last: torch.Tensor) -> None:
         for k, part in enumerate(self.parts):
             part.observe(lm, c_last[k : k + 1])
+
+    @torch.no_grad()
+    def spend(self, steered_logp: torch.Tensor, chosen: torch.Tensor) -> None:
+        """Charge each row's own budget for its chosen token (a sampler drawing all the rows at once)."""
+        for k, part in enumerate(self.parts):
+            part.spend(steered_logp[k : k + 1], chosen[k : k + 1])

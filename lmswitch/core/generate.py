@@ -24,7 +24,7 @@ import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from lmswitch.core.budget import Budget
+from lmswitch.core.budget import Budget, RowBudgets
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SAMPLING, SamplingOptions
 from lmswitch.core.steering import Setting, steer, steer_rows
@@ -39,9 +39,10 @@ class CoupledSampler(LogitsProcessor):
     row is charged for what steering did to its sampled token (:mod:`lmswitch.core.budget`).
     """
 
-    def __init__(self, seeds: Sequence[int], temperature: float, top_p: float, budget: Budget | None = None,
+    def __init__(self, seeds: Sequence[int | torch.Generator], temperature: float, top_p: float, budget: Budget | None = None,
                  stops: Sequence[int] | None = None) -> None:
-        self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
+        # a row's noise stream: a new one from its seed, or one given (shared with the sampler it came from)
+        self.generators = [s if isinstance(s, torch.Generator) else torch.Generator().manual_seed(int(s)) for s in seeds]
         self.temperature = temperature
         self.top_p = top_p
         self.budget = budget
@@ -51,6 +52,16 @@ class CoupledSampler(LogitsProcessor):
         self.loglik = torch.zeros(len(seeds), dtype=torch.float64)
         self.tokens = torch.zeros(len(seeds), dtype=torch.long)
         self.ended = torch.zeros(len(seeds), dtype=torch.bool)
+
+    @classmethod
+    def joined(cls, samplers: Sequence[CoupledSampler]) -> CoupledSampler:
+        """One sampler over the rows of ``samplers`` (the same temperature and top-p, no stops): it draws from their
+        noise streams and charges their budgets, so each row gets the tokens its own sampler would give it, in one
+        batched pass (a running decode's rows, which join and leave, each keep a sampler of their own)."""
+        first = samplers[0]
+        budgets = [s.budget for s in samplers]
+        return cls([g for s in samplers for g in s.generators], first.temperature, first.top_p,
+                   RowBudgets(budgets) if first.budget is not None else None)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         B, V = scores.shape

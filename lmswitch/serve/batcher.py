@@ -239,9 +239,8 @@ class _Rolling:
 
     def _sample(self, logits: torch.Tensor, first: int) -> list[tuple[_Request, Row]]:
         """Draw the next token of rows ``first…`` (logits row k belongs to row first + k); hand out text; drop finished rows."""
-        for k in range(logits.shape[0]):
-            b = first + k
-            token = int(self.samplers[b](None, logits[k : k + 1]).argmax(-1))
+        tokens = CoupledSampler.joined(self.samplers[first:])(None, logits).argmax(-1).tolist()  # each row's own stream
+        for b, token in enumerate(tokens, start=first):
             self.ids[b].append(token)
             self.requests[b].out.put(self.lm.tokenizer.decode(self.ids[b], skip_special_tokens=True))
         done = [b for b, (r, ids) in enumerate(zip(self.requests, self.ids, strict=True))
