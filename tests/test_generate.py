@@ -244,6 +244,19 @@ def test_a_rows_sample_does_not_depend_on_the_other_rows_of_its_batch():
         assert int(alone[0]) == int(beside[0]), seed
 
 
+def test_joined_samplers_draw_each_row_from_its_own_stream_and_advance_it():
+    """A running decode keeps one sampler per row and draws them together: the tokens equal each sampler's own, step
+    after step (the joined draw advances the rows' own streams); samplers that do not share settings are refused."""
+    logits = torch.randn(3, 700, generator=torch.Generator().manual_seed(0)) * 3
+    rows = [CoupledSampler([seed], temperature=0.8, top_p=0.9) for seed in (5, 6, 7)]
+    alone = [CoupledSampler([seed], temperature=0.8, top_p=0.9) for seed in (5, 6, 7)]
+    for _ in range(3):
+        together = CoupledSampler.joined(rows)(None, logits).argmax(-1).tolist()
+        assert together == [int(s(None, logits[k : k + 1]).argmax(-1)) for k, s in enumerate(alone)]
+    with pytest.raises(ValueError, match="share their temperature"):
+        CoupledSampler.joined([rows[0], CoupledSampler([1], temperature=1.0, top_p=0.9)])
+
+
 def test_stream_rows_can_run_on_a_given_executor(llama_lm):
     """A server keeps all model work on one long-lived thread: stream_rows submits its generation there."""
     from concurrent.futures import ThreadPoolExecutor
