@@ -71,7 +71,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.switches and not Path(args.switches).is_dir():
         raise SystemExit(f"switch folder {args.switches} does not exist; create it or pass --switches DIR")
-    backend = Backend(args.model, args.switches, dtype=args.dtype).start()
+    backend = Backend(args.model, args.switches, dtype=args.dtype)
+    backend.compute.own_cores()  # a torch op on a web thread must not slow every generation (serve/compute.py)
+    backend.start()
     demo = build_app(backend)
     if args.mcp:
         McpTools(backend).register(demo)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import threading
+from pathlib import Path
 
 import torch
 from conftest import random_ids
@@ -202,3 +206,34 @@ def test_a_bad_item_fails_only_its_own_caller():
     compute = ComputeThread()
     out = _callers(Merged(compute, checked), [1, -1, 2], compute)
     assert out[0] == 2 and out[2] == 3 and isinstance(out[1], ValueError)
+
+
+def test_own_cores_keeps_every_other_threads_torch_ops_on_one_core():
+    """After ``own_cores`` the compute thread keeps its threads, and a torch op on any other thread runs on one core
+    and starts no OpenMP team (the process gains no thread): a second team would slow every later decode step. Run in
+    a fresh process, since it sets the process's default."""
+    code = textwrap.dedent("""
+        import os, sys, threading, torch
+        from lmswitch.serve.compute import ComputeThread
+        torch.set_num_threads(2)
+        compute = ComputeThread()
+        if sys.argv[1] == "own":
+            compute.own_cores()
+        threads = lambda: len(os.listdir("/proc/self/task"))
+        seen = {}
+        def other():
+            before = threads()
+            torch.randn(1000, 1000).sum()
+            seen.update(n=torch.get_num_threads(), grew=threads() - before)
+        worker = threading.Thread(target=other)
+        worker.start()
+        worker.join()
+        print(compute.run(torch.get_num_threads), seen["n"], seen["grew"])
+    """)
+
+    def run(mode: str) -> list[str]:
+        return subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, check=True, timeout=120,
+                              cwd=Path(__file__).resolve().parents[1]).stdout.split()
+
+    assert run("own") == ["2", "1", "0"]
+    assert run("not") == ["2", "2", "1"]  # without it: the other thread's op starts a team of its own

@@ -2,7 +2,8 @@
 
 On a few CPU cores torch's OpenMP pools slow every thread down once several
 threads have used them (40 tokens: 1.3 s on one thread, 1.8–2.3 s across threads),
-so a server runs every model call on this one thread, first come first served.
+so a server runs every model call on this one thread, first come first served, and
+:meth:`ComputeThread.own_cores` keeps every other thread's torch ops on one core.
 
 Fair scheduling: a job submitted with ``background=True`` (training, sweeps,
 calibration) runs with a pause handler (:mod:`lmswitch.core.pause`). At the
@@ -93,6 +94,17 @@ class ComputeThread:
         if self.on_thread():
             return fn(*args, **kwargs)
         return self.submit(fn, *args, background=background, **kwargs).result()
+
+    def own_cores(self) -> None:
+        """Make this thread the only one of the process whose torch ops run on several cores: other threads (the
+        caller, and threads that start later) run theirs on one, so none of them starts a second OpenMP team.
+
+        With a second team libgomp counts more threads than cores and stops spinning between parallel regions, and
+        from then on every op of this thread's decode pays a wake-up (2 rows × 20 tokens: 0.68 s instead of 0.36 s on
+        2 cores, for the rest of the process). For a server, whose model work all runs on this thread; threads that
+        already ran torch ops keep their setting."""
+        self.run(torch.get_num_threads)  # torch sets a thread's OpenMP threads at its first use: this one's, now
+        torch.set_num_threads(1)  # the default of threads that start later, and the caller's own
 
     def stepped(self, items: Iterator[T], background: bool = True) -> Iterator[T]:
         """The items of ``items``, each produced by one ``next()`` on the compute thread (as background work).
