@@ -13,6 +13,7 @@ from conftest import CONTEXT, random_switch
 
 import lmswitch as ls
 from lmswitch import generate, stream_generate, sweep
+from lmswitch.core.budget import Budget
 from lmswitch.core.generate import CoupledSampler, finished_text
 from lmswitch.core.steering import active_hook_count
 
@@ -255,6 +256,8 @@ def test_joined_samplers_draw_each_row_from_its_own_stream_and_advance_it():
         assert together == [int(s(None, logits[k : k + 1]).argmax(-1)) for k, s in enumerate(alone)]
     with pytest.raises(ValueError, match="share their temperature"):
         CoupledSampler.joined([rows[0], CoupledSampler([1], temperature=1.0, top_p=0.9)])
+    with pytest.raises(ValueError, match="steering budget"):
+        CoupledSampler.joined([rows[0], CoupledSampler([1], temperature=0.8, top_p=0.9, budget=Budget(1, 4.0))])
 
 
 def test_stream_rows_can_run_on_a_given_executor(llama_lm):

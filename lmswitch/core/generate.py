@@ -59,8 +59,10 @@ class CoupledSampler(LogitsProcessor):
         noise streams and charges their budgets, so each row gets the tokens its own sampler would give it, in one
         batched pass (a running decode's rows, which join and leave, each keep a sampler of their own)."""
         first = samplers[0]
-        if any(s.stops is not None or (s.temperature, s.top_p) != (first.temperature, first.top_p) for s in samplers):
-            raise ValueError("samplers joined into one draw share their temperature and top-p and score no stops")
+        if any(s.stops is not None or (s.temperature, s.top_p, s.budget is None) != (first.temperature, first.top_p, first.budget is None)
+               for s in samplers):
+            raise ValueError("samplers joined into one draw share their temperature and top-p, all have a steering budget or "
+                             "none does, and score no stops")
         budgets = [s.budget for s in samplers]
         return cls([g for s in samplers for g in s.generators], first.temperature, first.top_p,
                    RowBudgets(budgets) if first.budget is not None else None)
