@@ -191,6 +191,32 @@ def test_a_decode_that_never_empties_keeps_its_cache_no_longer_than_its_longest_
     assert rows[0].text == solo.texts[0]  # the first request, decoded beside the others, is still its solo text
 
 
+def test_a_running_decode_forms_its_steering_once_per_change_of_rows_and_twins_share_a_stream(llama_lm):
+    """The rows' steering matrices are formed when rows join or leave, not at every step; a steered row and its
+    unsteered twin admitted together share one noise stream; each row still gets its solo tokens."""
+    from lmswitch.serve.batcher import _Request, _Rolling
+
+    a, b = random_switch(llama_lm, seed=1, scale=20.0, name="a"), random_switch(llama_lm, seed=2, scale=20.0, name="b")
+    options = SamplingOptions(max_new_tokens=5)
+    requests = [_Request(WORDS, [(a, 4.0)], 3, options), _Request(WORDS, [], 3, options), _Request("beta", [(b, -3.0)], 4, options)]
+    rolling = _Rolling(llama_lm)
+    rows = rolling.admit(requests[:2])
+    assert rolling.samplers[0].generators[0] is rolling.samplers[1].generators[0]
+    rows += rolling.step()
+    formed = rolling.steering
+    rows += rolling.step()
+    assert formed is not None and rolling.steering is formed  # the same rows: not formed again
+    rows += rolling.admit(requests[2:])
+    rows += rolling.step()
+    assert rolling.steering is not formed and rolling.samplers[2].generators[0] is not rolling.samplers[0].generators[0]
+    while rolling.requests:
+        rows += rolling.step()
+    for request, row in rows:
+        solo = generate_tokens(llama_lm, [request.prompt], [request.setting], [request.seed], options)
+        assert row.new_ids == solo.new_ids[0][: int(solo.new_mask[0].sum())].tolist()
+    assert len(rows) == 3
+
+
 def test_best_of_requests_decode_whole_beside_the_running_rows_and_equal_their_solo_choice(llama_lm):
     """A best-of-n request cannot join the rolling decode (its likeliest candidate is known only at the end): it is
     decoded whole, with the other best-of requests of its settings, and gets the same text as alone; plain requests

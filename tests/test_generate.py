@@ -260,6 +260,17 @@ def test_joined_samplers_draw_each_row_from_its_own_stream_and_advance_it():
         CoupledSampler.joined([rows[0], CoupledSampler([1], temperature=0.8, top_p=0.9, budget=Budget(1, 4.0))])
 
 
+def test_rows_with_one_seed_share_one_stream_drawn_once_per_step():
+    """A steered row and its unsteered twin have one seed: they share one noise stream, drawn once per step, and each
+    still gets the tokens it would get alone (a stream drawn once per row would give the second row the next draw)."""
+    logits = torch.randn(3, 700, generator=torch.Generator().manual_seed(1)) * 3
+    shared = CoupledSampler([5, 5, 6], temperature=0.8, top_p=0.9)
+    assert shared.generators[0] is shared.generators[1] and shared.generators[2] is not shared.generators[0]
+    alone = [CoupledSampler([seed], temperature=0.8, top_p=0.9) for seed in (5, 5, 6)]
+    for _ in range(4):
+        assert shared(None, logits).argmax(-1).tolist() == [int(s(None, logits[k : k + 1]).argmax(-1)) for k, s in enumerate(alone)]
+
+
 def test_stream_rows_can_run_on_a_given_executor(llama_lm):
     """A server keeps all model work on one long-lived thread: stream_rows submits its generation there."""
     from concurrent.futures import ThreadPoolExecutor

@@ -31,6 +31,22 @@ from lmswitch.core.steering import Setting, steer, steer_rows
 from lmswitch.core.switch import Switch
 
 
+def noise_streams(seeds: Sequence[int | torch.Generator]) -> list[torch.Generator]:
+    """Each row's noise stream: the generator given (shared with the sampler it came from), or one per seed. Rows with
+    one seed (a steered row and its unsteered twin, a sweep's settings) would draw the same noise, so they share one
+    stream, which :class:`CoupledSampler` draws once per step for all of them."""
+    made: dict[int, torch.Generator] = {}
+    streams = []
+    for seed in seeds:
+        if isinstance(seed, torch.Generator):
+            streams.append(seed)
+            continue
+        if int(seed) not in made:
+            made[int(seed)] = torch.Generator().manual_seed(int(seed))
+        streams.append(made[int(seed)])
+    return streams
+
+
 class CoupledSampler(LogitsProcessor):
     """Temperature + nucleus (top-p) sampling by Gumbel-max with one seeded noise stream per row.
 
@@ -41,8 +57,7 @@ class CoupledSampler(LogitsProcessor):
 
     def __init__(self, seeds: Sequence[int | torch.Generator], temperature: float, top_p: float, budget: Budget | None = None,
                  stops: Sequence[int] | None = None) -> None:
-        # a row's noise stream: a new one from its seed, or one given (shared with the sampler it came from)
-        self.generators = [s if isinstance(s, torch.Generator) else torch.Generator().manual_seed(int(s)) for s in seeds]
+        self.generators = noise_streams(seeds)
         self.temperature = temperature
         self.top_p = top_p
         self.budget = budget
@@ -68,12 +83,23 @@ class CoupledSampler(LogitsProcessor):
                    RowBudgets(budgets) if first.budget is not None else None)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        """As a logits processor: scores 0 at each row's sampled token and -inf elsewhere."""
+        choice = self.draw(scores)
+        out = torch.full_like(scores, -math.inf)
+        out[torch.arange(len(choice)), choice] = 0.0
+        return out
+
+    def draw(self, scores: torch.Tensor) -> torch.Tensor:
+        """The next token of every row of ``scores`` (B, V): (B,) ids, each row's stream advanced by one draw."""
         B, V = scores.shape
         if B != len(self.generators):
             raise RuntimeError(f"sampler has {len(self.generators)} noise streams for a batch of {B}")
         logits = scores.float()
         # every stream advances by one draw per step, also for greedy rows, so streams stay aligned
-        noise = torch.stack([torch.rand(V, generator=g) for g in self.generators]).to(logits.device)  # (B, V)
+        drawn: dict[int, torch.Tensor] = {}  # one draw per stream, whatever the rows that share it
+        for g in self.generators:
+            drawn[id(g)] = drawn[id(g)] if id(g) in drawn else torch.rand(V, generator=g)
+        noise = torch.stack([drawn[id(g)] for g in self.generators]).to(logits.device)  # (B, V)
         # the model's own log-probabilities (temperature 1), for the steering budget and best of n: computed once
         needed = self.budget is not None or self.stops is not None or self.temperature == 1
         model_logp = torch.log_softmax(logits, dim=-1) if needed else None
@@ -95,9 +121,7 @@ class CoupledSampler(LogitsProcessor):
             self.budget.spend(model_logp, choice)
         if self.stops is not None:
             self._score(model_logp, choice)
-        out = torch.full_like(scores, -math.inf)
-        out[torch.arange(B), choice] = 0.0
-        return out
+        return choice
 
     def _score(self, logp: torch.Tensor, choice: torch.Tensor) -> None:
         """Add each live row's chosen token's log-probability to its log-likelihood; a row ends at its first stop."""

@@ -54,21 +54,60 @@ def steering_matrix(setting: Setting) -> torch.Tensor | None:
     return M
 
 
-class _Steer:
-    """The matrices for one ``steer`` block: (d, d) for all rows, or (U, d, d) distinct ones with a group per row.
+class RowSteering:
+    """What steers each row of a batch, formed once and kept across forward passes (a running decode's steps).
 
-    Per-row steering keeps each distinct setting's matrix once (``groups[b]`` indexes
-    it, -1 = unsteered), so a batch of 128 rows over a few settings costs a few
-    (d, d) matrices, not 128, and each group is one ordinary matmul.
+    Either one (d, d) matrix for every row (``groups`` None), or each distinct setting's
+    matrix once, (U, d, d), with ``groups[b]`` the index of row ``b``'s (-1 = unsteered),
+    so a batch of 128 rows over a few settings costs a few matrices, not 128, and each
+    group is one ordinary matmul. ``matrix`` None: nothing steers. The matrices are cast
+    once to each device and dtype they are used in.
     """
 
-    def __init__(self, matrix: torch.Tensor, groups: torch.Tensor | None = None, cap: tuple[LanguageModel, float] | None = None,
-                 budget: tuple[LanguageModel, Budget] | None = None) -> None:
+    def __init__(self, matrix: torch.Tensor | None, groups: torch.Tensor | None = None) -> None:
         self.matrix = matrix
         self.groups = groups
+        self._cast: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+
+    @classmethod
+    def one(cls, setting: Setting) -> RowSteering:
+        """Every row steered by ``setting`` (:func:`steering_matrix`)."""
+        return cls(steering_matrix(setting))
+
+    @classmethod
+    def rows(cls, settings: Sequence[Setting]) -> RowSteering:
+        """Row ``b`` steered by ``settings[b]``."""
+        distinct: dict[tuple, int] = {}
+        matrices: list[torch.Tensor] = []
+        groups = []
+        for setting in settings:
+            key = tuple((id(s), float(e)) for s, e in setting if e != 0)
+            if not key:
+                groups.append(-1)
+                continue
+            if key not in distinct:
+                distinct[key] = len(matrices)
+                matrices.append(steering_matrix(setting))
+            groups.append(distinct[key])
+        return cls(torch.stack(matrices), torch.tensor(groups)) if matrices else cls(None)
+
+    def on(self, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        """The matrix (or matrices) in ``device`` and ``dtype``."""
+        key = (device, dtype)
+        M = self._cast.get(key)
+        if M is None:
+            M = self._cast[key] = self.matrix.to(device, dtype)
+        return M
+
+
+class _Steer:
+    """One ``steer`` block: the rows' matrices (:class:`RowSteering`), and optionally an adaptive cap or a budget."""
+
+    def __init__(self, rows: RowSteering, cap: tuple[LanguageModel, float] | None = None,
+                 budget: tuple[LanguageModel, Budget] | None = None) -> None:
+        self.rows = rows
         self.cap = cap  # (model, KL budget in nats per token): adaptive strength, see lmswitch.core.adaptive
         self.budget = budget  # (model, nats left per row): a steering budget per generation, see lmswitch.core.budget
-        self._by_device: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
 
     def _step(self, c: torch.Tensor, M: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
         """``c + M c``; with a KL cap ``c + α M c`` with the per-position ``α`` that keeps the cap; ``scale`` (n,) 0 or
@@ -82,10 +121,7 @@ class _Steer:
         return c + delta
 
     def apply(self, c: torch.Tensor) -> torch.Tensor:
-        key = (c.device, c.dtype)
-        M = self._by_device.get(key)
-        if M is None:
-            M = self._by_device[key] = self.matrix.to(c.device, c.dtype)
+        M = self.rows.on(c.device, c.dtype)
         scale = None
         if self.budget is not None:
             lm, budget = self.budget
@@ -95,7 +131,7 @@ class _Steer:
             scale = budget.scale()
         if M.ndim == 2:
             return self._step(c, M, scale)
-        groups = self.groups
+        groups = self.rows.groups
         rows = c.shape[0]
         if rows != len(groups):
             if rows % len(groups):
@@ -173,8 +209,7 @@ def steer(lm: LanguageModel, setting: Setting, *, kl_budget: float | None = None
     ...     logits = lm.model(ids).logits
     """
     check_setting(lm, setting)
-    matrix = steering_matrix(setting)
-    with _activate(lm, _Steer(matrix, cap=_cap(lm, kl_budget), budget=_budget(lm, budget)) if matrix is not None else None):
+    with steering(lm, RowSteering.one(setting), kl_budget=kl_budget, budget=budget):
         yield
 
 
@@ -188,23 +223,18 @@ def steer_rows(lm: LanguageModel, settings: Sequence[Setting], *, kl_budget: flo
     """
     if not settings:
         raise ValueError("steer_rows needs at least one row setting")
-    cap = _cap(lm, kl_budget)
     for setting in settings:
         check_setting(lm, setting)
-    distinct: dict[tuple, int] = {}
-    matrices: list[torch.Tensor] = []
-    groups = []
-    for setting in settings:
-        key = tuple((id(s), float(e)) for s, e in setting if e != 0)
-        if not key:
-            groups.append(-1)
-            continue
-        if key not in distinct:
-            distinct[key] = len(matrices)
-            matrices.append(steering_matrix(setting))
-        groups.append(distinct[key])
-    steer_obj = _Steer(torch.stack(matrices), torch.tensor(groups), cap=cap, budget=_budget(lm, budget)) if matrices else None
-    with _activate(lm, steer_obj):
+    with steering(lm, RowSteering.rows(settings), kl_budget=kl_budget, budget=budget):
+        yield
+
+
+@contextmanager
+def steering(lm: LanguageModel, rows: RowSteering, *, kl_budget: float | None = None, budget: Budget | None = None) -> Iterator[None]:
+    """Steer ``lm`` inside the block by ``rows``, formed beforehand (settings checked): :func:`steer` and
+    :func:`steer_rows` without forming the matrices again, for a caller that steers the same rows pass after pass."""
+    cap, spend = _cap(lm, kl_budget), _budget(lm, budget)
+    with _activate(lm, _Steer(rows, cap=cap, budget=spend) if rows.matrix is not None else None):
         yield
 
 

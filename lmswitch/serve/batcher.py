@@ -38,11 +38,11 @@ from transformers.cache_utils import DynamicLayer
 from transformers.generation.streamers import BaseStreamer
 
 from lmswitch.core.budget import Budget, RowBudgets
-from lmswitch.core.generate import CoupledSampler, Prompt, check_seed, encode_prompts, finished_text, generate_tokens
+from lmswitch.core.generate import CoupledSampler, Prompt, check_seed, encode_prompts, finished_text, generate_tokens, noise_streams
 from lmswitch.core.hidden import target_logprobs
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SamplingOptions
-from lmswitch.core.steering import Setting, check_setting, steer, steer_rows
+from lmswitch.core.steering import RowSteering, Setting, check_setting, steering
 from lmswitch.harness.evaluate import TextScores, scores_of, text_scores
 from lmswitch.serve.compute import ComputeThread, Merged
 
@@ -178,6 +178,7 @@ class _Rolling:
         self.prompt_tokens: list[int] = []
         self.mask: torch.Tensor | None = None  # (B, L): which cached positions are real tokens
         self.cache: DynamicCache | None = None
+        self.steering: RowSteering | None = None  # the running rows' steering, formed once per change of rows
 
     @property
     def key(self) -> tuple | None:
@@ -189,18 +190,23 @@ class _Rolling:
         """Only plain per-layer caches can be padded and merged (not sliding-window or hybrid ones)."""
         return all(type(layer) is DynamicLayer for layer in DynamicCache(config=lm.model.config).layers)
 
+    @staticmethod
+    def _steering(requests: list[_Request]) -> RowSteering:
+        """The rows' steering: one matrix when they all share one setting, else each row its own."""
+        settings = [r.setting for r in requests]
+        same = all(list(x) == list(settings[0]) for x in settings)
+        return RowSteering.one(settings[0]) if same else RowSteering.rows(settings)
+
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, cache: DynamicCache, requests: list[_Request],
-                 budgets: list[Budget | None]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The next-token logits (B, V) float32 of ``ids`` given ``cache``, each row steered by its own switches, and
-        the head's input before steering (B, d), from which the unsteered model scores the tokens drawn."""
+                 budgets: list[Budget | None], rows: RowSteering) -> tuple[torch.Tensor, torch.Tensor]:
+        """The next-token logits (B, V) float32 of ``ids`` given ``cache``, each row steered by ``rows``, and the head's
+        input before steering (B, d), from which the unsteered model scores the tokens drawn."""
         positions = mask.long().cumsum(-1) - 1
         positions.masked_fill_(mask == 0, 1)
-        settings, cap = [r.setting for r in requests], requests[0].options.budget
+        cap = requests[0].options.budget
         budget = RowBudgets(budgets) if budgets[0] is not None else None
-        same = all(list(x) == list(settings[0]) for x in settings)
         device = self.lm.input_device
-        with (steer(self.lm, settings[0], kl_budget=cap, budget=budget) if same else
-              steer_rows(self.lm, settings, kl_budget=cap, budget=budget)), torch.inference_mode(), self.lm.head_inputs() as seen:
+        with steering(self.lm, rows, kl_budget=cap, budget=budget), torch.inference_mode(), self.lm.head_inputs() as seen:
             out = self.lm.model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions[:, -ids.shape[1]:].to(device),
                                 past_key_values=cache, use_cache=True, logits_to_keep=1)
         return out.logits[:, -1, :].float(), seen[-1][:, -1].clone()
@@ -211,7 +217,7 @@ class _Rolling:
         ids, mask = encode_prompts(self.lm, [r.prompt for r in new], options)
         cache = DynamicCache(config=self.lm.model.config)
         budgets = [Budget(1, r.options.per_generation) if r.options.per_generation is not None else None for r in new]
-        logits, heads = self._forward(ids, mask, cache, new, budgets)
+        logits, heads = self._forward(ids, mask, cache, new, budgets, self._steering(new))
         if self.cache is None:
             self.cache, self.mask = cache, mask
         else:
@@ -221,7 +227,9 @@ class _Rolling:
                 old.values = torch.cat([_left_pad(old.values, length, -2), _left_pad(extra.values, length, -2)])
             self.mask = torch.cat([_left_pad(self.mask, length, 1), _left_pad(mask, length, 1)])
         self.requests += new
-        self.samplers += [CoupledSampler([r.seed], r.options.temperature, r.options.top_p, b) for r, b in zip(new, budgets, strict=True)]
+        self.steering = None
+        streams = noise_streams([r.seed for r in new])  # requests with one seed (a steered row and its twin) share one
+        self.samplers += [CoupledSampler([g], r.options.temperature, r.options.top_p, b) for r, g, b in zip(new, streams, budgets, strict=True)]
         self.ids += [[] for _ in new]
         self.heads += [[h] for h in heads]
         self.prompt_tokens += [int(m.sum()) for m in mask]
@@ -232,14 +240,15 @@ class _Rolling:
         last = torch.tensor([[ids[-1]] for ids in self.ids])
         self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.ids), 1)], dim=1)
         budgets = [sampler.budget for sampler in self.samplers]  # each row's steering budget (adaptive), or None
-        logits, heads = self._forward(last, self.mask, self.cache, self.requests, budgets)
+        self.steering = self.steering or self._steering(self.requests)
+        logits, heads = self._forward(last, self.mask, self.cache, self.requests, budgets, self.steering)
         for row, h in zip(self.heads, heads, strict=True):
             row.append(h)
         return self._sample(logits, first=0)
 
     def _sample(self, logits: torch.Tensor, first: int) -> list[tuple[_Request, Row]]:
         """Draw the next token of rows ``first…`` (logits row k belongs to row first + k); hand out text; drop finished rows."""
-        tokens = CoupledSampler.joined(self.samplers[first:])(None, logits).argmax(-1).tolist()  # each row's own stream
+        tokens = CoupledSampler.joined(self.samplers[first:]).draw(logits).tolist()  # each row's own stream
         for b, token in enumerate(tokens, start=first):
             self.ids[b].append(token)
             self.requests[b].out.put(self.lm.tokenizer.decode(self.ids[b], skip_special_tokens=True))
@@ -272,6 +281,7 @@ class _Rolling:
                 layer.keys, layer.values = layer.keys[..., start:, :], layer.values[..., start:, :]
         for name in ("requests", "samplers", "ids", "heads", "prompt_tokens"):
             setattr(self, name, [getattr(self, name)[b] for b in keep])
+        self.steering = None
 
 
 class Batcher:
