@@ -27,7 +27,7 @@ from transformers.generation.streamers import BaseStreamer
 from lmswitch.core.budget import Budget, RowBudgets
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SAMPLING, SamplingOptions
-from lmswitch.core.steering import Setting, steer, steer_rows
+from lmswitch.core.steering import RowSteering, Setting, check_setting, steering
 from lmswitch.core.switch import Switch
 
 
@@ -48,7 +48,7 @@ def noise_streams(seeds: Sequence[int | torch.Generator]) -> list[torch.Generato
 
 
 class CoupledSampler(LogitsProcessor):
-    """Temperature + nucleus (top-p) sampling by Gumbel-max with one seeded noise stream per row.
+    """Temperature + nucleus (top-p) sampling by Gumbel-max with one seeded noise stream per seed (:func:`noise_streams`).
 
     Returns scores that are 0 at the sampled token and -inf elsewhere, so greedy
     decoding in ``generate`` picks exactly the sampled token. With a ``budget``, each
@@ -311,11 +311,11 @@ def _decode(lm: LanguageModel, prompts: Sequence[Prompt] | tuple[torch.Tensor, t
     )
     eos = set(config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id]) - {None}
     criteria = [c for c in (_StopOnEvent(stop) if stop is not None else None, stopping) if c is not None]
-    same = all(list(s) == list(settings[0]) for s in settings)
     budget = Budget(len(prompts), opts.per_generation) if opts.per_generation is not None else None
     sampler = CoupledSampler(seeds, opts.temperature, opts.top_p, budget, stops=sorted(eos) if score else None)
-    ctx = (steer(lm, settings[0], kl_budget=opts.budget, budget=budget) if same
-           else steer_rows(lm, settings, kl_budget=opts.budget, budget=budget))
+    for setting in settings:
+        check_setting(lm, setting)
+    ctx = steering(lm, RowSteering.of(settings), kl_budget=opts.budget, budget=budget)
     with ctx, torch.inference_mode():
         out = lm.model.generate(
             input_ids=input_ids.to(lm.input_device),

@@ -75,6 +75,13 @@ class RowSteering:
         return cls(steering_matrix(setting))
 
     @classmethod
+    def of(cls, settings: Sequence[Setting]) -> RowSteering:
+        """Row ``b`` steered by ``settings[b]``: one matrix when every row has the same setting (:meth:`one`), else
+        :meth:`rows`."""
+        same = all(list(x) == list(settings[0]) for x in settings)
+        return cls.one(settings[0]) if same else cls.rows(settings)
+
+    @classmethod
     def rows(cls, settings: Sequence[Setting]) -> RowSteering:
         """Row ``b`` steered by ``settings[b]``."""
         distinct: dict[tuple, int] = {}

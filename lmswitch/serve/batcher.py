@@ -190,13 +190,6 @@ class _Rolling:
         """Only plain per-layer caches can be padded and merged (not sliding-window or hybrid ones)."""
         return all(type(layer) is DynamicLayer for layer in DynamicCache(config=lm.model.config).layers)
 
-    @staticmethod
-    def _steering(requests: list[_Request]) -> RowSteering:
-        """The rows' steering: one matrix when they all share one setting, else each row its own."""
-        settings = [r.setting for r in requests]
-        same = all(list(x) == list(settings[0]) for x in settings)
-        return RowSteering.one(settings[0]) if same else RowSteering.rows(settings)
-
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, cache: DynamicCache, requests: list[_Request],
                  budgets: list[Budget | None], rows: RowSteering) -> tuple[torch.Tensor, torch.Tensor]:
         """The next-token logits (B, V) float32 of ``ids`` given ``cache``, each row steered by ``rows``, and the head's
@@ -217,7 +210,7 @@ class _Rolling:
         ids, mask = encode_prompts(self.lm, [r.prompt for r in new], options)
         cache = DynamicCache(config=self.lm.model.config)
         budgets = [Budget(1, r.options.per_generation) if r.options.per_generation is not None else None for r in new]
-        logits, heads = self._forward(ids, mask, cache, new, budgets, self._steering(new))
+        logits, heads = self._forward(ids, mask, cache, new, budgets, RowSteering.of([r.setting for r in new]))
         if self.cache is None:
             self.cache, self.mask = cache, mask
         else:
@@ -240,7 +233,7 @@ class _Rolling:
         last = torch.tensor([[ids[-1]] for ids in self.ids])
         self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.ids), 1)], dim=1)
         budgets = [sampler.budget for sampler in self.samplers]  # each row's steering budget (adaptive), or None
-        self.steering = self.steering or self._steering(self.requests)
+        self.steering = self.steering or RowSteering.of([r.setting for r in self.requests])
         logits, heads = self._forward(last, self.mask, self.cache, self.requests, budgets, self.steering)
         for row, h in zip(self.heads, heads, strict=True):
             row.append(h)
