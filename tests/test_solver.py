@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 
 import pytest
@@ -82,6 +83,70 @@ def test_rows_grouped_by_label_give_the_steering_and_gradients_of_rows_taken_one
     assert graded.groups is None  # graded labels: every row its own label, no grouping
 
 
+def _sampled(lm, C, Y, seed=0, samples=16):
+    return solver.reduce(lm, C, Y, torch.ones(len(C)), k=8, samples=samples, generator=torch.Generator().manual_seed(seed))
+
+
+def test_a_sampled_tail_is_exact_at_zero_and_draws_only_outside_the_candidates(peaky_lm):
+    C, Y, bound = _rows(peaky_lm, seed=14)
+    rows = _sampled(peaky_lm, C, Y)
+    assert rows.tail_mean is None and rows.ids.shape == (len(C), 1 + 8 + 16)
+    assert torch.equal(rows.ids[:, :9], bound.ids) and torch.equal(rows.logp[:, :9], bound.logp)
+    drawn, kept = rows.ids[:, 9:], rows.ids[:, :9]
+    assert not (drawn[:, :, None] == kept[:, None, :]).any()  # neither the target nor a candidate is drawn
+    # each drawn word stands for a sixteenth of the tail: the probabilities still sum to one
+    torch.testing.assert_close(rows.logp.exp().sum(1), torch.ones(len(C)), rtol=0, atol=1e-5)
+    U = torch.zeros_like(C, requires_grad=True)
+    exact = _exact(peaky_lm, C, Y, U)
+    exact.backward()
+    value, grad = solver.loss_and_grad(peaky_lm, rows, torch.zeros_like(C))
+    assert value == pytest.approx(exact.item(), abs=1e-5)
+    # the gradient is the tail's mean embedding in expectation only: one draw is off, the mean of many draws is not
+    mean = sum(solver.loss_and_grad(peaky_lm, _sampled(peaky_lm, C, Y, seed=s), torch.zeros_like(C))[1] for s in range(64)) / 64
+    one, many = (float((g - U.grad).norm() / U.grad.norm()) for g in (grad, mean))
+    assert many < one / 4 and many < 0.05
+    again = _sampled(peaky_lm, C, Y)
+    assert torch.equal(again.ids, rows.ids) and not torch.equal(_sampled(peaky_lm, C, Y, seed=1).ids, rows.ids)
+
+
+def test_a_sampled_tail_stays_near_the_exact_loss_where_the_bound_falls_short(peaky_lm):
+    """Away from zero the bound's tail term undercounts (that is what L-BFGS exploited); drawn words are right in
+    expectation, so averaged over draws the sampled loss lands much nearer the exact one."""
+    C, Y, bound = _rows(peaky_lm, seed=15)
+    U = 0.5 * torch.randn(C.shape, generator=torch.Generator().manual_seed(16))
+    exact = float(_exact(peaky_lm, C, Y, U))
+    below = exact - solver.loss_and_grad(peaky_lm, bound, U)[0]
+    sampled = [solver.loss_and_grad(peaky_lm, _sampled(peaky_lm, C, Y, seed=s), U)[0] for s in range(8)]
+    assert below > 0.05
+    assert max(abs(exact - x) for x in sampled) < below / 2  # every draw is nearer than the bound
+    assert abs(exact - sum(sampled) / len(sampled)) < below / 4
+
+
+def test_the_sampled_gradient_matches_autograd_of_the_sampled_loss(peaky_lm):
+    C, Y, _ = _rows(peaky_lm, seed=17)
+    rows = _sampled(peaky_lm, C, Y)
+    U = (0.05 * torch.randn(C.shape, generator=torch.Generator().manual_seed(18))).requires_grad_()
+    z = rows.logp + torch.einsum("rd,rkd->rk", U, peaky_lm.head_weight(torch.float32)[rows.ids])
+    (torch.logsumexp(z, 1) - z[:, 0]).mean().backward()
+    value, grad = solver.loss_and_grad(peaky_lm, rows, U.detach())
+    assert torch.allclose(grad, U.grad, atol=1e-6)
+
+
+def test_the_scaled_path_reaches_the_optimum_of_the_unscaled_one(peaky_lm):
+    """Moving ε0·W instead of W changes only L-BFGS's steps, not the problem: both end at one minimiser."""
+    g = torch.Generator().manual_seed(19)
+    C, Y = torch.randn(80, peaky_lm.hidden_size, generator=g), torch.randint(0, peaky_lm.vocab_size, (80,), generator=g)
+    rows = _sampled(peaky_lm, C, Y)
+    ends = []
+    for recipe in (solver.SAMPLED, dataclasses.replace(solver.SAMPLED, scaled=False)):
+        W, Wd = (torch.zeros(C.shape[1], C.shape[1], requires_grad=True) for _ in range(2))
+        recipe = dataclasses.replace(recipe, evaluations=400)
+        list(solver.ridge_path(peaky_lm, rows, 0.1, False, W, Wd, max_evaluations=400, on_evaluation=lambda *a: None,
+                               path=(1.0,), recipe=recipe))
+        ends.append(W.detach())
+    assert float((ends[0] - ends[1]).norm() / ends[1].norm()) < 1e-2
+
+
 def test_reduced_loss_is_a_close_lower_bound_for_small_changes(peaky_lm):
     C, Y, rows = _rows(peaky_lm, seed=1)
     g = torch.Generator().manual_seed(2)
@@ -114,12 +179,13 @@ def test_kept_candidate_embeddings_give_the_loss_of_gathering_them_each_time(pea
     assert a == b and torch.equal(ga, gb)
 
 
-def test_lbfgs_learns_a_planted_style_and_records_its_choice(peaky_lm):
+@pytest.mark.parametrize("optimizer", list(solver.RECIPES))
+def test_lbfgs_learns_a_planted_style_and_records_its_choice(peaky_lm, optimizer):
     rng = random.Random(11)
     pos, neg = sample_texts(rng, WORDS_A, 40), sample_texts(rng, WORDS_B, 40)
-    switch = train_switch(peaky_lm, pos, neg, config=TrainConfig(seed=0))
+    switch = train_switch(peaky_lm, pos, neg, config=TrainConfig(seed=0, optimizer=optimizer))
     card = switch.card
-    assert card["optimizer"] == "lbfgs" and card["l2"] in solver.PATH and card["negatives"] == "given"
+    assert card["optimizer"] == optimizer and card["l2"] in solver.PATH and card["negatives"] == "given"
     assert card["heldout_gain"] > 0 and card["heldout_nll_reversed_switch"] > card["heldout_nll_with_switch"]
     held_a, held_b = sample_texts(random.Random(12), WORDS_A, 30), sample_texts(random.Random(13), WORDS_B, 30)
     a = {e: mean_log_likelihood(peaky_lm, held_a, [(switch, e)]) for e in (-1.0, 0.0, 1.0)}
@@ -140,10 +206,12 @@ def test_lbfgs_cancel(peaky_lm):
 
 
 def test_optimizer_is_validated_and_fluency_terms_need_adam():
-    with pytest.raises(ValueError, match="optimizer must be one of lbfgs, adam"):
+    assert TrainConfig().optimizer == "lbfgs-sampled"
+    with pytest.raises(ValueError, match="optimizer must be one of lbfgs-sampled, lbfgs, adam"):
         TrainConfig(optimizer="sgd").validate(32)
-    with pytest.raises(ValueError, match="optimizer='adam'"):
-        TrainConfig(neutral_kl=0.1).validate(32)
+    for optimizer in solver.RECIPES:
+        with pytest.raises(ValueError, match="optimizer='adam'"):
+            TrainConfig(neutral_kl=0.1, optimizer=optimizer).validate(32)
     TrainConfig(optimizer="adam", neutral_kl=0.1).validate(32)
 
 
@@ -183,6 +251,20 @@ def test_training_with_self_contrast_records_its_negatives(peaky_lm):
 
 
 @pytest.mark.parametrize("bf16", [False, True])
+def test_a_sampled_tail_of_nearly_certain_rows_draws_and_points_downhill(peaky_lm, monkeypatch, bf16):
+    if bf16:
+        monkeypatch.setattr(solver, "_bf16_head", lambda lm: lm.head_weight(torch.bfloat16))
+    C = 30 * torch.randn(64, peaky_lm.hidden_size, generator=torch.Generator().manual_seed(20))  # tails down to 0
+    Y = peaky_lm.raw_logits(C).argmax(-1)
+    rows = _sampled(peaky_lm, C, Y)
+    assert torch.isfinite(rows.logp[:, :1]).all()
+    value, grad = solver.loss_and_grad(peaky_lm, rows, torch.zeros_like(C))
+    assert math.isfinite(value) and torch.isfinite(grad).all()
+    step, _ = solver.loss_and_grad(peaky_lm, rows, -1e-3 * grad / grad.norm())
+    assert step <= value
+
+
+@pytest.mark.parametrize("bf16", [False, True])
 def test_the_tail_of_a_nearly_certain_row_is_a_mean_of_output_embeddings(peaky_lm, monkeypatch, bf16):
     """Where the candidates hold all but ~1e-7 or less of the probability, 1 − their sum is rounding noise; the tail's mean
     embedding must still be a weighted mean (bounded by the longest embedding), or the loss explodes off zero."""
@@ -213,5 +295,9 @@ def test_a_reduction_taken_at_a_point_is_exact_there_and_the_path_takes_one_at_e
     monkeypatch.setattr(solver, "reduce", lambda *a, **k: calls.append(k.get("origin")) or real(*a, **k))
     W, Wd = torch.zeros(C.shape[1], C.shape[1], requires_grad=True), torch.zeros(C.shape[1], C.shape[1], requires_grad=True)
     lams = list(solver.ridge_path(peaky_lm, at_zero, 1.0, True, W, Wd, max_evaluations=45, on_evaluation=lambda e, v: None,
-                                  path=(10.0, 1.0, 0.1)))
+                                  path=(10.0, 1.0, 0.1), recipe=solver.BOUND))
     assert lams == [10.0, 1.0, 0.1] and len(calls) == 2 and all(c is not None for c in calls)
+    sampled = _sampled(peaky_lm, C, Y)
+    calls.clear()  # a sampled tail is right in expectation everywhere: one reduction serves the whole path
+    assert list(solver.ridge_path(peaky_lm, sampled, 1.0, True, W, Wd, max_evaluations=30, on_evaluation=lambda e, v: None,
+                                  path=(10.0, 1.0, 0.1))) == [10.0, 1.0, 0.1] and calls == []

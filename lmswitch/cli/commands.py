@@ -95,7 +95,7 @@ def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
     card = _card_without_curves(switch)
     gain = card["heldout_gain"]
     emit(args, {"out": args.out, "card": card},
-         f"saved {args.out}: {card['steps']} {'loss evaluations' if card['optimizer'] == 'lbfgs' else 'steps'} in "
+         f"saved {args.out}: {card['steps']} {'loss evaluations' if card['optimizer'].startswith('lbfgs') else 'steps'} in "
          f"{card['seconds']:.1f} s, held-out gain "
          + (f"{gain:+.4f} nats/token" if gain is not None else "n/a (no held-out data)") + fluent)
 

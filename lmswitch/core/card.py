@@ -47,7 +47,7 @@ class TrainingRecord:
     heldout_gain: float | None  # nats per token; > 0: the switch explains held-out text it never saw
     hidden_state_seconds: float
     seconds: float
-    optimizer: str = "adam"  # "lbfgs" (ridge path; ``l2`` is the λ it chose) or "adam" (cards written before 2026-11-23)
+    optimizer: str = "adam"  # "lbfgs-sampled" or "lbfgs" (ridge path; ``l2`` is the λ it chose), or "adam" (cards before 2026-11-23)
     negatives: str = "given"  # how the negative texts were made: "given", "none" (one document) or "self-contrast"
 
 

@@ -357,10 +357,11 @@ def _optimise(obj: _Objective, config: TrainConfig, is_cancelled: Callable[[], b
 def _optimise_lbfgs(obj: _Objective, config: TrainConfig, is_cancelled: Callable[[], bool], run: _Run) -> Iterator[TrainEvent]:
     """L-BFGS along the ridge path on the candidate-reduced loss (:mod:`lmswitch.core.solver`); the exact held-out loss
     after each λ chooses where to stop and which λ to keep. Yields the Steps of each λ's loss evaluations, then its Evaluated."""
-    train = solver.reduce(obj.lm, *obj.train[:3])
+    recipe = solver.RECIPES[config.optimizer]
+    train = solver.reduce(obj.lm, *obj.train[:3], samples=recipe.tail_samples, generator=torch.Generator().manual_seed(config.seed))
     has_held = len(obj.held[0]) > 0
     path = solver.PATH if has_held else solver.PATH[: solver.PATH.index(solver.NO_HELDOUT_LAMBDA) + 1]
-    total = min(config.steps, solver.ITERATIONS_PER_LAMBDA * len(path))
+    total = min(config.steps, recipe.evaluations * len(path))
     steps: list[Step] = []
 
     def on_evaluation(evaluations: int, value: float) -> None:
@@ -372,7 +373,7 @@ def _optimise_lbfgs(obj: _Objective, config: TrainConfig, is_cancelled: Callable
 
     kept: list[tuple[float, float, int, torch.Tensor, torch.Tensor]] = []  # (λ, held-out loss, step, W, W_d) per λ
     for lam in solver.ridge_path(obj.lm, train, obj.eps0, obj.use_dummy, run.W, run.Wd, max_evaluations=total,
-                                 on_evaluation=on_evaluation, path=path):
+                                 on_evaluation=on_evaluation, path=path, recipe=recipe):
         yield from steps
         run.steps_done = steps[-1].step if steps else run.steps_done
         steps.clear()
@@ -484,7 +485,7 @@ def train_events(
     train_mask, held_mask = _split(data, len(ex.texts), config.heldout, generator)
     if not train_mask.any():
         raise ValueError("no tokens left to train on after holding out data; give more text or set heldout=0")
-    lbfgs = config.optimizer == "lbfgs" and not lm.logit_softcap
+    lbfgs = config.optimizer in solver.RECIPES and not lm.logit_softcap
     obj = _Objective(lm, data, (train_mask, held_mask), config, use_dummy=len(set(ex.labels)) > 1,
                      neutral=_neutral_contexts(lm) if config.neutral_kl else None, stepped=not lbfgs)
     hidden_seconds = time.perf_counter() - start
@@ -588,7 +589,7 @@ def _advice(card: Mapping) -> str:
             f"Train with a held-out fraction (heldout=0.15, the default) to check that the switch generalises."
         )
     if gain <= 0:
-        if card.get("optimizer") == "lbfgs":
+        if str(card.get("optimizer")).startswith("lbfgs"):
             then = ("Add more varied text; meanwhile guided decoding with 8 candidates moves generation furthest at the "
                     "recommended ε (a switch from 30 + 30 sentiment sentences: 0.88 positive on test prompts with it, "
                     "about half without)" if card.get("n_negative") else
