@@ -59,6 +59,7 @@ def cases(with_dataset: bool) -> list[Case]:
     if with_dataset:
         spos, sneg = load_dataset("sentiment").train(324)
         out.append(Case("sentiment style data, first release (324 + 324 texts)", spos, sneg, TrainConfig(), 20.0))
+        out.append(Case("the same, the first L-BFGS recipe (`optimizer='lbfgs'`)", spos, sneg, TrainConfig(optimizer="lbfgs"), 20.0))
     return out
 
 
