@@ -82,12 +82,25 @@ class _SteeredNLL(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, U: torch.Tensor, E_mm: torch.Tensor, L0: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def rows(U: torch.Tensor, E_mm: torch.Tensor, L0: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Each row's NLL, with the (n, V) logits and their log-sum-exp that the backward reuses."""
         logits = (U.to(E_mm.dtype) @ E_mm.T).float().add_(L0)  # (n, V)
         lse = torch.logsumexp(logits, dim=-1)  # (n,)
-        loss = (lse - logits.gather(1, targets[:, None]).squeeze(1)).mean()
+        return lse - logits.gather(1, targets[:, None]).squeeze(1), logits, lse
+
+    @staticmethod
+    def forward(ctx, U: torch.Tensor, E_mm: torch.Tensor, L0: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        nll, logits, lse = _SteeredNLL.rows(U, E_mm, L0, targets)
         ctx.save_for_backward(logits, lse, E_mm, targets)
-        return loss
+        return nll.mean()
+
+    @staticmethod
+    @torch.no_grad()
+    def value(U: torch.Tensor, E_mm: torch.Tensor, L0: torch.Tensor, targets: torch.Tensor, chunk: int = 256) -> torch.Tensor:
+        """The forward's loss without a backward to keep for: ``chunk`` rows at a time, so their logits stay in cache
+        (the same rows, the same mean: the same number, ~2× faster on 2,000 held-out rows)."""
+        parts = [_SteeredNLL.rows(U[s : s + chunk], E_mm, L0[s : s + chunk], targets[s : s + chunk])[0] for s in range(0, len(U), chunk)]
+        return torch.cat(parts).mean()
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
@@ -258,7 +271,8 @@ class _Objective:
             steer = steer + C @ Wd.T
         L0 = L0 if L0 is not None else self.base_logits(C)
         if not self.lm.logit_softcap:
-            return _SteeredNLL.apply(self.eps0 * steer, self.E_mm, L0, Y)
+            nll = _SteeredNLL.value if not torch.is_grad_enabled() else _SteeredNLL.apply
+            return nll(self.eps0 * steer, self.E_mm, L0, Y)
         logits = L0 + ((self.eps0 * steer).to(self.E_mm.dtype) @ self.E_mm.T).float()  # (n, V)
         return F.cross_entropy(self.lm.softcap(logits), Y)
 
