@@ -374,3 +374,16 @@ def test_neutral_kl_keeps_neutral_text_closer_to_the_model(fluency_runs):
 def test_bad_fluency_settings(small_lm, kw, match):
     with pytest.raises(ValueError, match=match):
         train_switch(small_lm, GOOD, config=TrainConfig(steps=5, **kw))
+
+
+def test_the_held_out_loss_in_row_chunks_is_the_loss_of_all_rows_at_once():
+    """Held-out losses run without a backward, a few rows at a time: the same rows and the same mean, so the same
+    number (the ridge path compares them and the card stores them)."""
+    from lmswitch.core.train import _SteeredNLL
+
+    g = torch.Generator().manual_seed(3)
+    U, E = torch.randn(37, 16, generator=g), torch.randn(50, 16, generator=g)
+    L0, Y = torch.randn(37, 50, generator=g), torch.randint(0, 50, (37,), generator=g)
+    whole = _SteeredNLL.apply(U, E, L0, Y)
+    for chunk in (1, 8, 37, 64):
+        assert torch.equal(_SteeredNLL.value(U, E, L0, Y, chunk=chunk), whole)
