@@ -21,6 +21,7 @@ from lmswitch.core.generate import generate, sweep
 from lmswitch.core.models import LanguageModel, load_model
 from lmswitch.core.options import SamplingOptions, TrainConfig
 from lmswitch.core.parallel import is_main
+from lmswitch.core.solver import RECIPES
 from lmswitch.core.switch import Switch
 from lmswitch.core.train import train_switch
 from lmswitch.core.transfer import transfer
@@ -95,7 +96,7 @@ def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
     card = _card_without_curves(switch)
     gain = card["heldout_gain"]
     emit(args, {"out": args.out, "card": card},
-         f"saved {args.out}: {card['steps']} {'loss evaluations' if card['optimizer'].startswith('lbfgs') else 'steps'} in "
+         f"saved {args.out}: {card['steps']} {'loss evaluations' if card['optimizer'] in RECIPES else 'steps'} in "
          f"{card['seconds']:.1f} s, held-out gain "
          + (f"{gain:+.4f} nats/token" if gain is not None else "n/a (no held-out data)") + fluent)
 

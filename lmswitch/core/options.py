@@ -17,6 +17,7 @@ import torch
 
 from lmswitch.core.adaptive import KL_BUDGET
 from lmswitch.core.budget import GENERATION_BUDGET
+from lmswitch.core.solver import RECIPES
 
 if TYPE_CHECKING:
     from lmswitch.core.models import LanguageModel
@@ -25,7 +26,7 @@ MAX_STEPS = 100_000
 MAX_BEST_OF = 16  # candidates per generation
 MAX_GUIDE = 8  # candidates per piece of guided decoding
 GUIDE_TOKENS = 5  # guided decoding chooses among its candidates every this many tokens
-OPTIMIZERS = ("lbfgs-sampled", "lbfgs", "adam")  # the L-BFGS recipes are lmswitch.core.solver.RECIPES
+OPTIMIZERS = (*RECIPES, "adam")  # the L-BFGS recipes, then the paper's Adam steps
 
 
 def _finite(value: object) -> bool:

@@ -603,7 +603,7 @@ def _advice(card: Mapping) -> str:
             f"Train with a held-out fraction (heldout=0.15, the default) to check that the switch generalises."
         )
     if gain <= 0:
-        if str(card.get("optimizer")).startswith("lbfgs"):
+        if card.get("optimizer") in solver.RECIPES:
             then = ("Add more varied text; meanwhile guided decoding with 8 candidates moves generation furthest at the "
                     "recommended ε (a switch from 30 + 30 sentiment sentences: 0.88 positive on test prompts with it, "
                     "about half without)" if card.get("n_negative") else
