@@ -259,7 +259,7 @@ def card(**kw) -> dict:
         (dict(tokens_train=120, heldout_gain=-0.2), ["Very little text", "120 training tokens", "-0.200 nats/token", "Add more examples"]),
         (dict(tokens_train=120, tokens_heldout=0, heldout_gain=None), ["Very little text", "120 training tokens"]),
         (
-            dict(heldout_gain=-0.0421),
+            dict(heldout_gain=-0.0421, heldout_nll_reversed_switch=3.2),  # reversing changes nothing: memorised
             [
                 "-0.042 nats/token",
                 "memorised",
@@ -269,9 +269,14 @@ def card(**kw) -> dict:
                 "generation may still move",
             ],
         ),
-        (dict(heldout_gain=0.0, stopped_early=True), ["+0.000 nats/token", "memorised", "a lower learning rate"]),
-        (dict(heldout_gain=-0.273, optimizer="lbfgs"), ["-0.273 nats/token", "no better than the model", "guided decoding with 8"]),
+        (dict(heldout_gain=0.0, stopped_early=True, heldout_nll_reversed_switch=3.1), ["+0.000 nats/token", "memorised", "a lower learning rate"]),
+        (dict(heldout_gain=-0.273, optimizer="lbfgs", heldout_nll_reversed_switch=3.1),
+         ["-0.273 nats/token", "no better than the model", "guided decoding with 8"]),
         (dict(heldout_gain=-0.1, optimizer="lbfgs", n_negative=0), ["no better than the model", "self-contrast negatives"]),
+        # the default recipe on the first-release sentiment data: W adds nothing beyond the dummy, but points the right way
+        (dict(heldout_gain=-0.0367, optimizer="lbfgs-sampled", tokens_train=11867, heldout_nll_with_switch=4.1995,
+              heldout_nll_reversed_switch=4.4042), ["-0.037 nats/token", "points the right way", "0.205 nats/token worse",
+                                                    "11,867 training tokens", "fluent range"]),
         (dict(heldout_gain=0.004), ["Small held-out gain +0.004 nats/token", "400 held-out tokens", "More varied text"]),
         (dict(heldout_gain=0.0786), ["Enough data", "+0.079 nats/token", "400 held-out tokens", "2,000 training tokens"]),
     ],

@@ -586,6 +586,14 @@ def data_advice(card: Mapping) -> str:
     return f"{advice} {warnings}" if warnings else advice
 
 
+def _reversal(card: Mapping) -> float | None:
+    """How much worse held-out text fits with the switch reversed (−W for each label), in nats/token: > 0 means the
+    switch points the right way on text it never saw, whatever its gain; None when the card lacks either loss."""
+    with_w, reversed_w = card.get("heldout_nll_with_switch"), card.get("heldout_nll_reversed_switch")
+    known = all(isinstance(x, (int, float)) and math.isfinite(x) for x in (with_w, reversed_w))
+    return float(reversed_w) - float(with_w) if known else None
+
+
 def _advice(card: Mapping) -> str:
     n = int(card["tokens_train"])
     held = int(card.get("tokens_heldout") or 0)
@@ -602,6 +610,12 @@ def _advice(card: Mapping) -> str:
             f"No held-out split, so whether {n:,} training tokens are enough cannot be measured. "
             f"Train with a held-out fraction (heldout=0.15, the default) to check that the switch generalises."
         )
+    reversal = _reversal(card)
+    if gain <= 0 and card.get("n_negative") and reversal is not None and reversal >= CLEAR_GAIN:
+        return (f"Held-out gain {gain:+.3f} nats/token on {held:,} tokens, but the switch points the right way on them: "
+                f"reversed, it fits them {reversal:.3f} nats/token worse. Beyond the shift both sides share (the dummy "
+                f"steer's part) it adds no likelihood, so judge its {n:,} training tokens by the steered text, within "
+                f"its fluent range.")
     if gain <= 0:
         if card.get("optimizer") in solver.RECIPES:
             then = ("Add more varied text; meanwhile guided decoding with 8 candidates moves generation furthest at the "
