@@ -110,7 +110,7 @@ def test_calibration_walks_each_side_to_its_first_failure_whatever_the_batching(
         failing = {-s for s, f in zip(strengths, neg_fails, strict=True) if f} | {s for s, f in zip(strengths, pos_fails, strict=True) if f}
 
         probed.clear()
-        got = frontier.calibrate(None, "switch", frontier.Probe(strengths=strengths, rules=_FailingAt(failing)))
+        got = frontier.calibrate(None, "switch", frontier.Probe(strengths=strengths, rules=_FailingAt(failing), inner=()))
         expected = []
         for side, fails in ((-1, neg_fails), (+1, pos_fails)):
             first = next((k for k, f in enumerate(fails) if f), len(strengths))
@@ -118,6 +118,25 @@ def test_calibration_walks_each_side_to_its_first_failure_whatever_the_batching(
             limit = min(len(strengths), (first // frontier.STEPS_PER_CALL + 1) * frontier.STEPS_PER_CALL)
             assert {abs(e) for e in probed if e * side > 0} <= set(strengths[:limit])  # not probed past the failure's call
         assert got == tuple(expected), (neg_fails, pos_fails)
+
+
+def test_a_side_that_breaks_at_the_first_strength_is_probed_inside_it(monkeypatch):
+    """A strong switch can be fluent at ε 1 and not at 2: that side is walked through the inner strengths instead of
+    getting no slider, with the outer walk's rule (the last strength before the first failure)."""
+    from lmswitch.harness import frontier
+
+    probed: list[float] = []
+
+    def fake_evaluate(lm, settings, prompts, protocol):
+        eps = [s[0][1] if s else 0.0 for s in settings]
+        probed.extend(e for e in eps if e)
+        return eps
+
+    monkeypatch.setattr(frontier, "evaluate_settings", fake_evaluate)
+    probe = frontier.Probe(strengths=(2.0, 4.0), inner=(0.5, 1.0))
+    assert frontier.calibrate(None, "switch", replace(probe, rules=_FailingAt({-2.0, -1.0, 4.0}))) == (-0.5, 2.0)
+    assert not {0.5, 1.0} & set(probed)  # the side that passed 2 is not probed inside it
+    assert frontier.calibrate(None, "switch", replace(probe, rules=_FailingAt({-2.0, -0.5, 2.0}))) == (0.0, 1.0)
 
 
 def test_calibration_stores_the_fluent_range_in_the_card(llama_lm):

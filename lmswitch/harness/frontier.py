@@ -337,6 +337,9 @@ class Probe:
     samples: int = 2
     max_new_tokens: int = 16
     strengths: tuple[float, ...] = (2.0, 4.0, 6.0, 9.0, 12.0, 16.0)
+    # where a side breaks the rules at the first strength, these are probed on it instead (a strong switch, e.g. one
+    # trained on thousands of tokens at a weak ridge, can be fluent at ε 1 and not at 2: its slider still gets that side)
+    inner: tuple[float, ...] = (0.5, 1.0)
     rules: FluencyRules = FluencyRules()
     prompt_set: str = "neutral"
     # the recommended ε as a share of the positive fluent limit: a few prompts' limit is noisy, so it is recommended from
@@ -376,7 +379,23 @@ def calibrate(lm: LanguageModel, switch: Switch, probe: Probe = Probe(), protoco
                 reached[side] = side * s
         if not walking:
             break
+    failed_first = [side for side in (-1, +1) if reached[side] == 0.0]
+    if failed_first and probe.inner:
+        _probe_inner(lm, switch, probe, prompts, protocol, base, failed_first, reached)
     return reached[-1], reached[+1]
+
+
+def _probe_inner(lm: LanguageModel, switch: Switch, probe: Probe, prompts: list[str], protocol: Protocol,
+                 base: Evaluation, sides: list[int], reached: dict[int, float]) -> None:
+    """:func:`calibrate` on the sides that broke the rules at the first strength: ``probe.inner`` in one batched call,
+    walking out from the smallest and stopping at the first failure, as the outer walk does."""
+    settings = [[(switch, side * s)] for side in sides for s in probe.inner]
+    evals = list(evaluate_settings(lm, settings, prompts, protocol))
+    for i, side in enumerate(sides):
+        for s, ev in zip(probe.inner, evals[i * len(probe.inner) : (i + 1) * len(probe.inner)], strict=True):
+            if probe.rules.problems(ev, base):
+                break
+            reached[side] = side * s
 
 
 def calibrated_card(lm: LanguageModel, switch: Switch, probe: Probe = Probe()) -> Card:
