@@ -89,22 +89,30 @@ class _FailingAt:
         return ["breaks"] if ev in self.failing else []
 
 
+@pytest.fixture
+def probed(monkeypatch) -> list[float]:
+    """Calibration with each evaluation faked as its ε (no model): the ε probed, in order, unsteered left out."""
+    from lmswitch.harness import frontier
+
+    seen: list[float] = []
+
+    def fake_evaluate(lm, settings, prompts, protocol):
+        eps = [s[0][1] if s else 0.0 for s in settings]
+        seen.extend(e for e in eps if e)
+        return eps
+
+    monkeypatch.setattr(frontier, "evaluate_settings", fake_evaluate)
+    return seen
+
+
 @pytest.mark.parametrize("strengths", [(2.0,), (2.0, 4.0, 6.0), (2.0, 4.0, 6.0, 9.0, 12.0, 16.0)])
-def test_calibration_walks_each_side_to_its_first_failure_whatever_the_batching(monkeypatch, strengths):
+def test_calibration_walks_each_side_to_its_first_failure_whatever_the_batching(probed, strengths):
     """Every pass/fail pattern of each side: the fluent limit is the last strength before the side's first failure (a
     later pass is not trusted), and a side is not probed past its failure."""
     import itertools
 
     from lmswitch.harness import frontier
 
-    probed: list[float] = []
-
-    def fake_evaluate(lm, settings, prompts, protocol):
-        eps = [s[0][1] if s else 0.0 for s in settings]
-        probed.extend(e for e in eps if e)
-        return eps
-
-    monkeypatch.setattr(frontier, "evaluate_settings", fake_evaluate)
     patterns = list(itertools.product([False, True], repeat=len(strengths)))
     for neg_fails, pos_fails in itertools.product(patterns, patterns):
         failing = {-s for s, f in zip(strengths, neg_fails, strict=True) if f} | {s for s, f in zip(strengths, pos_fails, strict=True) if f}
@@ -120,19 +128,11 @@ def test_calibration_walks_each_side_to_its_first_failure_whatever_the_batching(
         assert got == tuple(expected), (neg_fails, pos_fails)
 
 
-def test_a_side_that_breaks_at_the_first_strength_is_probed_inside_it(monkeypatch):
+def test_a_side_that_breaks_at_the_first_strength_is_probed_inside_it(probed):
     """A strong switch can be fluent at ε 1 and not at 2: that side is walked through the inner strengths instead of
     getting no slider, with the outer walk's rule (the last strength before the first failure)."""
     from lmswitch.harness import frontier
 
-    probed: list[float] = []
-
-    def fake_evaluate(lm, settings, prompts, protocol):
-        eps = [s[0][1] if s else 0.0 for s in settings]
-        probed.extend(e for e in eps if e)
-        return eps
-
-    monkeypatch.setattr(frontier, "evaluate_settings", fake_evaluate)
     probe = frontier.Probe(strengths=(2.0, 4.0), inner=(0.5, 1.0))
     assert frontier.calibrate(None, "switch", replace(probe, rules=_FailingAt({-2.0, -1.0, 4.0}))) == (-0.5, 2.0)
     assert not {0.5, 1.0} & set(probed)  # the side that passed 2 is not probed inside it

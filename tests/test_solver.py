@@ -92,6 +92,7 @@ def test_a_sampled_tail_is_exact_at_zero_and_draws_only_outside_the_candidates(p
     rows = _sampled(peaky_lm, C, Y)
     assert rows.tail_mean is None and rows.ids.shape == (len(C), 1 + 8 + 16)
     assert torch.equal(rows.ids[:, :9], bound.ids) and torch.equal(rows.logp[:, :9], bound.logp)
+    assert torch.equal(rows.log_tail, bound.log_tail)  # the tail's probability, whichever way it is stood in for
     drawn, kept = rows.ids[:, 9:], rows.ids[:, :9]
     assert not (drawn[:, :, None] == kept[:, None, :]).any()  # neither the target nor a candidate is drawn
     # each drawn word stands for a sixteenth of the tail: the probabilities still sum to one

@@ -81,7 +81,7 @@ class Reduced:
     # drawn word's is log(P_T / s), the share of the tail it stands for
     log_tail: torch.Tensor  # (n,) log of the probability outside the candidates
     tail_mean: torch.Tensor | None  # (n, d) the tail's probability-weighted mean output embedding (None: tail sampled)
-    candidates: torch.Tensor | None = None  # (n, k + 1, d) the candidates' output embeddings, when small enough to keep
+    candidates: torch.Tensor | None = None  # (n, k + 1 [+ s], d) the candidates' output embeddings, when small enough to keep
     # (in bfloat16 when the head's weights are bfloat16: the same values, half the memory to stream per evaluation)
     groups: tuple[tuple[float, int, int], ...] | None = None  # (label, first row, end) when rows are sorted by a few labels
     C_t: tuple[torch.Tensor, ...] = ()  # each group's C transposed, contiguous (for the gradient products)
@@ -91,7 +91,7 @@ class Reduced:
         return len(self.C)
 
     def embeddings(self, E: torch.Tensor | None, rows: slice) -> torch.Tensor:
-        """The candidates' output embeddings of ``rows``, ``(r, k + 1, d)``: kept, or gathered again from ``E``."""
+        """The candidates' output embeddings of ``rows``, ``(r, k + 1 [+ s], d)``: kept, or gathered again from ``E``."""
         return (self.candidates[rows] if self.candidates is not None else E[self.ids[rows]]).float()
 
 
@@ -113,7 +113,7 @@ def reduce(lm: LanguageModel, C: torch.Tensor, targets: torch.Tensor, labels: to
     stored = torch.bfloat16 if lm.head_weight().dtype == torch.bfloat16 else torch.float32
     keep = len(C) * (k + 1 + (samples or 0)) * E.shape[1] * stored.itemsize <= KEEP_BYTES
     parts: list[tuple[torch.Tensor, ...]] = []
-    gathered: list[torch.Tensor] = []  # each chunk's candidate embeddings (r, k + 1, d), when kept
+    gathered: list[torch.Tensor] = []  # each chunk's candidate embeddings (r, k + 1 [+ s], d), when kept
     for s in range(0, len(C), ROWS):
         *part, Eg = _reduce_rows(lm, at[s : s + ROWS], targets[s : s + ROWS], k, E, E_fast, samples, generator)
         parts.append(part)
@@ -160,7 +160,7 @@ def _reduce_rows(lm: LanguageModel, c: torch.Tensor, y: torch.Tensor, k: int, E:
         p_draw = p_tail.float().masked_fill_((p_tail.sum(1) <= 0)[:, None], 1.0)
         drawn = torch.multinomial(p_draw, samples, replacement=True, generator=generator)
         share = (tail_p.log() - math.log(samples))[:, None].expand(-1, samples)
-        return torch.cat([ids, drawn], 1), torch.cat([logp, share], 1), torch.full_like(tail_p, -math.inf), None, torch.cat([Eg, E[drawn]], 1)
+        return torch.cat([ids, drawn], 1), torch.cat([logp, share], 1), tail_p.log(), None, torch.cat([Eg, E[drawn]], 1)
     mass = (p_tail @ E) if E_fast is None else (p_tail.to(E_fast.dtype) @ E_fast).float()
     return ids, logp, tail_p.log(), mass / tail_p[:, None], Eg
 

@@ -372,11 +372,8 @@ def calibrate(lm: LanguageModel, switch: Switch, probe: Probe = Probe(), protoco
         evals = list(evaluate_settings(lm, ([[]] if base is None else []) + settings, prompts, protocol))
         base = evals.pop(0) if base is None else base
         for i, side in enumerate(list(walking)):
-            for s, ev in zip(chunk, evals[i * len(chunk) : (i + 1) * len(chunk)], strict=True):
-                if probe.rules.problems(ev, base):
-                    walking.remove(side)
-                    break
-                reached[side] = side * s
+            if _walk(side, chunk, evals[i * len(chunk) : (i + 1) * len(chunk)], probe, base, reached):
+                walking.remove(side)
         if not walking:
             break
     failed_first = [side for side in (-1, +1) if reached[side] == 0.0]
@@ -392,10 +389,18 @@ def _probe_inner(lm: LanguageModel, switch: Switch, probe: Probe, prompts: list[
     settings = [[(switch, side * s)] for side in sides for s in probe.inner]
     evals = list(evaluate_settings(lm, settings, prompts, protocol))
     for i, side in enumerate(sides):
-        for s, ev in zip(probe.inner, evals[i * len(probe.inner) : (i + 1) * len(probe.inner)], strict=True):
-            if probe.rules.problems(ev, base):
-                break
-            reached[side] = side * s
+        _walk(side, probe.inner, evals[i * len(probe.inner) : (i + 1) * len(probe.inner)], probe, base, reached)
+
+
+def _walk(side: int, strengths: Sequence[float], evals: list[Evaluation], probe: Probe, base: Evaluation,
+          reached: dict[int, float]) -> bool:
+    """Step ``side`` out through ``strengths`` (evaluated as ``evals``), recording each fluent one in ``reached``, up to
+    the first that breaks the rules (a larger one that passes after it is not trusted); True when one broke them."""
+    for s, ev in zip(strengths, evals, strict=True):
+        if probe.rules.problems(ev, base):
+            return True
+        reached[side] = side * s
+    return False
 
 
 def calibrated_card(lm: LanguageModel, switch: Switch, probe: Probe = Probe()) -> Card:
