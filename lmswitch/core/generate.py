@@ -27,7 +27,7 @@ from transformers.generation.streamers import BaseStreamer
 from lmswitch.core.budget import Budget, RowBudgets
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SAMPLING, SamplingOptions
-from lmswitch.core.steering import RowSteering, Setting, check_setting, steering
+from lmswitch.core.steering import Setting, steer_rows
 from lmswitch.core.switch import Switch
 
 
@@ -313,10 +313,7 @@ def _decode(lm: LanguageModel, prompts: Sequence[Prompt] | tuple[torch.Tensor, t
     criteria = [c for c in (_StopOnEvent(stop) if stop is not None else None, stopping) if c is not None]
     budget = Budget(len(prompts), opts.per_generation) if opts.per_generation is not None else None
     sampler = CoupledSampler(seeds, opts.temperature, opts.top_p, budget, stops=sorted(eos) if score else None)
-    for setting in settings:
-        check_setting(lm, setting)
-    ctx = steering(lm, RowSteering.of(settings), kl_budget=opts.budget, budget=budget)
-    with ctx, torch.inference_mode():
+    with steer_rows(lm, settings, kl_budget=opts.budget, budget=budget), torch.inference_mode():
         out = lm.model.generate(
             input_ids=input_ids.to(lm.input_device),
             attention_mask=mask.to(lm.input_device),

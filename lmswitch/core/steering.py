@@ -226,13 +226,14 @@ def steer_rows(lm: LanguageModel, settings: Sequence[Setting], *, kl_budget: flo
     """Per-row steering: row ``b`` of every batch uses ``settings[b]``.
 
     A batch whose size is a multiple of ``len(settings)`` (several samples per
-    row, grouped consecutively) repeats each setting for its group.
+    row, grouped consecutively) repeats each setting for its group. Rows that all
+    share one setting are steered as :func:`steer` does (:meth:`RowSteering.of`).
     """
     if not settings:
         raise ValueError("steer_rows needs at least one row setting")
     for setting in settings:
         check_setting(lm, setting)
-    with steering(lm, RowSteering.rows(settings), kl_budget=kl_budget, budget=budget):
+    with steering(lm, RowSteering.of(settings), kl_budget=kl_budget, budget=budget):
         yield
 
 
