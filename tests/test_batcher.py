@@ -217,6 +217,46 @@ def test_a_running_decode_forms_its_steering_once_per_change_of_rows_and_twins_s
     assert len(rows) == 3
 
 
+def test_a_prompt_is_read_once_for_every_request_of_it_whatever_its_steering_and_seed(llama_lm):
+    """Steering acts on the head alone, so a steered row and its twin, and a later request of the same prompt (a slider
+    dragged), start from one read of the prompt; each still gets its solo tokens, and another prompt is read anew."""
+    from lmswitch.serve.batcher import _Request, _Rolling
+
+    a, b = random_switch(llama_lm, seed=1, scale=20.0, name="a"), random_switch(llama_lm, seed=2, scale=20.0, name="b")
+    options = SamplingOptions(max_new_tokens=5)
+    rolling, rows = _Rolling(llama_lm), []
+    rows += rolling.admit([_Request(WORDS, [(a, 4.0)], 3, options), _Request(WORDS, [], 3, options)])
+    assert rolling.prompts.reads == 1
+    rows += rolling.step()
+    rows += rolling.admit([_Request(WORDS, [(b, -3.0), (a, 1.0)], 7, options), _Request("beta " + WORDS, [(a, 2.0)], 8, options)])
+    assert rolling.prompts.reads == 2  # only the new prompt
+    while rolling.requests:
+        rows += rolling.step()
+    rows += rolling.admit([_Request(WORDS, [(b, 5.0)], 9, replace(options, adaptive=True))])  # after the decode emptied
+    while rolling.requests:
+        rows += rolling.step()
+    assert rolling.prompts.reads == 2 and len(rows) == 5
+    for request, row in rows:
+        solo = generate_tokens(llama_lm, [request.prompt], [request.setting], [request.seed], request.options)
+        assert row.new_ids == solo.new_ids[0][: int(solo.new_mask[0].sum())].tolist()
+
+
+def test_prompts_kept_for_later_requests_stay_within_their_bytes_least_recently_used_leaving_first():
+    from lmswitch.serve.batcher import _Prompt, _Prompts
+
+    def prompt(tokens: int) -> _Prompt:  # two layers of (1, 1, tokens, 4) float32 keys and values: 64 bytes a token
+        return _Prompt([torch.zeros(1, 1, tokens, 4)] * 2, [torch.zeros(1, 1, tokens, 4)] * 2, torch.zeros(8))
+
+    kept = _Prompts(budget=64 * 10)
+    kept.put((1,), prompt(4))
+    kept.put((2,), prompt(4))
+    assert kept.get((1,)) is not None  # now the most recently used
+    kept.put((3,), prompt(4))  # 12 tokens > 10: the least recently used (2) leaves
+    assert list(kept.kept) == [(1,), (3,)] and kept.nbytes == 64 * 8 and kept.get((2,)) is None
+    kept.put((4,), prompt(11))  # larger than the whole budget: not kept, nothing else leaves for it
+    assert list(kept.kept) == [(1,), (3,)] and kept.nbytes == 64 * 8
+
+
 def test_best_of_requests_decode_whole_beside_the_running_rows_and_equal_their_solo_choice(llama_lm):
     """A best-of-n request cannot join the rolling decode (its likeliest candidate is known only at the end): it is
     decoded whole, with the other best-of requests of its settings, and gets the same text as alone; plain requests

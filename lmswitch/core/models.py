@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.cache_utils import Cache
 
 from lmswitch.core.packed import PackedLinear, contiguous_input, cpu_has_fast_bf16, pack_linears
 
@@ -171,9 +172,11 @@ class LanguageModel:
 
     @torch.no_grad()
     def final_hidden(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+        cache: Cache | None = None,
     ) -> torch.Tensor:
-        """The output head's input ``c`` for every position, ``(B, T, d)``, without computing logits.
+        """The output head's input ``c`` for every position, ``(B, T, d)``, without computing logits; with ``cache``
+        (a transformers KV cache), the pass also fills it.
 
         Captured with a pre-hook on the head that stops the forward pass there,
         so it works for any architecture whatever it calls its final norm. The hook
@@ -184,7 +187,8 @@ class LanguageModel:
         with self._head_hook(stop=True) as captured:
             try:
                 extra = {} if position_ids is None else {"position_ids": position_ids.to(self.input_device)}
-                self.model(input_ids=input_ids.to(self.input_device), attention_mask=attention_mask, use_cache=False, **extra)
+                extra |= {"past_key_values": cache} if cache is not None else {}
+                self.model(input_ids=input_ids.to(self.input_device), attention_mask=attention_mask, use_cache=cache is not None, **extra)
             except _StopForward:
                 pass
         if not captured:

@@ -4,7 +4,9 @@ Each request has its own prompt, switches and ε, seed and length; requests that
 share the sampling settings (temperature, top-p, chat, adaptive strength) are
 decoded together, each row with its own steering and its own random stream. A
 request that arrives while a decode runs is prefilled and joins it at its next
-step (:class:`_Rolling`); a finished row leaves at once. Models whose KV cache
+step (:class:`_Rolling`); a finished row leaves at once. Steering acts on the head alone, so a prompt's KV cache
+serves every request of it, whatever its switches, ε and seed: prompts read lately are kept (:class:`_Prompts`), and a
+slider dragged over one prompt, or a steered row and its unsteered twin, read it once. Models whose KV cache
 cannot be merged (sliding-window layers) decode each batch in one
 :func:`~lmswitch.core.generate.generate_tokens` call instead. A row's tokens are
 the ones the request would get alone (same seed), up to the floating-point
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
@@ -48,6 +51,7 @@ from lmswitch.serve.compute import ComputeThread, Merged
 
 MAX_BATCH = 8  # rows decoded together
 MAX_WAITING = 32  # requests waiting for a batch; one more gets Busy
+PROMPT_BYTES = 64 * 2**20  # KV caches of prompts kept for later requests (46 KB a token in float32 on the embedded model)
 
 
 class Busy(RuntimeError):
@@ -158,6 +162,43 @@ def _left_pad(t: torch.Tensor, length: int, dim: int) -> torch.Tensor:
     return torch.cat([t.new_zeros(shape), t], dim=dim)
 
 
+@dataclass(frozen=True)
+class _Prompt:
+    """A prompt read once: its KV cache (one row, its tokens only, per layer) and the head's input after its last token."""
+
+    keys: list[torch.Tensor]  # per layer (1, heads, tokens, head size)
+    values: list[torch.Tensor]
+    head: torch.Tensor  # (d,), before any steering
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in (*self.keys, *self.values))
+
+
+class _Prompts:
+    """The prompts read lately, by token ids, at most ``budget`` bytes of them: the least recently used leave first."""
+
+    def __init__(self, budget: int = PROMPT_BYTES) -> None:
+        self.budget = budget
+        self.kept: OrderedDict[tuple[int, ...], _Prompt] = OrderedDict()
+        self.nbytes = 0
+        self.reads = 0  # prompts read by a body pass (not found here)
+
+    def get(self, ids: tuple[int, ...]) -> _Prompt | None:
+        found = self.kept.get(ids)
+        if found is not None:
+            self.kept.move_to_end(ids)
+        return found
+
+    def put(self, ids: tuple[int, ...], prompt: _Prompt) -> None:
+        if ids in self.kept or prompt.nbytes > self.budget:
+            return
+        self.kept[ids] = prompt
+        self.nbytes += prompt.nbytes
+        while self.nbytes > self.budget:
+            self.nbytes -= self.kept.popitem(last=False)[1].nbytes
+
+
 class _Rolling:
     """A decode in progress whose rows join between steps (after their own prefill) and leave as soon as they finish.
 
@@ -167,6 +208,7 @@ class _Rolling:
     def __init__(self, lm: LanguageModel) -> None:
         self.lm = lm
         self.eos = lm.tokenizer.eos_token_id
+        self.prompts = _Prompts()
         self.reset()
 
     def reset(self) -> None:
@@ -190,35 +232,56 @@ class _Rolling:
         """Only plain per-layer caches can be padded and merged (not sliding-window or hybrid ones)."""
         return all(type(layer) is DynamicLayer for layer in DynamicCache(config=lm.model.config).layers)
 
+    def _steered(self, requests: list[_Request], budgets: list[Budget | None], rows: RowSteering):
+        """The head steered by ``rows``, each row charging its own steering budget (adaptive requests)."""
+        budget = RowBudgets(budgets) if budgets[0] is not None else None
+        return steering(self.lm, rows, kl_budget=requests[0].options.budget, budget=budget)
+
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, cache: DynamicCache, requests: list[_Request],
                  budgets: list[Budget | None], rows: RowSteering) -> tuple[torch.Tensor, torch.Tensor]:
         """The next-token logits (B, V) float32 of ``ids`` given ``cache``, each row steered by ``rows``, and the head's
         input before steering (B, d), from which the unsteered model scores the tokens drawn."""
         positions = mask.long().cumsum(-1) - 1
         positions.masked_fill_(mask == 0, 1)
-        cap = requests[0].options.budget
-        budget = RowBudgets(budgets) if budgets[0] is not None else None
         device = self.lm.input_device
-        with steering(self.lm, rows, kl_budget=cap, budget=budget), torch.inference_mode(), self.lm.head_inputs() as seen:
+        with self._steered(requests, budgets, rows), torch.inference_mode(), self.lm.head_inputs() as seen:
             out = self.lm.model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions[:, -ids.shape[1]:].to(device),
                                 past_key_values=cache, use_cache=True, logits_to_keep=1)
         return out.logits[:, -1, :].float(), seen[-1][:, -1].clone()
 
+    @torch.inference_mode()
+    def _read(self, prompts: list[tuple[int, ...]]) -> dict[tuple[int, ...], _Prompt]:
+        """Each distinct prompt's :class:`_Prompt`: kept ones as they are, the others read together in one body pass."""
+        found = {ids: self.prompts.get(ids) for ids in dict.fromkeys(prompts)}
+        missing = [ids for ids, prompt in found.items() if prompt is None]
+        if missing:
+            width, pad = max(map(len, missing)), self.lm.tokenizer.pad_token_id
+            ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in missing])
+            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in missing])
+            positions = (mask.cumsum(-1) - 1).masked_fill_(mask == 0, 1)
+            cache = DynamicCache(config=self.lm.model.config)
+            heads = self.lm.final_hidden(ids, mask.to(self.lm.input_device), positions, cache=cache)[:, -1]
+            for b, p in enumerate(missing):
+                keys = [layer.keys[b : b + 1, :, width - len(p) :].clone() for layer in cache.layers]
+                values = [layer.values[b : b + 1, :, width - len(p) :].clone() for layer in cache.layers]
+                found[p] = _Prompt(keys, values, heads[b].clone())
+                self.prompts.put(p, found[p])
+            self.prompts.reads += len(missing)
+        return found
+
     def admit(self, new: list[_Request]) -> list[tuple[_Request, Row]]:
-        """Prefill ``new`` requests, sample their first tokens and add them to the running rows; returns the finished rows."""
+        """Read ``new`` requests' prompts (unless kept), sample their first tokens and add them to the running rows;
+        returns the finished rows."""
         options = replace(new[0].options, max_new_tokens=max(r.options.max_new_tokens for r in new))
         ids, mask = encode_prompts(self.lm, [r.prompt for r in new], options)
-        cache = DynamicCache(config=self.lm.model.config)
+        keys = [tuple(row[m.bool()].tolist()) for row, m in zip(ids, mask, strict=True)]
+        read = self._read(keys)
+        prompts = [read[k] for k in keys]
+        heads = torch.stack([p.head for p in prompts])
         budgets = [Budget(1, r.options.per_generation) if r.options.per_generation is not None else None for r in new]
-        logits, heads = self._forward(ids, mask, cache, new, budgets, RowSteering.of([r.setting for r in new]))
-        if self.cache is None:
-            self.cache, self.mask = cache, mask
-        else:
-            length = max(self.mask.shape[1], mask.shape[1])
-            for old, extra in zip(self.cache.layers, cache.layers, strict=True):
-                old.keys = torch.cat([_left_pad(old.keys, length, -2), _left_pad(extra.keys, length, -2)])
-                old.values = torch.cat([_left_pad(old.values, length, -2), _left_pad(extra.values, length, -2)])
-            self.mask = torch.cat([_left_pad(self.mask, length, 1), _left_pad(mask, length, 1)])
+        with self._steered(new, budgets, RowSteering.of([r.setting for r in new])), torch.inference_mode():
+            logits = self.lm.softcap(self.lm.head(heads[:, None]))[:, -1].float()
+        self._join(prompts, mask)
         self.requests += new
         self.steering = None
         streams = noise_streams([r.seed for r in new])  # requests with one seed (a steered row and its twin) share one
@@ -227,6 +290,23 @@ class _Rolling:
         self.heads += [[h] for h in heads]
         self.prompt_tokens += [int(m.sum()) for m in mask]
         return self._sample(logits, first=len(self.requests) - len(new))
+
+    def _join(self, prompts: list[_Prompt], mask: torch.Tensor) -> None:
+        """Add the KV caches of ``prompts`` (left-padded as ``mask``) to the running rows'."""
+        width = mask.shape[1]
+        if self.cache is None:
+            self.cache, self.mask = DynamicCache(config=self.lm.model.config), mask.new_zeros(0, 0)
+        length = max(self.mask.shape[1], width)
+        for layer in range(len(prompts[0].keys)):
+            keys = [_left_pad(p.keys[layer], length, -2) for p in prompts]
+            values = [_left_pad(p.values[layer], length, -2) for p in prompts]
+            if self.cache.layers[layer].is_initialized:
+                old = self.cache.layers[layer]
+                keys, values = [_left_pad(old.keys, length, -2), *keys], [_left_pad(old.values, length, -2), *values]
+                old.keys, old.values = torch.cat(keys), torch.cat(values)
+            else:
+                self.cache.update(torch.cat(keys), torch.cat(values), layer)
+        self.mask = torch.cat([_left_pad(self.mask, length, 1), _left_pad(mask, length, 1)])
 
     def step(self) -> list[tuple[_Request, Row]]:
         """One decode step for every running row; returns the rows that finished."""
