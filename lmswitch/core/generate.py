@@ -234,9 +234,13 @@ def encode_prompts(lm: LanguageModel, prompts: Sequence[Prompt], opts: SamplingO
             )
             ids = ids[-budget:]
         rows.append(ids)
+    return left_padded(rows, tok.pad_token_id)
+
+
+def left_padded(rows: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows left-padded with ``pad`` to the longest: ``(input_ids, attention_mask)``."""
     width = max(map(len, rows))
-    pad = tok.pad_token_id
-    input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
+    input_ids = torch.tensor([[pad] * (width - len(r)) + list(r) for r in rows])
     mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
     return input_ids, mask
 

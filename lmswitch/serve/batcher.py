@@ -41,7 +41,16 @@ from transformers.cache_utils import DynamicLayer
 from transformers.generation.streamers import BaseStreamer
 
 from lmswitch.core.budget import Budget, RowBudgets
-from lmswitch.core.generate import CoupledSampler, Prompt, check_seed, encode_prompts, finished_text, generate_tokens, noise_streams
+from lmswitch.core.generate import (
+    CoupledSampler,
+    Prompt,
+    check_seed,
+    encode_prompts,
+    finished_text,
+    generate_tokens,
+    left_padded,
+    noise_streams,
+)
 from lmswitch.core.hidden import target_logprobs
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SamplingOptions
@@ -162,6 +171,11 @@ def _left_pad(t: torch.Tensor, length: int, dim: int) -> torch.Tensor:
     return torch.cat([t.new_zeros(shape), t], dim=dim)
 
 
+def _positions(mask: torch.Tensor) -> torch.Tensor:
+    """Each token's position in its left-padded row (padding: 1, masked out anyway)."""
+    return (mask.long().cumsum(-1) - 1).masked_fill_(mask == 0, 1)
+
+
 @dataclass(frozen=True)
 class _Prompt:
     """A prompt read once: its KV cache (one row, its tokens only, per layer) and the head's input after its last token."""
@@ -241,8 +255,7 @@ class _Rolling:
                  budgets: list[Budget | None], rows: RowSteering) -> tuple[torch.Tensor, torch.Tensor]:
         """The next-token logits (B, V) float32 of ``ids`` given ``cache``, each row steered by ``rows``, and the head's
         input before steering (B, d), from which the unsteered model scores the tokens drawn."""
-        positions = mask.long().cumsum(-1) - 1
-        positions.masked_fill_(mask == 0, 1)
+        positions = _positions(mask)
         device = self.lm.input_device
         with self._steered(requests, budgets, rows), torch.inference_mode(), self.lm.head_inputs() as seen:
             out = self.lm.model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions[:, -ids.shape[1]:].to(device),
@@ -255,12 +268,9 @@ class _Rolling:
         found = {ids: self.prompts.get(ids) for ids in dict.fromkeys(prompts)}
         missing = [ids for ids, prompt in found.items() if prompt is None]
         if missing:
-            width, pad = max(map(len, missing)), self.lm.tokenizer.pad_token_id
-            ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in missing])
-            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in missing])
-            positions = (mask.cumsum(-1) - 1).masked_fill_(mask == 0, 1)
-            cache = DynamicCache(config=self.lm.model.config)
-            heads = self.lm.final_hidden(ids, mask.to(self.lm.input_device), positions, cache=cache)[:, -1]
+            ids, mask = left_padded(missing, self.lm.tokenizer.pad_token_id)
+            width, cache = mask.shape[1], DynamicCache(config=self.lm.model.config)
+            heads = self.lm.final_hidden(ids, mask.to(self.lm.input_device), _positions(mask), cache=cache)[:, -1]
             for b, p in enumerate(missing):
                 keys = [layer.keys[b : b + 1, :, width - len(p) :].clone() for layer in cache.layers]
                 values = [layer.values[b : b + 1, :, width - len(p) :].clone() for layer in cache.layers]
