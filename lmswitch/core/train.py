@@ -619,8 +619,8 @@ def _advice(card: Mapping) -> str:
     if gain <= 0:
         if card.get("optimizer") in solver.RECIPES:
             then = ("Add more varied text; meanwhile guided decoding with 8 candidates moves generation furthest within "
-                    "the fluent range (a switch from 30 + 30 sentiment sentences at ε +1.5: 0.85 positive on test prompts "
-                    "with it, about half without)" if card.get("n_negative") else
+                    "the fluent range (a switch from 30 + 30 sentiment sentences: 0.85 positive on test prompts with it, "
+                    "about half without)" if card.get("n_negative") else
                     "Add more varied text, or for one document try self-contrast negatives; generation may still move in "
                     "the intended direction")
             return (f"Held-out gain {gain:+.3f} nats/token on {held:,} tokens: the switch explains held-out text no better "
