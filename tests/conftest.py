@@ -21,6 +21,8 @@ from transformers import (
     GPT2LMHeadModel,
     GPTNeoXConfig,
     GPTNeoXForCausalLM,
+    GraniteConfig,
+    GraniteForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
     PreTrainedTokenizerFast,
@@ -81,6 +83,8 @@ def _config(family: str, hidden: int, init: float):
         return GPTNeoXForCausalLM, GPTNeoXConfig(**body, **common)
     if family == "qwen2":
         return Qwen2ForCausalLM, Qwen2Config(num_key_value_heads=1, **body, **common)
+    if family == "granite":  # divides its logits by logits_scaling after the head
+        return GraniteForCausalLM, GraniteConfig(num_key_value_heads=2, logits_scaling=8.0, **body, **common)
     raise ValueError(family)
 
 

@@ -241,6 +241,20 @@ def test_a_prompt_is_read_once_for_every_request_of_it_whatever_its_steering_and
         assert row.new_ids == solo.new_ids[0][: int(solo.new_mask[0].sum())].tolist()
 
 
+def test_a_model_that_rescales_its_logits_after_the_head_decodes_whole_batches_with_its_solo_tokens(make_lm):
+    """A kept prompt's first token comes from the head alone; Granite divides its logits by ``logits_scaling`` after the
+    head, so its batches decode whole (through the model's own forward) and every row still gets its solo tokens."""
+    granite = make_lm("granite")
+    batcher = Batcher(granite, ComputeThread())
+    assert batcher.rolling is None and Batcher(make_lm("llama"), ComputeThread()).rolling is not None
+    switch = random_switch(granite, seed=1, scale=20.0)
+    requests = [(WORDS, [(switch, 4.0)], 1, 4), (WORDS, [], 1, 4), ("beta", [(switch, -2.0)], 2, 3)]
+    rows = run_together(batcher, requests)
+    for row, (prompt, setting, seed, n) in zip(rows, requests, strict=True):
+        solo = generate_tokens(granite, [prompt], [setting], [seed], SamplingOptions(max_new_tokens=n))
+        assert row.new_ids == solo.new_ids[0][: int(solo.new_mask[0].sum())].tolist()
+
+
 def test_prompts_kept_for_later_requests_stay_within_their_bytes_least_recently_used_leaving_first():
     from lmswitch.serve.batcher import _Prompt, _Prompts
 

@@ -60,7 +60,7 @@ from lmswitch.serve.compute import ComputeThread, Merged
 
 MAX_BATCH = 8  # rows decoded together
 MAX_WAITING = 32  # requests waiting for a batch; one more gets Busy
-PROMPT_BYTES = 64 * 2**20  # KV caches of prompts kept for later requests (46 KB a token in float32 on the embedded model)
+PROMPT_BYTES = 64 * 2**20  # KV caches of prompts kept for later requests, per served model (46 KB a token in float32 on the embedded model)
 
 
 class Busy(RuntimeError):
@@ -176,6 +176,15 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).masked_fill_(mask == 0, 1)
 
 
+@torch.inference_mode()
+def _logits_are_the_heads(lm: LanguageModel) -> bool:
+    """Whether ``lm``'s logits are :meth:`~lmswitch.core.models.LanguageModel.softcap` of its head's output (one token)."""
+    ids = torch.tensor([[lm.tokenizer.eos_token_id or 0]], device=lm.input_device)
+    with lm.head_inputs() as seen:
+        logits = lm.model(input_ids=ids, logits_to_keep=1).logits.float()
+    return torch.allclose(logits, lm.softcap(lm.head(seen[-1])).float(), rtol=1e-3, atol=1e-4)
+
+
 @dataclass(frozen=True)
 class _Prompt:
     """A prompt read once: its KV cache (one row, its tokens only, per layer) and the head's input after its last token."""
@@ -243,8 +252,11 @@ class _Rolling:
 
     @staticmethod
     def supported(lm: LanguageModel) -> bool:
-        """Only plain per-layer caches can be padded and merged (not sliding-window or hybrid ones)."""
-        return all(type(layer) is DynamicLayer for layer in DynamicCache(config=lm.model.config).layers)
+        """Only plain per-layer caches can be padded and merged (not sliding-window or hybrid ones). And a kept prompt's
+        first token comes from the head alone, so the model's logits must be its head's output (soft-capped), which they
+        are not in families that rescale them after the head (Granite, Cohere)."""
+        plain = all(type(layer) is DynamicLayer for layer in DynamicCache(config=lm.model.config).layers)
+        return plain and _logits_are_the_heads(lm)
 
     def _steered(self, requests: list[_Request], budgets: list[Budget | None], rows: RowSteering):
         """The head steered by ``rows``, each row charging its own steering budget (adaptive requests)."""
@@ -284,9 +296,9 @@ class _Rolling:
         returns the finished rows."""
         options = replace(new[0].options, max_new_tokens=max(r.options.max_new_tokens for r in new))
         ids, mask = encode_prompts(self.lm, [r.prompt for r in new], options)
-        keys = [tuple(row[m.bool()].tolist()) for row, m in zip(ids, mask, strict=True)]
-        read = self._read(keys)
-        prompts = [read[k] for k in keys]
+        tokens = [tuple(row[m.bool()].tolist()) for row, m in zip(ids, mask, strict=True)]
+        read = self._read(tokens)
+        prompts = [read[t] for t in tokens]
         heads = torch.stack([p.head for p in prompts])
         budgets = [Budget(1, r.options.per_generation) if r.options.per_generation is not None else None for r in new]
         with self._steered(new, budgets, RowSteering.of([r.setting for r in new])), torch.inference_mode():
@@ -378,7 +390,7 @@ class Batcher:
         self.scheduled = False
         self.batches = 0  # admissions (or whole decodes) so far, and the rows in them
         self.rows = 0
-        self.rolling = _Rolling(lm) if _Rolling.supported(lm) else None  # rows join a running decode between its steps
+        self.rolling = _Rolling(lm) if compute.run(_Rolling.supported, lm) else None  # rows join a running decode between its steps
         self._scores = Merged(compute, self._score_all)
 
     def scores(self, prompt: str, rows: list[Row], *, chat: bool) -> list[TextScores]:
