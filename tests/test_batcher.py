@@ -227,6 +227,8 @@ def test_a_prompt_is_read_once_for_every_request_of_it_whatever_its_steering_and
     rolling, rows = _Rolling(llama_lm), []
     rows += rolling.admit([_Request(WORDS, [(a, 4.0)], 3, options), _Request(WORDS, [], 3, options)])
     assert rolling.prompts.reads == 1
+    (kept,) = rolling.prompts.kept.values()
+    before = [t.clone() for t in (*kept.keys, *kept.values, kept.head)]
     rows += rolling.step()
     rows += rolling.admit([_Request(WORDS, [(b, -3.0), (a, 1.0)], 7, options), _Request("beta " + WORDS, [(a, 2.0)], 8, options)])
     assert rolling.prompts.reads == 2  # only the new prompt
@@ -236,6 +238,7 @@ def test_a_prompt_is_read_once_for_every_request_of_it_whatever_its_steering_and
     while rolling.requests:
         rows += rolling.step()
     assert rolling.prompts.reads == 2 and len(rows) == 5
+    assert all(torch.equal(x, y) for x, y in zip(before, (*kept.keys, *kept.values, kept.head), strict=True))  # never written
     for request, row in rows:
         solo = generate_tokens(llama_lm, [request.prompt], [request.setting], [request.seed], request.options)
         assert row.new_ids == solo.new_ids[0][: int(solo.new_mask[0].sum())].tolist()

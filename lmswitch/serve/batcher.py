@@ -199,7 +199,11 @@ class _Prompt:
 
 
 class _Prompts:
-    """The prompts read lately, by token ids, at most ``budget`` bytes of them: the least recently used leave first."""
+    """The prompts read lately, by token ids, at most ``budget`` bytes of them: the least recently used leave first.
+
+    Kept for as long as the model serves: right while nothing but the head is steered. Steering acts on the head's
+    input only; a body hook (``harness.baselines``' activation addition, used by the CLI's frontier, not the server)
+    would change what a prompt's cache should hold."""
 
     def __init__(self, budget: int = PROMPT_BYTES) -> None:
         self.budget = budget
