@@ -234,15 +234,16 @@ def encode_prompts(lm: LanguageModel, prompts: Sequence[Prompt], opts: SamplingO
             )
             ids = ids[-budget:]
         rows.append(ids)
-    return left_padded(rows, tok.pad_token_id)
+    return padded(rows, tok.pad_token_id)
 
 
-def left_padded(rows: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token rows left-padded with ``pad`` to the longest: ``(input_ids, attention_mask)``."""
-    width = max(map(len, rows))
-    input_ids = torch.tensor([[pad] * (width - len(r)) + list(r) for r in rows])
-    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
-    return input_ids, mask
+def padded(rows: Sequence[Sequence[int]], pad: int, *, left: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows padded with ``pad`` (on the left, or the right) to the longest, at least 1: ``(input_ids, mask)``."""
+    width = max(1, *map(len, rows))
+    fill = [[pad] * (width - len(r)) for r in rows]
+    ids = [f + list(r) if left else list(r) + f for f, r in zip(fill, rows, strict=True)]
+    mask = [[0] * len(f) + [1] * len(r) if left else [1] * len(r) + [0] * len(f) for f, r in zip(fill, rows, strict=True)]
+    return torch.tensor(ids), torch.tensor(mask)
 
 
 @dataclass(frozen=True)

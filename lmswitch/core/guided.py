@@ -18,7 +18,7 @@ from dataclasses import replace
 
 import torch
 
-from lmswitch.core.generate import Generated, Prompt, _decode, candidate_seed, encode_prompts, finished_text
+from lmswitch.core.generate import Generated, Prompt, _decode, candidate_seed, encode_prompts, finished_text, padded
 from lmswitch.core.hidden import _padded_pass
 from lmswitch.core.judge import guide_scores
 from lmswitch.core.models import LanguageModel
@@ -57,14 +57,6 @@ def _rows(gen: Generated) -> tuple[list[list[int]], list[list[int]]]:
     return prompts, [ids[mask.bool()].tolist() for ids, mask in zip(gen.new_ids, gen.new_mask, strict=True)]
 
 
-def _padded(rows: Sequence[list[int]], pad: int, left: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(1, *map(len, rows))
-    fill = [[pad] * (width - len(r)) for r in rows]
-    ids = [f + r if left else r + f for f, r in zip(fill, rows, strict=True)]
-    mask = [[0] * len(f) + [1] * len(r) if left else [1] * len(r) + [0] * len(f) for f, r in zip(fill, rows, strict=True)]
-    return torch.tensor(ids), torch.tensor(mask)
-
-
 @torch.no_grad()
 def _mean_continuation(lm: LanguageModel, rows: list[list[int]], starts: list[int]) -> torch.Tensor:
     """Mean head input over each row's tokens from ``starts[r]`` on (its continuation), ``(len(rows), d)``."""
@@ -95,8 +87,8 @@ def guided_tokens(lm: LanguageModel, prompts: Sequence[Prompt], settings: Sequen
             prompt_ids[i] = [t for t, m in zip(row, keep, strict=True) if m]
         _guide(lm, guided, prompt_ids, new_ids, [settings[i] for i in guided], [seeds[i] for i in guided], guides, opts, stop)
     pad = lm.tokenizer.pad_token_id
-    prompt_ids_t, prompt_mask = _padded(prompt_ids, pad, left=True)
-    new_t, new_mask = _padded(new_ids, pad, left=False)
+    prompt_ids_t, prompt_mask = padded(prompt_ids, pad)
+    new_t, new_mask = padded(new_ids, pad, left=False)
     return Generated(prompt_ids_t, prompt_mask, new_t, new_mask, [finished_text(lm.tokenizer, x) for x in new_ids])
 
 
@@ -110,7 +102,7 @@ def _guide(lm: LanguageModel, rows: list[int], prompt_ids: list[list[int]], new_
             return
         k = min(GUIDE_TOKENS, opts.max_new_tokens - first)
         cand = [prompt_ids[rows[a]] + new_ids[rows[a]] for a in active for _ in range(n)]
-        gen, _ = _decode(lm, _padded(cand, pad, left=True), [settings[a] for a in active for _ in range(n)],
+        gen, _ = _decode(lm, padded(cand, pad), [settings[a] for a in active for _ in range(n)],
                          [candidate_seed(seeds[a], piece * n + j) for a in active for j in range(n)], replace(opts, max_new_tokens=k, guide=1),
                          None, stop, None)
         pieces = _rows(gen)[1]

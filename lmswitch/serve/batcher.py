@@ -48,8 +48,8 @@ from lmswitch.core.generate import (
     encode_prompts,
     finished_text,
     generate_tokens,
-    left_padded,
     noise_streams,
+    padded,
 )
 from lmswitch.core.hidden import target_logprobs
 from lmswitch.core.models import LanguageModel
@@ -284,7 +284,7 @@ class _Rolling:
         found = {ids: self.prompts.get(ids) for ids in dict.fromkeys(prompts)}
         missing = [ids for ids, prompt in found.items() if prompt is None]
         if missing:
-            ids, mask = left_padded(missing, self.lm.tokenizer.pad_token_id)
+            ids, mask = padded(missing, self.lm.tokenizer.pad_token_id)
             width, cache = mask.shape[1], DynamicCache(config=self.lm.model.config)
             heads = self.lm.final_hidden(ids, mask.to(self.lm.input_device), _positions(mask), cache=cache)[:, -1]
             for b, p in enumerate(missing):
