@@ -198,6 +198,8 @@ def loss_and_grad(lm: LanguageModel, rows: Reduced, U: torch.Tensor) -> tuple[fl
         g = torch.einsum("rk,rkd->rd", q[:, : Eg.shape[1]], Eg)
         g = g + q[:, -1:] * rows.tail_mean[sl] if rows.tail_mean is not None else g
         grad[sl] = g - Eg[:, 0]
+    # summed in ROWS-row parts, as when the evaluation itself went ROWS rows at a time: the same value to the bit, so a
+    # recipe's switch (the shipped sentiment switch's included) rebuilds exactly whatever STEP_ROWS is
     total = sum(float(nll[s : s + ROWS].sum()) for s in range(0, len(rows), ROWS))
     n = max(len(rows), 1)
     return total / n, grad / n
