@@ -17,6 +17,8 @@ import pytest
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import (
+    CohereConfig,
+    CohereForCausalLM,
     GPT2Config,
     GPT2LMHeadModel,
     GPTNeoXConfig,
@@ -55,6 +57,7 @@ VOCAB = SPECIALS + WORDS
 VOCAB_SIZE = len(VOCAB)
 CONTEXT = 64  # max positions of every tiny model
 FAMILIES = ["gpt2", "llama", "gpt_neox", "qwen2"]
+SCALED_FAMILIES = {"granite": 1 / 8, "cohere": 0.25}  # family → the factor its logits get after the head
 
 assert VOCAB_SIZE == 64 and len(set(VOCAB)) == VOCAB_SIZE
 
@@ -85,6 +88,8 @@ def _config(family: str, hidden: int, init: float):
         return Qwen2ForCausalLM, Qwen2Config(num_key_value_heads=1, **body, **common)
     if family == "granite":  # divides its logits by logits_scaling after the head
         return GraniteForCausalLM, GraniteConfig(num_key_value_heads=2, logits_scaling=8.0, **body, **common)
+    if family == "cohere":  # multiplies its logits by logit_scale after the head
+        return CohereForCausalLM, CohereConfig(num_key_value_heads=2, logit_scale=0.25, **body, **common)
     raise ValueError(family)
 
 

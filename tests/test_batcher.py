@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import random_switch
+from conftest import SCALED_FAMILIES, random_switch
 
 import lmswitch as ls
 from lmswitch.core.generate import encode_prompts, generate_tokens
@@ -244,18 +244,29 @@ def test_a_prompt_is_read_once_for_every_request_of_it_whatever_its_steering_and
         assert row.new_ids == solo.new_ids[0][: int(solo.new_mask[0].sum())].tolist()
 
 
-def test_a_model_that_rescales_its_logits_after_the_head_decodes_whole_batches_with_its_solo_tokens(make_lm):
-    """A kept prompt's first token comes from the head alone; Granite divides its logits by ``logits_scaling`` after the
-    head, so its batches decode whole (through the model's own forward) and every row still gets its solo tokens."""
-    granite = make_lm("granite")
-    batcher = Batcher(granite, ComputeThread())
-    assert batcher.rolling is None and Batcher(make_lm("llama"), ComputeThread()).rolling is not None
-    switch = random_switch(granite, seed=1, scale=20.0)
+@pytest.mark.parametrize("family", SCALED_FAMILIES)
+def test_a_model_that_scales_its_logits_after_the_head_gets_its_solo_tokens_in_the_rolling_decode(make_lm, family):
+    """A kept prompt's first token comes from the head alone; Granite and Cohere scale their logits after the head,
+    which ``after_head`` applies, so they decode rolling and every row gets its solo tokens."""
+    lm = make_lm(family)
+    batcher = Batcher(lm, ComputeThread())
+    assert batcher.rolling is not None
+    switch = random_switch(lm, seed=1, scale=20.0)
     requests = [(WORDS, [(switch, 4.0)], 1, 4), (WORDS, [], 1, 4), ("beta", [(switch, -2.0)], 2, 3)]
     rows = run_together(batcher, requests)
     for row, (prompt, setting, seed, n) in zip(rows, requests, strict=True):
-        solo = generate_tokens(granite, [prompt], [setting], [seed], SamplingOptions(max_new_tokens=n))
+        solo = generate_tokens(lm, [prompt], [setting], [seed], SamplingOptions(max_new_tokens=n))
         assert row.new_ids == solo.new_ids[0][: int(solo.new_mask[0].sum())].tolist()
+
+
+def test_a_model_whose_logits_are_not_its_heads_decodes_whole_batches(make_lm, monkeypatch):
+    """A family whose after-head change the head's maths does not know (here Granite's scale, forgotten) fails the
+    one-token check, so its batches decode whole, through the model's own forward."""
+    from lmswitch.core import models
+
+    monkeypatch.delitem(models._AFTER_HEAD_SCALE, "granite")
+    assert Batcher(make_lm("granite"), ComputeThread()).rolling is None
+    assert Batcher(make_lm("llama"), ComputeThread()).rolling is not None
 
 
 def test_prompts_kept_for_later_requests_stay_within_their_bytes_least_recently_used_leaving_first():

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from conftest import random_switch
+from conftest import SCALED_FAMILIES, random_switch
 
 import lmswitch as ls
 from lmswitch.core.hidden import encode_text
@@ -35,6 +35,15 @@ def test_curve_matches_full_forward_passes(tiny_lm):
     assert row.loglik == pytest.approx(expected, abs=1e-4)
     assert r.base_loglik == pytest.approx(expected[1], abs=1e-4)
     assert r.scored_tokens == r.tokens - 1
+
+
+@pytest.mark.parametrize("family", SCALED_FAMILIES)
+def test_curve_matches_full_forward_passes_of_a_family_that_scales_its_logits_after_the_head(make_lm, family):
+    lm = make_lm(family, init=0.2)
+    switch = strong_switch(lm, 1)
+    r = measure(lm, switch, TEXT, grid=[-10.0, 0.0, 7.5])
+    expected = [mean_loglik(lm, [(switch, e)], TEXT) for e in r.switches[0].grid]
+    assert r.switches[0].loglik == pytest.approx(expected, abs=1e-4)
 
 
 def test_an_encoded_text_is_measured_without_another_pass(gpt2_lm, monkeypatch):

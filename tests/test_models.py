@@ -9,7 +9,7 @@ import time
 
 import pytest
 import torch
-from conftest import FAMILIES, random_ids
+from conftest import FAMILIES, SCALED_FAMILIES, random_ids
 
 import lmswitch as ls
 from lmswitch import model_fingerprint
@@ -108,6 +108,22 @@ def test_logits_from_final_hidden_are_the_model_logits(tiny_lm):
     assert_close(logp, torch.log_softmax(tiny_lm.model(input_ids=ids[:1]).logits[0], -1))
 
 
+
+@pytest.mark.parametrize(("family", "scale"), SCALED_FAMILIES.items())
+@torch.no_grad()
+def test_families_that_scale_the_heads_output_get_their_own_logits(make_lm, family, scale):
+    """Granite divides its head's output by ``logits_scaling``, Cohere multiplies it by ``logit_scale``: the head's
+    maths includes that factor, and the training solver's linear fast path is not for them."""
+    lm = make_lm(family, init=0.2)
+    assert lm.logit_scale == scale and not lm.linear_head
+    ids = random_ids(lm, 2, 9, seed=1)
+    c = lm.final_hidden(ids)
+    logits = lm.model(input_ids=ids).logits
+    assert_close(lm.logits_from_hidden(c), logits)
+    assert_close(lm.after_head(lm.head(c)), logits)
+    assert_close(lm.head_logprobs(c[0]), torch.log_softmax(logits[0], -1))
+    _check_linear_part(lm)
+
 def _with_head_bias(lm) -> torch.Tensor:
     """Give ``lm``'s output head a (random, nonzero) bias; returns it."""
     bias = torch.randn(lm.vocab_size, generator=torch.Generator().manual_seed(9))
@@ -151,6 +167,7 @@ def test_raw_logits_of_a_head_with_a_bias(make_lm, family):
 
 def test_softcap_is_the_identity_without_final_logit_softcapping(tiny_lm):
     assert tiny_lm.logit_softcap is None
+    assert tiny_lm.logit_scale == 1.0 and tiny_lm.linear_head
     x = torch.randn(3, tiny_lm.vocab_size, generator=torch.Generator().manual_seed(6)) * 50
     assert torch.equal(tiny_lm.softcap(x), x)
     c = torch.randn(3, tiny_lm.hidden_size, generator=torch.Generator().manual_seed(7))

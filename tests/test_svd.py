@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from conftest import FILLER, WORDS_A, WORDS_B, random_switch
+from conftest import FILLER, SCALED_FAMILIES, WORDS_A, WORDS_B, random_switch
 
 import lmswitch as ls
 from lmswitch.lenses.svd import GROUPS, promoted_words, reference_hidden, reference_texts, svd_dimensions, word_map
@@ -54,6 +54,23 @@ def test_planted_direction_promotes_its_word_at_positive_eps(tiny_lm, sign):
 
     overall = promoted_words(tiny_lm, switch, words=5, reference=REFERENCE)
     assert (overall.promoted if truth_up else overall.suppressed)[0].word == word
+
+
+@pytest.mark.parametrize("family", ["llama", *SCALED_FAMILIES])
+def test_a_promoted_words_change_is_the_models_own_mean_logit_change(make_lm, family):
+    """A word's ``delta`` is the steered model's mean logit change of it at ε 1, also in families that scale the head's
+    output after it (Granite, Cohere)."""
+    lm = make_lm(family)
+    switch = planted(lm, "grief")
+    top = promoted_words(lm, switch, words=1, reference=REFERENCE).promoted[0]
+    word, changes = lm.tokenizer.convert_tokens_to_ids(top.word), []
+    for text in REFERENCE:  # the contexts: every position that predicts a next token
+        ids = lm.tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids
+        with torch.no_grad():
+            base = lm.model(input_ids=ids).logits.float()[0, :-1, word]
+            with ls.steer(lm, [(switch, 1.0)]):
+                changes.append(lm.model(input_ids=ids).logits.float()[0, :-1, word] - base)
+    assert top.delta == pytest.approx(float(torch.cat(changes).mean()), rel=1e-3)
 
 
 def rank_two(lm) -> ls.Switch:

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import FILLER, WORDS_A, WORDS_B, build_lm
+from conftest import FILLER, SCALED_FAMILIES, WORDS_A, WORDS_B, build_lm, random_switch
 
 from lmswitch import Switch, TrainingCancelled, steer, train_switch
 from lmswitch.core.hidden import encode_texts
@@ -39,6 +39,27 @@ def signal_lm(request, tokenizer):
     # a larger init scale than the default gives the random head enough reach for a
     # style switch to move held-out likelihood by clearly more than float noise
     return build_lm(request.param, init=0.3, tokenizer=tokenizer)
+
+
+@pytest.mark.parametrize("family", SCALED_FAMILIES)
+def test_the_objective_of_a_family_that_scales_its_logits_after_the_head_is_its_steered_likelihood(tokenizer, family):
+    """Granite and Cohere scale their head's output: the training objective at W is the steered model's own mean NLL,
+    and such a family trains with Adam (the L-BFGS solver's fast path is for heads whose output is the logits)."""
+    from lmswitch.core.train import _Objective
+
+    lm = build_lm(family, init=0.3, tokenizer=tokenizer)
+    texts = sample_texts(random.Random(3), WORDS_A, 4)
+    data = encode_texts(lm, texts, [1.0] * len(texts), 256, block=32)
+    config = TrainConfig()
+    everything = torch.ones(len(data.targets), dtype=torch.bool)
+    objective = _Objective(lm, data, (everything, everything), config, use_dummy=False)
+    switch = random_switch(lm, seed=2, scale=20.0, eps0=config.eps0)
+    for eps in (0.0, 1.0):
+        with torch.no_grad():
+            nll = float(objective.loss(objective.train, eps * switch.W, torch.zeros_like(switch.W)))
+        assert nll == pytest.approx(-mean_log_likelihood(lm, texts, [(switch, eps)]), abs=1e-4)
+    card = train_switch(lm, texts, sample_texts(random.Random(4), WORDS_B, 4), config=TrainConfig(steps=3)).card
+    assert card["optimizer"] == "adam"
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,6 +132,26 @@ class LanguageModel:
         cap = self.logit_softcap
         return torch.tanh(logits / cap) * cap if cap else logits
 
+    @property
+    def logit_scale(self) -> float:
+        """The factor the family multiplies its head's output by, before any soft-capping: 1 for most families."""
+        config = self.model.config.get_text_config()
+        for prefix, rule in _AFTER_HEAD_SCALE.items():
+            if config.model_type.startswith(prefix):
+                return float(rule(config))
+        return 1.0
+
+    @property
+    def linear_head(self) -> bool:
+        """Whether the logits are the head's output ``E c + b`` itself (no after-head scale, no soft-capping), as
+        the training solver's fast path needs."""
+        return not self.logit_softcap and self.logit_scale == 1.0
+
+    def after_head(self, out: torch.Tensor) -> torch.Tensor:
+        """The model's logits from its head module's output: scaled by :attr:`logit_scale`, then soft-capped."""
+        scale = self.logit_scale
+        return self.softcap(out * scale if scale != 1.0 else out)
+
     def head_weight(self, dtype: torch.dtype | None = None) -> torch.Tensor:
         """The output embedding ``E`` ``(V, d)``, converted to ``dtype`` once and kept (training reuses it every step)."""
         weight = _loaded_weight(self.head)
@@ -144,21 +164,23 @@ class LanguageModel:
         return cached[1]
 
     def raw_logits(self, hidden: torch.Tensor, *, bias: bool = True, dtype: torch.dtype | None = None) -> torch.Tensor:
-        """The head's output ``E c (+ b)`` before soft-capping, ``(..., V)`` float32.
+        """The logits before soft-capping: the head's output ``E c (+ b)`` times :attr:`logit_scale`, ``(..., V)``
+        float32.
 
         Computed in the head's dtype, or in ``dtype`` (e.g. float32 for training's
         cached base logits). ``bias=False`` gives the linear part only: the logit
         change of a steering term ``M c`` is ``raw_logits(c @ M.T, bias=False)``.
         """
-        head = self.head
+        head, scale = self.head, self.logit_scale
         if isinstance(head, PackedLinear) and dtype in (None, head.weight.dtype):
-            return head.linear(hidden.to(head.weight.device, head.weight.dtype), bias=bias).float()
+            out = head.linear(hidden.to(head.weight.device, head.weight.dtype), bias=bias).float()
+            return out.mul_(scale) if scale != 1.0 else out
         E = self.head_weight(dtype)
         b = getattr(self.head, "bias", None) if bias else None
         out = hidden.to(E.device, E.dtype) @ E.T
         if b is not None:
             out = out + b.to(E.dtype)
-        return out.float()
+        return out.float().mul_(scale) if scale != 1.0 else out.float()
 
     def logits_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
         """Apply the output head and any final soft-capping to hidden states ``(..., d)``: the model's logits, float32."""
@@ -224,6 +246,16 @@ class LanguageModel:
             handle.remove()
             _CAPTURING.reset(token)
 
+
+# families that scale the head's output before their logits, by the text config's model type (prefix): Granite
+# divides by ``logits_scaling``, Cohere multiplies by ``logit_scale``, HyperCLOVA X multiplies by ``logits_scaling``,
+# Falcon-H1 by ``lm_head_multiplier`` (transformers' modeling files; a family missing here fails the batcher's check)
+_AFTER_HEAD_SCALE: dict[str, Callable] = {
+    "granite": lambda c: 1.0 / c.logits_scaling,
+    "cohere": lambda c: c.logit_scale,
+    "hyperclovax": lambda c: c.logits_scaling,
+    "falcon_h1": lambda c: c.lm_head_multiplier,
+}
 
 _CAPTURING: ContextVar[list | None] = ContextVar("lmswitch_capturing_head_input", default=None)
 

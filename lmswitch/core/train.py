@@ -270,10 +270,11 @@ class _Objective:
         if self.use_dummy:
             steer = steer + C @ Wd.T
         L0 = L0 if L0 is not None else self.base_logits(C)
+        change = self.eps0 * self.lm.logit_scale * steer  # L0 is scaled after the head (raw_logits); so is the change
         if not self.lm.logit_softcap:
             nll = _SteeredNLL.value if not torch.is_grad_enabled() else _SteeredNLL.apply
-            return nll(self.eps0 * steer, self.E_mm, L0, Y)
-        logits = L0 + ((self.eps0 * steer).to(self.E_mm.dtype) @ self.E_mm.T).float()  # (n, V)
+            return nll(change, self.E_mm, L0, Y)
+        logits = L0 + (change.to(self.E_mm.dtype) @ self.E_mm.T).float()  # (n, V)
         return F.cross_entropy(self.lm.softcap(logits), Y)
 
     @torch.no_grad()
@@ -294,7 +295,7 @@ class _Fluency:
     NEUTRAL_ROWS = 128  # neutral contexts per step
 
     def __init__(self, obj: _Objective, config: TrainConfig, neutral: torch.Tensor | None) -> None:
-        self.obj, self.config, self.scale = obj, config, config.target_eps * config.eps0
+        self.obj, self.config, self.scale = obj, config, config.target_eps * config.eps0 * obj.lm.logit_scale  # in logits
         if config.neutral_kl:
             if neutral is None or not len(neutral):
                 raise ValueError("neutral_kl needs neutral reference contexts")
@@ -426,8 +427,9 @@ def _truncate(W: torch.Tensor, rank: int | None) -> torch.Tensor:
 
 
 def _optimizer(obj: _Objective, config: TrainConfig) -> str:
-    """The optimiser that runs: L-BFGS needs logits linear in the steering term, so a soft-capping head trains with Adam."""
-    return "adam" if obj.lm.logit_softcap else config.optimizer
+    """The optimiser that runs: the L-BFGS solver needs logits that are the head's output itself, so a soft-capping or
+    after-head scaling family trains with Adam."""
+    return config.optimizer if obj.lm.linear_head else "adam"
 
 
 def _card(ex: _Examples, obj: _Objective, config: TrainConfig, run: _Run, best_step: int, seconds: tuple[float, float],
@@ -499,7 +501,7 @@ def train_events(
     train_mask, held_mask = _split(data, len(ex.texts), config.heldout, generator)
     if not train_mask.any():
         raise ValueError("no tokens left to train on after holding out data; give more text or set heldout=0")
-    lbfgs = config.optimizer in solver.RECIPES and not lm.logit_softcap
+    lbfgs = config.optimizer in solver.RECIPES and lm.linear_head
     obj = _Objective(lm, data, (train_mask, held_mask), config, use_dummy=len(set(ex.labels)) > 1,
                      neutral=_neutral_contexts(lm) if config.neutral_kl else None, stepped=not lbfgs)
     hidden_seconds = time.perf_counter() - start

@@ -322,7 +322,7 @@ def promoted_words(lm: LanguageModel, switch: Switch, *, words: int = 20, refere
     direction = switch.W.double() @ c_mean * switch.eps0  # (d,)
     ids, surfaces = _word_table(lm)
     E = lm.head_weight()[ids].double().cpu()  # (n_words, d)
-    delta = E @ direction.cpu()
+    delta = E @ direction.cpu() * lm.logit_scale  # in logits: the family's after-head scale too
     rankings = torch.stack([delta, -delta])
     up, down = _listed(rankings, surfaces, _top_words(lm, rankings, ids, surfaces, words), WordDelta)
     return WordChanges(switch=switch.name, positive_label=switch.positive_label, negative_label=switch.negative_label,

@@ -178,11 +178,12 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
 
 @torch.inference_mode()
 def _logits_are_the_heads(lm: LanguageModel) -> bool:
-    """Whether ``lm``'s logits are :meth:`~lmswitch.core.models.LanguageModel.softcap` of its head's output (one token)."""
+    """Whether ``lm``'s logits are :meth:`~lmswitch.core.models.LanguageModel.after_head` of its head's output (one
+    token): a family that changes them after the head in a way ``after_head`` does not know fails."""
     ids = torch.tensor([[lm.tokenizer.eos_token_id or 0]], device=lm.input_device)
     with lm.head_inputs() as seen:
         logits = lm.model(input_ids=ids, logits_to_keep=1).logits.float()
-    return torch.allclose(logits, lm.softcap(lm.head(seen[-1])).float(), rtol=1e-3, atol=1e-4)
+    return torch.allclose(logits, lm.after_head(lm.head(seen[-1])).float(), rtol=1e-3, atol=1e-4)
 
 
 @dataclass(frozen=True)
@@ -257,8 +258,8 @@ class _Rolling:
     @staticmethod
     def supported(lm: LanguageModel) -> bool:
         """Only plain per-layer caches can be padded and merged (not sliding-window or hybrid ones). And a kept prompt's
-        first token comes from the head alone, so the model's logits must be its head's output (soft-capped), which they
-        are not in families that rescale them after the head (Granite, Cohere)."""
+        first token comes from the head alone, so the model's logits must be what ``after_head`` makes of its head's output
+        (checked on one token)."""
         plain = all(type(layer) is DynamicLayer for layer in DynamicCache(config=lm.model.config).layers)
         return plain and _logits_are_the_heads(lm)
 
@@ -306,7 +307,7 @@ class _Rolling:
         heads = torch.stack([p.head for p in prompts])
         budgets = [Budget(1, r.options.per_generation) if r.options.per_generation is not None else None for r in new]
         with self._steered(new, budgets, RowSteering.of([r.setting for r in new])), torch.inference_mode():
-            logits = self.lm.softcap(self.lm.head(heads[:, None]))[:, -1].float()
+            logits = self.lm.after_head(self.lm.head(heads[:, None]))[:, -1].float()
         self._join(prompts, mask)
         self.requests += new
         self.steering = None
