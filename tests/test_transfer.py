@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import PAD_ID, all_threads, build_lm, random_switch
+from conftest import PAD_ID, SCALED_FAMILIES, all_threads, build_lm, random_switch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
@@ -134,3 +134,17 @@ def test_sentiment_switch_transferred_to_gemma_moves_its_positivity(lm, gemma):
             texts = ls.generate(gemma, prompts, [(moved, eps)], seed=100, samples=2, max_new_tokens=20)
             scores[eps] = sum(sentiment_scores(texts)) / len(texts)
     assert scores[r] > scores[-r] + 0.2, scores
+
+
+@pytest.mark.parametrize("family", ["llama", *SCALED_FAMILIES])
+def test_a_switchs_strength_is_the_spread_of_the_models_own_logit_change(make_lm, monkeypatch, family):
+    """Transfer matches strengths by the typical logit change of ``W``: the model's own, after-head scale included."""
+    from lmswitch.core import transfer as module
+
+    lm = make_lm(family, init=0.2)
+    C = torch.randn(6, lm.hidden_size, generator=torch.Generator().manual_seed(5))
+    monkeypatch.setattr(module, "reference_hidden", lambda _lm: C)
+    W = random_switch(lm, seed=3).W
+    with torch.no_grad():
+        change = lm.logits_from_hidden(C + C @ W.T) - lm.logits_from_hidden(C)
+    assert module._strength(lm, W) == pytest.approx(float(change.double().std(dim=1).mean()), rel=1e-4)

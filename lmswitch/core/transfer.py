@@ -77,7 +77,7 @@ def _strength(lm: LanguageModel, W: torch.Tensor) -> float:
     """Typical logit change at ε = 1/ε0: the mean over reference contexts of the spread (std) over the vocabulary of ``e_vᵀ W c``."""
     C = reference_hidden(lm)[:STRENGTH_CONTEXTS].double().cpu()
     E = lm.head.weight.detach().double().cpu()
-    delta = (C @ W.double().T) @ E.T  # (N, V)
+    delta = (C @ W.double().T) @ E.T * lm.logit_scale  # (N, V), in logits (a family's after-head scale too)
     return float(delta.std(dim=1).mean())
 
 
