@@ -248,11 +248,12 @@ def test_a_prompt_is_read_once_for_every_request_of_it_whatever_its_steering_and
 def test_a_model_that_scales_its_logits_after_the_head_gets_its_solo_tokens_in_the_rolling_decode(make_lm, family):
     """A kept prompt's first token comes from the head alone; Granite and Cohere scale their logits after the head,
     which ``after_head`` applies, so they decode rolling and every row gets its solo tokens."""
-    lm = make_lm(family)
+    lm = make_lm(family, init=0.2)  # peaked enough that a first token drawn unscaled differs
     batcher = Batcher(lm, ComputeThread())
     assert batcher.rolling is not None
     switch = random_switch(lm, seed=1, scale=20.0)
     requests = [(WORDS, [(switch, 4.0)], 1, 4), (WORDS, [], 1, 4), ("beta", [(switch, -2.0)], 2, 3)]
+    requests += [(WORDS, [(switch, eps)], seed, 2) for seed, eps in ((3, 1.0), (4, -3.0), (5, 6.0), (6, 0.0), (7, 2.0))]
     rows = run_together(batcher, requests)
     for row, (prompt, setting, seed, n) in zip(rows, requests, strict=True):
         solo = generate_tokens(lm, [prompt], [setting], [seed], SamplingOptions(max_new_tokens=n))

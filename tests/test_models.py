@@ -115,7 +115,7 @@ def test_families_that_scale_the_heads_output_get_their_own_logits(make_lm, fami
     """Granite divides its head's output by ``logits_scaling``, Cohere multiplies it by ``logit_scale``: the head's
     maths includes that factor, and the training solver's linear fast path is not for them."""
     lm = make_lm(family, init=0.2)
-    assert lm.logit_scale == scale and not lm.linear_head
+    assert lm.logit_scale == scale and not lm.logits_are_head_output
     ids = random_ids(lm, 2, 9, seed=1)
     c = lm.final_hidden(ids)
     logits = lm.model(input_ids=ids).logits
@@ -123,6 +123,22 @@ def test_families_that_scale_the_heads_output_get_their_own_logits(make_lm, fami
     assert_close(lm.after_head(lm.head(c)), logits)
     assert_close(lm.head_logprobs(c[0]), torch.log_softmax(logits[0], -1))
     _check_linear_part(lm)
+
+
+@pytest.mark.parametrize(("family", "attribute", "value"), [("granite", "logits_scaling", 3.0), ("cohere", "logit_scale", 0.8333)])
+@torch.no_grad()
+def test_a_scale_that_rounds_in_bfloat16_gives_the_models_own_logits(make_lm, family, attribute, value):
+    """The model scales its head's output in the head's dtype; so does the head's maths, to the last bit."""
+    lm = make_lm(family, init=0.2)
+    setattr(lm.model.config, attribute, value)
+    if family == "cohere":
+        lm.model.logit_scale = value  # Cohere reads it from the config once, when it is built
+    lm.model.to(torch.bfloat16)
+    ids = random_ids(lm, 2, 9, seed=1)
+    c = lm.final_hidden(ids)
+    logits = lm.model(input_ids=ids).logits.float()
+    assert torch.equal(lm.after_head(lm.head(c)).float(), logits)
+    assert torch.equal(lm.logits_from_hidden(c), logits)
 
 def _with_head_bias(lm) -> torch.Tensor:
     """Give ``lm``'s output head a (random, nonzero) bias; returns it."""
@@ -167,7 +183,7 @@ def test_raw_logits_of_a_head_with_a_bias(make_lm, family):
 
 def test_softcap_is_the_identity_without_final_logit_softcapping(tiny_lm):
     assert tiny_lm.logit_softcap is None
-    assert tiny_lm.logit_scale == 1.0 and tiny_lm.linear_head
+    assert tiny_lm.logit_scale == 1.0 and tiny_lm.logits_are_head_output
     x = torch.randn(3, tiny_lm.vocab_size, generator=torch.Generator().manual_seed(6)) * 50
     assert torch.equal(tiny_lm.softcap(x), x)
     c = torch.randn(3, tiny_lm.hidden_size, generator=torch.Generator().manual_seed(7))

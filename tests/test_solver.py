@@ -302,3 +302,14 @@ def test_a_reduction_taken_at_a_point_is_exact_there_and_the_path_takes_one_at_e
     calls.clear()  # a sampled tail is right in expectation everywhere: one reduction serves the whole path
     assert list(solver.ridge_path(peaky_lm, sampled, 1.0, True, W, Wd, max_evaluations=30, on_evaluation=lambda e, v: None,
                                   path=(10.0, 1.0, 0.1))) == [10.0, 1.0, 0.1] and calls == []
+
+
+@pytest.mark.parametrize("family", ["granite", "cohere"])
+def test_the_solver_refuses_a_model_whose_logits_are_not_the_heads_output(tokenizer, family):
+    """Its exact logits are ``E c + b`` and its changes ``E u``: a scaling family would get silently wrong ones."""
+    from lmswitch.core.solver import reduce
+
+    lm = build_lm(family, tokenizer=tokenizer)
+    C = torch.randn(4, lm.hidden_size)
+    with pytest.raises(ValueError, match="head's output itself"):
+        reduce(lm, C, torch.zeros(4, dtype=torch.long), torch.ones(4))

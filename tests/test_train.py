@@ -62,6 +62,26 @@ def test_the_objective_of_a_family_that_scales_its_logits_after_the_head_is_its_
     assert card["optimizer"] == "adam"
 
 
+@pytest.mark.parametrize("family", ["llama", *SCALED_FAMILIES])
+def test_the_constant_penalty_is_the_models_own_mean_squared_logit_change(tokenizer, family):
+    """The fluency term is measured in the model's logits, after-head scale included: at the mean training context, the
+    vocabulary-centred squared logit change at target ε."""
+    from lmswitch.core.train import _Objective
+
+    lm = build_lm(family, init=0.3, tokenizer=tokenizer)
+    texts = sample_texts(random.Random(3), WORDS_A, 4)
+    data = encode_texts(lm, texts, [1.0] * len(texts), 256, block=32)
+    config = TrainConfig(optimizer="adam", constant_penalty=1.0, target_eps=3.0)
+    everything = torch.ones(len(data.targets), dtype=torch.bool)
+    objective = _Objective(lm, data, (everything, everything), config, use_dummy=False)
+    W = random_switch(lm, seed=2, scale=20.0).W
+    m = data.hidden.float().mean(0, keepdim=True)
+    with torch.no_grad():
+        change = lm.logits_from_hidden(m + config.target_eps * config.eps0 * m @ W.T) - lm.logits_from_hidden(m)
+        penalty = float(objective.fluency(W, torch.Generator()))
+    assert penalty == pytest.approx(float((change - change.mean()).pow(2).mean()), rel=1e-3)
+
+
 @pytest.fixture(scope="module")
 def small_lm(tokenizer):
     return build_lm("llama", tokenizer=tokenizer)

@@ -1,7 +1,8 @@
 """Export a steering setting for runtimes that know nothing of lmswitch: a PEFT LoRA adapter, or a merged model.
 
 A setting steers the head input, ``logits = E (c + M c)`` with ``M = Σ εᵢ ε0ᵢ Wᵢ``,
-so the change of the logits is ``E M c``: a low-rank change of the head itself.
+so the change of the logits is ``E M c``: a low-rank change of the head itself. (A family that scales the head's
+output, Granite or Cohere, scales the change with it, in whatever runtime loads the export.)
 
 - ``peft``: with ``M = U S Vᵀ`` (rank ``r``) it is exactly a LoRA on the head,
   ``A = Vᵀ`` (r × d) and ``B = E U S`` (V × r), with scaling 1. Scaling the
@@ -146,7 +147,8 @@ def logit_errors(lm: LanguageModel, setting: Setting, written: Callable[[torch.T
     diff = got - want
     top = min(TOP_WORDS, want.shape[-1])
     wanted, kept = (set(x.mean(0).topk(top).indices.tolist()) for x in (want, got))
-    return float(diff.norm() / want.norm().clamp_min(1e-300)), float(diff.abs().max()), len(wanted & kept) / top
+    largest = float(diff.abs().max()) * abs(lm.logit_scale)  # in logits: the runtime scales the head's output as the family does
+    return float(diff.norm() / want.norm().clamp_min(1e-300)), largest, len(wanted & kept) / top
 
 
 def setting_names(setting: Setting) -> list[tuple[str, float]]:

@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,24 +133,35 @@ class LanguageModel:
         return torch.tanh(logits / cap) * cap if cap else logits
 
     @property
-    def logit_scale(self) -> float:
-        """The factor the family multiplies its head's output by, before any soft-capping: 1 for most families."""
+    def _after_head_scale(self) -> tuple[float, bool] | None:
+        """``(value, divides)``: the family divides or multiplies its head's output by ``value``; None when it does not."""
         config = self.model.config.get_text_config()
-        for prefix, rule in _AFTER_HEAD_SCALE.items():
-            if config.model_type.startswith(prefix):
-                return float(rule(config))
-        return 1.0
+        for prefix, (attribute, divides) in _AFTER_HEAD_SCALE.items():
+            value = getattr(config, attribute, None) if config.model_type.startswith(prefix) else None
+            if value is not None and float(value) != 1.0:
+                return float(value), divides
+        return None
 
     @property
-    def linear_head(self) -> bool:
+    def logit_scale(self) -> float:
+        """The factor the family multiplies its head's output by, before any soft-capping: 1 for most families."""
+        scale = self._after_head_scale
+        return 1.0 if scale is None else 1.0 / scale[0] if scale[1] else scale[0]
+
+    @property
+    def logits_are_head_output(self) -> bool:
         """Whether the logits are the head's output ``E c + b`` itself (no after-head scale, no soft-capping), as
-        the training solver's fast path needs."""
-        return not self.logit_softcap and self.logit_scale == 1.0
+        the training solver needs."""
+        return not self.logit_softcap and self._after_head_scale is None
+
+    def _scaled(self, out: torch.Tensor) -> torch.Tensor:
+        """The head's output scaled as the family scales it, in its own dtype (as the model rounds it)."""
+        scale = self._after_head_scale
+        return out if scale is None else out / scale[0] if scale[1] else out * scale[0]
 
     def after_head(self, out: torch.Tensor) -> torch.Tensor:
         """The model's logits from its head module's output: scaled by :attr:`logit_scale`, then soft-capped."""
-        scale = self.logit_scale
-        return self.softcap(out * scale if scale != 1.0 else out)
+        return self.softcap(self._scaled(out))
 
     def head_weight(self, dtype: torch.dtype | None = None) -> torch.Tensor:
         """The output embedding ``E`` ``(V, d)``, converted to ``dtype`` once and kept (training reuses it every step)."""
@@ -171,16 +182,15 @@ class LanguageModel:
         cached base logits). ``bias=False`` gives the linear part only: the logit
         change of a steering term ``M c`` is ``raw_logits(c @ M.T, bias=False)``.
         """
-        head, scale = self.head, self.logit_scale
+        head = self.head
         if isinstance(head, PackedLinear) and dtype in (None, head.weight.dtype):
-            out = head.linear(hidden.to(head.weight.device, head.weight.dtype), bias=bias).float()
-            return out.mul_(scale) if scale != 1.0 else out
+            return self._scaled(head.linear(hidden.to(head.weight.device, head.weight.dtype), bias=bias)).float()
         E = self.head_weight(dtype)
         b = getattr(self.head, "bias", None) if bias else None
         out = hidden.to(E.device, E.dtype) @ E.T
         if b is not None:
             out = out + b.to(E.dtype)
-        return out.float().mul_(scale) if scale != 1.0 else out.float()
+        return self._scaled(out).float()
 
     def logits_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
         """Apply the output head and any final soft-capping to hidden states ``(..., d)``: the model's logits, float32."""
@@ -247,14 +257,15 @@ class LanguageModel:
             _CAPTURING.reset(token)
 
 
-# families that scale the head's output before their logits, by the text config's model type (prefix): Granite
-# divides by ``logits_scaling``, Cohere multiplies by ``logit_scale``, HyperCLOVA X multiplies by ``logits_scaling``,
-# Falcon-H1 by ``lm_head_multiplier`` (transformers' modeling files; a family missing here fails the batcher's check)
-_AFTER_HEAD_SCALE: dict[str, Callable] = {
-    "granite": lambda c: 1.0 / c.logits_scaling,
-    "cohere": lambda c: c.logit_scale,
-    "hyperclovax": lambda c: c.logits_scaling,
-    "falcon_h1": lambda c: c.lm_head_multiplier,
+# families that scale the head's output into their logits, by the text config's model type (prefix): the config
+# attribute and whether the model divides by it (else multiplies); unset means 1 (transformers' modeling files: Granite
+# divides by ``logits_scaling``, Cohere multiplies by ``logit_scale``, HyperCLOVA X by ``logits_scaling``, Falcon-H1 by
+# ``lm_head_multiplier``). A family missing here fails the batcher's one-token check, so it decodes whole batches.
+_AFTER_HEAD_SCALE: dict[str, tuple[str, bool]] = {
+    "granite": ("logits_scaling", True),
+    "cohere": ("logit_scale", False),
+    "hyperclovax": ("logits_scaling", False),
+    "falcon_h1": ("lm_head_multiplier", False),
 }
 
 _CAPTURING: ContextVar[list | None] = ContextVar("lmswitch_capturing_head_input", default=None)

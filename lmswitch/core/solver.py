@@ -105,6 +105,9 @@ def reduce(lm: LanguageModel, C: torch.Tensor, targets: torch.Tensor, labels: to
     Where the hardware multiplies bfloat16 natively, the full-vocabulary products run in bfloat16 (~4× faster on
     an AVX512-BF16 CPU) and only pick the candidates and weigh the tail; the candidates' logits, which carry most
     of the probability, are computed again exactly in float32."""
+    if not lm.logits_are_head_output:  # its exact logits below are E c + b, and the loss's changes E u
+        raise ValueError(f"the solver needs logits that are the head's output itself; '{lm.name}' soft-caps or scales "
+                         "them (train it with optimizer='adam')")
     E = lm.head_weight(torch.float32)
     E_fast = _bf16_head(lm)
     order, groups = _by_label(labels)

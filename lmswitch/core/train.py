@@ -4,7 +4,8 @@ The model body is frozen, so the head inputs ``c`` of the training texts never
 change: one body pass computes them, and every optimisation step afterwards
 touches only the head. With the base logits ``L0 = E c`` cached too, a step costs
 one ``(n, d) @ (d, V)`` product for the steering term ``Δ = ε0 (M c)ᵀ Eᵀ`` and a
-softmax, instead of a full forward and backward through the model.
+softmax, instead of a full forward and backward through the model. (A family that
+scales its head's output, Granite or Cohere, scales ``L0`` and ``Δ`` alike.)
 
 Objective (paper, appendix D): a text with label ``y`` (positives +1, negatives
 -1, or a graded value in [-1, 1]) is fitted at ``ε0 (y W + W_d)``; the dummy
@@ -73,7 +74,7 @@ def _split(data: TokenStates, n_texts: int, heldout: float, generator: torch.Gen
 class _SteeredNLL(torch.autograd.Function):
     """Mean NLL of ``targets`` under logits ``L0 + U Eᵀ``, with a lean backward.
 
-    ``U`` (n, d) is the steering term ``ε0 M c``; ``L0`` (n, V) the cached base
+    ``U`` (n, d) is the steering term ``ε0 M c`` (times the family's after-head scale); ``L0`` (n, V) the cached base
     logits. Autograd through ``cross_entropy`` would materialise several (n, V)
     buffers; here the forward keeps one and the backward turns it into the
     softmax in place, so a step is two (n, d, V) matmuls and three passes over
@@ -257,7 +258,7 @@ class _Objective:
         L0 = self.base_logits(C) if cache and len(C) and len(C) * self.lm.vocab_size <= self.CACHE_LOGITS else None
         return C, Y, L, L0
 
-    def base_logits(self, C: torch.Tensor) -> torch.Tensor:  # (n, V) raw head output, float32
+    def base_logits(self, C: torch.Tensor) -> torch.Tensor:  # (n, V) logits before any soft-capping, float32
         return self.lm.raw_logits(C, dtype=torch.float32)
 
     def loss(self, part: tuple, W: torch.Tensor, Wd: torch.Tensor, idx: torch.Tensor | None = None, sign: float = 1.0,
@@ -426,10 +427,10 @@ def _truncate(W: torch.Tensor, rank: int | None) -> torch.Tensor:
     return (U[:, :rank] * S[:rank]) @ Vh[:rank]
 
 
-def _optimizer(obj: _Objective, config: TrainConfig) -> str:
+def _optimizer(lm: LanguageModel, config: TrainConfig) -> str:
     """The optimiser that runs: the L-BFGS solver needs logits that are the head's output itself, so a soft-capping or
     after-head scaling family trains with Adam."""
-    return config.optimizer if obj.lm.linear_head else "adam"
+    return config.optimizer if lm.logits_are_head_output else "adam"
 
 
 def _card(ex: _Examples, obj: _Objective, config: TrainConfig, run: _Run, best_step: int, seconds: tuple[float, float],
@@ -448,7 +449,7 @@ def _card(ex: _Examples, obj: _Objective, config: TrainConfig, run: _Run, best_s
         heldout_nll_with_switch=_finite_or_none(held_with), heldout_nll_without_switch=_finite_or_none(held_without),
         heldout_nll_reversed_switch=_finite_or_none(held_reversed),
         heldout_gain=held_without - held_with if len(obj.held[0]) else None,
-        hidden_state_seconds=round(seconds[0], 3), seconds=round(seconds[1], 3), optimizer=_optimizer(obj, config),
+        hidden_state_seconds=round(seconds[0], 3), seconds=round(seconds[1], 3), optimizer=_optimizer(obj.lm, config),
         negatives=negatives,
     )
     return Card(training=record, extra={"objective": config.fluency_terms} if config.fluency_terms else {})
@@ -501,7 +502,7 @@ def train_events(
     train_mask, held_mask = _split(data, len(ex.texts), config.heldout, generator)
     if not train_mask.any():
         raise ValueError("no tokens left to train on after holding out data; give more text or set heldout=0")
-    lbfgs = config.optimizer in solver.RECIPES and lm.linear_head
+    lbfgs = _optimizer(lm, config) in solver.RECIPES
     obj = _Objective(lm, data, (train_mask, held_mask), config, use_dummy=len(set(ex.labels)) > 1,
                      neutral=_neutral_contexts(lm) if config.neutral_kl else None, stepped=not lbfgs)
     hidden_seconds = time.perf_counter() - start

@@ -303,7 +303,7 @@ def token_changes(
     the unsteered and the steered model (``logp_base``, ``logp_steered``), their
     difference ``delta``, and the ``top`` alternatives the steering ``promoted`` and
     ``demoted`` most at that step, ranked by the exact change of their
-    log-probability (``Δlogits = (M c)ᵀ E`` minus the change of the normaliser).
+    log-probability (``Δlogits = (M c)ᵀ E``, times a family's after-head scale, minus the change of the normaliser).
     ``among`` restricts the alternatives to tokens in the top ``among`` of either
     model at that step (the ones that could actually be sampled); ``None`` ranks the
     whole vocabulary. ``encoded``: the text's encoding when it is already known (a

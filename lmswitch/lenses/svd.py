@@ -1,7 +1,7 @@
 """Read a switch: its SVD word dimensions and the words it promotes (paper §5.1, appendix G).
 
 With the switch acting as ``c → c + ε W c``, the change of word ``v``'s logit is
-``ε · e_vᵀ W c``. Writing ``W = U S Vᵀ``:
+``ε · e_vᵀ W c`` (times the family's after-head scale: Granite's, Cohere's; 1 for most). Writing ``W = U S Vᵀ``:
 
     e_vᵀ W c = Σ_i s_i · (e_vᵀ u_i) · (v_iᵀ c)
 
@@ -60,7 +60,7 @@ class Dimension:
     share: float  # σ_i² / Σσ²: its share of ‖W‖²
     flipped: bool  # positive ε raises the −u pole
     agreement: float  # share of reference contexts where the direction acts that way round
-    strength: float  # s_i · |mean v_iᵀ c| · ε0: the typical logit change scale at ε = 1
+    strength: float  # s_i · |mean v_iᵀ c| · ε0: the typical size of the head input's change along u_i at ε = 1
     promoted: list[WordScore]  # pushed up at positive ε, strongest first
     suppressed: list[WordScore]  # pushed down at positive ε, strongest first
 
@@ -273,7 +273,7 @@ def svd_dimensions(lm: LanguageModel, switch: Switch, *, dims: int = 10, words: 
     words it pushes down. ``flipped`` says whether that is the ``−u`` pole;
     ``agreement`` is the share of reference contexts where the direction acts that
     way round (near 0.5: it promotes either pole depending on the context);
-    ``strength`` is ``s_i · |mean v_iᵀ c|``, the typical logit change scale at ε = 1/ε0.
+    ``strength`` is ``s_i · |mean v_iᵀ c| · ε0``, the typical size of the head input's change along ``u_i`` at ε = 1.
 
     >>> d = svd_dimensions(lm, sentiment)                 # doctest: +SKIP
     >>> [w.word for w in d.dimensions[0].promoted[:3]]    # doctest: +SKIP
