@@ -108,7 +108,6 @@ def test_logits_from_final_hidden_are_the_model_logits(tiny_lm):
     assert_close(logp, torch.log_softmax(tiny_lm.model(input_ids=ids[:1]).logits[0], -1))
 
 
-
 @pytest.mark.parametrize(("family", "scale"), SCALED_FAMILIES.items())
 @torch.no_grad()
 def test_families_that_scale_the_heads_output_get_their_own_logits(make_lm, family, scale):
@@ -123,6 +122,14 @@ def test_families_that_scale_the_heads_output_get_their_own_logits(make_lm, fami
     assert_close(lm.after_head(lm.head(c)), logits)
     assert_close(lm.head_logprobs(c[0]), torch.log_softmax(logits[0], -1))
     _check_linear_part(lm)
+
+
+@pytest.mark.parametrize("value", [None, 1.0])
+def test_an_unset_or_unit_after_head_scale_leaves_the_head_output_the_logits(make_lm, value):
+    """Cohere Compass leaves ``logit_scale`` unset, which its model reads as 1."""
+    lm = make_lm("cohere")
+    lm.model.config.logit_scale = value
+    assert lm.logit_scale == 1.0 and lm.logits_are_head_output
 
 
 @pytest.mark.parametrize(("family", "attribute", "value"), [("granite", "logits_scaling", 3.0), ("cohere", "logit_scale", 0.8333)])
