@@ -4,8 +4,6 @@ names (``check_name``), and one user's private switches and stop flags (``Sessio
 from __future__ import annotations
 
 import copy
-import gc
-import time
 
 import pytest
 import torch
@@ -150,47 +148,6 @@ def test_session_save_moves_a_switch_into_the_library(library, llama_lm):
         s.save("keeper", library)
     with pytest.raises(ValueError, match="no session switch named 'ghost'"):
         s.save("ghost", library)
-
-
-def _idle(session: Session) -> None:
-    session.last_used = time.monotonic() - session_module.IDLE_SECONDS - 1
-
-
-def test_an_idle_sessions_switches_wait_on_disk_and_come_back_unchanged(library, llama_lm):
-    """Gradio keeps a closed tab's state for an hour: an idle session's unsaved switches go to disk when another
-    session adds one (memory grows only there), and come back, the same, when the session is used again."""
-    idle, busy = Session(), Session()
-    original = idle.switches[idle.add(random_switch(llama_lm, seed=5, name="mood"), library)]
-    _idle(idle)
-    busy.add(random_switch(llama_lm, seed=6, name="other"), library)
-    assert not idle.switches and idle.unsaved == 1 and list(busy.switches) == ["other"]  # the busy one keeps its own
-    assert [p.name for p in idle._spool.iterdir()] == ["mood.safetensors"]
-    assert "mood" in idle.available(library) and not idle.switches  # listed without reading it back
-    assert idle.add(random_switch(llama_lm, seed=7), library, name="mood") == "mood-2"  # its name stays taken
-    back = idle.get("mood", library)
-    assert back is not original and back.name == "mood" and torch.equal(back.W, original.W)
-    assert back.card.to_dict() == original.card.to_dict() and back.model_fingerprint == original.model_fingerprint
-    assert set(idle.switches) == {"mood", "mood-2"} and not any(idle._spool.iterdir())  # read back: its file is gone
-
-
-def test_a_sessions_spool_goes_with_it_and_a_failing_disk_keeps_switches_in_memory(library, llama_lm, monkeypatch):
-    idle, busy = Session(), Session()
-    idle.add(random_switch(llama_lm, seed=5, name="mood"), library)
-    _idle(idle)
-    busy.add(random_switch(llama_lm, seed=6, name="other"), library)
-    spool = idle._spool
-    assert spool.is_dir()
-    del idle
-    gc.collect()
-    assert not spool.exists()  # Gradio dropped the session: nothing is left on disk
-
-    def full_disk(*args, **kwargs):
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(Switch, "save", full_disk)
-    _idle(busy)
-    assert Session().add(random_switch(llama_lm, seed=8, name="third"), library) == "third"  # nobody's request fails
-    assert list(busy.switches) == ["other"] and busy.unsaved == 1  # kept in memory instead
 
 
 # --- jobs ----------------------------------------------------------------------------------------

@@ -8,13 +8,8 @@ older one). Both are plain Python objects that any front end can use.
 
 from __future__ import annotations
 
-import atexit
 import re
-import shutil
-import tempfile
 import threading
-import time
-import weakref
 from pathlib import Path
 
 from lmswitch.core.models import LanguageModel
@@ -22,9 +17,6 @@ from lmswitch.core.switch import Switch, SwitchFileError, load_switch
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,47}$")
 MAX_SESSION_SWITCHES = 32  # each is a d × d float32 matrix (1.3 MB for the embedded model)
-# a session untouched this long keeps its unsaved switches in a spool on disk, not in memory, until it is used again:
-# Gradio keeps a closed tab's or API client's state for an hour (2026-11-27 soak: +41% memory from one-training sessions)
-IDLE_SECONDS = 300.0
 
 
 def check_name(name: object) -> str:
@@ -90,39 +82,6 @@ class SwitchLibrary:
         return path
 
 
-class _Spool:
-    """Where idle sessions' unsaved switches wait: one temporary folder per process, removed at exit, and one
-    subfolder per session, removed when the session is collected (Gradio drops a closed session's state after an
-    hour)."""
-
-    def __init__(self) -> None:
-        self.sessions: weakref.WeakSet[Session] = weakref.WeakSet()
-        self._folder: Path | None = None
-        self._lock = threading.Lock()
-
-    def folder(self, session: Session) -> Path:
-        with self._lock:
-            if self._folder is None:
-                self._folder = Path(tempfile.mkdtemp(prefix="lmswitch-sessions-"))
-                atexit.register(shutil.rmtree, self._folder, True)
-        folder = Path(tempfile.mkdtemp(dir=self._folder))
-        weakref.finalize(session, shutil.rmtree, folder, True)
-        return folder
-
-    def sweep(self, busy: Session) -> None:
-        """Spill the switches of every session idle for :data:`IDLE_SECONDS` (not ``busy``, and none in use now)."""
-        idle_since = time.monotonic() - IDLE_SECONDS
-        for session in list(self.sessions):
-            if session is not busy and session.last_used < idle_since and session._lock.acquire(blocking=False):
-                try:
-                    session._spill()
-                finally:
-                    session._lock.release()
-
-
-_SPOOL = _Spool()
-
-
 class Session:
     """One user's private switches and running jobs.
 
@@ -132,17 +91,13 @@ class Session:
     """
 
     def __init__(self) -> None:
-        self.switches: dict[str, Switch] = {}  # unsaved switches in memory …
-        self._spilled: dict[str, tuple[Path, str]] = {}  # … and on disk (file, model fingerprint) while idle
-        self._spool: Path | None = None
-        self.last_used = time.monotonic()
+        self.switches: dict[str, Switch] = {}
         self.order: list[str] = []
         self.model: str | None = None  # the model this session steers (None: the app's default)
         self.wide_sliders = False  # sliders span the switch's full range, beyond its calibrated fluent range
         self._generation: threading.Event | None = None
         self._training: threading.Event | None = None
         self._lock = threading.Lock()
-        _SPOOL.sessions.add(self)
 
     def __deepcopy__(self, memo: dict) -> Session:
         # ``gr.State(Session())`` deep-copies its value once for every new browser session or API client:
@@ -160,42 +115,8 @@ class Session:
         self.order.extend(name for name in library.names() if name not in self.order)
 
     def _mine(self, name: str, library: SwitchLibrary) -> Switch | None:
-        switch = self._unsaved(name)
+        switch = self.switches.get(name)
         return switch if switch is not None and switch.model_fingerprint in ("", library.lm.fingerprint) else None
-
-    def _is_mine(self, name: str, library: SwitchLibrary) -> bool:
-        """:meth:`_mine` without reading a spilled switch back."""
-        switch, spilled = self.switches.get(name), self._spilled.get(name)
-        fingerprint = switch.model_fingerprint if switch is not None else spilled[1] if spilled is not None else None
-        return fingerprint in ("", library.lm.fingerprint)
-
-    def _unsaved(self, name: str) -> Switch | None:
-        """An unsaved switch, read back into memory if it was spilled; marks the session used."""
-        self.last_used = time.monotonic()
-        path, _ = self._spilled.pop(name, (None, None))
-        if path is not None:
-            switch = self.switches[name] = load_switch(path)
-            switch.name = name
-            path.unlink(missing_ok=True)
-        return self.switches.get(name)
-
-    @property
-    def unsaved(self) -> int:
-        """How many unsaved switches the session holds, in memory or spilled."""
-        with self._lock:
-            return len(self.switches) + len(self._spilled)
-
-    def _spill(self) -> None:
-        """Write every unsaved switch in memory to the spool and let go of it (under the session's lock)."""
-        if not self.switches:
-            return
-        self._spool = self._spool or _SPOOL.folder(self)
-        for name, switch in list(self.switches.items()):
-            try:
-                self._spilled[name] = (switch.save(self._spool / f"{name}.safetensors"), switch.model_fingerprint)
-            except OSError:  # a full or failing disk: the rest stays in memory, and nobody's request fails for it
-                return
-            del self.switches[name]
 
     def get(self, name: str, library: SwitchLibrary) -> Switch:
         """A switch of this session or the library, made for the library's model."""
@@ -210,8 +131,7 @@ class Session:
     def available(self, library: SwitchLibrary) -> list[str]:
         names = self.sync(library)
         with self._lock:
-            self.last_used = time.monotonic()
-            return [n for n in names if self._is_mine(n, library) or library.get(n) is not None]
+            return [n for n in names if self._mine(n, library) is not None or library.get(n) is not None]
 
     def add(self, switch: Switch, library: SwitchLibrary, name: str | None = None) -> str:
         """Keep ``switch`` in this session under ``name`` (made unique with a ``-2``, ``-3`` … suffix); returns the name."""
@@ -219,9 +139,9 @@ class Session:
         base = check_name(name if name is not None else switch.name)
         with self._lock:
             self._sync(library)  # library switches keep the first sliders
-            if len(self.switches) + len(self._spilled) >= MAX_SESSION_SWITCHES:
+            if len(self.switches) >= MAX_SESSION_SWITCHES:
                 raise ValueError(f"this session already holds {MAX_SESSION_SWITCHES} switches; save or reload to start over")
-            taken = set(self.switches) | set(self._spilled) | set(self.order) | set(library.names())
+            taken = set(self.switches) | set(self.order) | set(library.names())
             final, k = base, 1
             while final in taken:
                 k += 1
@@ -229,14 +149,12 @@ class Session:
             switch.name = final
             self.switches[final] = switch
             self.order.append(final)
-            self.last_used = time.monotonic()
-        _SPOOL.sweep(busy=self)  # memory grows only here, so idle sessions give theirs back here
         return final
 
     def save(self, name: str, library: SwitchLibrary) -> Path:
         """Save a session switch to the library folder (it then stays available under the same name)."""
         with self._lock:
-            switch = self._unsaved(name)
+            switch = self.switches.get(name)
         if switch is None:
             if library.get(name) is not None:
                 raise ValueError(f"'{name}' is already in the library")
