@@ -177,7 +177,7 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def _logits_are_the_heads(lm: LanguageModel) -> bool:
+def _after_head_is_exact(lm: LanguageModel) -> bool:
     """Whether ``lm``'s logits are :meth:`~lmswitch.core.models.LanguageModel.after_head` of its head's output (one
     token): a family that changes them after the head in a way ``after_head`` does not know fails."""
     ids = torch.tensor([[lm.tokenizer.eos_token_id or 0]], device=lm.input_device)
@@ -261,7 +261,7 @@ class _Rolling:
         first token comes from the head alone, so the model's logits must be what ``after_head`` makes of its head's output
         (checked on one token)."""
         plain = all(type(layer) is DynamicLayer for layer in DynamicCache(config=lm.model.config).layers)
-        return plain and _logits_are_the_heads(lm)
+        return plain and _after_head_is_exact(lm)
 
     def _steered(self, requests: list[_Request], budgets: list[Budget | None], rows: RowSteering):
         """The head steered by ``rows``, each row charging its own steering budget (adaptive requests)."""
