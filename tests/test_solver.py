@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import WORDS_A, WORDS_B, build_lm
+from conftest import SCALED_FAMILIES, WORDS_A, WORDS_B, build_lm
 from test_train import mean_log_likelihood, sample_texts
 
 from lmswitch import TrainingCancelled, train_switch
@@ -304,7 +304,7 @@ def test_a_reduction_taken_at_a_point_is_exact_there_and_the_path_takes_one_at_e
                                   path=(10.0, 1.0, 0.1))) == [10.0, 1.0, 0.1] and calls == []
 
 
-@pytest.mark.parametrize("family", ["granite", "cohere"])
+@pytest.mark.parametrize("family", SCALED_FAMILIES)
 def test_the_solver_refuses_a_model_whose_logits_are_not_the_heads_output(tokenizer, family):
     """Its exact logits are ``E c + b`` and its changes ``E u``: a scaling family would get silently wrong ones."""
     from lmswitch.core.solver import reduce

@@ -41,18 +41,23 @@ def signal_lm(request, tokenizer):
     return build_lm(request.param, init=0.3, tokenizer=tokenizer)
 
 
+def _objective_on_four_texts(lm, config: TrainConfig):
+    """The training objective over four texts, every token both trained on and held out: (objective, texts, data)."""
+    from lmswitch.core.train import _Objective
+
+    texts = sample_texts(random.Random(3), WORDS_A, 4)
+    data = encode_texts(lm, texts, [1.0] * len(texts), 256, block=32)
+    everything = torch.ones(len(data.targets), dtype=torch.bool)
+    return _Objective(lm, data, (everything, everything), config, use_dummy=False), texts, data
+
+
 @pytest.mark.parametrize("family", SCALED_FAMILIES)
 def test_the_objective_of_a_family_that_scales_its_logits_after_the_head_is_its_steered_likelihood(tokenizer, family):
     """Granite and Cohere scale their head's output: the training objective at W is the steered model's own mean NLL,
     and such a family trains with Adam (the L-BFGS solver's fast path is for heads whose output is the logits)."""
-    from lmswitch.core.train import _Objective
-
     lm = build_lm(family, init=0.3, tokenizer=tokenizer)
-    texts = sample_texts(random.Random(3), WORDS_A, 4)
-    data = encode_texts(lm, texts, [1.0] * len(texts), 256, block=32)
     config = TrainConfig()
-    everything = torch.ones(len(data.targets), dtype=torch.bool)
-    objective = _Objective(lm, data, (everything, everything), config, use_dummy=False)
+    objective, texts, _ = _objective_on_four_texts(lm, config)
     switch = random_switch(lm, seed=2, scale=20.0, eps0=config.eps0)
     for eps in (0.0, 1.0):
         with torch.no_grad():
@@ -66,14 +71,9 @@ def test_the_objective_of_a_family_that_scales_its_logits_after_the_head_is_its_
 def test_the_constant_penalty_is_the_models_own_mean_squared_logit_change(tokenizer, family):
     """The fluency term is measured in the model's logits, after-head scale included: at the mean training context, the
     vocabulary-centred squared logit change at target ε."""
-    from lmswitch.core.train import _Objective
-
     lm = build_lm(family, init=0.3, tokenizer=tokenizer)
-    texts = sample_texts(random.Random(3), WORDS_A, 4)
-    data = encode_texts(lm, texts, [1.0] * len(texts), 256, block=32)
     config = TrainConfig(optimizer="adam", constant_penalty=1.0, target_eps=3.0)
-    everything = torch.ones(len(data.targets), dtype=torch.bool)
-    objective = _Objective(lm, data, (everything, everything), config, use_dummy=False)
+    objective, _, data = _objective_on_four_texts(lm, config)
     W = random_switch(lm, seed=2, scale=20.0).W
     m = data.hidden.float().mean(0, keepdim=True)
     with torch.no_grad():
