@@ -18,6 +18,9 @@ import threading
 from pathlib import Path
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # offline: no telemetry calls
+# Sessions Gradio keeps (least recently used first out; its default is 10,000): each holds ~0.3 MB of Gradio's
+# per-session page configuration besides its switches, so this bounds that memory near 300 MB
+MAX_SESSIONS = 1000
 
 from lmswitch.core.models import DEFAULT_MODEL  # noqa: E402
 from lmswitch.webapp.backend import DEFAULT_SWITCHES, Backend  # noqa: E402
@@ -81,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"lmswitch: loading {args.model} in the background; open http://{args.host}:{args.port}", flush=True)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, show_error=True, ssr_mode=False, css_paths=[CSS_PATH],
                 footer_links=["api"], max_file_size="256mb",  # documents are refused above 20 MB; switches of big models are larger
-                prevent_thread_lock=True, mcp_server=args.mcp)
+                prevent_thread_lock=True, mcp_server=args.mcp, state_session_capacity=MAX_SESSIONS)
     demo.app.include_router(OpenAIApi(backend, args.api_key).router())
     threading.Thread(target=freeze_when_loaded, args=(backend,), name="lmswitch-gc-freeze", daemon=True).start()
     print(f"lmswitch: OpenAI-compatible API at http://{args.host}:{args.port}/v1"

@@ -114,8 +114,12 @@ def _background(url: str, deadline: float, lock: threading.Lock, done: dict) -> 
     pos, neg = ((examples / f"sentiment_{side}.txt").read_text().splitlines()[:30] for side in ("positive", "negative"))
 
     def train() -> None:
-        gradio_client(url).predict(mode="labelled sentences", name="busy", text_a="\n".join(pos), text_b="\n".join(neg),
-                                           file_a=None, file_b=None, api_name="/train")
+        client = gradio_client(url)  # a new client per training, closed after it: a new session each time, as scripts do
+        try:
+            client.predict(mode="labelled sentences", name="busy", text_a="\n".join(pos), text_b="\n".join(neg), file_a=None, file_b=None,
+                           api_name="/train")
+        finally:
+            client.close()
         done["trainings"] += 1
 
     lens = gradio_client(url)

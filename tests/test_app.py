@@ -71,9 +71,10 @@ def test_sliders_show_library_then_session_switches(backend, llama_lm):
 def test_page_load_reports_ready_and_skipped_files(llama_lm, folder):
     (folder / "broken.safetensors").write_bytes(b"not a switch at all")
     backend = app.Backend.with_model(llama_lm, folder)
-    status, *rest = app.on_load(backend, Session(), *[None] * 7)
+    session = Session()
+    status, *rest = app.on_load(backend, session, *[None] * 7)
     assert "ready" in status and "skipped broken.safetensors" in status
-    assert len(rest) == app.MAX_SLOTS + 7
+    assert len(rest) == app.MAX_SLOTS + 7 + 1 and rest[-1] is session  # written back: Gradio can expire it once closed
 
 
 def test_loading_and_failed_model_give_readable_errors(folder):
@@ -253,7 +254,8 @@ def test_training_adds_a_private_slider_and_a_downloadable_file(backend, llama_l
     session = Session()
     updates = run_training(backend, session)
     status, loss_fig, report, *rest = updates[-1]  # the switch is ready, with what it learned
-    sliders, pickers, download = rest[: app.MAX_SLOTS], rest[app.MAX_SLOTS : -2], rest[-2]
+    sliders, pickers, written, download = rest[: app.MAX_SLOTS], rest[app.MAX_SLOTS : -3], rest[-3], rest[-2]
+    assert written is session and len(pickers) == 7
     assert "'mood'" in report and "is ready" in report and "held-out gain" in report
     card = session.get("mood", backend.library).card
     assert card.fluent_eps[1] > 0 and f"{card.fluent_text}; recommended ε {card.recommended_eps:+g}." in report  # probed, and inside
@@ -487,3 +489,65 @@ def test_once_its_model_is_loaded_the_server_takes_what_it_holds_for_good_out_of
         assert gc.get_freeze_count() > held + 1000
     finally:
         gc.unfreeze()
+
+
+# --- closed pages: Gradio's session expiry and the switches moved to disk ---------------------------------
+
+
+def _wait_for(condition, what: str, timeout: float = 20.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_a_closed_page_moves_its_switches_to_disk_and_gradio_expires_its_session(backend, llama_lm, tmp_path, monkeypatch):
+    """A launched app (in this process, on the tiny model) and ``gradio_client``: a client that closes has its unsaved
+    switches moved to disk; the same client coming back gets them back; Gradio deletes a closed session's state
+    (1 s after its last change under GRADIO_IS_E2E_TEST, an hour otherwise), and its file with it."""
+    from app_server import free_port
+    from gradio_client import Client, handle_file
+
+    monkeypatch.setenv("GRADIO_HEARTBEAT_INTERVAL", "0.2")  # a closed client is noticed within a fraction of a second
+    demo = app.build_app(backend)
+    (state,) = [b for b in demo.blocks.values() if isinstance(b, gr.State) and isinstance(b.value, Session)]
+    spies = []
+    real_spill = Session.spill
+    monkeypatch.setattr(Session, "spill", lambda self, folder: spies.append((self, real_spill(self, folder))) or spies[-1][1])
+    upload = random_switch(llama_lm, seed=9, name="mine").save(tmp_path / "mine.safetensors")
+    port = free_port()
+    demo.queue().launch(server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+
+        def session_of(client) -> Session:
+            return demo.state_holder.session_data[client.session_hash].state_data[state._id]
+
+        def generate(client) -> str:
+            return client.predict(prompt=PROMPT, switches="mine=5", max_new_tokens=6, seed=2, api_name="/generate")["steered"]
+
+        # an hour's keep: the client closes, its switch moves to disk, and coming back brings it back
+        first = Client(url, verbose=False)
+        first.predict(handle_file(str(upload)), api_name="/import_switch")
+        before, kept = generate(first), session_of(first)
+        first.close()
+        _wait_for(lambda: spies and spies[-1][0] is kept, "the closed session's spill")
+        assert spies[-1][1] == 1 and kept.switches == {} and len(list(backend.spool_dir.iterdir())) == 1
+        back = Client(url, verbose=False)
+        back.session_hash = first.session_hash  # the same session, as after a dropped connection
+        assert generate(back) == before and "mine" in kept.switches and list(backend.spool_dir.iterdir()) == []
+        back.close()
+
+        # Gradio's short keep for tests: the closed session's state is deleted, and the spilled file with it
+        monkeypatch.setenv("GRADIO_IS_E2E_TEST", "1")
+        short = Client(url, verbose=False)
+        short.predict(handle_file(str(upload)), api_name="/import_switch")
+        gone = session_of(short)
+        short.close()
+        _wait_for(lambda: state._id not in demo.state_holder.session_data[short.session_hash].state_data, "Gradio's expiry")
+        _wait_for(lambda: list(backend.spool_dir.iterdir()) == [], "the spilled file's removal")
+        assert gone.switches == {} and gone.available(backend.library) == ["alpha", "beta"]
+    finally:
+        demo.close()

@@ -196,3 +196,61 @@ def test_deepcopy_gives_a_fresh_empty_session(library, llama_lm):
     assert s.switches.keys() == {"mine"} and s.model == "tiny-other" and fresh._lock is not s._lock
     nested = copy.deepcopy({"state": s})["state"]  # also inside a container
     assert isinstance(nested, Session) and nested.switches == {}
+
+
+# --- a closed page: switches moved to disk ---------------------------------------------------------
+
+
+def test_spill_moves_unsaved_switches_to_disk_and_the_first_use_brings_them_back(library, llama_lm, gpt2_lm, tmp_path):
+    s = Session()
+    mood = random_switch(llama_lm, seed=5, name="mood")
+    mood.card = mood.card.updated(recommended_eps=3.5)
+    s.add(mood, library)
+    s.add(random_switch(gpt2_lm, seed=6, name="other"), SwitchLibrary(gpt2_lm, None))  # made for another model
+    assert s.spill(tmp_path) == 2
+    assert s.switches == {} and len(list(tmp_path.glob("*.safetensors"))) == 2  # out of memory, in files
+    assert s.available(library) == ["alpha", "beta", "mood"]  # listed without reading anything back
+    assert len(list(tmp_path.glob("*.safetensors"))) == 2
+    back = s.get("mood", library)  # the first use reads it back
+    assert torch.equal(back.W, mood.W) and back.name == "mood" and back.card["recommended_eps"] == 3.5
+    assert s.switches.keys() == {"mood"} and len(list(tmp_path.glob("*.safetensors"))) == 1  # its file is gone
+    assert s.spill(tmp_path) == 1 and s.save("mood", library).name == "mood.safetensors"  # saving reads it back too
+    assert torch.equal(library.get("mood").W, mood.W)
+
+
+def test_spill_counts_toward_the_limit_and_keeps_what_it_cannot_write(library, llama_lm, tmp_path, monkeypatch):
+    s = Session()
+    s.add(random_switch(llama_lm, seed=1, name="kept"), library)
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("x")
+    assert s.spill(not_a_folder) == 0 and s.switches.keys() == {"kept"}  # cannot be written: it stays in memory
+    assert s.spill(tmp_path) == 1
+    monkeypatch.setattr(session_module, "MAX_SESSION_SWITCHES", 2)
+    s.add(random_switch(llama_lm, seed=2, name="second"), library)
+    with pytest.raises(ValueError, match="already holds 2 switches"):  # the spilled one counts
+        s.add(random_switch(llama_lm, seed=3, name="third"), library)
+
+
+def test_an_unreadable_spilled_switch_gives_a_clear_error_and_keeps_its_file(library, llama_lm, tmp_path):
+    s = Session()
+    s.add(random_switch(llama_lm, seed=1, name="mood"), library)
+    s.spill(tmp_path)
+    (path,) = tmp_path.glob("*.safetensors")
+    path.write_bytes(b"\x00" * 16)  # damaged on disk
+    for _ in range(2):  # the same clear error each time: nothing is dropped
+        with pytest.raises(ValueError, match="'mood' was moved to disk when its page closed and cannot be read back"):
+            s.get("mood", library)
+    assert path.exists() and "mood" in s.available(library)
+
+
+def test_nothing_is_spilled_while_training_and_discard_removes_the_files(library, llama_lm, tmp_path):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    s = Session()
+    s.add(random_switch(llama_lm, seed=1, name="mood"), library)
+    flag = s.start_training()
+    assert s.spill(spool) == 0 and "mood" in s.switches  # the run still writes its switch's card
+    s.end_training(flag)
+    assert s.spill(spool) == 1 and len(list(spool.iterdir())) == 1
+    s.discard()
+    assert list(spool.iterdir()) == [] and s.available(library) == ["alpha", "beta"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import threading
+import uuid
 from pathlib import Path
 
 from lmswitch.core.models import LanguageModel
@@ -95,6 +96,7 @@ class Session:
         self.order: list[str] = []
         self.model: str | None = None  # the model this session steers (None: the app's default)
         self.wide_sliders = False  # sliders span the switch's full range, beyond its calibrated fluent range
+        self._spilled: dict[str, tuple[Path, str]] = {}  # name -> (file, model fingerprint): moved to disk by spill()
         self._generation: threading.Event | None = None
         self._training: threading.Event | None = None
         self._lock = threading.Lock()
@@ -115,8 +117,14 @@ class Session:
         self.order.extend(name for name in library.names() if name not in self.order)
 
     def _mine(self, name: str, library: SwitchLibrary) -> Switch | None:
+        self._restore(name)
         switch = self.switches.get(name)
         return switch if switch is not None and switch.model_fingerprint in ("", library.lm.fingerprint) else None
+
+    def _has(self, name: str, library: SwitchLibrary) -> bool:
+        """Whether this session holds ``name`` for the library's model, in memory or on disk (without reading it back)."""
+        fingerprint = self.switches[name].model_fingerprint if name in self.switches else self._spilled.get(name, (None, None))[1]
+        return fingerprint in ("", library.lm.fingerprint)
 
     def get(self, name: str, library: SwitchLibrary) -> Switch:
         """A switch of this session or the library, made for the library's model."""
@@ -131,7 +139,7 @@ class Session:
     def available(self, library: SwitchLibrary) -> list[str]:
         names = self.sync(library)
         with self._lock:
-            return [n for n in names if self._mine(n, library) is not None or library.get(n) is not None]
+            return [n for n in names if self._has(n, library) or library.get(n) is not None]
 
     def add(self, switch: Switch, library: SwitchLibrary, name: str | None = None) -> str:
         """Keep ``switch`` in this session under ``name`` (made unique with a ``-2``, ``-3`` … suffix); returns the name."""
@@ -139,7 +147,7 @@ class Session:
         base = check_name(name if name is not None else switch.name)
         with self._lock:
             self._sync(library)  # library switches keep the first sliders
-            if len(self.switches) >= MAX_SESSION_SWITCHES:
+            if len(self.switches) + len(self._spilled) >= MAX_SESSION_SWITCHES:
                 raise ValueError(f"this session already holds {MAX_SESSION_SWITCHES} switches; save or reload to start over")
             taken = set(self.switches) | set(self.order) | set(library.names())
             final, k = base, 1
@@ -154,6 +162,7 @@ class Session:
     def save(self, name: str, library: SwitchLibrary) -> Path:
         """Save a session switch to the library folder (it then stays available under the same name)."""
         with self._lock:
+            self._restore(name)
             switch = self.switches.get(name)
         if switch is None:
             if library.get(name) is not None:
@@ -163,6 +172,51 @@ class Session:
         with self._lock:
             self.switches.pop(name, None)
         return path
+
+    # --- a closed page ----------------------------------------------------------------
+    def spill(self, folder: Path) -> int:
+        """Move this session's unsaved switches out of memory into files in ``folder``; returns how many moved.
+
+        For a page that has closed: Gradio keeps its session an hour in case the same client comes back, and a switch
+        comes back from its file on first use. A switch that cannot be written (full or read-only disk) stays in memory.
+        Nothing moves while a training run is going: it still writes its switch's card.
+        """
+        with self._lock:
+            if self._training is not None:
+                return 0
+            moved = 0
+            for name, switch in list(self.switches.items()):
+                path = Path(folder) / f"{uuid.uuid4().hex}.safetensors"
+                try:
+                    switch.save(path)
+                except Exception:  # any failure to write (OSError, safetensors' own errors): it stays in memory
+                    continue
+                self._spilled[name] = (path, switch.model_fingerprint)
+                del self.switches[name]
+                moved += 1
+            return moved
+
+    def _restore(self, name: str) -> None:
+        """Read a spilled switch back into memory (under the lock); its file goes only once the switch is back."""
+        if name not in self._spilled:
+            return
+        path, _ = self._spilled[name]
+        try:
+            switch = load_switch(path)
+        except SwitchFileError as err:
+            raise ValueError(f"the session switch '{name}' was moved to disk when its page closed and cannot be read back "
+                             f"({err}); train or import it again") from err
+        self.switches[name] = switch
+        del self._spilled[name]
+        path.unlink(missing_ok=True)
+
+    def discard(self) -> None:
+        """Drop every unsaved switch and its file (Gradio calls this when it deletes a closed session's state)."""
+        with self._lock:
+            for path, _ in self._spilled.values():
+                path.unlink(missing_ok=True)
+            self._spilled.clear()
+            self.switches.clear()
 
     # --- jobs ------------------------------------------------------------------------
     def new_generation(self) -> threading.Event:

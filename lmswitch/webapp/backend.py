@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
 import inspect
+import shutil
 import tempfile
 import threading
 from collections.abc import Callable
@@ -35,6 +37,8 @@ class Backend:
         self.error: str | None = None
         self.ready = threading.Event()
         self.export_dir = Path(tempfile.mkdtemp(prefix="lmswitch-export-"))
+        self.spool_dir = Path(tempfile.mkdtemp(prefix="lmswitch-closed-sessions-"))  # unsaved switches of closed pages
+        atexit.register(shutil.rmtree, self.spool_dir, ignore_errors=True)
         self.compute = ComputeThread()
         self.comparisons = ComparisonCache()  # keyed on content, so sessions may share it
         self._batchers: dict[int, Batcher] = {}

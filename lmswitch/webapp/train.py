@@ -113,7 +113,15 @@ def train(backend: Backend, mode: str, name: str, positive_label: str, negative_
               for label, side in ((positive_label, "positive"), (negative_label, "negative"))]
     current = [sweep_pick, grid_a_pick, grid_b_pick, manage_pick, inspect_pick, highlight_pick, transfer_pick]
     flag = session.start_training()
-    skip = [gr.skip()] * (MAX_SLOTS + len(current) + 2)  # sliders, pickers, download button, what it learned
+    try:  # the run lasts until the card is written: a closed page's session is moved to disk only after that (Session.spill)
+        yield from _train_and_add(backend, lm, library, session, flag, name, mode, positive, negative, config, labels, current, progress)
+    finally:
+        session.end_training(flag)
+
+
+def _train_and_add(backend: Backend, lm: LanguageModel, library, session: Session, flag, name: str, mode: str, positive, negative,
+                   config: TrainConfig, labels: list[str], current: list, progress) -> Iterator[tuple]:
+    skip = [gr.skip()] * (MAX_SLOTS + len(current) + 3)  # sliders, pickers, session, download button, what it learned
     losses: list[float] = []
     events = backend.compute.stepped(train_events(
         lm, positive, negative, name=name, description=DESCRIPTIONS.get(mode, ""), config=config, cancel=flag,
@@ -132,7 +140,6 @@ def train(backend: Backend, mode: str, name: str, positive_label: str, negative_
         return
     finally:
         events.close()  # if the page went away mid-run, stop training too
-        session.end_training(flag)
     final = session.add(done.switch, library, name=name)  # kept from here on, even if the page goes away
     progress(1.0, desc="reading what it learned")
     yield READING, gr.skip(), gr.skip(), *skip
@@ -147,7 +154,7 @@ def _finished(backend: Backend, session: Session, library, name: str, final: str
     current = [*current[:3], final, *current[4:]]  # the manage picker shows the new switch
     return ("Done.", figures.loss_figure(card["train_losses"], card["heldout_losses"], total_steps=card["steps"]),
             _report(final, name, switch), *slot_updates(session, library), *dropdown_updates(session, library, current),
-            backend.run(export_path, backend, switch))
+            session, backend.run(export_path, backend, switch))  # the session as an output: Gradio may expire it once closed
 
 
 def _calibrated(backend: Backend, lm: LanguageModel, switch: Switch) -> Card:
@@ -215,4 +222,4 @@ def import_switch(backend: Backend, file: str | None, session: Session, *current
     switch = load_switch(path, lm)
     final = session.add(switch, library)
     return (f"Imported '{final}' ({switch.positive_label} ↔ {switch.negative_label}); its slider is in the Steer tab.",
-            *slot_updates(session, library), *dropdown_updates(session, library, current))
+            *slot_updates(session, library), *dropdown_updates(session, library, current), session)
