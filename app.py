@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import signal
 import threading
 from pathlib import Path
 
@@ -89,6 +90,8 @@ def main(argv: list[str] | None = None) -> None:
     threading.Thread(target=freeze_when_loaded, args=(backend,), name="lmswitch-gc-freeze", daemon=True).start()
     print(f"lmswitch: OpenAI-compatible API at http://{args.host}:{args.port}/v1"
           + (" (API key required)" if args.api_key else ""), flush=True)
+    # SIGTERM (a service manager's stop) ends the server like Ctrl+C, so the exit handlers remove its temporary folders
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     demo.block_thread()
 
 

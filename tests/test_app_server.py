@@ -147,3 +147,28 @@ def test_transfer_a_switch_to_gemma_then_steer_it(app_server):
     assert res["steered"] != res["unsteered"]
     with pytest.raises(AppError, match="no switch named 'sentiment-to-gemma3-270m'"):
         client(app_server).predict(prompt=PROMPT, switches="sentiment-to-gemma3-270m=2", api_name="/generate")  # private to that session
+
+
+def test_a_closed_clients_switch_goes_to_disk_and_a_stopped_server_removes_its_temporary_folders(tmp_path):
+    """The real app: a client that imports a switch and closes has it moved to the server's temporary folder; SIGTERM
+    (a service manager's stop) ends the server cleanly and removes its temporary folders."""
+    import time
+
+    from app_server import AppServer
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    server = AppServer(tmp_path, name="closing", env={"TMPDIR": str(tmp), "GRADIO_HEARTBEAT_INTERVAL": "0.2"})
+    try:
+        server.wait_ready()
+        c = client(server)
+        assert "Imported 'sentiment-2'" in c.predict(handle_file(str(server.switches / "sentiment.safetensors")), api_name="/import_switch")[0]
+        c.close()
+        deadline = time.monotonic() + 30
+        while not list(tmp.glob("lmswitch-closed-sessions-*/*.safetensors")):
+            assert time.monotonic() < deadline, f"the closed client's switch never reached the disk:\n{server.log()}"
+            time.sleep(0.1)
+    finally:
+        server.stop()
+    assert server.process.returncode == 0, server.log_path.read_text()[-4000:]
+    assert list(tmp.glob("lmswitch-*")) == []

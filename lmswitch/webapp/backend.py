@@ -36,9 +36,10 @@ class Backend:
         self.models: dict[str, tuple[LanguageModel, SwitchLibrary]] = {}
         self.error: str | None = None
         self.ready = threading.Event()
-        self.export_dir = Path(tempfile.mkdtemp(prefix="lmswitch-export-"))
+        self.export_dir = Path(tempfile.mkdtemp(prefix="lmswitch-export-"))  # files for the download buttons
         self.spool_dir = Path(tempfile.mkdtemp(prefix="lmswitch-closed-sessions-"))  # unsaved switches of closed pages
-        atexit.register(shutil.rmtree, self.spool_dir, ignore_errors=True)
+        for folder in (self.export_dir, self.spool_dir):  # removed when the server exits (app.py: also on SIGTERM)
+            atexit.register(shutil.rmtree, folder, ignore_errors=True)
         self.compute = ComputeThread()
         self.comparisons = ComparisonCache()  # keyed on content, so sessions may share it
         self._batchers: dict[int, Batcher] = {}
