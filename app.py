@@ -19,8 +19,9 @@ import threading
 from pathlib import Path
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # offline: no telemetry calls
-# Sessions Gradio keeps (least recently used first out; its default is 10,000): each holds ~0.3 MB of Gradio's
-# per-session page configuration besides its switches, so this bounds that memory near 300 MB
+# Sessions Gradio keeps (its default is 10,000): each holds ~0.3 MB of Gradio's per-session page configuration
+# besides its switches, so this bounds that memory near 300 MB. The least recently used session goes first, with its
+# unsaved switches (a closed page's are on disk), once 1,000 others have been used since.
 MAX_SESSIONS = 1000
 
 from lmswitch.core.models import DEFAULT_MODEL  # noqa: E402
@@ -67,6 +68,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mcp", action="store_true", default=env("LMSWITCH_MCP", "") not in ("", "0"),
                    help="also serve MCP tools (list_switches, steer_text, train_from_text, highlight_text, measure_style) at "
                         "/gradio_api/mcp/ (env LMSWITCH_MCP=1)")
+    p.add_argument("--spool-dir", default=env("LMSWITCH_SPOOL_DIR"),
+                   help="where a closed page's unsaved switches wait on disk, in a temporary folder removed at exit (env "
+                        "LMSWITCH_SPOOL_DIR; default /var/tmp, which is on disk where /tmp may be memory)")
     p.add_argument("--share", action="store_true", help="create a public Gradio share link (off by default)")
     return p.parse_args(argv)
 
@@ -75,7 +79,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.switches and not Path(args.switches).is_dir():
         raise SystemExit(f"switch folder {args.switches} does not exist; create it or pass --switches DIR")
-    backend = Backend(args.model, args.switches, dtype=args.dtype)
+    if args.spool_dir and not (Path(args.spool_dir).is_dir() and os.access(args.spool_dir, os.W_OK)):
+        raise SystemExit(f"--spool-dir {args.spool_dir} is not a folder this user can write to; create it or pass another")
+    backend = Backend(args.model, args.switches, dtype=args.dtype, spool=args.spool_dir)
     backend.compute.own_cores()  # a torch op on a web thread must not slow every generation (serve/compute.py)
     backend.start()
     demo = build_app(backend)

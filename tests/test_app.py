@@ -13,6 +13,7 @@ from conftest import digest, random_switch
 import app
 import lmswitch as ls
 from lmswitch.serve.session import Session
+from lmswitch.webapp import train as app_train
 from lmswitch.webapp.train import PROBING, READING
 
 PROMPT = "the happy one was"
@@ -71,10 +72,9 @@ def test_sliders_show_library_then_session_switches(backend, llama_lm):
 def test_page_load_reports_ready_and_skipped_files(llama_lm, folder):
     (folder / "broken.safetensors").write_bytes(b"not a switch at all")
     backend = app.Backend.with_model(llama_lm, folder)
-    session = Session()
-    status, *rest = app.on_load(backend, session, *[None] * 7)
+    status, *rest = app.on_load(backend, Session(), *[None] * 7)
     assert "ready" in status and "skipped broken.safetensors" in status
-    assert len(rest) == app.MAX_SLOTS + 7 + 1 and rest[-1] is session  # written back: Gradio can expire it once closed
+    assert len(rest) == app.MAX_SLOTS + 7
 
 
 def test_loading_and_failed_model_give_readable_errors(folder):
@@ -254,8 +254,7 @@ def test_training_adds_a_private_slider_and_a_downloadable_file(backend, llama_l
     session = Session()
     updates = run_training(backend, session)
     status, loss_fig, report, *rest = updates[-1]  # the switch is ready, with what it learned
-    sliders, pickers, written, download = rest[: app.MAX_SLOTS], rest[app.MAX_SLOTS : -3], rest[-3], rest[-2]
-    assert written is session and len(pickers) == 7
+    sliders, pickers, download = rest[: app.MAX_SLOTS], rest[app.MAX_SLOTS : -2], rest[-2]
     assert "'mood'" in report and "is ready" in report and "held-out gain" in report
     card = session.get("mood", backend.library).card
     assert card.fluent_eps[1] > 0 and f"{card.fluent_text}; recommended ε {card.recommended_eps:+g}." in report  # probed, and inside
@@ -329,6 +328,17 @@ def test_a_page_closed_after_training_keeps_the_switch(backend):
     assert any(update[0] == READING for update in stream)
     stream.close()  # the page goes away while "what it learned" is read
     assert "mood" in session.available(backend.library)
+    assert app.cancel_training(session) == "No training is running in this session."
+
+
+def test_a_cancel_after_training_skips_the_reading_and_the_probe_and_keeps_the_switch(backend):
+    session = Session()
+    stream = app.train(backend, *train_args(steps=5), session, *[None] * 7, progress=lambda *a, **k: None)
+    assert any(update[0] == READING for update in stream)
+    assert app.cancel_training(session) == "Cancelling…"  # the run is still going: reading and probing come next
+    *_, last = stream
+    assert last[0] == "Done." and last[-1] == app_train.CANCELLED_READING and "cancelled after training; the switch is kept" in last[2]
+    assert session.get("mood", backend.library).card.fluent_eps is None  # not probed
     assert app.cancel_training(session) == "No training is running in this session."
 
 
@@ -491,7 +501,7 @@ def test_once_its_model_is_loaded_the_server_takes_what_it_holds_for_good_out_of
         gc.unfreeze()
 
 
-# --- closed pages: Gradio's session expiry and the switches moved to disk ---------------------------------
+# --- closed pages: their switches on disk, and Gradio's limit of sessions ---------------------------------
 
 
 def _wait_for(condition, what: str, timeout: float = 20.0) -> None:
@@ -503,51 +513,63 @@ def _wait_for(condition, what: str, timeout: float = 20.0) -> None:
         time.sleep(0.05)
 
 
-def test_a_closed_page_moves_its_switches_to_disk_and_gradio_expires_its_session(backend, llama_lm, tmp_path, monkeypatch):
+def test_a_closed_page_moves_its_switches_to_disk_and_a_session_gradio_drops_takes_its_files(backend, llama_lm, tmp_path,
+                                                                                             monkeypatch):
     """A launched app (in this process, on the tiny model) and ``gradio_client``: a client that closes has its unsaved
-    switches moved to disk; the same client coming back gets them back; Gradio deletes a closed session's state
-    (1 s after its last change under GRADIO_IS_E2E_TEST, an hour otherwise), and its file with it."""
+    switches moved to disk; the same session coming back gets them back; when Gradio's limit of sessions (2 here)
+    pushes a closed session out, its files go too."""
+    import weakref
+
     from app_server import free_port
     from gradio_client import Client, handle_file
 
     monkeypatch.setenv("GRADIO_HEARTBEAT_INTERVAL", "0.2")  # a closed client is noticed within a fraction of a second
     demo = app.build_app(backend)
     (state,) = [b for b in demo.blocks.values() if isinstance(b, gr.State) and isinstance(b.value, Session)]
-    spies = []
+    spills: list[tuple[weakref.ref, int]] = []
     real_spill = Session.spill
-    monkeypatch.setattr(Session, "spill", lambda self, folder: spies.append((self, real_spill(self, folder))) or spies[-1][1])
+    monkeypatch.setattr(Session, "spill", lambda self, folder: spills.append((weakref.ref(self), real_spill(self, folder))) or spills[-1][1])
     upload = random_switch(llama_lm, seed=9, name="mine").save(tmp_path / "mine.safetensors")
     port = free_port()
-    demo.queue().launch(server_port=port, prevent_thread_lock=True, quiet=True)
+    demo.queue().launch(server_port=port, prevent_thread_lock=True, quiet=True, state_session_capacity=2)
+    url = f"http://127.0.0.1:{port}"
+
+    def session_of(client) -> Session:
+        return demo.state_holder.session_data[client.session_hash].state_data[state._id]
+
+    def generate(client, switches: str = "mine=5") -> str:
+        return client.predict(prompt=PROMPT, switches=switches, max_new_tokens=6, seed=2, api_name="/generate")["steered"]
+
+    def closed(client) -> tuple[Session, str]:
+        """Import the switch, steer with it, close the client and wait for its session's spill: the session and the text."""
+        client.predict(handle_file(str(upload)), api_name="/import_switch")
+        text, session = generate(client), session_of(client)
+        client.close()
+        _wait_for(lambda: any(ref() is session and moved == 1 for ref, moved in spills), "the closed session's spill")
+        return session, text
+
     try:
-        url = f"http://127.0.0.1:{port}"
-
-        def session_of(client) -> Session:
-            return demo.state_holder.session_data[client.session_hash].state_data[state._id]
-
-        def generate(client) -> str:
-            return client.predict(prompt=PROMPT, switches="mine=5", max_new_tokens=6, seed=2, api_name="/generate")["steered"]
-
-        # an hour's keep: the client closes, its switch moves to disk, and coming back brings it back
         first = Client(url, verbose=False)
-        first.predict(handle_file(str(upload)), api_name="/import_switch")
-        before, kept = generate(first), session_of(first)
-        first.close()
-        _wait_for(lambda: spies and spies[-1][0] is kept, "the closed session's spill")
-        assert spies[-1][1] == 1 and kept.switches == {} and len(list(backend.spool_dir.iterdir())) == 1
+        kept, before = closed(first)
+        assert kept.switches == {} and len(list(backend.spool_dir.iterdir())) == 1  # out of memory, on disk
         back = Client(url, verbose=False)
         back.session_hash = first.session_hash  # the same session, as after a dropped connection
         assert generate(back) == before and "mine" in kept.switches and list(backend.spool_dir.iterdir()) == []
-        back.close()
 
-        # Gradio's short keep for tests: the closed session's state is deleted, and the spilled file with it
-        monkeypatch.setenv("GRADIO_IS_E2E_TEST", "1")
-        short = Client(url, verbose=False)
-        short.predict(handle_file(str(upload)), api_name="/import_switch")
-        gone = session_of(short)
-        short.close()
-        _wait_for(lambda: state._id not in demo.state_holder.session_data[short.session_hash].state_data, "Gradio's expiry")
-        _wait_for(lambda: list(backend.spool_dir.iterdir()) == [], "the spilled file's removal")
-        assert gone.switches == {} and gone.available(backend.library) == ["alpha", "beta"]
+        pushed = weakref.ref(closed(Client(url, verbose=False))[0])
+        (spilled_file,) = backend.spool_dir.iterdir()
+        for _ in range(2):  # two new sessions: the limit of 2 pushes the closed one out, and its file goes
+            generate(Client(url, verbose=False), switches="alpha=5")
+        _wait_for(lambda: pushed() is None and not spilled_file.exists(), "the pushed-out session's file to go")
     finally:
         demo.close()
+
+
+def test_the_app_refuses_a_missing_switch_folder_or_spool_folder_before_starting(tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    with pytest.raises(SystemExit, match="switch folder .*missing does not exist"):
+        app.main(["--switches", str(tmp_path / "missing")])
+    for bad in (tmp_path / "missing", a_file):
+        with pytest.raises(SystemExit, match=f"--spool-dir {bad} is not a folder this user can write to"):
+            app.main(["--switches", str(tmp_path), "--spool-dir", str(bad)])

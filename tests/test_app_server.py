@@ -158,7 +158,7 @@ def test_a_closed_clients_switch_goes_to_disk_and_a_stopped_server_removes_its_t
 
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    server = AppServer(tmp_path, name="closing", env={"TMPDIR": str(tmp), "GRADIO_HEARTBEAT_INTERVAL": "0.2"})
+    server = AppServer(tmp_path, name="closing", env={"TMPDIR": str(tmp), "LMSWITCH_SPOOL_DIR": str(tmp), "GRADIO_HEARTBEAT_INTERVAL": "0.2"})
     try:
         server.wait_ready()
         c = client(server)

@@ -231,26 +231,54 @@ def test_spill_counts_toward_the_limit_and_keeps_what_it_cannot_write(library, l
         s.add(random_switch(llama_lm, seed=3, name="third"), library)
 
 
-def test_an_unreadable_spilled_switch_gives_a_clear_error_and_keeps_its_file(library, llama_lm, tmp_path):
+def test_an_unreadable_spilled_switch_is_dropped_with_a_clear_error_and_the_session_goes_on(library, llama_lm, tmp_path):
     s = Session()
     s.add(random_switch(llama_lm, seed=1, name="mood"), library)
+    s.add(random_switch(llama_lm, seed=2, name="calm"), library)
     s.spill(tmp_path)
-    (path,) = tmp_path.glob("*.safetensors")
-    path.write_bytes(b"\x00" * 16)  # damaged on disk
-    for _ in range(2):  # the same clear error each time: nothing is dropped
-        with pytest.raises(ValueError, match="'mood' was moved to disk when its page closed and cannot be read back"):
-            s.get("mood", library)
-    assert path.exists() and "mood" in s.available(library)
+    damaged = s._spilled["mood"][0]
+    damaged.write_bytes(b"\x00" * 16)  # damaged on disk
+    with pytest.raises(ValueError, match="'mood' was moved to disk when its page closed and could not be read back .* so it is gone"):
+        s.get("mood", library)
+    assert not damaged.exists() and s.available(library) == ["alpha", "beta", "calm"]  # said once; the rest works
+    assert torch.equal(s.get("calm", library).W, random_switch(llama_lm, seed=2).W)
 
 
-def test_nothing_is_spilled_while_training_and_discard_removes_the_files(library, llama_lm, tmp_path):
+def test_a_close_during_training_spills_when_the_run_ends(library, llama_lm, tmp_path):
     spool = tmp_path / "spool"
     spool.mkdir()
     s = Session()
     s.add(random_switch(llama_lm, seed=1, name="mood"), library)
     flag = s.start_training()
     assert s.spill(spool) == 0 and "mood" in s.switches  # the run still writes its switch's card
+    s.add(random_switch(llama_lm, seed=2, name="trained"), library)  # the run's switch
     s.end_training(flag)
-    assert s.spill(spool) == 1 and len(list(spool.iterdir())) == 1
-    s.discard()
-    assert list(spool.iterdir()) == [] and s.available(library) == ["alpha", "beta"]
+    assert s.switches == {} and len(list(spool.iterdir())) == 2  # the run's end moved both
+
+
+def test_a_switch_saved_while_being_spilled_stays_in_the_library_only(library, llama_lm, tmp_path, monkeypatch):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    s = Session()
+    s.add(random_switch(llama_lm, seed=1, name="keeper"), library)
+    real_save = library.save
+
+    def save_while_spilling(name, switch):  # the page closes while the switch is being written to the library
+        assert s.spill(spool) == 1
+        return real_save(name, switch)
+
+    monkeypatch.setattr(library, "save", save_while_spilling)
+    s.save("keeper", library)
+    assert list(spool.iterdir()) == [] and not s.full() and s.get("keeper", library) is library.get("keeper")
+
+
+def test_a_session_let_go_of_takes_its_files_with_it(library, llama_lm, tmp_path):
+    import gc
+
+    s = Session()
+    s.add(random_switch(llama_lm, seed=1, name="mood"), library)
+    s.spill(tmp_path)
+    assert len(list(tmp_path.glob("*.safetensors"))) == 1
+    del s
+    gc.collect()
+    assert list(tmp_path.glob("*.safetensors")) == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import threading
 import uuid
+import weakref
 from pathlib import Path
 
 from lmswitch.core.models import LanguageModel
@@ -97,9 +98,11 @@ class Session:
         self.model: str | None = None  # the model this session steers (None: the app's default)
         self.wide_sliders = False  # sliders span the switch's full range, beyond its calibrated fluent range
         self._spilled: dict[str, tuple[Path, str]] = {}  # name -> (file, model fingerprint): moved to disk by spill()
+        self._spill_after_training: Path | None = None  # the page closed while a training run was going
         self._generation: threading.Event | None = None
         self._training: threading.Event | None = None
         self._lock = threading.Lock()
+        weakref.finalize(self, _remove_files, self._spilled)  # a session Gradio lets go of takes its files with it
 
     def __deepcopy__(self, memo: dict) -> Session:
         # ``gr.State(Session())`` deep-copies its value once for every new browser session or API client:
@@ -123,8 +126,17 @@ class Session:
 
     def _has(self, name: str, library: SwitchLibrary) -> bool:
         """Whether this session holds ``name`` for the library's model, in memory or on disk (without reading it back)."""
-        fingerprint = self.switches[name].model_fingerprint if name in self.switches else self._spilled.get(name, (None, None))[1]
+        if name in self.switches:
+            fingerprint = self.switches[name].model_fingerprint
+        elif name in self._spilled:
+            fingerprint = self._spilled[name][1]
+        else:
+            return False
         return fingerprint in ("", library.lm.fingerprint)
+
+    def full(self) -> bool:
+        """Whether this session holds as many unsaved switches as it may (in memory or moved to disk)."""
+        return len(self.switches) + len(self._spilled) >= MAX_SESSION_SWITCHES
 
     def get(self, name: str, library: SwitchLibrary) -> Switch:
         """A switch of this session or the library, made for the library's model."""
@@ -147,7 +159,7 @@ class Session:
         base = check_name(name if name is not None else switch.name)
         with self._lock:
             self._sync(library)  # library switches keep the first sliders
-            if len(self.switches) + len(self._spilled) >= MAX_SESSION_SWITCHES:
+            if self.full():
                 raise ValueError(f"this session already holds {MAX_SESSION_SWITCHES} switches; save or reload to start over")
             taken = set(self.switches) | set(self.order) | set(library.names())
             final, k = base, 1
@@ -171,52 +183,61 @@ class Session:
         path = library.save(name, switch)
         with self._lock:
             self.switches.pop(name, None)
+            self._forget_file(name)  # spilled meanwhile: the library has it now
         return path
 
     # --- a closed page ----------------------------------------------------------------
     def spill(self, folder: Path) -> int:
         """Move this session's unsaved switches out of memory into files in ``folder``; returns how many moved.
 
-        For a page that has closed: Gradio keeps its session an hour in case the same client comes back, and a switch
-        comes back from its file on first use. A switch that cannot be written (full or read-only disk) stays in memory.
-        Nothing moves while a training run is going: it still writes its switch's card.
+        For a page or client that has closed: Gradio keeps its session (until its limit of sessions pushes it out) in
+        case the same client comes back, and a switch comes back from its file on first use. A switch that cannot be
+        written (full or read-only disk) stays in memory. While a training run is going nothing moves; the run's end
+        does it (the run still writes its switch's card).
         """
         with self._lock:
             if self._training is not None:
+                self._spill_after_training = Path(folder)
                 return 0
-            moved = 0
-            for name, switch in list(self.switches.items()):
-                path = Path(folder) / f"{uuid.uuid4().hex}.safetensors"
-                try:
-                    switch.save(path)
-                except Exception:  # any failure to write (OSError, safetensors' own errors): it stays in memory
-                    continue
-                self._spilled[name] = (path, switch.model_fingerprint)
-                del self.switches[name]
-                moved += 1
-            return moved
+            todo = list(self.switches.items())
+        written = []
+        for name, switch in todo:  # written without the lock: the session stays usable meanwhile
+            path = Path(folder) / f"{uuid.uuid4().hex}.safetensors"
+            try:
+                switch.save(path)
+            except Exception:  # any failure to write (OSError, safetensors' own errors): it stays in memory
+                continue
+            written.append((name, switch, path))
+        with self._lock:
+            for name, switch, path in written:
+                if self.switches.get(name) is switch:  # not saved to the library or replaced meanwhile
+                    self._spilled[name] = (path, switch.model_fingerprint)
+                    del self.switches[name]
+                else:
+                    path.unlink(missing_ok=True)
+            return sum(name in self._spilled for name, _, _ in written)
 
     def _restore(self, name: str) -> None:
-        """Read a spilled switch back into memory (under the lock); its file goes only once the switch is back."""
+        """Read a spilled switch back into memory (under the lock); its file goes once the switch is back.
+
+        A file that cannot be read is dropped with a clear error, once, so the rest of the session keeps working.
+        """
         if name not in self._spilled:
             return
         path, _ = self._spilled[name]
         try:
             switch = load_switch(path)
         except SwitchFileError as err:
-            raise ValueError(f"the session switch '{name}' was moved to disk when its page closed and cannot be read back "
-                             f"({err}); train or import it again") from err
+            self._forget_file(name)
+            raise ValueError(f"the session switch '{name}' was moved to disk when its page closed and could not be read back "
+                             f"({err}), so it is gone; train or import it again") from err
+        self._forget_file(name)
         self.switches[name] = switch
-        del self._spilled[name]
-        path.unlink(missing_ok=True)
 
-    def discard(self) -> None:
-        """Drop every unsaved switch and its file (Gradio calls this when it deletes a closed session's state)."""
-        with self._lock:
-            for path, _ in self._spilled.values():
-                path.unlink(missing_ok=True)
-            self._spilled.clear()
-            self.switches.clear()
+    def _forget_file(self, name: str) -> None:
+        path, _ = self._spilled.pop(name, (None, None))
+        if path is not None:
+            path.unlink(missing_ok=True)
 
     # --- jobs ------------------------------------------------------------------------
     def new_generation(self) -> threading.Event:
@@ -239,6 +260,9 @@ class Session:
             flag.set()  # a finished run counts as stopped, so a new one may start
             if self._training is flag:
                 self._training = None
+            folder, self._spill_after_training = self._spill_after_training, None
+        if folder is not None:  # the page closed during the run
+            self.spill(folder)
 
     def cancel_training(self) -> bool:
         """Ask the running training to stop; False if none is running."""
@@ -247,3 +271,8 @@ class Session:
                 return False
             self._training.set()
             return True
+
+
+def _remove_files(spilled: dict[str, tuple[Path, str]]) -> None:
+    for path, _ in spilled.values():
+        path.unlink(missing_ok=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import functools
 import inspect
+import os
 import shutil
 import tempfile
 import threading
@@ -26,10 +27,17 @@ from lmswitch.serve.session import Session, SwitchLibrary
 USER_ERRORS = (ValueError, TypeError, SwitchFileError, DocumentError, Busy)
 
 
+def _on_disk_temp() -> str | None:
+    """/var/tmp where this user can write there (on disk by convention, where /tmp may be memory, as on Debian 13), else
+    the system's temporary folder."""
+    return "/var/tmp" if os.access("/var/tmp", os.W_OK) else None
+
+
 class Backend:
     """Loads the model in the background so the page can say so; then serves it to every session."""
 
-    def __init__(self, model: str = DEFAULT_MODEL, switches: str | Path | None = None, dtype: str = "auto") -> None:
+    def __init__(self, model: str = DEFAULT_MODEL, switches: str | Path | None = None, dtype: str = "auto",
+                 spool: str | Path | None = None) -> None:
         self.model_name = model
         self.dtype = dtype
         self.folder = Path(switches) if switches else None
@@ -37,7 +45,7 @@ class Backend:
         self.error: str | None = None
         self.ready = threading.Event()
         self.export_dir = Path(tempfile.mkdtemp(prefix="lmswitch-export-"))  # files for the download buttons
-        self.spool_dir = Path(tempfile.mkdtemp(prefix="lmswitch-closed-sessions-"))  # unsaved switches of closed pages
+        self.spool_dir = Path(tempfile.mkdtemp(prefix="lmswitch-closed-sessions-", dir=spool or _on_disk_temp()))  # closed pages' switches
         for folder in (self.export_dir, self.spool_dir):  # removed when the server exits (app.py: also on SIGTERM)
             atexit.register(shutil.rmtree, folder, ignore_errors=True)
         self.compute = ComputeThread()

@@ -176,7 +176,7 @@ def _wire_steer(ui: SimpleNamespace, backend: Backend, demo: gr.Blocks) -> None:
     steer_inputs = [ui.prompt, *ui.gen, ui.session, *ui.sliders, ui.adaptive, ui.best_of, ui.guide]
     stream_out = [ui.steered, ui.base, ui.steered_scores, ui.base_scores, ui.tokens]
     run_steer = bind(steer.steer, backend)
-    loaded = demo.load(bind(steer.on_load, backend), [ui.session, *ui.pickers], [ui.status, *ui.sliders, *ui.pickers, ui.session],
+    loaded = demo.load(bind(steer.on_load, backend), [ui.session, *ui.pickers], [ui.status, *ui.sliders, *ui.pickers],
                        api_visibility="private", concurrency_limit=None)
     loaded.then(run_steer, steer_inputs, stream_out, api_visibility="private", **live)  # a first generation to look at
     ui.go.click(run_steer, steer_inputs, stream_out, api_name="steer", **live)
@@ -185,12 +185,11 @@ def _wire_steer(ui: SimpleNamespace, backend: Backend, demo: gr.Blocks) -> None:
         slider.release(run_steer, steer_inputs, stream_out, api_visibility="private", **live)
     ui.wide.change(bind(steer.widen_sliders, backend), [ui.wide, ui.session, *ui.sliders], [ui.wide_warning, *ui.sliders], api_visibility="private",
                    concurrency_limit=None)
-    ui.model_pick.input(bind(steer.select_model, backend), [ui.model_pick, ui.session, *ui.pickers],
-                        [ui.status, *ui.sliders, *ui.pickers, ui.session],
+    ui.model_pick.input(bind(steer.select_model, backend), [ui.model_pick, ui.session, *ui.pickers], [ui.status, *ui.sliders, *ui.pickers],
                         api_name="select_model", show_progress_on=[ui.status]).then(run_steer, steer_inputs, stream_out,
                                                                                     api_visibility="private", **live)
     ui.tr_go.click(bind(steer.run_transfer, backend), [ui.tr_switch, ui.tr_target, ui.session, *ui.pickers],
-                   [ui.tr_report, ui.model_pick, ui.status, *ui.sliders, *ui.pickers, ui.session], api_name="transfer",
+                   [ui.tr_report, ui.model_pick, ui.status, *ui.sliders, *ui.pickers], api_name="transfer",
                    show_progress_on=[ui.tr_report]).then(run_steer, steer_inputs, stream_out, api_visibility="private", **live)
     batch = dict(concurrency_id="generate", concurrency_limit=4)
     ui.api_go.click(bind(steer.generate_api, backend), [ui.prompt, ui.api_switches, *ui.gen, ui.session, ui.adaptive, ui.best_of, ui.guide],
@@ -211,14 +210,13 @@ def _wire_train_and_lenses(ui: SimpleNamespace, backend: Backend) -> None:
     ui.mode.change(lambda m: gr.Column(visible=m != train.MODES[0]), ui.mode, ui.side_b, api_visibility="private", queue=False)
     ui.train_go.click(bind(train.train, backend), [ui.mode, ui.new_name, ui.pos_label, ui.neg_label, ui.text_a, ui.file_a, ui.text_b,
                                                    ui.file_b, *ui.train_settings, ui.session, *ui.pickers],
-                      [ui.train_status, ui.loss_plot, ui.train_report, *ui.sliders, *ui.pickers, ui.session, ui.download, ui.train_learned],
+                      [ui.train_status, ui.loss_plot, ui.train_report, *ui.sliders, *ui.pickers, ui.download, ui.train_learned],
                       api_name="train",
                       concurrency_id="train", concurrency_limit=2, show_progress_on=[ui.train_status])
     ui.cancel.click(train.cancel_training, ui.session, ui.train_status, api_name="cancel_training", concurrency_limit=None, queue=False)
     ui.manage.change(bind(train.export_switch, backend), [ui.manage, ui.session], ui.download, api_visibility="private")
     ui.save.click(bind(train.save_switch, backend), [ui.manage, ui.session], ui.manage_status, api_name="save_switch")
-    ui.upload.upload(bind(train.import_switch, backend), [ui.upload, ui.session, *ui.pickers],
-                     [ui.manage_status, *ui.sliders, *ui.pickers, ui.session],
+    ui.upload.upload(bind(train.import_switch, backend), [ui.upload, ui.session, *ui.pickers], [ui.manage_status, *ui.sliders, *ui.pickers],
                      api_name="import_switch")
     ui.inspect_go.click(bind(lens.inspect_switch, backend), [ui.inspect_name, ui.dims, ui.words, ui.session],
                         [ui.svd_table, ui.spectrum, ui.scatter, ui.word_table], api_name="inspect")
@@ -246,9 +244,7 @@ def build_app(backend: Backend) -> gr.Blocks:
     shipped = sorted(p.stem for p in backend.folder.glob("*.safetensors")) if backend.folder and backend.folder.is_dir() else []
     ui = SimpleNamespace()
     with gr.Blocks(title="lmswitch", analytics_enabled=False) as demo:
-        # deep-copied into a fresh Session per visitor; every event that changes its switches writes it back as an output,
-        # so Gradio deletes it an hour after its page closes (a state that is only ever an input is kept forever)
-        ui.session = gr.State(Session(), delete_callback=Session.discard)
+        ui.session = gr.State(Session())  # deep-copied into a fresh Session per visitor
         gr.Markdown("# lmswitch <small>steer a language model with LM-Switch</small>", elem_id="title")
         ui.status = gr.Markdown(f"⏳ Loading the model **{backend.model_name}** and the switches… the controls appear as soon as it has "
                                 "loaded.", elem_id="status")
@@ -273,9 +269,11 @@ def build_app(backend: Backend) -> gr.Blocks:
 def _on_close(demo: gr.Blocks, state: gr.State, backend: Backend):
     """The unload event: when a page or API client goes away, its unsaved switches move to disk (``Session.spill``).
 
-    Gradio keeps a closed session's state for an hour in case the same client comes back; the switches need not take
-    memory meanwhile. Gradio has no public way to read a state from an unload event, so this looks the session up in
-    the Blocks' state holder (a test on a launched app checks it still works).
+    Gradio keeps a closed session (the app's ``Session`` is never an event output, so it has no time to live) until
+    its limit of sessions pushes it out, in case the same client comes back; the switches need not take memory
+    meanwhile, and their files go with the session (``Session``'s finalizer). Gradio has no public way to read a state
+    from an unload event, so this looks the session up in the Blocks' state holder (tests/test_app.py checks it on a
+    launched app).
     """
     def page_closed(request: gr.Request) -> None:
         states = demo.state_holder.session_data.get(request.session_hash)

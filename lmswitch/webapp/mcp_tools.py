@@ -121,7 +121,7 @@ class McpTools:
             raise ValueError(f"mode must be one of {', '.join(TRAIN_MODES)}; got {mode!r}")
         lm, library = self.backend.get()
         check_name(name)
-        if len(self.session.switches) >= MAX_SESSION_SWITCHES:  # checked before spending the training time
+        if self.session.full():  # checked before spending the training time
             raise ValueError(f"this server already holds {MAX_SESSION_SWITCHES} switches trained over MCP; restart the app to clear "
                              "them, or train in the app and save to the library")
         pos, neg = training_data(TRAIN_MODES[mode], positive, None, negative, None)

@@ -45,7 +45,7 @@ def model_status(backend: Backend, session: Session) -> str:
 def on_load(backend: Backend, session: Session, *current: str | None):
     """Page load: wait for the model, then show this session's sliders and switch pickers."""
     _, library = backend.get(timeout=900)
-    return [model_status(backend, session), *slot_updates(session, library), *dropdown_updates(session, library, current), session]
+    return [model_status(backend, session), *slot_updates(session, library), *dropdown_updates(session, library, current)]
 
 
 WIDE_WARNING = ("⚠ **Sliders beyond the fluent range.** Past a switch's calibrated fluent ε, steered text tends to repeat "
@@ -72,8 +72,7 @@ def select_model(backend: Backend, name: str, session: Session, *current: str | 
     """The model picker: steer another model (loaded the first time, converted and cached like the default one)."""
     _, library = backend.model(name)
     session.model = name
-    return [model_status(backend, session), *slot_updates(session, library, reset=True), *dropdown_updates(session, library, current),
-            session]
+    return [model_status(backend, session), *slot_updates(session, library, reset=True), *dropdown_updates(session, library, current)]
 
 
 def _transfer_report(final: str, target: str, moved: Switch) -> str:
@@ -98,7 +97,7 @@ def run_transfer(backend: Backend, name: str, target: str, session: Session, *cu
     values = {final: moved.card["recommended_eps"]}
     return [_transfer_report(final, target_lm.name, moved), gr.Dropdown(choices=backend.choices(), value=target),
             model_status(backend, session), *slot_updates(session, target_library, reset=True, values=values),
-            *dropdown_updates(session, target_library, current), session]
+            *dropdown_updates(session, target_library, current)]
 
 
 def _comparisons(backend: Backend, session: Session, prompt: str, pairs: Sequence[tuple[str, object]], widgets: Sequence,

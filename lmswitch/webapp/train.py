@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import gradio as gr
@@ -18,7 +19,7 @@ from lmswitch.harness import figures
 from lmswitch.harness.frontier import calibrated_card
 from lmswitch.io.documents import split_lines
 from lmswitch.lenses.learned import what_was_learned
-from lmswitch.serve.session import Session, check_name
+from lmswitch.serve.session import Session, SwitchLibrary, check_name
 from lmswitch.webapp.backend import Backend, computed, user_errors
 from lmswitch.webapp.widgets import MAX_SLOTS, dropdown_updates, number, optional_text, read_input, slot_updates
 
@@ -28,6 +29,8 @@ MAX_TRAIN_CHARS = 400_000  # ~100k tokens: trains in minutes on a CPU; bigger co
 MAX_LABEL_CHARS = 80  # a side's label (shown on the slider, stored in the card)
 UPDATE_EVERY = 0.3  # seconds between progress updates of the loss curve
 READING = "⏳ Trained. Reading what the switch learned…"
+CANCELLED_READING = "*Cancelled after training: what the switch learned was not read. The switch is kept.*"
+CANCELLED_PROBE = "cancelled after training; the switch is kept"
 PROBING = "⏳ Probing the fluent ε range on a few dev prompts (the slider will span it)…"
 
 
@@ -112,41 +115,64 @@ def train(backend: Backend, mode: str, name: str, positive_label: str, negative_
     labels = [optional_text(label, f"the {side} label", MAX_LABEL_CHARS).strip() or side
               for label, side in ((positive_label, "positive"), (negative_label, "negative"))]
     current = [sweep_pick, grid_a_pick, grid_b_pick, manage_pick, inspect_pick, highlight_pick, transfer_pick]
+    job = _Job(lm, library, name, DESCRIPTIONS.get(mode, ""), positive, negative, config, labels, current)
     flag = session.start_training()
     try:  # the run lasts until the card is written: a closed page's session is moved to disk only after that (Session.spill)
-        yield from _train_and_add(backend, lm, library, session, flag, name, mode, positive, negative, config, labels, current, progress)
+        yield from _train_and_add(backend, session, job, flag, progress)
     finally:
         session.end_training(flag)
 
 
-def _train_and_add(backend: Backend, lm: LanguageModel, library, session: Session, flag, name: str, mode: str, positive, negative,
-                   config: TrainConfig, labels: list[str], current: list, progress) -> Iterator[tuple]:
-    skip = [gr.skip()] * (MAX_SLOTS + len(current) + 3)  # sliders, pickers, session, download button, what it learned
-    losses: list[float] = []
-    events = backend.compute.stepped(train_events(
-        lm, positive, negative, name=name, description=DESCRIPTIONS.get(mode, ""), config=config, cancel=flag,
-        positive_label=labels[0], negative_label=labels[1]))
-    done = None
-    try:
-        progress(0, desc="encoding the text")
-        yield "Encoding the text…", figures.loss_figure([], total_steps=config.steps), gr.skip(), *skip
-        for update in _progress_updates(events, config.steps, progress, skip, losses):
-            if isinstance(update, Done):
-                done = update
-            else:
-                yield update
-    except TrainingCancelled:
-        yield f"Cancelled after {len(losses)} of {config.steps} steps; nothing was added.", gr.skip(), gr.skip(), *skip
+@dataclass(frozen=True)
+class _Job:
+    """One Train-tab run's checked inputs (``current``: the switch pickers' choices)."""
+
+    lm: LanguageModel
+    library: SwitchLibrary
+    name: str
+    description: str
+    positive: str | list[str]
+    negative: str | list[str] | None
+    config: TrainConfig
+    labels: list[str]
+    current: list
+
+
+def _train_and_add(backend: Backend, session: Session, job: _Job, flag, progress) -> Iterator[tuple]:
+    """Train (progress, loss curve), add the switch, show what it learned, probe its fluent range; a cancel after the
+    training itself skips the reading and the probe, and the switch is kept."""
+    skip = [gr.skip()] * (MAX_SLOTS + len(job.current) + 2)  # sliders, pickers, download button, what it learned
+    done = yield from _trained(backend, job, flag, progress, skip)
+    if done is None:
         return
-    finally:
-        events.close()  # if the page went away mid-run, stop training too
-    final = session.add(done.switch, library, name=name)  # kept from here on, even if the page goes away
+    final = session.add(done.switch, job.library, name=job.name)  # kept from here on, even if the page goes away
     progress(1.0, desc="reading what it learned")
     yield READING, gr.skip(), gr.skip(), *skip
-    learned = _learned(backend, lm, done.switch, positive, negative)  # first: a user reads it while the range is probed
-    yield PROBING, gr.skip(), gr.skip(), *skip[:-1], learned
-    done.switch.card = _calibrated(backend, lm, done.switch)  # the session holds this very switch: its card is updated
-    yield *_finished(backend, session, library, name, final, done.switch, current), learned  # the last message: everything
+    learned = CANCELLED_READING if flag.is_set() else _learned(backend, job.lm, done.switch, job.positive, job.negative)
+    yield PROBING, gr.skip(), gr.skip(), *skip[:-1], learned  # first: a user reads it while the range is probed
+    done.switch.card = (done.switch.card.updated(calibration_error=CANCELLED_PROBE) if flag.is_set()
+                        else _calibrated(backend, job.lm, done.switch))  # the session holds this very switch: its card is updated
+    yield *_finished(backend, session, job.library, job.name, final, done.switch, job.current), learned  # the last message
+
+
+def _trained(backend: Backend, job: _Job, flag, progress, skip: list) -> Iterator[tuple]:
+    """The training run's progress messages; returns its ``Done`` (None when cancelled, after saying so)."""
+    losses: list[float] = []
+    events = backend.compute.stepped(train_events(
+        job.lm, job.positive, job.negative, name=job.name, description=job.description, config=job.config, cancel=flag,
+        positive_label=job.labels[0], negative_label=job.labels[1]))
+    try:
+        progress(0, desc="encoding the text")
+        yield "Encoding the text…", figures.loss_figure([], total_steps=job.config.steps), gr.skip(), *skip
+        for update in _progress_updates(events, job.config.steps, progress, skip, losses):
+            if isinstance(update, Done):
+                return update
+            yield update
+    except TrainingCancelled:
+        yield f"Cancelled after {len(losses)} of {job.config.steps} steps; nothing was added.", gr.skip(), gr.skip(), *skip
+    finally:
+        events.close()  # if the page went away mid-run, stop training too
+    return None
 
 
 def _finished(backend: Backend, session: Session, library, name: str, final: str, switch: Switch, current: list) -> tuple:
@@ -154,7 +180,7 @@ def _finished(backend: Backend, session: Session, library, name: str, final: str
     current = [*current[:3], final, *current[4:]]  # the manage picker shows the new switch
     return ("Done.", figures.loss_figure(card["train_losses"], card["heldout_losses"], total_steps=card["steps"]),
             _report(final, name, switch), *slot_updates(session, library), *dropdown_updates(session, library, current),
-            session, backend.run(export_path, backend, switch))  # the session as an output: Gradio may expire it once closed
+            backend.run(export_path, backend, switch))
 
 
 def _calibrated(backend: Backend, lm: LanguageModel, switch: Switch) -> Card:
@@ -222,4 +248,4 @@ def import_switch(backend: Backend, file: str | None, session: Session, *current
     switch = load_switch(path, lm)
     final = session.add(switch, library)
     return (f"Imported '{final}' ({switch.positive_label} ↔ {switch.negative_label}); its slider is in the Steer tab.",
-            *slot_updates(session, library), *dropdown_updates(session, library, current), session)
+            *slot_updates(session, library), *dropdown_updates(session, library, current))
