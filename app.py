@@ -19,10 +19,6 @@ import threading
 from pathlib import Path
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # offline: no telemetry calls
-# Sessions Gradio keeps (its default is 10,000): each holds ~0.3 MB of Gradio's per-session page configuration
-# besides its switches, so this bounds that memory near 300 MB. The least recently used session goes first, with its
-# unsaved switches (a closed page's are on disk), once 1,000 others have been used since.
-MAX_SESSIONS = 1000
 
 from lmswitch.core.models import DEFAULT_MODEL  # noqa: E402
 from lmswitch.webapp.backend import DEFAULT_SWITCHES, Backend  # noqa: E402
@@ -77,9 +73,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    # SIGTERM (a service manager's stop) ends the server like Ctrl+C, so the exit handlers remove its temporary folders
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     if args.switches and not Path(args.switches).is_dir():
         raise SystemExit(f"switch folder {args.switches} does not exist; create it or pass --switches DIR")
-    if args.spool_dir and not (Path(args.spool_dir).is_dir() and os.access(args.spool_dir, os.W_OK)):
+    if args.spool_dir and not (Path(args.spool_dir).is_dir() and os.access(args.spool_dir, os.W_OK | os.X_OK)):
         raise SystemExit(f"--spool-dir {args.spool_dir} is not a folder this user can write to; create it or pass another")
     backend = Backend(args.model, args.switches, dtype=args.dtype, spool=args.spool_dir)
     backend.compute.own_cores()  # a torch op on a web thread must not slow every generation (serve/compute.py)
@@ -91,13 +89,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"lmswitch: loading {args.model} in the background; open http://{args.host}:{args.port}", flush=True)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, show_error=True, ssr_mode=False, css_paths=[CSS_PATH],
                 footer_links=["api"], max_file_size="256mb",  # documents are refused above 20 MB; switches of big models are larger
-                prevent_thread_lock=True, mcp_server=args.mcp, state_session_capacity=MAX_SESSIONS)
+                prevent_thread_lock=True, mcp_server=args.mcp)
     demo.app.include_router(OpenAIApi(backend, args.api_key).router())
     threading.Thread(target=freeze_when_loaded, args=(backend,), name="lmswitch-gc-freeze", daemon=True).start()
     print(f"lmswitch: OpenAI-compatible API at http://{args.host}:{args.port}/v1"
           + (" (API key required)" if args.api_key else ""), flush=True)
-    # SIGTERM (a service manager's stop) ends the server like Ctrl+C, so the exit handlers remove its temporary folders
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
     demo.block_thread()
 
 

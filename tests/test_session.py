@@ -224,6 +224,7 @@ def test_spill_counts_toward_the_limit_and_keeps_what_it_cannot_write(library, l
     not_a_folder = tmp_path / "file"
     not_a_folder.write_text("x")
     assert s.spill(not_a_folder) == 0 and s.switches.keys() == {"kept"}  # cannot be written: it stays in memory
+    assert s.spill(tmp_path, quota=1000) == 0 and s.switches.keys() == {"kept"}  # its 4 kB would pass the quota
     assert s.spill(tmp_path) == 1
     monkeypatch.setattr(session_module, "MAX_SESSION_SWITCHES", 2)
     s.add(random_switch(llama_lm, seed=2, name="second"), library)

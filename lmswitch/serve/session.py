@@ -8,6 +8,7 @@ older one). Both are plain Python objects that any front end can use.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import uuid
@@ -19,6 +20,7 @@ from lmswitch.core.switch import Switch, SwitchFileError, load_switch
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,47}$")
 MAX_SESSION_SWITCHES = 32  # each is a d × d float32 matrix (1.3 MB for the embedded model)
+SPOOL_QUOTA = 4 * 2**30  # bytes of closed sessions' switches on disk; past it, a closed session keeps them in memory
 
 
 def check_name(name: object) -> str:
@@ -90,6 +92,7 @@ class Session:
     Names are unique across the session and the library. ``order`` is the stable
     order in which switches get sliders. A new generation stops the previous
     one (:meth:`new_generation`); training can be cancelled (:meth:`cancel_training`).
+    When its page closes, its unsaved switches can wait on disk (:meth:`spill`).
     """
 
     def __init__(self) -> None:
@@ -102,7 +105,8 @@ class Session:
         self._generation: threading.Event | None = None
         self._training: threading.Event | None = None
         self._lock = threading.Lock()
-        weakref.finalize(self, _remove_files, self._spilled)  # a session Gradio lets go of takes its files with it
+        # a session Gradio lets go of takes its files with it (at exit, the app removes the whole folder instead)
+        weakref.finalize(self, _remove_files, self._spilled).atexit = False
 
     def __deepcopy__(self, memo: dict) -> Session:
         # ``gr.State(Session())`` deep-copies its value once for every new browser session or API client:
@@ -187,35 +191,33 @@ class Session:
         return path
 
     # --- a closed page ----------------------------------------------------------------
-    def spill(self, folder: Path) -> int:
+    def spill(self, folder: Path, quota: int = SPOOL_QUOTA) -> int:
         """Move this session's unsaved switches out of memory into files in ``folder``; returns how many moved.
 
         For a page or client that has closed: Gradio keeps its session (until its limit of sessions pushes it out) in
-        case the same client comes back, and a switch comes back from its file on first use. A switch that cannot be
-        written (full or read-only disk) stays in memory. While a training run is going nothing moves; the run's end
-        does it (the run still writes its switch's card).
+        case the same client comes back, and a switch comes back from its file on first use. Switches stay in memory
+        when they cannot be written (full or read-only disk) or would take the folder past ``quota`` bytes. While a
+        training run is going nothing moves; the run's end does it (the run still writes its switch's card).
         """
+        folder = Path(folder)
         with self._lock:
             if self._training is not None:
-                self._spill_after_training = Path(folder)
+                self._spill_after_training = folder
                 return 0
             todo = list(self.switches.items())
-        written = []
-        for name, switch in todo:  # written without the lock: the session stays usable meanwhile
-            path = Path(folder) / f"{uuid.uuid4().hex}.safetensors"
-            try:
-                switch.save(path)
-            except Exception:  # any failure to write (OSError, safetensors' own errors): it stays in memory
-                continue
-            written.append((name, switch, path))
+        written = [(name, switch, _spill_file(switch, folder, quota)) for name, switch in todo]  # without the lock
+        moved = 0
         with self._lock:
             for name, switch, path in written:
+                if path is None:
+                    continue
                 if self.switches.get(name) is switch:  # not saved to the library or replaced meanwhile
                     self._spilled[name] = (path, switch.model_fingerprint)
                     del self.switches[name]
+                    moved += 1
                 else:
-                    path.unlink(missing_ok=True)
-            return sum(name in self._spilled for name, _, _ in written)
+                    _unlink(path)
+        return moved
 
     def _restore(self, name: str) -> None:
         """Read a spilled switch back into memory (under the lock); its file goes once the switch is back.
@@ -231,13 +233,13 @@ class Session:
             self._forget_file(name)
             raise ValueError(f"the session switch '{name}' was moved to disk when its page closed and could not be read back "
                              f"({err}), so it is gone; train or import it again") from err
+        self.switches[name] = switch  # in memory before its file goes
         self._forget_file(name)
-        self.switches[name] = switch
 
     def _forget_file(self, name: str) -> None:
         path, _ = self._spilled.pop(name, (None, None))
         if path is not None:
-            path.unlink(missing_ok=True)
+            _unlink(path)
 
     # --- jobs ------------------------------------------------------------------------
     def new_generation(self) -> threading.Event:
@@ -273,6 +275,22 @@ class Session:
             return True
 
 
-def _remove_files(spilled: dict[str, tuple[Path, str]]) -> None:
-    for path, _ in spilled.values():
+def _spill_file(switch: Switch, folder: Path, quota: int) -> Path | None:
+    """``switch`` written to a new file in ``folder``; None where it cannot be written or would pass ``quota`` bytes."""
+    try:
+        used = sum(f.stat().st_size for f in folder.iterdir())  # also says whether the folder is still there (not at exit)
+        if used + switch.W.numel() * switch.W.element_size() > quota:
+            return None
+        return switch.save(folder / f"{uuid.uuid4().hex}.safetensors")
+    except Exception:  # any failure to write (OSError, safetensors' own errors): the switch stays in memory
+        return None
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(OSError):  # a file that cannot be removed must not cost the switch or the request
         path.unlink(missing_ok=True)
+
+
+def _remove_files(spilled: dict[str, tuple[Path, str]]) -> None:
+    for path, _ in list(spilled.values()):
+        _unlink(path)

@@ -170,9 +170,10 @@ def _trained(backend: Backend, job: _Job, flag, progress, skip: list) -> Iterato
             yield update
     except TrainingCancelled:
         yield f"Cancelled after {len(losses)} of {job.config.steps} steps; nothing was added.", gr.skip(), gr.skip(), *skip
+        return None
     finally:
         events.close()  # if the page went away mid-run, stop training too
-    return None
+    raise RuntimeError("the training run ended without a result")
 
 
 def _finished(backend: Backend, session: Session, library, name: str, final: str, switch: Switch, current: list) -> tuple:
