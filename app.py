@@ -73,12 +73,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    # SIGTERM (a service manager's stop) ends the server like Ctrl+C, so the exit handlers remove its temporary folders
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
     if args.switches and not Path(args.switches).is_dir():
         raise SystemExit(f"switch folder {args.switches} does not exist; create it or pass --switches DIR")
     if args.spool_dir and not (Path(args.spool_dir).is_dir() and os.access(args.spool_dir, os.W_OK | os.X_OK)):
         raise SystemExit(f"--spool-dir {args.spool_dir} is not a folder this user can write to; create it or pass another")
+    # SIGTERM (a service manager's stop) ends the server like Ctrl+C, so the exit handlers remove its temporary folders
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     backend = Backend(args.model, args.switches, dtype=args.dtype, spool=args.spool_dir)
     backend.compute.own_cores()  # a torch op on a web thread must not slow every generation (serve/compute.py)
     backend.start()

@@ -11,6 +11,7 @@ compare the two one after the other.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 import time
@@ -24,7 +25,8 @@ def measure(root: Path, sessions: int) -> str:
 
     examples = root / "lmswitch" / "data" / "examples"
     pos, neg = ("\n".join((examples / f"sentiment_{side}.txt").read_text().splitlines()[:30]) for side in ("positive", "negative"))
-    server = AppServer(Path(tempfile.mkdtemp()), name="session-memory", args=("--dtype", "bfloat16"),
+    workdir = Path(tempfile.mkdtemp())  # the server's copy of the shipped switches
+    server = AppServer(workdir, name="session-memory", args=("--dtype", "bfloat16"),
                        env={"GRADIO_HEARTBEAT_INTERVAL": "0.5"})  # a closed client is noticed within half a second
 
     def train_and_close() -> None:
@@ -46,6 +48,7 @@ def measure(root: Path, sessions: int) -> str:
         grown = (server.rss_bytes() - before) / 2**20
     finally:
         server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
     return f"{root}: {sessions} closed training sessions: {grown:+.1f} MB, {grown / sessions:+.2f} MB per session"
 
 

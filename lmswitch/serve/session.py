@@ -9,6 +9,7 @@ older one). Both are plain Python objects that any front end can use.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import threading
 import uuid
@@ -205,7 +206,7 @@ class Session:
                 self._spill_after_training = folder
                 return 0
             todo = list(self.switches.items())
-        written = [(name, switch, _spill_file(switch, folder, quota)) for name, switch in todo]  # without the lock
+        written = _spill_files(todo, folder, quota)  # without the lock: the session stays usable meanwhile
         moved = 0
         with self._lock:
             for name, switch, path in written:
@@ -263,8 +264,8 @@ class Session:
             if self._training is flag:
                 self._training = None
             folder, self._spill_after_training = self._spill_after_training, None
-        if folder is not None:  # the page closed during the run
-            self.spill(folder)
+        if folder is not None:  # the page closed during the run; not on this thread, which may be Gradio's event loop
+            threading.Thread(target=self.spill, args=(folder,), name="lmswitch-spill", daemon=True).start()
 
     def cancel_training(self) -> bool:
         """Ask the running training to stop; False if none is running."""
@@ -275,15 +276,35 @@ class Session:
             return True
 
 
-def _spill_file(switch: Switch, folder: Path, quota: int) -> Path | None:
-    """``switch`` written to a new file in ``folder``; None where it cannot be written or would pass ``quota`` bytes."""
+def _spill_files(todo: list[tuple[str, Switch]], folder: Path, quota: int) -> list[tuple[str, Switch, Path]]:
+    """The switches of ``todo`` written to new files in ``folder``, while the folder stays within ``quota`` bytes; a
+    switch that cannot be written (full or read-only disk, the folder gone at exit) is left out."""
+    used = _folder_bytes(folder)
+    written = []
+    for name, switch in todo:
+        size = sum(t.numel() * t.element_size() for t in (switch.W, switch.judge) if t is not None)
+        if used is None or used + size > quota:
+            break
+        try:
+            path = switch.save(folder / f"{uuid.uuid4().hex}.safetensors")
+        except Exception:  # any failure to write (OSError, safetensors' own errors): it stays in memory
+            continue
+        written.append((name, switch, path))
+        used += size
+    return written
+
+
+def _folder_bytes(folder: Path) -> int | None:
+    """Bytes of the files in ``folder`` (None if it is gone); files that vanish while it is read count nothing."""
     try:
-        used = sum(f.stat().st_size for f in folder.iterdir())  # also says whether the folder is still there (not at exit)
-        if used + switch.W.numel() * switch.W.element_size() > quota:
-            return None
-        return switch.save(folder / f"{uuid.uuid4().hex}.safetensors")
-    except Exception:  # any failure to write (OSError, safetensors' own errors): the switch stays in memory
+        entries = list(os.scandir(folder))
+    except OSError:
         return None
+    total = 0
+    for entry in entries:
+        with contextlib.suppress(OSError):
+            total += entry.stat().st_size
+    return total
 
 
 def _unlink(path: Path) -> None:
