@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
@@ -183,6 +184,14 @@ def real_model_threads():
     """Use in real-model test modules: ``pytestmark = pytest.mark.usefixtures("real_model_threads")``."""
     with all_threads():
         yield
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    """Poll ``condition`` until it holds; fail saying ``what`` was awaited after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
 
 
 def digest(folder: Path) -> dict[str, str]:

@@ -8,7 +8,7 @@ import threading
 import gradio as gr
 import pytest
 import torch
-from conftest import digest, random_switch
+from conftest import digest, random_switch, wait_for
 
 import app
 import lmswitch as ls
@@ -504,15 +504,6 @@ def test_once_its_model_is_loaded_the_server_takes_what_it_holds_for_good_out_of
 # --- closed pages: their switches on disk, and Gradio's limit of sessions ---------------------------------
 
 
-def _wait_for(condition, what: str, timeout: float = 60.0) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def test_a_closed_page_moves_its_switches_to_disk_and_a_session_gradio_drops_takes_its_files(backend, llama_lm, tmp_path,
                                                                                              monkeypatch):
     """A launched app (in this process, on the tiny model) and ``gradio_client``: a client that closes has its unsaved
@@ -545,7 +536,7 @@ def test_a_closed_page_moves_its_switches_to_disk_and_a_session_gradio_drops_tak
         client.predict(handle_file(str(upload)), api_name="/import_switch")
         text, session = generate(client), session_of(client)
         client.close()
-        _wait_for(lambda: any(ref() is session and moved == 1 for ref, moved in spills), "the closed session's spill")
+        wait_for(lambda: any(ref() is session and moved == 1 for ref, moved in spills), "the closed session's spill")
         return session, text
 
     try:
@@ -563,7 +554,7 @@ def test_a_closed_page_moves_its_switches_to_disk_and_a_session_gradio_drops_tak
             other = Client(url, verbose=False)
             generate(other, switches="alpha=5")
             other.close()
-        _wait_for(lambda: pushed() is None and not spilled_file.exists(), "the pushed-out session's file to go")
+        wait_for(lambda: pushed() is None and not spilled_file.exists(), "the pushed-out session's file to go")
     finally:
         demo.close()
 

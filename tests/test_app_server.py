@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from conftest import EXAMPLES, lines
+from conftest import EXAMPLES, lines, wait_for
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
@@ -152,8 +152,6 @@ def test_transfer_a_switch_to_gemma_then_steer_it(app_server):
 def test_a_closed_clients_switch_goes_to_disk_and_a_stopped_server_removes_its_temporary_folders(tmp_path):
     """The real app: a client that imports a switch and closes has it moved to the server's temporary folder; SIGTERM
     (a service manager's stop) ends the server cleanly and removes its temporary folders."""
-    import time
-
     from app_server import AppServer
 
     tmp = tmp_path / "tmp"
@@ -164,10 +162,7 @@ def test_a_closed_clients_switch_goes_to_disk_and_a_stopped_server_removes_its_t
         c = client(server)
         assert "Imported 'sentiment-2'" in c.predict(handle_file(str(server.switches / "sentiment.safetensors")), api_name="/import_switch")[0]
         c.close()
-        deadline = time.monotonic() + 30
-        while not list(tmp.glob("lmswitch-closed-sessions-*/*.safetensors")):
-            assert time.monotonic() < deadline, f"the closed client's switch never reached the disk:\n{server.log()}"
-            time.sleep(0.1)
+        wait_for(lambda: list(tmp.glob("lmswitch-closed-sessions-*/*.safetensors")), "the closed client's switch on disk")
     finally:
         server.stop()
     assert server.process.returncode == 0, server.log_path.read_text()[-4000:]

@@ -4,11 +4,10 @@ names (``check_name``), and one user's private switches and stop flags (``Sessio
 from __future__ import annotations
 
 import copy
-import time
 
 import pytest
 import torch
-from conftest import random_switch
+from conftest import random_switch, wait_for
 
 from lmswitch import Switch, SwitchFileError, load_switch
 from lmswitch.serve import session as session_module
@@ -255,11 +254,7 @@ def test_a_close_during_training_spills_when_the_run_ends(library, llama_lm, tmp
     assert s.spill(spool) == 0 and "mood" in s.switches  # the run still writes its switch's card
     s.add(random_switch(llama_lm, seed=2, name="trained"), library)  # the run's switch
     s.end_training(flag)
-    for _ in range(200):  # the run's end moves both, on a thread of its own
-        if s.switches == {} and len(list(spool.iterdir())) == 2:
-            break
-        time.sleep(0.05)
-    assert s.switches == {} and len(list(spool.iterdir())) == 2
+    wait_for(lambda: s.switches == {} and len(list(spool.iterdir())) == 2, "the run's end to move both (on a thread of its own)")
 
 
 def test_a_switch_saved_while_being_spilled_stays_in_the_library_only(library, llama_lm, tmp_path, monkeypatch):

@@ -127,17 +127,13 @@ class Session:
     def _mine(self, name: str, library: SwitchLibrary) -> Switch | None:
         self._restore(name)
         switch = self.switches.get(name)
-        return switch if switch is not None and switch.model_fingerprint in ("", library.lm.fingerprint) else None
+        return switch if switch is not None and _for_model(switch.model_fingerprint, library) else None
 
     def _has(self, name: str, library: SwitchLibrary) -> bool:
         """Whether this session holds ``name`` for the library's model, in memory or on disk (without reading it back)."""
         if name in self.switches:
-            fingerprint = self.switches[name].model_fingerprint
-        elif name in self._spilled:
-            fingerprint = self._spilled[name][1]
-        else:
-            return False
-        return fingerprint in ("", library.lm.fingerprint)
+            return _for_model(self.switches[name].model_fingerprint, library)
+        return name in self._spilled and _for_model(self._spilled[name][1], library)
 
     def full(self) -> bool:
         """Whether this session holds as many unsaved switches as it may (in memory or moved to disk)."""
@@ -210,8 +206,6 @@ class Session:
         moved = 0
         with self._lock:
             for name, switch, path in written:
-                if path is None:
-                    continue
                 if self.switches.get(name) is switch:  # not saved to the library or replaced meanwhile
                     self._spilled[name] = (path, switch.model_fingerprint)
                     del self.switches[name]
@@ -274,6 +268,11 @@ class Session:
                 return False
             self._training.set()
             return True
+
+
+def _for_model(fingerprint: str, library: SwitchLibrary) -> bool:
+    """Whether a switch with this fingerprint steers the library's model (no fingerprint: made before they were kept)."""
+    return fingerprint in ("", library.lm.fingerprint)
 
 
 def _spill_files(todo: list[tuple[str, Switch]], folder: Path, quota: int) -> list[tuple[str, Switch, Path]]:

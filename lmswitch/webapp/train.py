@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,7 +155,7 @@ def _train_and_add(backend: Backend, session: Session, job: _Job, flag, progress
     yield *_finished(backend, session, job.library, job.name, final, done.switch, job.current), learned  # the last message
 
 
-def _trained(backend: Backend, job: _Job, flag, progress, skip: list) -> Iterator[tuple]:
+def _trained(backend: Backend, job: _Job, flag, progress, skip: list) -> Generator[tuple, None, Done | None]:
     """The training run's progress messages; returns its ``Done`` (None when cancelled, after saying so)."""
     losses: list[float] = []
     events = backend.compute.stepped(train_events(
