@@ -52,17 +52,19 @@ def teacher(lm, topic: Topic, probes: list[str]) -> tuple[torch.Tensor, ...]:
     parts = []
     for text in probes:
         ids = lm.tokenizer(text, add_special_tokens=False).input_ids
-        h = lm.final_hidden(torch.tensor([ids]))[0, :-1].float()
-        la, lb = (lm.model(input_ids=torch.tensor([c + ids])).logits[0, len(c) : -1].float().log_softmax(-1) for c in contexts)
+        h = lm.final_hidden(torch.tensor([ids]))[0, :-1].float().cpu()
+        la, lb = (lm.model(input_ids=torch.tensor([c + ids], device=lm.input_device)).logits[0, len(c) : -1].float().log_softmax(-1).cpu()
+                  for c in contexts)
         weight, top = torch.maximum(la, lb).exp().topk(TOP, dim=-1)
         parts.append((h, top, (la - lb).gather(1, top), weight))
     return tuple(torch.cat([p[k] for p in parts]) for k in range(4))
 
 
-def soft_fit(lm, H: torch.Tensor, top: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, lam: float) -> torch.Tensor:
-    """W minimising the weighted squared gap between E W h and delta (both centred per position) + lam ‖W‖²."""
+def soft_fit(lm, H: torch.Tensor, top: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, lam: float) -> tuple[torch.Tensor, int]:
+    """W minimising the weighted squared gap between E W h and delta (both centred per position) + lam ‖W‖², and the
+    L-BFGS iterations it took (at most 200)."""
     H, top, delta, weight = (x.clone() for x in (H, top, delta, weight))  # copies out of inference mode, for autograd
-    E = lm.head_weight(torch.float32)[top]  # (n, TOP, d)
+    E = lm.head_weight(torch.float32).cpu()[top]  # (n, TOP, d)
 
     def centred(x: torch.Tensor) -> torch.Tensor:
         return x - (weight * x).sum(1, keepdim=True) / weight.sum(1, keepdim=True)
@@ -79,7 +81,7 @@ def soft_fit(lm, H: torch.Tensor, top: torch.Tensor, delta: torch.Tensor, weight
         return loss
 
     opt.step(closure)
-    return W.detach()
+    return W.detach(), opt.state[W]["n_iter"]
 
 
 def main() -> None:
@@ -88,9 +90,12 @@ def main() -> None:
     p.add_argument("--topics", default=None, help="comma-separated topic names (default: every topic of the split)")
     args = p.parse_args()
     lm = ls.load_model()
-    topics = [t for t in load_topics(args.split) if args.topics is None or t.name in args.topics.split(",")]
-    if not topics:
-        p.error(f"no {args.split} topic named {args.topics}")
+    topics = load_topics(args.split)
+    if args.topics is not None:
+        unknown = set(args.topics.split(",")) - {t.name for t in topics}
+        if unknown:
+            p.error(f"unknown {args.split} topic(s) {', '.join(sorted(unknown))}; choose from {', '.join(t.name for t in topics)}")
+        topics = [t for t in topics if t.name in args.topics.split(",")]
     for topic in topics:
         opens = openings(topic)
         sampled_a, sampled_b = (continued(lm, art.strip() + "\n\n", opens, 1000) for art in (topic.article_a, topic.article_b))
@@ -102,11 +107,11 @@ def main() -> None:
             shown = "  ".join(f"ε {s.eps:g}: {s.toward_a:+.2f} / {s.toward_b:+.2f}{'' if s.fluent else ' (not fluent)'}" for s in shifts)
             print(f"- {switch.name}: meter {meter_accuracy(lm, switch, topic.statements_a, topic.statements_b):.1%}; toward A / B {shown}")
         H, top, delta, weight = teacher(lm, topic, continued(lm, topic.title + "\n\n", opens, 0))
-        for lam in (1e-4, 1e-2, 1.0):
-            W = soft_fit(lm, H, top, delta, weight, lam)
+        for lam in (1e-6, 1e-5, 1e-4, 1e-2, 1.0):
+            W, iterations = soft_fit(lm, H, top, delta, weight, lam)
             soft = dataclasses.replace(plain, W=W)
             both = dataclasses.replace(plain, W=plain.W / plain.W.norm() + W / W.norm())
-            print(f"- soft, λ {lam:g}: meter {meter_accuracy(lm, soft, topic.statements_a, topic.statements_b):.1%}; "
+            print(f"- soft, λ {lam:g} ({iterations} L-BFGS iterations): meter {meter_accuracy(lm, soft, topic.statements_a, topic.statements_b):.1%}; "
                   f"plain + soft {meter_accuracy(lm, both, topic.statements_a, topic.statements_b):.1%}", flush=True)
 
 

@@ -1,16 +1,17 @@
-"""What the model itself makes of an article in its context: an upper bound for issue 15's stance targets.
+"""What the model itself makes of an article in its context: a reference for issue 15's stance targets.
 
     PYTHONPATH=. python docs/evaluation/experiments/stance_in_context.py [--model gemma3-270m] [--skip-lexicon] [--topics four_day_week]
 
 A switch is a linear change of the head's input learned from the article; the model reading the article in its context
-uses everything it understands of it. So what the model does with the article in context bounds what a switch learned
-from that article can be expected to do. EVALUATION.md, "Nineteenth session".
+can use all it understands of it. So what the model does with the article in context is a reference for what a switch
+learned from that article might do (not a strict bound: one template, summed log-likelihoods). EVALUATION.md,
+"Nineteenth session".
 
-1. **Meter bound.** Each held-out statement's log-likelihood after "<article>\n\nIn short:" minus after
-   "<title>\n\nIn short:" (the topic given, the article not). Pairwise accuracy as the harness's meter: one article's
-   statements against the other side's (one-article bound), and the statement's log-likelihood after article A minus
-   after article B (A-vs-B bound).
-2. **Lexicon bound.** The topic's prompts continued (2 samples × 25 tokens, the harness's protocol, same seeds) after
+1. **Meter.** Each held-out statement's log-likelihood (summed over its tokens) after "<article>\n\nIn short:" minus
+   after "<title>\n\nIn short:" (the topic given, the article not). Pairwise accuracy as the harness's meter: one
+   article's statements against the other side's (one article), and the statement's log-likelihood after article A
+   minus after article B (A vs B).
+2. **Lexicon.** The topic's prompts continued (2 samples × 25 tokens, the same seeds in all three contexts) after
    article A, after article B and after the title alone, counted with the stance lexicons: how far the continuations
    move toward each side's words when the model has just read that side's article.
 """
@@ -23,17 +24,19 @@ import torch
 
 import lmswitch as ls
 from lmswitch.core.generate import generate_tokens
+from lmswitch.core.hidden import prefix_ids
 from lmswitch.core.options import SamplingOptions
 from lmswitch.harness.stance import STANCE_PROTOCOL, Topic, lexicon_score, load_topics, pairwise_accuracy
 
 
 @torch.inference_mode()
 def loglik(lm, context: str, statement: str) -> float:
-    """log P(statement | context), summed over the statement's tokens."""
-    c = lm.tokenizer(context, add_special_tokens=False).input_ids
+    """log P(statement | context), summed over the statement's tokens (the tokenizer's start tokens, such as Gemma's BOS,
+    before the context)."""
+    c = prefix_ids(lm) + lm.tokenizer(context, add_special_tokens=False).input_ids
     s = lm.tokenizer(" " + statement, add_special_tokens=False).input_ids
-    logp = lm.model(input_ids=torch.tensor([c + s])).logits[0, len(c) - 1 : -1].float().log_softmax(-1)
-    return float(logp.gather(1, torch.tensor(s)[:, None]).sum())
+    logits = lm.model(input_ids=torch.tensor([c + s], device=lm.input_device)).logits[0, len(c) - 1 : -1]
+    return float(logits.float().log_softmax(-1).gather(1, torch.tensor(s, device=logits.device)[:, None]).sum())
 
 
 def meter_bound(lm, topic: Topic) -> tuple[float, float]:
