@@ -162,7 +162,10 @@ def test_a_closed_clients_switch_goes_to_disk_and_a_stopped_server_removes_its_t
         c = client(server)
         assert "Imported 'sentiment-2'" in c.predict(handle_file(str(server.switches / "sentiment.safetensors")), api_name="/import_switch")[0]
         c.close()
-        wait_for(lambda: list(tmp.glob("lmswitch-closed-sessions-*/*.safetensors")), "the closed client's switch on disk")
+        try:
+            wait_for(lambda: list(tmp.glob("lmswitch-closed-sessions-*/*.safetensors")), "the closed client's switch on disk")
+        except AssertionError as err:
+            raise AssertionError(f"{err}; the server said:\n{server.log()}") from None
     finally:
         server.stop()
     assert server.process.returncode == 0, server.log_path.read_text()[-4000:]

@@ -20,6 +20,10 @@ def test_topics_are_split_dev_and_test():
     assert len(load_topics("test")) >= 3 and len(load_topics("dev")) >= 1
     with pytest.raises(ValueError, match="split must be"):
         load_topics("train")
+    assert [t.name for t in load_topics(names=[TOPICS[1].name, TOPICS[0].name])] == [TOPICS[0].name, TOPICS[1].name]
+    dev = load_topics("dev")[0].name
+    with pytest.raises(ValueError, match=f"no test topic named {dev}; choose from"):  # a dev topic is not a test one
+        load_topics("test", [dev])
 
 
 @pytest.mark.parametrize("topic", TOPICS, ids=[t.name for t in TOPICS])

@@ -64,8 +64,8 @@ def _lines(path) -> tuple[str, ...]:
     return tuple(split_lines(path.read_text(encoding="utf-8")))
 
 
-def load_topics(split: str | None = None) -> list[Topic]:
-    """The bundled stance topics, all or those of one split, sorted by name."""
+def load_topics(split: str | None = None, names: Sequence[str] | None = None) -> list[Topic]:
+    """The bundled stance topics, all or those of one split (and only ``names``, if given), sorted by name."""
     if split not in (None, "dev", "test"):
         raise ValueError(f"split must be 'dev', 'test' or None; got {split!r}")
     topics = []
@@ -76,7 +76,11 @@ def load_topics(split: str | None = None) -> list[Topic]:
             article_a=(folder / "article_a.txt").read_text(encoding="utf-8"), article_b=(folder / "article_b.txt").read_text(encoding="utf-8"),
             statements_a=_lines(folder / "statements_a.txt"), statements_b=_lines(folder / "statements_b.txt"),
             prompts=_lines(folder / "prompts.txt"), lexicon_a=_lines(folder / "lexicon_a.txt"), lexicon_b=_lines(folder / "lexicon_b.txt")))
-    return [t for t in topics if split is None or t.split == split]
+    topics = [t for t in topics if split is None or t.split == split]
+    unknown = sorted(set(names or ()) - {t.name for t in topics})
+    if unknown:
+        raise ValueError(f"no {split or 'stance'} topic named {', '.join(unknown)}; choose from {', '.join(t.name for t in topics)}")
+    return [t for t in topics if names is None or t.name in names]
 
 
 def _pattern(lexicon: Sequence[str]) -> re.Pattern:

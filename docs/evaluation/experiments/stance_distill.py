@@ -24,6 +24,7 @@ import torch
 
 import lmswitch as ls
 from lmswitch.core.generate import generate_tokens
+from lmswitch.core.hidden import prefix_ids
 from lmswitch.core.options import SamplingOptions
 from lmswitch.harness.stance import RULES, STANCE_PROTOCOL, Topic, _shifts, load_topics, meter_accuracy
 
@@ -48,11 +49,12 @@ def continued(lm, context: str, opens: list[str], seed: int) -> list[str]:
 def teacher(lm, topic: Topic, probes: list[str]) -> tuple[torch.Tensor, ...]:
     """Per position of the probes read alone: the head input (n, d); the TOP likeliest words under either article in
     context (n, TOP), log p(·|A) − log p(·|B) at them, and the likelier side's probability (the weight)."""
-    contexts = [lm.tokenizer(a.strip() + "\n\n", add_special_tokens=False).input_ids for a in (topic.article_a, topic.article_b)]
+    start = prefix_ids(lm)  # the tokenizer's start tokens (BOS for Gemma; none for SmolLM2)
+    contexts = [start + lm.tokenizer(a.strip() + "\n\n", add_special_tokens=False).input_ids for a in (topic.article_a, topic.article_b)]
     parts = []
     for text in probes:
         ids = lm.tokenizer(text, add_special_tokens=False).input_ids
-        h = lm.final_hidden(torch.tensor([ids]))[0, :-1].float().cpu()
+        h = lm.final_hidden(torch.tensor([start + ids]))[0, len(start) : -1].float().cpu()
         la, lb = (lm.model(input_ids=torch.tensor([c + ids], device=lm.input_device)).logits[0, len(c) : -1].float().log_softmax(-1).cpu()
                   for c in contexts)
         weight, top = torch.maximum(la, lb).exp().topk(TOP, dim=-1)
@@ -90,12 +92,10 @@ def main() -> None:
     p.add_argument("--topics", default=None, help="comma-separated topic names (default: every topic of the split)")
     args = p.parse_args()
     lm = ls.load_model()
-    topics = load_topics(args.split)
-    if args.topics is not None:
-        unknown = set(args.topics.split(",")) - {t.name for t in topics}
-        if unknown:
-            p.error(f"unknown {args.split} topic(s) {', '.join(sorted(unknown))}; choose from {', '.join(t.name for t in topics)}")
-        topics = [t for t in topics if t.name in args.topics.split(",")]
+    try:
+        topics = load_topics(args.split, args.topics.split(",") if args.topics else None)
+    except ValueError as err:
+        p.error(str(err))
     for topic in topics:
         opens = openings(topic)
         sampled_a, sampled_b = (continued(lm, art.strip() + "\n\n", opens, 1000) for art in (topic.article_a, topic.article_b))

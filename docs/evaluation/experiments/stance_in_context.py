@@ -74,12 +74,10 @@ def main() -> None:
     print("| topic | split | one article in context | A vs B in context | lexicon: toward A / toward B |")
     print("|---|---|---|---|---|")
     rows = []
-    topics = load_topics()
-    if args.topics is not None:
-        unknown = set(args.topics.split(",")) - {t.name for t in topics}
-        if unknown:
-            p.error(f"unknown topic(s) {', '.join(sorted(unknown))}; choose from {', '.join(t.name for t in topics)}")
-        topics = [t for t in topics if t.name in args.topics.split(",")]
+    try:
+        topics = load_topics(names=args.topics.split(",") if args.topics else None)
+    except ValueError as err:
+        p.error(str(err))
     for topic in topics:
         one, ab = meter_bound(lm, topic)
         lex = "—" if args.skip_lexicon else "{:+.2f} / {:+.2f}".format(*lexicon_bound(lm, topic))
