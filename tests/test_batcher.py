@@ -157,6 +157,21 @@ def test_the_embedded_model_batched_in_float32_gives_every_request_its_solo_text
         assert row.text == generate_tokens(lm32, [prompt], [setting], [seed], SamplingOptions(max_new_tokens=n)).texts[0]
 
 
+@pytest.mark.real_model
+def test_the_embedded_model_in_the_dtype_it_serves_gives_every_request_beside_others_its_text_alone(lm):
+    """bfloat16 where the CPU is fast at it: prompts of different lengths (so rows are left-padded), steered rows and
+    their unsteered twins, 8 rows decoded together; each text equals the same request served alone (a fresh server)."""
+    sw = {n: ls.load_switch(shipped_switch_path(n), lm) for n in ("sentiment", "detox", "formality")}
+    prompts = ["My weekend was", "The new library on the corner of our street opened", "I think that the mayor", "Honestly,"]
+    settings = [[(sw["sentiment"], 6.0)], [(sw["formality"], 2.0)], [(sw["detox"], 4.0)], [(sw["sentiment"], 3.0), (sw["formality"], -2.0)]]
+    requests = [(p, s, 10 + k, 20) for k, (p, s) in enumerate(zip(prompts, settings, strict=True))]
+    requests += [(p, [], seed, n) for p, _, seed, n in requests]  # the twins, as /generate asks for them
+    rows = run_together(Batcher(lm, ComputeThread()), requests)
+    alone = Batcher(lm, ComputeThread())
+    for row, (prompt, setting, seed, n) in zip(rows, requests, strict=True):
+        assert row.new_ids == alone.generate(prompt, setting, seed=seed, options=SamplingOptions(max_new_tokens=n)).new_ids, prompt
+
+
 def test_a_request_joins_a_running_decode_instead_of_waiting_for_it(llama_lm):
     batcher = Batcher(llama_lm, ComputeThread())
     options = SamplingOptions(max_new_tokens=40, temperature=0.0)

@@ -9,9 +9,9 @@ serves every request of it, whatever its switches, ε and seed: prompts read lat
 slider dragged over one prompt, or a steered row and its unsteered twin, read it once. Models whose KV cache
 cannot be merged (sliding-window layers) decode each batch in one
 :func:`~lmswitch.core.generate.generate_tokens` call instead. A row's tokens are
-the ones the request would get alone (same seed), up to the floating-point
-effects of batching (none were seen in float32, whose packed linear layers give a
-row the same bits whatever rows share the product); its text stops at its own length.
+the ones the request would get alone (same seed): the packed linear layers give a row the same bits whatever rows
+share the product, and the server's attention is batch-invariant (:mod:`lmswitch.core.attention`), so this holds in
+bfloat16 too; its text stops at its own length.
 
 The scores shown under the finished outputs need no body pass: each step records
 the head's input before steering, and a finished row's tokens are scored under
@@ -40,6 +40,7 @@ from transformers import DynamicCache, StoppingCriteria
 from transformers.cache_utils import DynamicLayer
 from transformers.generation.streamers import BaseStreamer
 
+from lmswitch.core.attention import batch_invariant, use_batch_invariant
 from lmswitch.core.budget import Budget, RowBudgets
 from lmswitch.core.generate import (
     CoupledSampler,
@@ -274,7 +275,7 @@ class _Rolling:
         input before steering (B, d), from which the unsteered model scores the tokens drawn."""
         positions = _positions(mask)
         device = self.lm.input_device
-        with self._steered(requests, budgets, rows), torch.inference_mode(), self.lm.head_inputs() as seen:
+        with self._steered(requests, budgets, rows), torch.inference_mode(), self.lm.head_inputs() as seen, batch_invariant():
             out = self.lm.model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions[:, -ids.shape[1]:].to(device),
                                 past_key_values=cache, use_cache=True, logits_to_keep=1)
         return out.logits[:, -1, :].float(), seen[-1][:, -1].clone()
@@ -287,7 +288,8 @@ class _Rolling:
         if missing:
             ids, mask = padded(missing, self.lm.tokenizer.pad_token_id)
             width, cache = mask.shape[1], DynamicCache(config=self.lm.model.config)
-            heads = self.lm.final_hidden(ids, mask.to(self.lm.input_device), _positions(mask), cache=cache)[:, -1]
+            with batch_invariant():  # a prompt read beside others gets the bits it would get alone
+                heads = self.lm.final_hidden(ids, mask.to(self.lm.input_device), _positions(mask), cache=cache)[:, -1]
             for b, p in enumerate(missing):
                 keys = [layer.keys[b : b + 1, :, width - len(p) :].clone() for layer in cache.layers]
                 values = [layer.values[b : b + 1, :, width - len(p) :].clone() for layer in cache.layers]
@@ -390,6 +392,7 @@ class Batcher:
     def __init__(self, lm: LanguageModel, compute: ComputeThread, max_batch: int = MAX_BATCH, max_waiting: int = MAX_WAITING) -> None:
         self.lm, self.compute = lm, compute
         self.max_batch, self.max_waiting = max_batch, max_waiting
+        use_batch_invariant(lm.model)  # a request gets the same bits beside other requests as alone
         self.waiting: list[_Request] = []
         self.lock = threading.Lock()
         self.scheduled = False
@@ -499,8 +502,9 @@ class Batcher:
         options = replace(batch[0].options, max_new_tokens=longest)
         streamed = options.candidates == 1  # best of n, guided: no text before the end, when the chosen candidate is known
         dispatch = _Dispatch(self.lm, batch)
-        generated = generate_tokens(self.lm, [r.prompt for r in batch], [r.setting for r in batch], [r.seed for r in batch], options,
-                                    dispatch if streamed else None, stopping=_AllGone(batch) if streamed else None)
+        with batch_invariant():
+            generated = generate_tokens(self.lm, [r.prompt for r in batch], [r.setting for r in batch], [r.seed for r in batch], options,
+                                        dispatch if streamed else None, stopping=_AllGone(batch) if streamed else None)
         for b, request in enumerate(batch):
             ids = dispatch.ids[b] if streamed else generated.new_ids[b][generated.new_mask[b].bool()].tolist()  # (same lengths)
             ended = bool(ids) and ids[-1] == dispatch.eos

@@ -1,0 +1,87 @@
+"""Batch-invariant attention: inside :func:`batch_invariant`, a row's attention has the same bits whatever other rows
+share its batch and however far it is left-padded, so a server's request gets the text it would get alone.
+
+PyTorch's scaled-dot-product attention on CPU sums a row's keys in blocks whose bounds move with the batch and the
+padding, so the last bits of a row's output depend on its neighbours. In bfloat16 each such bit is 1/256 of the value,
+and through the layers it changes a sampled token often enough that about one request in six decoded beside others on
+a server got another text than alone (benchmarks/RESULTS.md, 2026-11-27). Here attention is computed in float64 and
+rounded once to the model's dtype: whatever order the sums take, their float64 differences are far below that
+rounding, so every row rounds to the same result (a difference could only survive if a float64 value fell within
+~1e-16 of a rounding boundary). Outside the context, and for products too big to hold in float64
+(:data:`MAX_SCORES`: a long prompt read in one pass), it is PyTorch's SDPA, bit for bit.
+
+A model takes part once :func:`use_batch_invariant` has routed its attention here (only a model that uses SDPA). The
+context is per thread (a :class:`contextvars.ContextVar`), so a server's decode loop holds it while other threads
+compute as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+from transformers import AttentionInterface, AttentionMaskInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import sdpa_mask
+
+NAME = "lmswitch_sdpa"
+_INVARIANT = contextvars.ContextVar("lmswitch_batch_invariant", default=False)
+_UNSUPPORTED = ("softcap", "s_aux", "position_bias")  # extras the float64 path does not apply (a sliding window is in the mask)
+MAX_SCORES = 2**22  # attention scores (batch × heads × queries × keys) computed in float64 at most; more go to SDPA
+
+
+@contextlib.contextmanager
+def batch_invariant() -> Iterator[None]:
+    """Attention of the models routed here (:func:`use_batch_invariant`) is batch-invariant in this context, on this
+    thread."""
+    token = _INVARIANT.set(True)
+    try:
+        yield
+    finally:
+        _INVARIANT.reset(token)
+
+
+def use_batch_invariant(model: nn.Module) -> bool:
+    """Route ``model``'s attention through this module where it uses SDPA (other implementations are left as they are);
+    returns whether its attention can be batch-invariant. Nothing changes outside :func:`batch_invariant`."""
+    if model.config._attn_implementation == "sdpa":
+        model.set_attn_implementation(NAME)
+    return model.config._attn_implementation == NAME
+
+
+def attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None,
+              dropout: float = 0.0, scaling: float | None = None, **kwargs) -> tuple[torch.Tensor, None]:
+    """transformers' attention function: SDPA, except inside :func:`batch_invariant`."""
+    B, H, T, D = query.shape
+    causal = kwargs.get("is_causal", getattr(module, "is_causal", True)) is not False
+    if (not _INVARIANT.get() or dropout or any(kwargs.get(k) is not None for k in _UNSUPPORTED)
+            or B * H * T * key.shape[2] > MAX_SCORES or (attention_mask is None and T > 1 and not causal)):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    return _float64(query, key, value, attention_mask, scaling if scaling is not None else D**-0.5), None
+
+
+def _float64(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scaling: float) -> torch.Tensor:
+    """Attention of (B, H, T, D) queries on (B, H_kv, L, D) keys in float64, rounded once to the query's dtype:
+    (B, T, H, D). Grouped heads share their key head as in transformers' ``repeat_kv`` (head h reads key head
+    h // (H / H_kv)); without a mask the queries are the last T positions, causal. A query that may see no key (a
+    padding position) gets zeros, where SDPA would give NaN that the next layer's products could spread."""
+    B, H, T, D = query.shape
+    groups, L = key.shape[1], key.shape[2]
+    q = query.reshape(B, groups, H // groups, T, D).double()
+    scores = torch.matmul(q, key.double()[:, :, None].transpose(-1, -2)) * scaling  # (B, H_kv, H / H_kv, T, L)
+    if mask is None and T > 1:
+        mask = torch.ones(T, L, dtype=torch.bool, device=query.device).tril(L - T)
+    if mask is not None:
+        mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))  # (B or 1, H or 1, T, L)
+        mask = mask[:, :, None] if mask.shape[1] == 1 else mask.reshape(mask.shape[0], groups, H // groups, T, L)
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask.double()
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    out = torch.matmul(weights, value.double()[:, :, None])  # (B, H_kv, H / H_kv, T, D)
+    return out.reshape(B, H, T, D).transpose(1, 2).to(query.dtype).contiguous()
+
+
+AttentionInterface.register(NAME, attention)
+AttentionMaskInterface.register(NAME, sdpa_mask)
