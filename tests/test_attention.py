@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 import lmswitch.core.attention as attention_module
 from lmswitch.core.attention import NAME, attention, batch_invariant, use_batch_invariant
@@ -92,14 +93,42 @@ def test_a_prompt_gets_the_same_bits_left_padded_beside_others_as_alone(make_lm,
     assert torch.equal(together, alone)
 
 
-def test_past_the_float64_budget_it_is_sdpa_again(monkeypatch):
-    q, k, v = heads(2, 37, torch.bfloat16, seed=2)
+GQA = SimpleNamespace(num_key_value_groups=3, is_causal=True)  # what transformers' SDPA reads of a SmolLM2 layer
+
+
+def test_a_row_past_the_float64_budget_is_sdpa_again_and_a_big_batch_goes_a_few_rows_at_a_time(monkeypatch):
+    q, k, v = heads(4, 37, torch.bfloat16, seed=2)
     float64 = step(q, k, v)
-    monkeypatch.setattr(attention_module, "MAX_SCORES", 2 * 9 * 37 - 1)
+    monkeypatch.setattr(attention_module, "MAX_SCORES", 2 * 9 * 37)  # two rows at a time
+    assert torch.equal(step(q, k, v), float64)
+    monkeypatch.setattr(attention_module, "MAX_SCORES", 9 * 37 - 1)  # not even one row
     with batch_invariant():
-        sdpa = attention(SimpleNamespace(num_key_value_groups=3, is_causal=True), q, k, v, None, scaling=0.125)[0]
-    assert torch.equal(sdpa, F.scaled_dot_product_attention(q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1), scale=0.125).transpose(1, 2))
+        sdpa = attention(GQA, q, k, v, None, scaling=0.125)[0]
+    assert torch.equal(sdpa, sdpa_attention_forward(GQA, q, k, v, None, scaling=0.125)[0])
     assert torch.allclose(sdpa.float(), float64.float(), atol=2e-2)
+
+
+def test_prompts_without_a_mask_are_causal_from_the_first_key_and_other_shapes_are_attention_too():
+    g = torch.Generator().manual_seed(3)
+    q, k, v = torch.randn(2, 9, 5, 64, generator=g).double(), torch.randn(2, 3, 8, 64, generator=g).double(), torch.randn(2, 3, 8, 32, generator=g).double()
+    with batch_invariant():  # no mask and more keys than queries (a first read into an empty static cache)
+        causal = attention(GQA, q, k, v, None, scaling=0.125)[0]
+    assert causal.shape == (2, 5, 9, 32)
+    assert torch.allclose(causal, sdpa_attention_forward(GQA, q, k, v, None, scaling=0.125)[0], atol=1e-12)
+    per_head = torch.rand(2, 9, 1, 8, generator=g) > 0.3  # one mask row per head, for every query
+    per_head[..., 0] = True
+    with batch_invariant():
+        masked = attention(GQA, q, k, v, per_head, scaling=0.125)[0]
+    assert torch.allclose(masked, sdpa_attention_forward(GQA, q, k, v, per_head, scaling=0.125)[0], atol=1e-12)
+
+
+def test_a_bidirectional_layer_without_a_mask_is_left_to_sdpa():
+    q, k, v = heads(2, 6, torch.float32, seed=4)
+    q = q.expand(2, 9, 6, 64).contiguous()
+    encoder = SimpleNamespace(num_key_value_groups=3, is_causal=False)
+    with batch_invariant():
+        out = attention(encoder, q, k, v, None, scaling=0.125, is_causal=None)[0]
+    assert torch.equal(out, sdpa_attention_forward(encoder, q, k, v, None, scaling=0.125, is_causal=None)[0])
 
 
 def test_a_model_on_another_attention_is_left_as_it_is(make_lm):

@@ -10,6 +10,7 @@ import torch
 from conftest import SCALED_FAMILIES, random_switch
 
 import lmswitch as ls
+from lmswitch.core.attention import batch_invariant
 from lmswitch.core.generate import encode_prompts, generate_tokens
 from lmswitch.core.options import SamplingOptions
 from lmswitch.core.steering import steer
@@ -154,7 +155,8 @@ def test_the_embedded_model_batched_in_float32_gives_every_request_its_solo_text
     rows = run_together(batcher, requests)
     assert batcher.batches == 1
     for row, (prompt, setting, seed, n) in zip(rows, requests, strict=True):
-        assert row.text == generate_tokens(lm32, [prompt], [setting], [seed], SamplingOptions(max_new_tokens=n)).texts[0]
+        with batch_invariant():  # the batcher's arithmetic, for the library's plain decode of the request alone
+            assert row.text == generate_tokens(lm32, [prompt], [setting], [seed], SamplingOptions(max_new_tokens=n)).texts[0]
 
 
 @pytest.mark.real_model
@@ -166,7 +168,9 @@ def test_the_embedded_model_in_the_dtype_it_serves_gives_every_request_beside_ot
     settings = [[(sw["sentiment"], 6.0)], [(sw["formality"], 2.0)], [(sw["detox"], 4.0)], [(sw["sentiment"], 3.0), (sw["formality"], -2.0)]]
     requests = [(p, s, 10 + k, 20) for k, (p, s) in enumerate(zip(prompts, settings, strict=True))]
     requests += [(p, [], seed, n) for p, _, seed, n in requests]  # the twins, as /generate asks for them
-    rows = run_together(Batcher(lm, ComputeThread()), requests)
+    together = Batcher(lm, ComputeThread())
+    rows = run_together(together, requests)
+    assert together.batches == 1  # the 8 rows were decoded together
     alone = Batcher(lm, ComputeThread())
     for row, (prompt, setting, seed, n) in zip(rows, requests, strict=True):
         assert row.new_ids == alone.generate(prompt, setting, seed=seed, options=SamplingOptions(max_new_tokens=n)).new_ids, prompt

@@ -10,8 +10,8 @@ slider dragged over one prompt, or a steered row and its unsteered twin, read it
 cannot be merged (sliding-window layers) decode each batch in one
 :func:`~lmswitch.core.generate.generate_tokens` call instead. A row's tokens are
 the ones the request would get alone (same seed): the packed linear layers give a row the same bits whatever rows
-share the product, and the server's attention is batch-invariant (:mod:`lmswitch.core.attention`), so this holds in
-bfloat16 too; its text stops at its own length.
+share the product, and the batcher's attention is batch-invariant (:mod:`lmswitch.core.attention`, for models that use
+SDPA, as the bundled ones do), so this holds in bfloat16 too; its text stops at its own length.
 
 The scores shown under the finished outputs need no body pass: each step records
 the head's input before steering, and a finished row's tokens are scored under
@@ -424,7 +424,8 @@ class Batcher:
         for chat in {job[2] for job in jobs}:
             mine = [k for k, job in enumerate(jobs) if job[2] == chat]
             prompts = [jobs[k][0] for k in mine for _ in jobs[k][1]]
-            flat = iter(text_scores(self.lm, prompts, [t for k in mine for t in jobs[k][1]], chat=chat))
+            with batch_invariant():  # a user's scores do not depend on the texts scored with them
+                flat = iter(text_scores(self.lm, prompts, [t for k in mine for t in jobs[k][1]], chat=chat))
             out.update({k: [next(flat) for _ in jobs[k][1]] for k in mine})
         return [out[k] for k in range(len(jobs))]
 
