@@ -12,8 +12,9 @@ both measured in the same process:
   is the same as the full forward/backward's), with the exact held-out loss every 10 steps.
 
 With self-contrast negatives both sides train on the same examples: the article and the
-model's continuations of its openings (generated once, seeded, so the same texts), and
-the naive recipe's time includes generating them, as ours' does.
+model's continuations of its openings (generated again for the naive side with the
+training seed, so the same texts), and the naive recipe's time includes generating them,
+as ours' does.
 
 Naive time to a held-out loss = steps to reach it × seconds per step. The comparison
 is at ours' held-out loss, or at the naive recipe's best if it never gets there (then

@@ -275,7 +275,7 @@ class _Rolling:
         input before steering (B, d), from which the unsteered model scores the tokens drawn."""
         positions = _positions(mask)
         device = self.lm.input_device
-        with self._steered(requests, budgets, rows), torch.inference_mode(), self.lm.head_inputs() as seen, batch_invariant():
+        with self._steered(requests, budgets, rows), torch.inference_mode(), self.lm.head_inputs() as seen:
             out = self.lm.model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions[:, -ids.shape[1]:].to(device),
                                 past_key_values=cache, use_cache=True, logits_to_keep=1)
         return out.logits[:, -1, :].float(), seen[-1][:, -1].clone()
@@ -288,8 +288,7 @@ class _Rolling:
         if missing:
             ids, mask = padded(missing, self.lm.tokenizer.pad_token_id)
             width, cache = mask.shape[1], DynamicCache(config=self.lm.model.config)
-            with batch_invariant():  # a prompt read beside others gets the bits it would get alone
-                heads = self.lm.final_hidden(ids, mask.to(self.lm.input_device), _positions(mask), cache=cache)[:, -1]
+            heads = self.lm.final_hidden(ids, mask.to(self.lm.input_device), _positions(mask), cache=cache)[:, -1]
             for b, p in enumerate(missing):
                 keys = [layer.keys[b : b + 1, :, width - len(p) :].clone() for layer in cache.layers]
                 values = [layer.values[b : b + 1, :, width - len(p) :].clone() for layer in cache.layers]
@@ -418,14 +417,14 @@ class Batcher:
         logp = target_logprobs(self.lm, torch.cat([row.hidden for row in rows]), ids, [None])[0] if len(ids) else torch.zeros(0)
         return [x.tolist() for x in logp.split([len(row.text_ids) for row in rows])]
 
+    @batch_invariant()  # a user's scores do not depend on the texts scored with them
     def _score_all(self, jobs: list[tuple[str, list[str], bool]]) -> list[list[TextScores]]:
         """Every job's scores, one call per chat setting."""
         out: dict[int, list[TextScores]] = {}
         for chat in {job[2] for job in jobs}:
             mine = [k for k, job in enumerate(jobs) if job[2] == chat]
             prompts = [jobs[k][0] for k in mine for _ in jobs[k][1]]
-            with batch_invariant():  # a user's scores do not depend on the texts scored with them
-                flat = iter(text_scores(self.lm, prompts, [t for k in mine for t in jobs[k][1]], chat=chat))
+            flat = iter(text_scores(self.lm, prompts, [t for k in mine for t in jobs[k][1]], chat=chat))
             out.update({k: [next(flat) for _ in jobs[k][1]] for k in mine})
         return [out[k] for k in range(len(jobs))]
 
@@ -469,6 +468,7 @@ class Batcher:
             self.waiting = [r for r in self.waiting if r not in batch]
             return batch
 
+    @batch_invariant()  # prompts read, steps and whole decodes give a request the bits it gets alone
     def _tick(self) -> None:
         """On the compute thread, one bounded piece of work (other jobs run between two): admit waiting requests into the
         running decode, or decode one more token of its rows; hand out finished rows; then schedule the next piece."""
@@ -503,9 +503,8 @@ class Batcher:
         options = replace(batch[0].options, max_new_tokens=longest)
         streamed = options.candidates == 1  # best of n, guided: no text before the end, when the chosen candidate is known
         dispatch = _Dispatch(self.lm, batch)
-        with batch_invariant():
-            generated = generate_tokens(self.lm, [r.prompt for r in batch], [r.setting for r in batch], [r.seed for r in batch], options,
-                                        dispatch if streamed else None, stopping=_AllGone(batch) if streamed else None)
+        generated = generate_tokens(self.lm, [r.prompt for r in batch], [r.setting for r in batch], [r.seed for r in batch], options,
+                                    dispatch if streamed else None, stopping=_AllGone(batch) if streamed else None)
         for b, request in enumerate(batch):
             ids = dispatch.ids[b] if streamed else generated.new_ids[b][generated.new_mask[b].bool()].tolist()  # (same lengths)
             ended = bool(ids) and ids[-1] == dispatch.eos
