@@ -100,7 +100,8 @@ def reduce(lm: LanguageModel, C: torch.Tensor, targets: torch.Tensor, labels: to
            origin: torch.Tensor | None = None, samples: int | None = None, generator: torch.Generator | None = None) -> Reduced:
     """The one full-vocabulary pass: candidates, their log-probabilities and the tail of every row, at head-input
     change ``origin`` (rows in the order :func:`reduce` sorts them to; None: 0), where the reduced loss is then exact.
-    The tail is ``samples`` words drawn from it (with ``generator``), or with None its mean embedding.
+    The tail is ``samples`` words drawn from it (with ``generator``, on the head's device), or with None its mean
+    embedding.
 
     Where the hardware multiplies bfloat16 natively, the full-vocabulary products run in bfloat16 (~4× faster on
     an AVX512-BF16 CPU) and only pick the candidates and weigh the tail; the candidates' logits, which carry most

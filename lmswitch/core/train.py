@@ -374,7 +374,8 @@ def _optimise_lbfgs(obj: _Objective, config: TrainConfig, is_cancelled: Callable
     """L-BFGS along the ridge path on the candidate-reduced loss (:mod:`lmswitch.core.solver`); the exact held-out loss
     after each λ chooses where to stop and which λ to keep. Yields the Steps of each λ's loss evaluations, then its Evaluated."""
     recipe = solver.RECIPES[config.optimizer]
-    train = solver.reduce(obj.lm, *obj.train[:3], samples=recipe.tail_samples, generator=torch.Generator().manual_seed(config.seed))
+    tail = torch.Generator(device=obj.lm.head_device).manual_seed(config.seed)  # draws where the head computes (a GPU's)
+    train = solver.reduce(obj.lm, *obj.train[:3], samples=recipe.tail_samples, generator=tail)
     has_held = len(obj.held[0]) > 0
     path = solver.PATH if has_held else solver.PATH[: solver.PATH.index(solver.NO_HELDOUT_LAMBDA) + 1]
     total = min(config.steps, recipe.evaluations * len(path))
