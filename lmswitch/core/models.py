@@ -220,7 +220,8 @@ class LanguageModel:
             try:
                 extra = {} if position_ids is None else {"position_ids": position_ids.to(self.input_device)}
                 extra |= {"past_key_values": cache} if cache is not None else {}
-                self.model(input_ids=input_ids.to(self.input_device), attention_mask=attention_mask, use_cache=cache is not None, **extra)
+                mask = attention_mask.to(self.input_device) if attention_mask is not None else None
+                self.model(input_ids=input_ids.to(self.input_device), attention_mask=mask, use_cache=cache is not None, **extra)
             except _StopForward:
                 pass
         if not captured:
