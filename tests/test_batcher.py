@@ -95,6 +95,9 @@ def test_rows_decoded_together_carry_their_tokens_unsteered_log_probabilities(ll
     with steer(llama_lm, [(a, 4.0)]):  # what a hook that saw the steered head input would have recorded
         steered = unsteered_logprobs(llama_lm, WORDS, rows[0].text_ids)
     assert max(abs(x - y) for x, y in zip(scored[0], steered, strict=True)) > 0.01  # 100× the tolerance above
+    assert [row.logprobs is not None for row in rows] == [False, True, False]  # only the unsteered row's came free
+    recomputed = batcher.logprobs([replace(rows[1], logprobs=None)])[0]  # from its head inputs instead
+    assert list(rows[1].logprobs) == pytest.approx(recomputed, abs=1e-6)
     whole = Batcher(llama_lm, ComputeThread())
     whole.rolling = None  # a whole decode (sliding-window caches, best of n) records none: its rows are scored by text
     assert run_together(whole, requests[:1])[0].hidden is None

@@ -43,6 +43,11 @@ def check_setting(lm: LanguageModel, setting: Setting) -> None:
             )
 
 
+def steers(setting: Setting) -> bool:
+    """Whether ``setting`` changes the model: some switch at an ε other than 0."""
+    return any(e != 0 for _, e in setting)
+
+
 def steering_matrix(setting: Setting) -> torch.Tensor | None:
     """``Σ_i eps_i · eps0_i · W_i`` as one (d, d) float32 matrix, or ``None`` when every eps is 0."""
     active = [(s, float(e)) for s, e in setting if e != 0]

@@ -15,7 +15,8 @@ SDPA, as the bundled ones do), so this holds in bfloat16 too; its text stops at 
 
 The scores shown under the finished outputs need no body pass: each step records
 the head's input before steering, and a finished row's tokens are scored under
-the unsteered model from those when asked (one head product). Where a decode did not
+the unsteered model from those when asked (one head product); an unsteered row (a twin) records its tokens'
+log-probabilities as it draws them, from the very logits it draws from, so it needs none. Where a decode did not
 record them (whole decodes), the comparisons that finish together are scored in
 one body pass (:meth:`Batcher.scores`).
 
@@ -55,7 +56,7 @@ from lmswitch.core.generate import (
 from lmswitch.core.hidden import target_logprobs
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SamplingOptions
-from lmswitch.core.steering import RowSteering, Setting, check_setting, steering
+from lmswitch.core.steering import RowSteering, Setting, check_setting, steering, steers
 from lmswitch.harness.evaluate import TextScores, scores_of, text_scores
 from lmswitch.serve.compute import ComputeThread, Merged
 
@@ -79,6 +80,9 @@ class Row:
     # (len(text_ids), d): the head input (before steering) behind each token of the text, recorded while decoding, so
     # scoring or explaining the text needs no body pass (:meth:`Batcher.logprobs`); None where the decode did not record them
     hidden: torch.Tensor | None = field(default=None, compare=False, repr=False)
+    # the unsteered model's log-probability of each token of the text, where the decode had it at no cost: a row
+    # decoded unsteered (an unsteered twin) draws from those very logits; None where it did not
+    logprobs: tuple[float, ...] | None = field(default=None, compare=False, repr=False)
 
     @property
     def text_ids(self) -> list[int]:
@@ -246,6 +250,7 @@ class _Rolling:
         self.samplers: list[CoupledSampler] = []
         self.ids: list[list[int]] = []
         self.heads: list[list[torch.Tensor]] = []  # each row's head input (unsteered) for each of its tokens so far
+        self.logprobs: list[list[float] | None] = []  # an unsteered row's log-probability of each of its tokens so far
         self.prompt_tokens: list[int] = []
         self.mask: torch.Tensor | None = None  # (B, L): which cached positions are real tokens
         self.cache: DynamicCache | None = None
@@ -316,6 +321,7 @@ class _Rolling:
         self.samplers += [CoupledSampler([g], r.options.temperature, r.options.top_p, b) for r, g, b in zip(new, streams, budgets, strict=True)]
         self.ids += [[] for _ in new]
         self.heads += [[h] for h in heads]
+        self.logprobs += [None if steers(r.setting) else [] for r in new]
         self.prompt_tokens += [int(m.sum()) for m in mask]
         return self._sample(logits, first=len(self.requests) - len(new))
 
@@ -349,7 +355,9 @@ class _Rolling:
 
     def _sample(self, logits: torch.Tensor, first: int) -> list[tuple[_Request, Row]]:
         """Draw the next token of rows ``first…`` (logits row k belongs to row first + k); hand out text; drop finished rows."""
-        tokens = CoupledSampler.joined(self.samplers[first:]).draw(logits).tolist()  # each row's own stream
+        drawn = CoupledSampler.joined(self.samplers[first:]).draw(logits)  # each row's own stream
+        self._record_logprobs(logits, drawn, first)
+        tokens = drawn.tolist()
         for b, token in enumerate(tokens, start=first):
             self.ids[b].append(token)
             self.requests[b].out.put(self.lm.tokenizer.decode(self.ids[b], skip_special_tokens=True))
@@ -360,12 +368,24 @@ class _Rolling:
             self._drop(done)
         return finished
 
+    def _record_logprobs(self, logits: torch.Tensor, tokens: torch.Tensor, first: int) -> None:
+        """Each unsteered row's log-probability of the token it drew, from the logits it drew it from: the unsteered
+        model's own, so scoring its text later needs no head product."""
+        rows = [k for k in range(len(tokens)) if self.logprobs[first + k] is not None]
+        if not rows:
+            return
+        index = torch.tensor(rows)
+        chosen = torch.log_softmax(logits[index], dim=-1).gather(1, tokens[index, None].to(logits.device))[:, 0].tolist()
+        for k, logp in zip(rows, chosen, strict=True):
+            self.logprobs[first + k].append(logp)
+
     def _row(self, b: int) -> Row:
         """Row ``b`` finished, with the head inputs its decode recorded for the tokens of its text."""
         ids = self.ids[b]
         row = Row(finished_text(self.lm.tokenizer, ids), ids, self.prompt_tokens[b], ids[-1] == self.eos)
-        kept = self.heads[b][: len(row.text_ids)]
-        return replace(row, hidden=torch.stack(kept) if kept else self.heads[b][0].new_zeros(0, self.lm.hidden_size))
+        kept, n = self.heads[b][: len(row.text_ids)], len(row.text_ids)
+        return replace(row, hidden=torch.stack(kept) if kept else self.heads[b][0].new_zeros(0, self.lm.hidden_size),
+                       logprobs=tuple(self.logprobs[b][:n]) if self.logprobs[b] is not None else None)
 
     def _drop(self, rows: list[int]) -> None:
         keep = [b for b in range(len(self.requests)) if b not in rows]
@@ -380,7 +400,7 @@ class _Rolling:
             self.mask = self.mask[:, start:]
             for layer in self.cache.layers:
                 layer.keys, layer.values = layer.keys[..., start:, :], layer.values[..., start:, :]
-        for name in ("requests", "samplers", "ids", "heads", "prompt_tokens"):
+        for name in ("requests", "samplers", "ids", "heads", "logprobs", "prompt_tokens"):
             setattr(self, name, [getattr(self, name)[b] for b in keep])
         self.steering = None
 
@@ -411,11 +431,14 @@ class Batcher:
 
     @torch.inference_mode()
     def logprobs(self, rows: list[Row]) -> list[list[float]]:
-        """The unsteered model's log-probability of each token of each row's text, from the head inputs its decode
-        recorded (rows with ``hidden``): one head pass over all of them, no body pass."""
-        ids = torch.tensor([t for row in rows for t in row.text_ids], dtype=torch.long)
-        logp = target_logprobs(self.lm, torch.cat([row.hidden for row in rows]), ids, [None])[0] if len(ids) else torch.zeros(0)
-        return [x.tolist() for x in logp.split([len(row.text_ids) for row in rows])]
+        """The unsteered model's log-probability of each token of each row's text: as its decode recorded it (rows
+        decoded unsteered), or from the head inputs it recorded (rows with ``hidden``), in one head pass over all of
+        those, no body pass."""
+        todo = [row for row in rows if row.logprobs is None]
+        ids = torch.tensor([t for row in todo for t in row.text_ids], dtype=torch.long)
+        logp = target_logprobs(self.lm, torch.cat([row.hidden for row in todo]), ids, [None])[0] if len(ids) else torch.zeros(0)
+        computed = iter(logp.split([len(row.text_ids) for row in todo]))
+        return [list(row.logprobs) if row.logprobs is not None else next(computed).tolist() for row in rows]
 
     @batch_invariant()  # a user's scores do not depend on the texts scored with them
     def _score_all(self, jobs: list[tuple[str, list[str], bool]]) -> list[list[TextScores]]:
