@@ -70,9 +70,9 @@ def cases(with_dataset: bool) -> list[Case]:
 
 def naive_seconds_per_step(lm: ls.LanguageModel, texts: list[str], eps0: float = 1e-3) -> float:
     """A few real steps of the reference recipe: 32 windows of ≤ 256 tokens, full forward and backward, Adam."""
-    batch = lm.tokenizer(texts[:32], return_tensors="pt", padding=True, truncation=True, max_length=256)
+    batch = lm.tokenizer(texts[:32], return_tensors="pt", padding=True, truncation=True, max_length=256).to(lm.input_device)
     d = lm.hidden_size
-    W = torch.zeros(d, d, requires_grad=True)
+    W = torch.zeros(d, d, device=lm.head_device, requires_grad=True)
     opt = torch.optim.Adam([W], lr=NAIVE.lr)
     handle = lm.head.register_forward_pre_hook(lambda _m, args: (args[0] + eps0 * args[0] @ W.T.to(args[0].dtype),))
     try:
@@ -84,6 +84,8 @@ def naive_seconds_per_step(lm: ls.LanguageModel, texts: list[str], eps0: float =
             opt.zero_grad()
             loss.backward()
             opt.step()
+        if lm.head_device.type == "cuda":  # the steps are queued; wait for them
+            torch.cuda.synchronize(lm.head_device)
         return (time.perf_counter() - start) / NAIVE_STEPS_TIMED
     finally:
         handle.remove()
@@ -104,7 +106,7 @@ def naive_curve(lm: ls.LanguageModel, ex: T._Examples) -> list[tuple[int, float]
     masks = T._split(data, len(ex.texts), NAIVE.heldout, torch.Generator().manual_seed(NAIVE.seed))
     obj = T._Objective(lm, data, masks, NAIVE, use_dummy=len(set(ex.labels)) > 1)
     d = lm.hidden_size
-    run = T._Run(torch.zeros(d, d, requires_grad=True), torch.zeros(d, d, requires_grad=obj.use_dummy))
+    run = T._Run(torch.zeros(d, d, device=obj.device, requires_grad=True), torch.zeros(d, d, device=obj.device, requires_grad=obj.use_dummy))
     for _ in T._optimise(obj, NAIVE, lambda: False, torch.Generator().manual_seed(NAIVE.seed), run):
         pass
     return run.held_curve
