@@ -50,6 +50,13 @@ def freeze_when_loaded(backend: Backend) -> None:
     gc.freeze()
 
 
+def stop_once(signum: int, frame) -> None:
+    """The first SIGTERM stops the server as Ctrl+C does; later ones are ignored, so they cannot break into the
+    shutdown (stopping ``make app``'s process group sends two: one from the stopper, one that make passes on)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     env = os.environ.get
     p = argparse.ArgumentParser(description="lmswitch web app (Gradio)")
@@ -81,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.spool_dir and not (Path(args.spool_dir).is_dir() and os.access(args.spool_dir, os.W_OK | os.X_OK)):
         raise SystemExit(f"--spool-dir {args.spool_dir} is not a folder this user can write to; create it or pass another")
     # SIGTERM (a service manager's stop) ends the server like Ctrl+C, so the exit handlers remove its temporary folders
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, stop_once)
     backend = Backend(args.model, args.switches, dtype=args.dtype, spool=args.spool_dir)
     backend.compute.own_cores()  # a torch op on a web thread must not slow every generation (serve/compute.py)
     backend.start()
