@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import (
     CohereConfig,
     CohereForCausalLM,
@@ -39,38 +38,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # and fight over the cores, especially when other processes run beside the tests).
 torch.set_num_threads(1)
 
+from tiny import (  # noqa: E402, F401  (re-exported: the tests import them from here)
+    EOS_ID,
+    FILLER,
+    PAD_ID,
+    SPECIALS,
+    UNK_ID,
+    VOCAB,
+    VOCAB_SIZE,
+    WORDS,
+    WORDS_A,
+    WORDS_B,
+    make_tokenizer,
+    random_switch,
+)
+
 from lmswitch.core.models import LanguageModel  # noqa: E402
 from lmswitch.core.switch import Switch  # noqa: E402
 from lmswitch.io.resources import examples_dir  # noqa: E402
 
-SPECIALS = ["[UNK]", "[PAD]", "[EOS]"]
-UNK_ID, PAD_ID, EOS_ID = 0, 1, 2
-
-# two "styles" and a shared filler vocabulary; 3 + 10 + 10 + 41 = 64 tokens
-WORDS_A = ["happy", "joy", "love", "great", "good", "bright", "warm", "kind", "sweet", "smile"]
-WORDS_B = ["sad", "grief", "hate", "awful", "bad", "dark", "cold", "cruel", "bitter", "frown"]
-FILLER = (
-    "the a and of to in is was it that he she they we you i on with for at by this from not but "
-    "or as be are have had one all there when so what an which my me"
-).split()
-WORDS = WORDS_A + WORDS_B + FILLER
-VOCAB = SPECIALS + WORDS
-VOCAB_SIZE = len(VOCAB)
 CONTEXT = 64  # max positions of every tiny model
 FAMILIES = ["gpt2", "llama", "gpt_neox", "qwen2"]
 SCALED_FAMILIES = {"granite": 1 / 8, "cohere": 0.25}  # family → the factor its logits get after the head
-
-assert VOCAB_SIZE == 64 and len(set(VOCAB)) == VOCAB_SIZE
-
-
-def make_tokenizer() -> PreTrainedTokenizerFast:
-    """A WordLevel tokenizer over VOCAB, split on whitespace, with [UNK]/[PAD]/[EOS]."""
-    backend = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(VOCAB)}, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]", eos_token="[EOS]")
-    assert tok.unk_token_id == UNK_ID and tok.pad_token_id == PAD_ID and tok.eos_token_id == EOS_ID
-    return tok
-
 
 def _config(family: str, hidden: int, init: float):
     common = dict(vocab_size=VOCAB_SIZE, bos_token_id=EOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID, initializer_range=init)
@@ -105,14 +94,6 @@ def build_lm(
     torch.manual_seed(seed)
     model = cls(config)
     return LanguageModel(model=model, tokenizer=tokenizer or make_tokenizer(), name=f"tiny-{family}-s{seed}-d{hidden}")
-
-
-def random_switch(lm: LanguageModel, *, seed: int, scale: float = 1.0, **kwargs) -> Switch:
-    """A random switch made for ``lm`` (right size and fingerprint)."""
-    g = torch.Generator().manual_seed(seed)
-    W = torch.randn(lm.hidden_size, lm.hidden_size, generator=g) * scale
-    kwargs.setdefault("name", f"random{seed}")
-    return Switch(W=W, model_name=lm.name, model_fingerprint=lm.fingerprint, **kwargs)
 
 
 def random_ids(lm: LanguageModel, batch: int, length: int, *, seed: int = 0) -> torch.Tensor:

@@ -11,17 +11,13 @@ from dataclasses import replace
 import pytest
 import torch
 from conftest import FILLER, SCALED_FAMILIES, WORDS_A, WORDS_B, build_lm, random_switch
+from tiny import sample_texts
 
 from lmswitch import Switch, TrainingCancelled, steer, train_switch
 from lmswitch.core.hidden import encode_texts
 from lmswitch.core.options import TrainConfig
 from lmswitch.core.train import data_advice
 from lmswitch.lenses.svd import reference_hidden
-
-
-def sample_texts(rng: random.Random, style: list[str], n: int, length: int = 12, p_style: float = 0.5) -> list[str]:
-    """``n`` texts whose words come from ``style`` with probability ``p_style``, else from the shared filler."""
-    return [" ".join(rng.choice(style) if rng.random() < p_style else rng.choice(FILLER) for _ in range(length)) for _ in range(n)]
 
 
 @torch.no_grad()
