@@ -17,7 +17,7 @@ def test_the_gpu_check_script_passes_every_check_on_the_cpu(tmp_path):
     out = tmp_path / "gpu.txt"
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--device", "cpu", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
-    lines = out.read_text().splitlines()
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = out.read_text().splitlines()
     results = [line.split()[0] for line in lines if line.split() and line.split()[0] in ("PASS", "FAIL", "SKIP")]
     assert len(results) == 20 and set(results) == {"PASS"}, "\n".join(lines)
