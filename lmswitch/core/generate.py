@@ -64,6 +64,7 @@ class CoupledSampler(LogitsProcessor):
         # with ``stops`` (end-of-text ids): each row's log-likelihood under the logits it is given (the steered model at
         # temperature 1) and its token count, up to and including its first stop
         self.stops = torch.tensor(sorted(stops), dtype=torch.long) if stops is not None else None
+        self.model_logp: torch.Tensor | None = None  # the last draw's temperature-1 log-probabilities, where it computed them
         self.loglik = torch.zeros(len(seeds), dtype=torch.float64)
         self.tokens = torch.zeros(len(seeds), dtype=torch.long)
         self.ended = torch.zeros(len(seeds), dtype=torch.bool)
@@ -102,7 +103,7 @@ class CoupledSampler(LogitsProcessor):
         noise = torch.stack([drawn[id(g)] for g in self.generators]).to(logits.device)  # (B, V)
         # the model's own log-probabilities (temperature 1), for the steering budget and best of n: computed once
         needed = self.budget is not None or self.stops is not None or self.temperature == 1
-        model_logp = torch.log_softmax(logits, dim=-1) if needed else None
+        model_logp = self.model_logp = torch.log_softmax(logits, dim=-1) if needed else None
         if self.temperature == 0:
             choice = logits.argmax(-1)
         else:

@@ -11,7 +11,8 @@ cannot be merged (sliding-window layers) decode each batch in one
 :func:`~lmswitch.core.generate.generate_tokens` call instead. A row's tokens are
 the ones the request would get alone (same seed): the packed linear layers give a row the same bits whatever rows
 share the product, and the batcher's attention is batch-invariant (:mod:`lmswitch.core.attention`, for models that use
-SDPA, as the bundled ones do), so this holds in bfloat16 too; its text stops at its own length.
+SDPA, as the bundled ones do), so this holds in bfloat16 too; its text stops at its own length. That is on the CPU: on
+a GPU only the attention is batch-invariant (its linear layers are cuBLAS's), and a row can, sometimes, differ.
 
 The scores shown under the finished outputs need no body pass: each step records
 the head's input before steering, and a finished row's tokens are scored under
@@ -355,8 +356,9 @@ class _Rolling:
 
     def _sample(self, logits: torch.Tensor, first: int) -> list[tuple[_Request, Row]]:
         """Draw the next token of rows ``first…`` (logits row k belongs to row first + k); hand out text; drop finished rows."""
-        drawn = CoupledSampler.joined(self.samplers[first:]).draw(logits)  # each row's own stream
-        self._record_logprobs(logits, drawn, first)
+        sampler = CoupledSampler.joined(self.samplers[first:])
+        drawn = sampler.draw(logits)  # each row's own stream
+        self._record_logprobs(logits, sampler.model_logp, drawn, first)
         tokens = drawn.tolist()
         for b, token in enumerate(tokens, start=first):
             self.ids[b].append(token)
@@ -368,14 +370,16 @@ class _Rolling:
             self._drop(done)
         return finished
 
-    def _record_logprobs(self, logits: torch.Tensor, tokens: torch.Tensor, first: int) -> None:
+    def _record_logprobs(self, logits: torch.Tensor, logp: torch.Tensor | None, tokens: torch.Tensor, first: int) -> None:
         """Each unsteered row's log-probability of the token it drew, from the logits it drew it from: the unsteered
-        model's own, so scoring its text later needs no head product."""
+        model's own, so scoring its text later needs no head product. ``logp``: the sampler's log-softmax of ``logits``
+        where it made one (at temperature 1, the default), else it is made here for those rows."""
         rows = [k for k in range(len(tokens)) if self.logprobs[first + k] is not None]
         if not rows:
             return
         index = torch.tensor(rows)
-        chosen = torch.log_softmax(logits[index], dim=-1).gather(1, tokens[index, None].to(logits.device))[:, 0].tolist()
+        logp = logp[index] if logp is not None else torch.log_softmax(logits[index], dim=-1)
+        chosen = logp.gather(1, tokens[index, None].to(logp.device))[:, 0].tolist()
         for k, logp in zip(rows, chosen, strict=True):
             self.logprobs[first + k].append(logp)
 
@@ -383,7 +387,8 @@ class _Rolling:
         """Row ``b`` finished, with the head inputs its decode recorded for the tokens of its text."""
         ids = self.ids[b]
         row = Row(finished_text(self.lm.tokenizer, ids), ids, self.prompt_tokens[b], ids[-1] == self.eos)
-        kept, n = self.heads[b][: len(row.text_ids)], len(row.text_ids)
+        n = len(row.text_ids)
+        kept = self.heads[b][:n]
         return replace(row, hidden=torch.stack(kept) if kept else self.heads[b][0].new_zeros(0, self.lm.hidden_size),
                        logprobs=tuple(self.logprobs[b][:n]) if self.logprobs[b] is not None else None)
 
