@@ -50,11 +50,15 @@ def freeze_when_loaded(backend: Backend) -> None:
     gc.freeze()
 
 
+_STOPPING = threading.Event()
+
+
 def stop_once(signum: int, frame) -> None:
-    """The first SIGTERM stops the server as Ctrl+C does; later ones are ignored, so they cannot break into the
+    """The first SIGTERM stops the server as Ctrl+C does; later ones return at once, so they cannot break into the
     shutdown (stopping ``make app``'s process group sends two: one from the stopper, one that make passes on)."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt
+    if not _STOPPING.is_set():
+        _STOPPING.set()
+        raise KeyboardInterrupt
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
