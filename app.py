@@ -50,15 +50,13 @@ def freeze_when_loaded(backend: Backend) -> None:
     gc.freeze()
 
 
-_STOPPING = threading.Event()
-
-
 def stop_once(signum: int, frame) -> None:
-    """The first SIGTERM stops the server as Ctrl+C does; later ones return at once, so they cannot break into the
-    shutdown (stopping ``make app``'s process group sends two: one from the stopper, one that make passes on)."""
-    if not _STOPPING.is_set():
-        _STOPPING.set()
-        raise KeyboardInterrupt
+    """The first SIGTERM stops the server as Ctrl+C does; later ones are ignored, so they cannot break into the shutdown
+    (stopping ``make app``'s process group sends two, a moment apart: the stopper's and the one make passes on). Ignored
+    by the OS, not by a Python handler, which the interpreter drops while it exits (a late SIGTERM then killed it), and
+    with no lock here (a second signal can run this handler inside the first: a lock held there deadlocked the server)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
