@@ -12,9 +12,12 @@ The same server answers OpenAI-compatible requests under ``/v1`` (``lmswitch/web
 from __future__ import annotations
 
 import argparse
+import atexit
+import faulthandler
 import gc
 import os
 import signal
+import sys
 import threading
 from pathlib import Path
 
@@ -50,12 +53,19 @@ def freeze_when_loaded(backend: Backend) -> None:
     gc.freeze()
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # a service manager's stop; a closed terminal
+SHUTDOWN_LIMIT = 60  # seconds a shutdown may take before the process dumps its threads' stacks and exits
+
+
 def stop_once(signum: int, frame) -> None:
-    """The first SIGTERM stops the server as Ctrl+C does; later ones are ignored, so they cannot break into the shutdown
-    (stopping ``make app``'s process group sends two, a moment apart: the stopper's and the one make passes on). Ignored
-    by the OS, not by a Python handler, which the interpreter drops while it exits (a late SIGTERM then killed it), and
-    with no lock here (a second signal can run this handler inside the first: a lock held there deadlocked the server)."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    """The first SIGTERM or SIGHUP stops the server as Ctrl+C does; later ones are ignored, so they cannot break into the
+    shutdown (stopping ``make app``'s process group sends two, a moment apart: the stopper's and the one make passes
+    on). Ignored by the OS, not by a Python handler, which the interpreter drops while it exits (a late SIGTERM then
+    killed it), and with no lock here (a second signal can run this handler inside the first: a lock held there
+    deadlocked the server). A shutdown that hangs cannot be stopped by these signals any more, so it ends itself."""
+    for other in STOP_SIGNALS:
+        signal.signal(other, signal.SIG_IGN)
+    faulthandler.dump_traceback_later(SHUTDOWN_LIMIT, exit=True)
     raise KeyboardInterrupt
 
 
@@ -89,8 +99,32 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"switch folder {args.switches} does not exist; create it or pass --switches DIR")
     if args.spool_dir and not (Path(args.spool_dir).is_dir() and os.access(args.spool_dir, os.W_OK | os.X_OK)):
         raise SystemExit(f"--spool-dir {args.spool_dir} is not a folder this user can write to; create it or pass another")
-    # SIGTERM (a service manager's stop) ends the server like Ctrl+C, so the exit handlers remove its temporary folders
-    signal.signal(signal.SIGTERM, stop_once)
+    # SIGTERM and SIGHUP end the server like Ctrl+C, so the exit handlers remove its temporary folders
+    for stop in STOP_SIGNALS:
+        signal.signal(stop, stop_once)
+    demo = None
+    try:
+        demo = serve(args)
+        demo.block_thread()  # from here on it handles a stop itself: it closes the server
+    except KeyboardInterrupt:  # stopped while starting
+        if demo is not None:
+            demo.close()
+        print("lmswitch: stopped while starting", flush=True)
+    end_process()
+
+
+def end_process() -> None:
+    """Run the exit handlers (they remove the temporary folders), then end without finalising the interpreter: a model
+    still loading, or a switch still training, on a daemon thread made that abort the process ("terminate called
+    without an active exception", SIGABRT) when it was stopped early."""
+    atexit._run_exitfuncs()  # the handlers Python would run at exit, in the same order (then it would finalise)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def serve(args: argparse.Namespace):
+    """Start the backend (the model loads in the background) and the web server; returns the running Gradio app."""
     backend = Backend(args.model, args.switches, dtype=args.dtype, spool=args.spool_dir)
     backend.compute.own_cores()  # a torch op on a web thread must not slow every generation (serve/compute.py)
     backend.start()
@@ -106,7 +140,7 @@ def main(argv: list[str] | None = None) -> None:
     threading.Thread(target=freeze_when_loaded, args=(backend,), name="lmswitch-gc-freeze", daemon=True).start()
     print(f"lmswitch: OpenAI-compatible API at http://{args.host}:{args.port}/v1"
           + (" (API key required)" if args.api_key else ""), flush=True)
-    demo.block_thread()
+    return demo
 
 
 if __name__ == "__main__":

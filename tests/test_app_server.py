@@ -192,27 +192,35 @@ def group_alive(pgid: int) -> bool:
 
 
 @pytest.mark.slow
-def test_stopping_make_apps_process_group_ends_the_app_cleanly(tmp_path):
-    """README's first command, stopped the way a service manager or a closing terminal stops it: SIGTERM to its process
-    group. make passes its own SIGTERM on, so the app gets two a moment apart; it must close once, without a
-    traceback or a hang (a lock in the signal handler once deadlocked it here)."""
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_stopping_make_apps_process_group_ends_the_app_cleanly(tmp_path, stop):
+    """README's first command, stopped as a service manager (SIGTERM) or a closed terminal (SIGHUP) stops it: the signal
+    goes to its process group, and make passes its own on, so the app gets two a moment apart. It must close once,
+    remove its temporary folders, and print no traceback (a lock in the signal handler once deadlocked it here)."""
     from app_server import ROOT, free_port
 
-    switches, spool, log = tmp_path / "switches", tmp_path / "spool", tmp_path / "make-app.log"
+    switches, tmp, log = tmp_path / "switches", tmp_path / "tmp", tmp_path / "make-app.log"
     switches.mkdir()
-    spool.mkdir()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "LMSWITCH_SPOOL_DIR": str(spool)}
-    with open(log, "w") as out:
-        make = subprocess.Popen(["make", "app", f"ARGS=--port {free_port()} --switches {switches}"], cwd=ROOT, stdout=out,
-                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    tmp.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}  # not make test's flags
+    env |= {"PYTHONUNBUFFERED": "1", "LMSWITCH_SPOOL_DIR": str(tmp), "TMPDIR": str(tmp)}
+
+    def listening() -> bool:
+        assert make.poll() is None, f"make app exited with {make.returncode}:\n{log.read_text()[-4000:]}"
+        return "OpenAI-compatible API at" in log.read_text()
+
+    with open(log, "w") as out:  # -o: never (re)install here, whatever the install stamp's age (make test installs first)
+        make = subprocess.Popen(["make", "-o", ".venv/.installed", "app", f"ARGS=--port {free_port()} --switches {switches}"],
+                                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
-            wait_for(lambda: "OpenAI-compatible API at" in log.read_text(), "the app to listen", timeout=300)
-            os.killpg(make.pid, signal.SIGTERM)
+            wait_for(listening, "make app to listen", timeout=120)
+            wait_for(lambda: list(tmp.glob("lmswitch-*")), "the app's temporary folders")
+            os.killpg(make.pid, stop)
             make.wait(timeout=30)
             wait_for(lambda: not group_alive(make.pid), "every process of make app's group to end", timeout=30)
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(make.pid, signal.SIGKILL)
     text = log.read_text()
-    assert "Keyboard interruption in main thread" in text and "Traceback" not in text, text[-4000:]
-    assert list(spool.glob("lmswitch-*")) == []
+    assert "Keyboard interruption in main thread" in text and "Traceback" not in text and "make: ***" not in text, text[-4000:]
+    assert list(tmp.glob("lmswitch-*")) == []
