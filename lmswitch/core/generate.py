@@ -96,6 +96,7 @@ class CoupledSampler(LogitsProcessor):
         if B != len(self.generators):
             raise RuntimeError(f"sampler has {len(self.generators)} noise streams for a batch of {B}")
         logits = scores.float()
+        self.model_logp = None  # the last draw's, dropped before this one's is made
         # every stream advances by one draw per step, also for greedy rows, so streams stay aligned
         drawn: dict[int, torch.Tensor] = {}  # one draw per stream, whatever the rows that share it
         for g in self.generators:
