@@ -19,6 +19,7 @@ import os
 import signal
 import sys
 import threading
+import traceback
 from pathlib import Path
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # offline: no telemetry calls
@@ -53,20 +54,30 @@ def freeze_when_loaded(backend: Backend) -> None:
     gc.freeze()
 
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # a service manager's stop; a closed terminal
-SHUTDOWN_LIMIT = 60  # seconds a shutdown may take before the process dumps its threads' stacks and exits
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl+C; a service manager's stop; a closed terminal
+SHUTDOWN_LIMIT = 60  # seconds a shutdown may take before the process prints its threads' stacks and exits with 1
 
 
 def stop_once(signum: int, frame) -> None:
-    """The first SIGTERM or SIGHUP stops the server as Ctrl+C does; later ones are ignored, so they cannot break into the
-    shutdown (stopping ``make app``'s process group sends two, a moment apart: the stopper's and the one make passes
+    """The first stop signal stops the server; later ones are ignored, so they cannot break into the shutdown
+    (stopping ``make app``'s process group with SIGTERM sends two, a moment apart: the stopper's and the one make passes
     on). Ignored by the OS, not by a Python handler, which the interpreter drops while it exits (a late SIGTERM then
     killed it), and with no lock here (a second signal can run this handler inside the first: a lock held there
-    deadlocked the server). A shutdown that hangs cannot be stopped by these signals any more, so it ends itself."""
-    for other in STOP_SIGNALS:
-        signal.signal(other, signal.SIG_IGN)
-    faulthandler.dump_traceback_later(SHUTDOWN_LIMIT, exit=True)
+    deadlocked the server). A closed terminal's output would fail (EIO) and stop the shutdown: it goes to /dev/null."""
+    quiet()
+    if signum == signal.SIGHUP:
+        null = os.open(os.devnull, os.O_WRONLY)
+        for fd in (1, 2):
+            if os.isatty(fd):
+                os.dup2(null, fd)
     raise KeyboardInterrupt
+
+
+def quiet() -> None:
+    """From now on the stop signals do nothing, and a shutdown that hangs ends itself after :data:`SHUTDOWN_LIMIT`."""
+    for stop in STOP_SIGNALS:
+        signal.signal(stop, signal.SIG_IGN)
+    faulthandler.dump_traceback_later(SHUTDOWN_LIMIT, exit=True)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -93,34 +104,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.switches and not Path(args.switches).is_dir():
         raise SystemExit(f"switch folder {args.switches} does not exist; create it or pass --switches DIR")
     if args.spool_dir and not (Path(args.spool_dir).is_dir() and os.access(args.spool_dir, os.W_OK | os.X_OK)):
         raise SystemExit(f"--spool-dir {args.spool_dir} is not a folder this user can write to; create it or pass another")
-    # SIGTERM and SIGHUP end the server like Ctrl+C, so the exit handlers remove its temporary folders
-    for stop in STOP_SIGNALS:
-        signal.signal(stop, stop_once)
-    demo = None
+    for stop in STOP_SIGNALS:  # each ends the server, so the exit handlers remove its temporary folders
+        if signal.getsignal(stop) is not signal.SIG_IGN:  # unless ignored from the start (nohup, a background job)
+            signal.signal(stop, stop_once)
     try:
-        demo = serve(args)
-        demo.block_thread()  # from here on it handles a stop itself: it closes the server
+        serve(args).block_thread()  # from here on a stop closes the server, then block_thread returns
     except KeyboardInterrupt:  # stopped while starting
-        if demo is not None:
-            demo.close()
         print("lmswitch: stopped while starting", flush=True)
-    end_process()
+    except Exception:  # e.g. the port is taken: said, and the model that may be loading does not abort the exit
+        traceback.print_exc()
+        return 1
+    return 0
 
 
-def end_process() -> None:
-    """Run the exit handlers (they remove the temporary folders), then end without finalising the interpreter: a model
-    still loading, or a switch still training, on a daemon thread made that abort the process ("terminate called
-    without an active exception", SIGABRT) when it was stopped early."""
-    atexit._run_exitfuncs()  # the handlers Python would run at exit, in the same order (then it would finalise)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+def end_process(code: int) -> None:
+    """Run the exit handlers (a save in progress ends, the temporary folders go), then end without finalising the
+    interpreter: a model still loading, or a switch still training, on a daemon thread made that abort the process
+    ("terminate called without an active exception", SIGABRT) when it was stopped early. Non-daemon threads are not
+    waited for (Python would join them before these handlers); the server is closed by then."""
+    quiet()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except OSError:  # a closed terminal
+            pass
+    os._exit(code)
 
 
 def serve(args: argparse.Namespace):
@@ -144,4 +160,4 @@ def serve(args: argparse.Namespace):
 
 
 if __name__ == "__main__":
-    main()
+    end_process(main())

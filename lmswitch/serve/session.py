@@ -71,6 +71,13 @@ class SwitchLibrary:
         with self._lock:
             return self._switches.get(name)
 
+    def finish_saving(self, timeout: float) -> bool:
+        """Wait (up to ``timeout`` seconds) for a save in progress to finish; whether none is left."""
+        if not self._lock.acquire(timeout=timeout):
+            return False
+        self._lock.release()
+        return True
+
     def save(self, name: str, switch: Switch) -> Path:
         """Write ``switch`` as ``<folder>/<name>.safetensors`` (atomic) unless that name is taken."""
         name = check_name(name)

@@ -48,10 +48,16 @@ class Backend:
         self.spool_dir = Path(tempfile.mkdtemp(prefix="lmswitch-closed-sessions-", dir=spool or _on_disk_temp()))  # closed pages' switches
         for folder in (self.export_dir, self.spool_dir):  # removed when the server exits (app.py: also on SIGTERM)
             atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        atexit.register(self.finish_saving)  # first (atexit runs the last registered first): a save in progress ends
         self.compute = ComputeThread()
         self.comparisons = ComparisonCache()  # keyed on content, so sessions may share it
         self._batchers: dict[int, Batcher] = {}
         self._batchers_lock = threading.Lock()
+
+    def finish_saving(self, timeout: float = 20.0) -> None:
+        """Let a switch being saved to the library finish (the app ends its process without waiting for threads)."""
+        for _, library in list(self.models.values()):
+            library.finish_saving(timeout)
 
     @classmethod
     def with_model(cls, lm: LanguageModel, switches: str | Path | None) -> Backend:
