@@ -48,7 +48,6 @@ import platform
 import random
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -62,7 +61,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from tiny import EOS_ID, PAD_ID, SPECIALS, VOCAB, WORDS_A, WORDS_B, make_tokenizer, random_switch, sample_texts  # noqa: E402
+from tiny import EOS_ID, PAD_ID, SPECIALS, VOCAB, WORDS_A, WORDS_B, make_tokenizer, random_switch, run_together, sample_texts  # noqa: E402
 
 import lmswitch as ls  # noqa: E402
 from lmswitch.core.attention import attention, batch_invariant, use_batch_invariant  # noqa: E402
@@ -185,21 +184,6 @@ def check_sweep_alone(s: Setup) -> str:
 
 
 # --- 2. the request batcher ------------------------------------------------------------------------------------------
-
-
-def held(compute: ComputeThread) -> threading.Event:
-    """Occupy the compute thread until the returned event is set, so requests pile up and share one batch."""
-    release = threading.Event()
-    compute.submit(release.wait)
-    return release
-
-
-def run_together(batcher: Batcher, requests: list[tuple]) -> list[Row]:
-    """The requests' rows, all submitted while the compute thread is held (tests/test_batcher.py)."""
-    release = held(batcher.compute)
-    streams = [batcher.stream(p, x, seed=seed, options=SamplingOptions(max_new_tokens=n)) for p, x, seed, n in requests]
-    release.set()
-    return [list(stream)[-1] for stream in streams]
 
 
 def batcher_requests(lm: LanguageModel) -> list[tuple]:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 from dataclasses import replace
 
 import pytest
 import torch
 from conftest import SCALED_FAMILIES, random_switch
+from tiny import held, run_together
 
 import lmswitch as ls
 from lmswitch.core.attention import batch_invariant
@@ -19,20 +19,6 @@ from lmswitch.serve.batcher import Batcher, Busy, Row
 from lmswitch.serve.compute import ComputeThread
 
 WORDS = "alpha beta gamma delta"
-
-
-def held(compute: ComputeThread) -> threading.Event:
-    """Occupy the compute thread until the returned event is set, so requests pile up and share one batch."""
-    release = threading.Event()
-    compute.submit(release.wait)
-    return release
-
-
-def run_together(batcher: Batcher, requests: list[tuple]) -> list[Row]:
-    release = held(batcher.compute)
-    streams = [batcher.stream(p, s, seed=seed, options=SamplingOptions(max_new_tokens=n)) for p, s, seed, n in requests]
-    release.set()
-    return [list(stream)[-1] for stream in streams]
 
 
 @pytest.mark.parametrize("rolling", [True, False], ids=["rows-join-a-running-decode", "one-whole-decode-per-batch"])

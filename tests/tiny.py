@@ -1,16 +1,20 @@
-"""The tests' tiny vocabulary, word-level tokenizer, random switches and style texts, without pytest: ``conftest.py``
+"""The tests' tiny vocabulary, word-level tokenizer, random switches, style texts and batcher helpers, without pytest: ``conftest.py``
 builds its models from them, and ``benchmarks/gpu.py`` runs its checks with them on machines that have no pytest."""
 
 from __future__ import annotations
 
 import random
+import threading
 
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from lmswitch.core.models import LanguageModel
+from lmswitch.core.options import SamplingOptions
 from lmswitch.core.switch import Switch
+from lmswitch.serve.batcher import Batcher, Row
+from lmswitch.serve.compute import ComputeThread
 
 SPECIALS = ["[UNK]", "[PAD]", "[EOS]"]
 UNK_ID, PAD_ID, EOS_ID = 0, 1, 2
@@ -49,3 +53,19 @@ def random_switch(lm: LanguageModel, *, seed: int, scale: float = 1.0, **kwargs)
 def sample_texts(rng: random.Random, style: list[str], n: int, length: int = 12, p_style: float = 0.5) -> list[str]:
     """``n`` texts whose words come from ``style`` with probability ``p_style``, else from the shared filler."""
     return [" ".join(rng.choice(style) if rng.random() < p_style else rng.choice(FILLER) for _ in range(length)) for _ in range(n)]
+
+
+def held(compute: ComputeThread) -> threading.Event:
+    """Occupy the compute thread until the returned event is set, so requests pile up and share one batch."""
+    release = threading.Event()
+    compute.submit(release.wait)
+    return release
+
+
+def run_together(batcher: Batcher, requests: list[tuple]) -> list[Row]:
+    """``requests`` (prompt, setting, seed, new tokens) submitted while the compute thread is held, so they share one
+    batch; each one's finished :class:`Row`."""
+    release = held(batcher.compute)
+    streams = [batcher.stream(p, s, seed=seed, options=SamplingOptions(max_new_tokens=n)) for p, s, seed, n in requests]
+    release.set()
+    return [list(stream)[-1] for stream in streams]

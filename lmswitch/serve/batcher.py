@@ -380,8 +380,8 @@ class _Rolling:
         index = torch.tensor(rows)
         logp = logp[index] if logp is not None else torch.log_softmax(logits[index], dim=-1)
         chosen = logp.gather(1, tokens[index, None].to(logp.device))[:, 0].tolist()
-        for k, logp in zip(rows, chosen, strict=True):
-            self.logprobs[first + k].append(logp)
+        for k, value in zip(rows, chosen, strict=True):
+            self.logprobs[first + k].append(value)
 
     def _row(self, b: int) -> Row:
         """Row ``b`` finished, with the head inputs its decode recorded for the tokens of its text."""
