@@ -15,6 +15,7 @@ from conftest import EXAMPLES, lines, random_ids, random_switch
 
 import lmswitch as ls
 from lmswitch.core.parallel import gather, mine
+from lmswitch.core.transfer import transfer
 from lmswitch.io.resources import shipped_switch_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,6 +46,8 @@ def test_steering_with_the_head_offloaded_to_disk_is_identical(llama_lm, tmp_pat
     assert torch.equal(logits(off, ids, [(s, 5.0)]), logits(llama_lm, ids, [(s, 5.0)]))
     text = "alpha beta gamma delta alpha beta"
     assert ls.highlight(off, s, text, eps=5.0).to_dict() == ls.highlight(llama_lm, s, text, eps=5.0).to_dict()  # the head's maths too
+    there = transfer(s, llama_lm, off, min_anchors=20)  # the map reads both heads' weights, one from the offload
+    assert torch.equal(there.W, transfer(s, llama_lm, llama_lm, min_anchors=20).W)
 
 
 @pytest.mark.real_model

@@ -76,7 +76,7 @@ def _fit_quality(H: torch.Tensor, E_s: torch.Tensor, E_t: torch.Tensor) -> dict:
 def _strength(lm: LanguageModel, W: torch.Tensor) -> float:
     """Typical logit change at ε = 1/ε0: the mean over reference contexts of the spread (std) over the vocabulary of ``e_vᵀ W c``."""
     C = reference_hidden(lm)[:STRENGTH_CONTEXTS].double().cpu()
-    E = lm.head.weight.detach().double().cpu()
+    E = lm.head_weight().double().cpu()
     delta = (C @ W.double().T) @ E.T * lm.logit_scale  # (N, V), in logits (a family's after-head scale too)
     return float(delta.std(dim=1).mean())
 
@@ -133,8 +133,8 @@ def transfer(
     """
     _check_transfer(switch, source, anchors, method, ridge)
     ids_s, ids_t, words = _anchors(source, target, anchors, min_anchors)
-    E_s = source.head.weight.detach().float().cpu()[ids_s]
-    E_t = target.head.weight.detach().float().cpu()[ids_t]
+    E_s = source.head_weight().float().cpu()[ids_s]
+    E_t = target.head_weight().float().cpu()[ids_t]
     held = torch.zeros(len(words), dtype=torch.bool)
     held[HELDOUT_EVERY - 1 :: HELDOUT_EVERY] = True
     H = fit_procrustes(E_s[~held], E_t[~held]) if method == "procrustes" else fit_map(E_s[~held], E_t[~held], ridge)
