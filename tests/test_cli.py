@@ -271,3 +271,18 @@ def test_options_that_make_no_sense_together_are_refused_before_loading(capsys):
                        (["build-pretrained", "--recalibrate", "--no-calibrate"], "drop --no-calibrate")):
         assert main(["--model", "no-such-model", *argv]) == 2
         assert said in capsys.readouterr().err
+
+
+def test_train_says_whether_its_data_sufficed_and_a_refused_input_prints_only_its_error(run, tmp_path):
+    (tmp_path / "pos.txt").write_text(POSITIVE)
+    (tmp_path / "neg.txt").write_text(NEGATIVE)
+    out = tmp_path / "s.safetensors"
+    code, stdout, err = run("train", "--positive", str(tmp_path / "pos.txt"), "--negative", str(tmp_path / "neg.txt"),
+                            "--out", str(out), "--steps", "5", "--no-calibrate")
+    assert code == 0 and "training" in err
+    assert stdout.startswith(f"saved {out}") and "Very little text" in stdout  # the card's data advice, as the app shows it
+    code, stdout, _ = run("train", "--positive", str(tmp_path / "pos.txt"), "--out", str(out), "--steps", "5", "--no-calibrate", "--json")
+    assert code == 0 and json.loads(stdout)["advice"].startswith("Very little text")
+    code, stdout, err = run("train", "--positive", str(tmp_path / "pos.txt"), "--negative", str(tmp_path / "pos.txt"), "--out",
+                            str(tmp_path / "same.safetensors"), "--steps", "5")
+    assert code == 2 and "identical" in err and "training" not in err and not (tmp_path / "same.safetensors").exists()

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tqdm import tqdm
@@ -23,7 +24,7 @@ from lmswitch.core.options import SamplingOptions, TrainConfig
 from lmswitch.core.parallel import is_main
 from lmswitch.core.solver import RECIPES
 from lmswitch.core.switch import Switch
-from lmswitch.core.train import train_switch
+from lmswitch.core.train import data_advice, train_switch
 from lmswitch.core.transfer import transfer
 from lmswitch.harness.frontier import calibrated_card
 from lmswitch.harness.pretrained import PRETRAINED_DIR, build_pretrained
@@ -65,15 +66,25 @@ def cmd_info(args: argparse.Namespace, lm: LanguageModel) -> None:
     emit(args, data, "\n".join(f"{k}: {v}" for k, v in data.items()))
 
 
-def _progress_bar(bar: tqdm):
-    """A ``train_switch`` progress callback that moves ``bar`` and shows the loss."""
+@contextmanager
+def _progress_bar(args: argparse.Namespace) -> Iterator[Callable[[int, int, float], None]]:
+    """A ``train_switch`` progress callback that shows a bar with the loss on stderr, opened at the first step (so an
+    input refused before training prints its error alone) and closed on leaving."""
+    bars: list[tqdm] = []
 
     def show(step: int, total: int, loss: float) -> None:
+        if not bars:
+            bars.append(tqdm(total=total, desc="training", unit="step", disable=args.json, file=sys.stderr))
+        bar = bars[0]
         bar.total = total  # L-BFGS ends its ridge path before the step cap
         bar.update(step - bar.n)
         bar.set_postfix(loss=f"{loss:.4f}")
 
-    return show
+    try:
+        yield show
+    finally:
+        for bar in bars:
+            bar.close()
 
 
 def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
@@ -81,10 +92,10 @@ def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
     negative = read_examples(args.negative, args.document) if args.negative else None
     config = TrainConfig(optimizer=args.optimizer, self_contrast=args.self_contrast, steps=args.steps, lr=args.lr, l2=args.l2,
                          seed=args.seed)
-    with tqdm(total=args.steps, desc="training", unit="step", disable=args.json, file=sys.stderr) as bar:
+    with _progress_bar(args) as progress:
         switch = train_switch(lm, positive, negative, name=args.name or Path(args.out).stem, description=args.description,
                               positive_label=args.positive_label, negative_label=args.negative_label, config=config,
-                              progress=_progress_bar(bar))
+                              progress=progress)
     fluent = ""
     if args.calibrate:
         if not args.json:
@@ -95,10 +106,11 @@ def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
         switch.save(args.out)
     card = _card_without_curves(switch)
     gain = card["heldout_gain"]
-    emit(args, {"out": args.out, "card": card},
+    advice = data_advice(card)  # whether the data sufficed, and any warning (a text in another language)
+    emit(args, {"out": args.out, "card": card, "advice": advice},
          f"saved {args.out}: {card['steps']} {'loss evaluations' if card['optimizer'] in RECIPES else 'steps'} in "
          f"{card['seconds']:.1f} s, held-out gain "
-         + (f"{gain:+.4f} nats/token" if gain is not None else "n/a (no held-out data)") + fluent)
+         + (f"{gain:+.4f} nats/token" if gain is not None else "n/a (no held-out data)") + fluent + f"\n{advice}")
 
 
 def _warn_beyond_fluent(setting: list[tuple[Switch, float]], adaptive: bool) -> None:
