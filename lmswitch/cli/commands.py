@@ -23,6 +23,7 @@ from lmswitch.core.models import LanguageModel, load_model
 from lmswitch.core.options import SamplingOptions, TrainConfig
 from lmswitch.core.parallel import is_main
 from lmswitch.core.solver import RECIPES
+from lmswitch.core.steering import check_setting
 from lmswitch.core.switch import Switch
 from lmswitch.core.train import data_advice, train_switch
 from lmswitch.core.transfer import transfer
@@ -113,8 +114,10 @@ def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
          + (f"{gain:+.4f} nats/token" if gain is not None else "n/a (no held-out data)") + fluent + f"\n{advice}")
 
 
-def _warn_beyond_fluent(setting: list[tuple[Switch, float]], adaptive: bool) -> None:
-    """A warning on stderr for each ε outside its switch's calibrated fluent range (text there tends to loop)."""
+def _warn_beyond_fluent(lm: LanguageModel, setting: list[tuple[Switch, float]], adaptive: bool) -> None:
+    """A warning on stderr for each ε outside its switch's calibrated fluent range (text there tends to loop); a setting
+    that will be refused is refused first, without a warning."""
+    check_setting(lm, setting)
     for switch, eps in setting:
         fluent = switch.card.fluent_eps
         if fluent is not None and not fluent[0] <= eps <= fluent[1]:
@@ -125,7 +128,7 @@ def _warn_beyond_fluent(setting: list[tuple[Switch, float]], adaptive: bool) -> 
 
 def cmd_generate(args: argparse.Namespace, lm: LanguageModel) -> None:
     setting = [(open_switch(ref, lm), eps) for ref, eps in args.switch]
-    _warn_beyond_fluent(setting, args.adaptive)
+    _warn_beyond_fluent(lm, setting, args.adaptive)
     texts = generate(lm, args.prompt, setting, samples=args.samples, seed=args.seed, **_sampling(args))
     data = {"prompt": args.prompt, "switches": [{"path": ref, "eps": eps} for ref, eps in args.switch], "seed": args.seed,
             "samples": [{"seed": args.seed + k, "text": t} for k, t in enumerate(texts)]}
@@ -211,7 +214,7 @@ def _card_eps(switch: Switch, eps: float | None) -> float:
 def cmd_export(args: argparse.Namespace, lm: LanguageModel) -> None:
     switches = [(open_switch(ref, lm), eps) for ref, eps in args.switch]
     setting = [(s, _card_eps(s, eps)) for s, eps in switches]
-    _warn_beyond_fluent(setting, adaptive=False)  # an exported adapter steers every token
+    _warn_beyond_fluent(lm, setting, adaptive=False)  # an exported adapter steers every token
     if not is_main():  # under accelerate launch: one process writes
         return
     r = export(lm, setting, args.out, format=args.format, rank=args.rank, force=args.force)
