@@ -9,7 +9,16 @@ import torch
 from conftest import FILLER, SCALED_FAMILIES, WORDS_A, WORDS_B, random_switch
 
 import lmswitch as ls
-from lmswitch.lenses.svd import GROUPS, promoted_words, reference_hidden, reference_texts, svd_dimensions, word_map
+from lmswitch.lenses import svd
+from lmswitch.lenses.svd import (
+    GROUPS,
+    promoted_words,
+    reference_hidden,
+    reference_texts,
+    svd_dimensions,
+    word_map,
+    written_words,
+)
 from lmswitch.lenses.vocab import is_readable_word
 
 REFERENCE = [
@@ -202,3 +211,28 @@ def test_results_to_dict_are_the_plain_json_shapes(gpt2_lm):
     assert list(plain) == ["switch", "positive_label", "negative_label", "axes", "points", "reference_contexts"]
     assert [list(a) for a in plain["axes"]] == [["index", "singular_value", "share", "flipped"]] * 2
     assert all(list(p) == ["word", "x", "y", "group"] and p["group"] in GROUPS for p in plain["points"])
+
+
+def test_words_the_model_writes_less_are_listed_after_those_it_writes(make_lm, monkeypatch):
+    """A switch's strongest word, one the model writes less than the bar after the reference texts, drops below the
+    words it writes in every list, and stays listed after them. Which words pass is checked against the model's own
+    mean next-token probabilities. (A tiny random model writes every word about equally, so the bar is raised to
+    uniform here: about half its words pass.)"""
+    monkeypatch.setattr(svd, "WRITTEN_SHARE", 1.0)
+    lm = make_lm("llama", seed=3)
+    with torch.no_grad():  # the contexts: every position that predicts a next token
+        probs = torch.cat([torch.softmax(lm.model(**lm.tokenizer(text, return_tensors="pt", add_special_tokens=False)).logits[0, :-1].float(), -1)
+                           for text in REFERENCE]).mean(0)
+    written = written_words(lm, REFERENCE)
+    assert torch.equal(written, probs >= 1.0 / len(probs)) and 10 < int(written.sum()) < len(written) - 10
+    word = next(w for w in WORDS_A + WORDS_B if not written[lm.tokenizer.convert_tokens_to_ids(w)])
+    switch = planted(lm, word)
+    everything = promoted_words(lm, switch, words=500, reference=REFERENCE).promoted  # every word
+    assert max(everything, key=lambda w: w.delta).word == word != everything[0].word  # the strongest, not listed first
+    listed = [bool(written[lm.tokenizer.convert_tokens_to_ids(w.word)]) for w in everything]
+    first_rare = listed.index(False)
+    assert not any(listed[first_rare:])  # the words it writes first, then the rest
+    for part in (everything[:first_rare], everything[first_rare:]):
+        assert [w.delta for w in part] == sorted((w.delta for w in part), reverse=True)
+    top = svd_dimensions(lm, switch, dims=1, words=3, reference=REFERENCE).dimensions[0]
+    assert word not in [w.word for w in top.promoted]

@@ -10,6 +10,12 @@ so ``u_i`` is the *word side* of direction ``i`` (it meets the output embedding
 direction raises the words at its ``+u_i`` pole when ``v_iᵀ c > 0`` and the words at
 its ``−u_i`` pole when ``v_iᵀ c < 0``; which one happens at positive ε is decided
 from the hidden states of real reference texts, not guessed.
+
+Every word list ranks first the words the model writes at least occasionally after the reference texts (mean
+next-token probability at least :data:`WRITTEN_SHARE` of uniform; :func:`written_words`). A switch also moves code
+tokens, word pieces and rare names that the model almost never writes, and in a switch learned from little text (one
+article) those can top a list by their logit change alone ("clf", "setattr" for an article on homework, "QtGui" for
+one on night trains). They are listed only where too few written words remain.
 """
 
 from __future__ import annotations
@@ -32,7 +38,11 @@ from lmswitch.lenses.vocab import complete_words, token_words
 MAX_DIMS = 100
 MAX_WORDS = 500
 
+WRITTEN_SHARE = 0.02  # a listed word's mean probability after the reference contexts, as a share of uniform (1 / V);
+# set by reading the lists of the shipped switches and of one-article switches (EVALUATION.md, twenty-second session)
+
 _REFERENCE_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_WRITTEN_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -192,15 +202,35 @@ def _word_table(lm: LanguageModel) -> tuple[torch.Tensor, list[str]]:
     return torch.tensor(ids), [tw.surface[i] for i in ids]
 
 
-def _top_words(lm: LanguageModel, rankings: torch.Tensor, ids: torch.Tensor, surfaces: list[str], n: int) -> list[list[int]]:
+@torch.no_grad()
+def written_words(lm: LanguageModel, reference: list[str] | None = None) -> torch.Tensor:
+    """``(V,)`` bool: the words whose mean next-token probability after the reference contexts is at least
+    :data:`WRITTEN_SHARE` / V, the words the model writes at least occasionally (19,599 of the embedded model's
+    30,589 readable words after the bundled texts: "fantastic" at 0.15 of uniform and "stupid" at 0.023 pass, "bbox"
+    at 0.002 and "setattr" at 0.003 do not). Kept per model for the bundled texts."""
+    if reference is None and lm in _WRITTEN_CACHE:
+        return _WRITTEN_CACHE[lm]
+    C = reference_hidden(lm, reference)
+    total = sum(lm.logits_from_hidden(chunk).softmax(-1).double().sum(0).cpu() for chunk in C.split(256))
+    written = total / len(C) >= WRITTEN_SHARE / total.numel()
+    if reference is None:
+        _WRITTEN_CACHE[lm] = written
+    return written
+
+
+def _top_words(lm: LanguageModel, rankings: torch.Tensor, ids: torch.Tensor, surfaces: list[str], n: int,
+               written: torch.Tensor) -> list[list[int]]:
     """For each row of ``rankings`` (k, n_words): the word-table indices of its ``n`` highest-scoring
-    distinct whole words (case-insensitive; the best-scoring form is kept), best first.
+    distinct whole words (case-insensitive; the best-scoring form is kept), best first; the words the model writes
+    (``written``, (V,) bool: :func:`written_words`) before all others.
 
     Candidates are checked with :func:`~lmswitch.lenses.vocab.complete_words` in score
     order, a little more than needed at a time and for all rows in one batched
     call, so only the top of each ranking costs model time.
     """
-    orders = torch.argsort(rankings, dim=1, descending=True).tolist()
+    rare = ~written[ids]
+    below = rankings - rare * (rankings.max() - rankings.min() + 1)  # every rare word after every written one, in order
+    orders = torch.argsort(below, dim=1, descending=True).tolist()
     outs: list[list[int]] = [[] for _ in orders]
     seen: list[set[str]] = [set() for _ in orders]
     pos = [0] * len(orders)
@@ -242,6 +272,7 @@ class _Directions:
     oriented: torch.Tensor  # (k, n_words): e_vᵀ u_i · sign_i, positive = pushed up at positive ε
     ids: torch.Tensor  # (n_words,) token ids of the word table
     surfaces: list[str]
+    written: torch.Tensor  # (V,) bool: the words the model writes after the reference contexts
     contexts: int  # reference contexts used
 
 
@@ -261,7 +292,7 @@ def _directions(lm: LanguageModel, switch: Switch, k: int, reference: list[str] 
     proj = E @ U[:, :k].cpu()  # (n_words, k): e_vᵀ u_i
     oriented = (proj * sign.cpu()).T  # (k, n_words)
     return _Directions(S=S, sign=sign, mean=mean, agreement=agreement, oriented=oriented, ids=ids, surfaces=surfaces,
-                       contexts=int(C.shape[0]))
+                       written=written_words(lm, reference), contexts=int(C.shape[0]))
 
 
 @torch.no_grad()
@@ -284,7 +315,7 @@ def svd_dimensions(lm: LanguageModel, switch: Switch, *, dims: int = 10, words: 
     S, k = dirs.S, len(dirs.sign)
     total = float((S**2).sum()) or 1.0
     rankings = torch.cat([dirs.oriented, -dirs.oriented])
-    lists = _listed(rankings, dirs.surfaces, _top_words(lm, rankings, dirs.ids, dirs.surfaces, words), WordScore)
+    lists = _listed(rankings, dirs.surfaces, _top_words(lm, rankings, dirs.ids, dirs.surfaces, words, dirs.written), WordScore)
     directions = [
         Dimension(
             index=i,
@@ -310,7 +341,7 @@ def promoted_words(lm: LanguageModel, switch: Switch, *, words: int = 20, refere
     ``c``); each :class:`WordDelta`'s ``delta`` is that change at ε = 1 (one ε0).
     Within one context a constant shift of all logits does not change
     probabilities, so the ranking is also the ranking of the mean change in
-    log-probability.
+    log-probability. Words the model writes come first (:func:`written_words`).
 
     >>> w = promoted_words(lm, sentiment, words=5)            # doctest: +SKIP
     >>> [x.word for x in w.promoted], [x.word for x in w.suppressed]  # doctest: +SKIP
@@ -324,7 +355,7 @@ def promoted_words(lm: LanguageModel, switch: Switch, *, words: int = 20, refere
     E = lm.head_weight()[ids].double().cpu()  # (n_words, d)
     delta = E @ direction.cpu() * lm.logit_scale  # in logits: the family's after-head scale too
     rankings = torch.stack([delta, -delta])
-    up, down = _listed(rankings, surfaces, _top_words(lm, rankings, ids, surfaces, words), WordDelta)
+    up, down = _listed(rankings, surfaces, _top_words(lm, rankings, ids, surfaces, words, written_words(lm, reference)), WordDelta)
     return WordChanges(switch=switch.name, positive_label=switch.positive_label, negative_label=switch.negative_label,
                        promoted=up, suppressed=[WordDelta(w.word, -w.delta) for w in down], reference_contexts=int(C.shape[0]))
 
@@ -375,7 +406,7 @@ def word_map(lm: LanguageModel, switch: Switch, *, words: int = 15, reference: l
         raise ValueError(f"switch '{switch.name}' is all zeros: it has no directions to map; train it or load another")
     live = [i < len(dirs.sign) and float(S[i]) > NULL_DIRECTION * float(S[0]) for i in range(2)]
     rankings = torch.cat([dirs.oriented, -dirs.oriented])  # rows: promoted 0..k-1, then suppressed 0..k-1
-    points = _map_points(dirs, _top_words(lm, rankings, dirs.ids, dirs.surfaces, words), live)
+    points = _map_points(dirs, _top_words(lm, rankings, dirs.ids, dirs.surfaces, words, dirs.written), live)
     total = float((S**2).sum())
     axes = [
         Axis(
