@@ -215,8 +215,11 @@ def test_stopping_make_apps_process_group_ends_the_app_cleanly(tmp_path, stop, w
         return when in log.read_text()
 
     with open(log, "w") as out:  # -o: never (re)install here, whatever the install stamp's age (make test installs first)
+        # as from a terminal: the stop signals at their defaults, even where this test runs under nohup (SIGHUP ignored,
+        # which make and the app would inherit and keep, as they should)
         make = subprocess.Popen(["make", "-o", ".venv/.installed", "app", f"ARGS=--port {free_port()} --switches {switches}"],
-                                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)])
         try:
             wait_for(printed, f"make app to print '{when}'", timeout=120)
             os.killpg(make.pid, stop)
