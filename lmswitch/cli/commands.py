@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 from tqdm import tqdm
@@ -67,25 +66,15 @@ def cmd_info(args: argparse.Namespace, lm: LanguageModel) -> None:
     emit(args, data, "\n".join(f"{k}: {v}" for k, v in data.items()))
 
 
-@contextmanager
-def _progress_bar(args: argparse.Namespace) -> Iterator[Callable[[int, int, float], None]]:
-    """A ``train_switch`` progress callback that shows a bar with the loss on stderr, opened at the first step (so an
-    input refused before training prints its error alone) and closed on leaving."""
-    bars: list[tqdm] = []
+def _progress_bar(bar: tqdm) -> Callable[[int, int, float], None]:
+    """A ``train_switch`` progress callback that moves ``bar`` and shows the loss."""
 
     def show(step: int, total: int, loss: float) -> None:
-        if not bars:
-            bars.append(tqdm(total=total, desc="training", unit="step", disable=args.json, file=sys.stderr))
-        bar = bars[0]
         bar.total = total  # L-BFGS ends its ridge path before the step cap
         bar.update(step - bar.n)
         bar.set_postfix(loss=f"{loss:.4f}")
 
-    try:
-        yield show
-    finally:
-        for bar in bars:
-            bar.close()
+    return show
 
 
 def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
@@ -93,10 +82,11 @@ def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
     negative = read_examples(args.negative, args.document) if args.negative else None
     config = TrainConfig(optimizer=args.optimizer, self_contrast=args.self_contrast, steps=args.steps, lr=args.lr, l2=args.l2,
                          seed=args.seed)
-    with _progress_bar(args) as progress:
+    # shown from 1 s on: through the hidden-state caching, but not before an input refused at once
+    with tqdm(total=args.steps, desc="training", unit="step", disable=args.json, file=sys.stderr, delay=1.0) as bar:
         switch = train_switch(lm, positive, negative, name=args.name or Path(args.out).stem, description=args.description,
                               positive_label=args.positive_label, negative_label=args.negative_label, config=config,
-                              progress=progress)
+                              progress=_progress_bar(bar))
     fluent = ""
     if args.calibrate:
         if not args.json:
@@ -114,10 +104,8 @@ def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
          + (f"{gain:+.4f} nats/token" if gain is not None else "n/a (no held-out data)") + fluent + f"\n{advice}")
 
 
-def _warn_beyond_fluent(lm: LanguageModel, setting: list[tuple[Switch, float]], adaptive: bool) -> None:
-    """A warning on stderr for each ε outside its switch's calibrated fluent range (text there tends to loop); a setting
-    that will be refused is refused first, without a warning."""
-    check_setting(lm, setting)
+def _warn_beyond_fluent(setting: list[tuple[Switch, float]], adaptive: bool) -> None:
+    """A warning on stderr for each ε outside its switch's calibrated fluent range (text there tends to loop)."""
     for switch, eps in setting:
         fluent = switch.card.fluent_eps
         if fluent is not None and not fluent[0] <= eps <= fluent[1]:
@@ -128,7 +116,8 @@ def _warn_beyond_fluent(lm: LanguageModel, setting: list[tuple[Switch, float]], 
 
 def cmd_generate(args: argparse.Namespace, lm: LanguageModel) -> None:
     setting = [(open_switch(ref, lm), eps) for ref, eps in args.switch]
-    _warn_beyond_fluent(lm, setting, args.adaptive)
+    check_setting(lm, setting)  # a setting that will be refused is refused before any warning
+    _warn_beyond_fluent(setting, args.adaptive)
     texts = generate(lm, args.prompt, setting, samples=args.samples, seed=args.seed, **_sampling(args))
     data = {"prompt": args.prompt, "switches": [{"path": ref, "eps": eps} for ref, eps in args.switch], "seed": args.seed,
             "samples": [{"seed": args.seed + k, "text": t} for k, t in enumerate(texts)]}
@@ -214,7 +203,8 @@ def _card_eps(switch: Switch, eps: float | None) -> float:
 def cmd_export(args: argparse.Namespace, lm: LanguageModel) -> None:
     switches = [(open_switch(ref, lm), eps) for ref, eps in args.switch]
     setting = [(s, _card_eps(s, eps)) for s, eps in switches]
-    _warn_beyond_fluent(lm, setting, adaptive=False)  # an exported adapter steers every token
+    check_setting(lm, setting)
+    _warn_beyond_fluent(setting, adaptive=False)  # an exported adapter steers every token
     if not is_main():  # under accelerate launch: one process writes
         return
     r = export(lm, setting, args.out, format=args.format, rank=args.rank, force=args.force)

@@ -71,8 +71,8 @@ class Dimension:
     flipped: bool  # positive ε raises the −u pole
     agreement: float  # share of reference contexts where the direction acts that way round
     strength: float  # s_i · |mean v_iᵀ c| · ε0: the typical size of the head input's change along u_i at ε = 1
-    promoted: list[WordScore]  # pushed up at positive ε, strongest first
-    suppressed: list[WordScore]  # pushed down at positive ε, strongest first
+    promoted: list[WordScore]  # pushed up at positive ε: the words the model writes strongest first, then the rest
+    suppressed: list[WordScore]  # pushed down at positive ε, in the same order
 
 
 @dataclass(frozen=True)
@@ -97,8 +97,8 @@ class WordChanges:
     switch: str
     positive_label: str
     negative_label: str
-    promoted: list[WordDelta]  # largest rise first
-    suppressed: list[WordDelta]  # largest fall first (negative deltas)
+    promoted: list[WordDelta]  # the words the model writes largest rise first, then the rest (written_words)
+    suppressed: list[WordDelta]  # the same, largest fall first (negative deltas)
     reference_contexts: int
 
     def to_dict(self) -> dict:
@@ -202,19 +202,25 @@ def _word_table(lm: LanguageModel) -> tuple[torch.Tensor, list[str]]:
     return torch.tensor(ids), [tw.surface[i] for i in ids]
 
 
-@torch.no_grad()
 def written_words(lm: LanguageModel, reference: list[str] | None = None) -> torch.Tensor:
     """``(V,)`` bool: the words whose mean next-token probability after the reference contexts is at least
-    :data:`WRITTEN_SHARE` / V, the words the model writes at least occasionally (19,599 of the embedded model's
-    30,589 readable words after the bundled texts: "fantastic" at 0.15 of uniform and "stupid" at 0.023 pass, "bbox"
-    at 0.002 and "setattr" at 0.003 do not). Kept per model for the bundled texts."""
-    if reference is None and lm in _WRITTEN_CACHE:
-        return _WRITTEN_CACHE[lm]
-    C = reference_hidden(lm, reference)
-    total = sum(lm.logits_from_hidden(chunk).softmax(-1).double().sum(0).cpu() for chunk in C.split(256))
+    :data:`WRITTEN_SHARE` / V, the words the model writes at least occasionally (what passes on the embedded model:
+    EVALUATION.md, twenty-second session)."""
+    return _written(lm, reference_hidden(lm, reference), bundled=reference is None)
+
+
+@torch.no_grad()
+def _written(lm: LanguageModel, C: torch.Tensor, bundled: bool) -> torch.Tensor:
+    """:func:`written_words` after the contexts ``C`` (N, d); kept per model for the bundled texts, until the bar or
+    the head's weight changes."""
+    weight = lm.head.weight
+    key = (WRITTEN_SHARE, weight.data_ptr(), weight._version)
+    if bundled and lm in _WRITTEN_CACHE and _WRITTEN_CACHE[lm][0] == key:
+        return _WRITTEN_CACHE[lm][1]
+    total = sum(lm.logits_from_hidden(chunk).softmax(-1).sum(0, dtype=torch.float64).cpu() for chunk in C.split(256))
     written = total / len(C) >= WRITTEN_SHARE / total.numel()
-    if reference is None:
-        _WRITTEN_CACHE[lm] = written
+    if bundled:
+        _WRITTEN_CACHE[lm] = (key, written)
     return written
 
 
@@ -224,13 +230,13 @@ def _top_words(lm: LanguageModel, rankings: torch.Tensor, ids: torch.Tensor, sur
     distinct whole words (case-insensitive; the best-scoring form is kept), best first; the words the model writes
     (``written``, (V,) bool: :func:`written_words`) before all others.
 
-    Candidates are checked with :func:`~lmswitch.lenses.vocab.complete_words` in score
+    Candidates are checked with :func:`~lmswitch.lenses.vocab.complete_words` in that
     order, a little more than needed at a time and for all rows in one batched
     call, so only the top of each ranking costs model time.
     """
-    rare = ~written[ids]
-    below = rankings - rare * (rankings.max() - rankings.min() + 1)  # every rare word after every written one, in order
-    orders = torch.argsort(below, dim=1, descending=True).tolist()
+    order = torch.argsort(rankings, dim=1, descending=True, stable=True)
+    rare = (~written[ids])[order].to(torch.uint8)  # then every written word before every rare one, each group in order
+    orders = order.gather(1, torch.argsort(rare, dim=1, stable=True)).tolist()
     outs: list[list[int]] = [[] for _ in orders]
     seen: list[set[str]] = [set() for _ in orders]
     pos = [0] * len(orders)
@@ -292,7 +298,7 @@ def _directions(lm: LanguageModel, switch: Switch, k: int, reference: list[str] 
     proj = E @ U[:, :k].cpu()  # (n_words, k): e_vᵀ u_i
     oriented = (proj * sign.cpu()).T  # (k, n_words)
     return _Directions(S=S, sign=sign, mean=mean, agreement=agreement, oriented=oriented, ids=ids, surfaces=surfaces,
-                       written=written_words(lm, reference), contexts=int(C.shape[0]))
+                       written=_written(lm, C, bundled=reference is None), contexts=int(C.shape[0]))
 
 
 @torch.no_grad()
@@ -355,7 +361,7 @@ def promoted_words(lm: LanguageModel, switch: Switch, *, words: int = 20, refere
     E = lm.head_weight()[ids].double().cpu()  # (n_words, d)
     delta = E @ direction.cpu() * lm.logit_scale  # in logits: the family's after-head scale too
     rankings = torch.stack([delta, -delta])
-    up, down = _listed(rankings, surfaces, _top_words(lm, rankings, ids, surfaces, words, written_words(lm, reference)), WordDelta)
+    up, down = _listed(rankings, surfaces, _top_words(lm, rankings, ids, surfaces, words, _written(lm, C, bundled=reference is None)), WordDelta)
     return WordChanges(switch=switch.name, positive_label=switch.positive_label, negative_label=switch.negative_label,
                        promoted=up, suppressed=[WordDelta(w.word, -w.delta) for w in down], reference_contexts=int(C.shape[0]))
 
