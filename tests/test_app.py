@@ -276,6 +276,8 @@ def test_training_from_one_document_and_two_documents(backend, tmp_path):
     two = run_training(backend, session, mode=app.MODES[1], name="ab", text_a=" ".join(POSITIVE), text_b=" ".join(NEGATIVE), steps=5)
     assert "'ab'" in two[-1][2]
     assert session.get("doc", backend.library).card["n_negative"] == 0
+    first = two[0]  # the second run's first message clears the first run's report and what it learned
+    assert first[0] == "Encoding the text…" and first[2] == "" and first[-1] == "" and all(u == gr.skip() for u in first[3:-1])
 
 
 @pytest.mark.parametrize(

@@ -163,7 +163,8 @@ def _trained(backend: Backend, job: _Job, flag, progress, skip: list) -> Generat
         positive_label=job.labels[0], negative_label=job.labels[1]))
     try:
         progress(0, desc="encoding the text")
-        yield "Encoding the text…", figures.loss_figure([], total_steps=job.config.steps), gr.skip(), *skip
+        # the last run's report and what it learned go: they would read as this run's until it replaces them
+        yield "Encoding the text…", figures.loss_figure([], total_steps=job.config.steps), "", *skip[:-1], ""
         for update in _progress_updates(events, job.config.steps, progress, skip, losses):
             if isinstance(update, Done):
                 return update
