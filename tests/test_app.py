@@ -377,6 +377,17 @@ def test_bad_training_input_is_refused(backend, kw, match):
     assert len(run_training(backend, session)) > 1  # the refused call left no training running in the session
 
 
+def test_input_refused_once_training_began_says_so_in_the_status(backend):
+    """Two identical documents are refused by the trainer, after the panel said it was encoding: the status must not stay
+    on "Encoding the text…" beside the error."""
+    updates = []
+    with pytest.raises(gr.Error, match="identical"):
+        for update in app.train(backend, *train_args(mode=app.MODES[1], text_a=" ".join(POSITIVE), text_b=" ".join(POSITIVE)),
+                                Session(), *[None] * 7, progress=lambda *a, **k: None):
+            updates.append(update)
+    assert updates[0][0] == "Encoding the text…" and updates[-1][0].startswith("Not trained:") and "identical" in updates[-1][0]
+
+
 @pytest.mark.parametrize(
     ("name", "content", "match"),
     [("data.txt", b"\x00\x01\x02binary", "binary"), ("empty.txt", b"", "empty"), ("big.exe", b"MZ", "unsupported"),

@@ -71,8 +71,8 @@ def _progress_bar(bar: tqdm) -> Callable[[int, int, float], None]:
 
     def show(step: int, total: int, loss: float) -> None:
         bar.total = total  # L-BFGS ends its ridge path before the step cap
+        bar.set_postfix(loss=f"{loss:.4f}", refresh=False)  # drawn by update, which honours the bar's delay
         bar.update(step - bar.n)
-        bar.set_postfix(loss=f"{loss:.4f}")
 
     return show
 
@@ -82,7 +82,7 @@ def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
     negative = read_examples(args.negative, args.document) if args.negative else None
     config = TrainConfig(optimizer=args.optimizer, self_contrast=args.self_contrast, steps=args.steps, lr=args.lr, l2=args.l2,
                          seed=args.seed)
-    # shown from 1 s on: through the hidden-state caching, but not before an input refused at once
+    # drawn at steps from 1 s on: a run refused at once, or over within a second, prints no bar
     with tqdm(total=args.steps, desc="training", unit="step", disable=args.json, file=sys.stderr, delay=1.0) as bar:
         switch = train_switch(lm, positive, negative, name=args.name or Path(args.out).stem, description=args.description,
                               positive_label=args.positive_label, negative_label=args.negative_label, config=config,

@@ -20,7 +20,7 @@ from lmswitch.harness.frontier import calibrated_card
 from lmswitch.io.documents import split_lines
 from lmswitch.lenses.learned import what_was_learned
 from lmswitch.serve.session import Session, SwitchLibrary, check_name
-from lmswitch.webapp.backend import Backend, computed, user_errors
+from lmswitch.webapp.backend import USER_ERRORS, Backend, computed, user_errors
 from lmswitch.webapp.widgets import MAX_SLOTS, dropdown_updates, number, optional_text, read_input, slot_updates
 
 MODES = ("one document", "two documents (A vs B)", "labelled sentences")
@@ -172,6 +172,9 @@ def _trained(backend: Backend, job: _Job, flag, progress, skip: list) -> Generat
     except TrainingCancelled:
         yield f"Cancelled after {len(losses)} of {job.config.steps} steps; nothing was added.", gr.skip(), gr.skip(), *skip
         return None
+    except USER_ERRORS as err:  # refused once reading began (e.g. no tokens left to train on): the status says so too
+        yield f"Not trained: {err}", gr.skip(), gr.skip(), *skip
+        raise
     finally:
         events.close()  # if the page went away mid-run, stop training too
     raise RuntimeError("the training run ended without a result")
