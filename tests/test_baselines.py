@@ -79,7 +79,8 @@ def test_the_harness_samples_inside_and_scores_outside_the_hook(fitted):
         (plain,) = evaluate_settings(lm, [[]], ["the happy one", "she was"], protocol)
     finally:
         handle.remove()
-    assert sampled >= 5 and scored >= 1 and calls.count(False) == sampled + scored  # same passes, scoring outside the hook
+    assert sampled >= 5 and scored >= 1  # a body changed while sampling: its text is scored by a pass outside the hook
+    assert calls.count(False) == sampled  # the unchanged body: its text is scored from the decode's own head inputs
     assert [t.text for t in steered.texts] != [t.text for t in plain.texts]
 
 

@@ -16,6 +16,7 @@ from lmswitch.harness.evaluate import (
     Protocol,
     TextScores,
     continuation_nll,
+    decoded_nll,
     distinct_n,
     evaluate,
     evaluate_grid,
@@ -119,6 +120,24 @@ def test_continuation_nll_equals_unpadded_forward_passes(make_lm, family):
         expect = -sum(float(logp[len(prompt) - 1 + t, new[t]]) for t in range(len(new)))
         assert counts[b] == len(new)
         assert nll[b] == pytest.approx(expect, rel=1e-4, abs=1e-4)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_a_steered_decodes_own_head_inputs_score_it_as_a_body_pass_does(make_lm, family):
+    """The harness scores sampled rows from the head inputs their decode recorded: the same NLL as a body pass over
+    prompt and text, for steered rows of different settings and rows that end early at EOS."""
+    lm = make_lm(family, seed=2, init=0.3)
+    switch = random_switch(lm, seed=4, scale=0.3)
+    settings = [[], [(switch, 3.0)], [(switch, -3.0)]]
+    opts = SamplingOptions(max_new_tokens=16, temperature=3.0, top_p=1.0)
+    with lm.head_inputs() as seen:
+        gen = generate_tokens(lm, PROMPTS, settings, [4, 5, 6], opts)
+    assert not gen.new_mask.all()  # some row ended early: its padding is not scored
+    nll, counts = decoded_nll(lm, seen, gen)
+    expect, expect_counts = continuation_nll(lm, gen.prompt_ids, gen.prompt_mask, gen.new_ids, gen.new_mask)
+    assert counts == expect_counts
+    assert nll == pytest.approx(expect, rel=1e-4, abs=1e-4)
+    assert decoded_nll(lm, seen[:-1], gen) is None  # passes that do not match the tokens are not used
 
 
 def test_new_mask_stops_after_the_first_eos(llama_lm):

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from lmswitch.core.generate import encode_prompts, generate_tokens
+from lmswitch.core.generate import Generated, encode_prompts, generate_tokens
 from lmswitch.core.guided import loops as repeated_word
 from lmswitch.core.hidden import EncodedText, encode_continuations, target_logprobs
 from lmswitch.core.models import LanguageModel
@@ -211,13 +211,27 @@ def continuation_nll(lm: LanguageModel, prompt_ids, prompt_mask, new_ids, new_ma
         mask = torch.cat([prompt_mask[s : s + rows], new_mask[s : s + rows]], dim=1)
         positions = (mask.cumsum(-1) - 1).clamp_min(0)
         hidden = lm.final_hidden(ids, mask.to(lm.input_device), positions)  # (b, P+N, d)
-        h = hidden[:, P - 1 : -1]  # positions predicting the new tokens
-        valid = new_mask[s : s + rows].bool()
-        logp = target_logprobs(lm, h[valid.to(h.device)], new_ids[s : s + rows][valid], [None])[0]
-        per_row = torch.zeros(len(valid), dtype=torch.float64).index_add_(0, valid.nonzero()[:, 0], logp)
-        nll += (-per_row).tolist()
-        counts += valid.sum(-1).tolist()
+        part = _rows_nll(lm, hidden[:, P - 1 : -1], new_ids[s : s + rows], new_mask[s : s + rows])  # positions predicting the new tokens
+        nll += part[0]
+        counts += part[1]
     return nll, counts
+
+
+def decoded_nll(lm: LanguageModel, seen: Sequence[torch.Tensor], gen: Generated) -> tuple[list[float], list[int]] | None:
+    """:func:`continuation_nll` from the head inputs a decode recorded (``seen``, from
+    :meth:`~lmswitch.core.models.LanguageModel.head_inputs` around :func:`generate_tokens` of one sample per row and
+    an unchanged body): one head pass and no body pass. None when the decode's passes do not match its tokens."""
+    if len(seen) != gen.new_ids.shape[1] or any(c.shape[0] != len(gen.new_ids) for c in seen):
+        return None
+    return _rows_nll(lm, torch.cat([c[:, -1:] for c in seen], dim=1), gen.new_ids, gen.new_mask)
+
+
+def _rows_nll(lm: LanguageModel, hidden: torch.Tensor, new_ids: torch.Tensor, new_mask: torch.Tensor) -> tuple[list[float], list[int]]:
+    """Summed unsteered NLL and count of each row's valid new tokens; ``hidden[b, t]`` predicts ``new_ids[b, t]``."""
+    valid = new_mask.bool()
+    logp = target_logprobs(lm, hidden[valid.to(hidden.device)], new_ids[valid], [None])[0]
+    per_row = torch.zeros(len(valid), dtype=torch.float64).index_add_(0, valid.nonzero()[:, 0], logp)
+    return (-per_row).tolist(), valid.sum(-1).tolist()
 
 
 @dataclass(frozen=True)
@@ -404,12 +418,18 @@ def _sample(lm: LanguageModel, rows: Sequence[tuple], opts: SamplingOptions, bat
 
 def _sample_chunk(lm: LanguageModel, chunk: Sequence[tuple], opts: SamplingOptions,
                   during: Callable[[], AbstractContextManager]) -> tuple[list[str], list[float], list[int]]:
+    """One batch of rows sampled; scored from the decode's own head inputs where the rows were decoded from their
+    plain prompts by the unchanged body (one head pass), else by a body pass over each prompt and its text."""
     sources = [instructed(lm, p, instruction) for _, p, _, instruction in chunk]
-    with during():
+    plain = sources == [r[1] for r in chunk]
+    recorded = plain and during is nullcontext and opts.best_of == 1 and opts.guide == 1
+    with during(), (lm.head_inputs() if recorded else nullcontext([])) as seen:
         gen = generate_tokens(lm, sources, [r[0] for r in chunk], [r[2] for r in chunk], opts)
-    plain = (gen.prompt_ids, gen.prompt_mask) if sources == [r[1] for r in chunk] else encode_prompts(lm, [r[1] for r in chunk], opts)
-    nll, counts = continuation_nll(lm, *plain, gen.new_ids, gen.new_mask)
-    return gen.texts, list(nll), list(counts)
+    scored = decoded_nll(lm, seen, gen) if recorded else None
+    if scored is None:
+        prompt = (gen.prompt_ids, gen.prompt_mask) if plain else encode_prompts(lm, [r[1] for r in chunk], opts)
+        scored = continuation_nll(lm, *prompt, gen.new_ids, gen.new_mask)
+    return gen.texts, *scored
 
 
 def evaluate_settings(
