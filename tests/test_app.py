@@ -12,6 +12,7 @@ from conftest import digest, random_switch, wait_for
 
 import app
 import lmswitch as ls
+from lmswitch.lenses import svd
 from lmswitch.serve.session import Session
 from lmswitch.webapp import train as app_train
 from lmswitch.webapp.train import PROBING, READING
@@ -75,6 +76,15 @@ def test_page_load_reports_ready_and_skipped_files(llama_lm, folder):
     status, *rest = app.on_load(backend, Session(), *[None] * 7)
     assert "ready" in status and "skipped broken.safetensors" in status
     assert len(rest) == app.MAX_SLOTS + 7
+
+
+def test_the_words_a_model_writes_are_read_in_the_background_as_it_is_served(make_lm, tmp_path, monkeypatch):
+    """A user's first "what it learned" does not wait for the lenses' table of the words the model writes."""
+    lm = make_lm("llama", seed=11)
+    app.Backend.with_model(lm, tmp_path)
+    wait_for(lambda: lm in svd._WRITTEN_CACHE, "the background reading of the words the model writes")
+    monkeypatch.setattr(svd, "_probability_sum", lambda *a: pytest.fail("read again"))
+    assert svd.written_words(lm).shape == (lm.vocab_size,)
 
 
 def test_loading_and_failed_model_give_readable_errors(folder):

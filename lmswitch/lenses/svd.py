@@ -31,6 +31,7 @@ from safetensors.torch import load_file, save_file
 
 from lmswitch.core.hidden import encode_texts
 from lmswitch.core.models import LanguageModel, cache_dir
+from lmswitch.core.pause import pause_point
 from lmswitch.core.switch import Switch
 from lmswitch.io.resources import read_data_text
 from lmswitch.lenses.vocab import complete_words, token_words
@@ -217,11 +218,18 @@ def _written(lm: LanguageModel, C: torch.Tensor, bundled: bool) -> torch.Tensor:
     key = (WRITTEN_SHARE, weight.data_ptr(), weight._version)
     if bundled and lm in _WRITTEN_CACHE and _WRITTEN_CACHE[lm][0] == key:
         return _WRITTEN_CACHE[lm][1]
-    total = sum(lm.logits_from_hidden(chunk).softmax(-1).sum(0, dtype=torch.float64).cpu() for chunk in C.split(256))
+    total = sum(_probability_sum(lm, chunk) for chunk in C.split(256))
     written = total / len(C) >= WRITTEN_SHARE / total.numel()
     if bundled:
         _WRITTEN_CACHE[lm] = (key, written)
     return written
+
+
+def _probability_sum(lm: LanguageModel, C: torch.Tensor) -> torch.Tensor:
+    """``(V,)`` float64: the next-token probabilities after the contexts ``C`` summed; a pause point first (a server's
+    other users go first)."""
+    pause_point()
+    return lm.logits_from_hidden(C).softmax(-1).sum(0, dtype=torch.float64).cpu()
 
 
 def _top_words(lm: LanguageModel, rankings: torch.Tensor, ids: torch.Tensor, surfaces: list[str], n: int,

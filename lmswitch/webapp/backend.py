@@ -19,12 +19,23 @@ from lmswitch.core.pause import add_layer_pauses
 from lmswitch.core.switch import SwitchFileError
 from lmswitch.io.documents import DocumentError
 from lmswitch.io.resources import shipped_switches_dir
+from lmswitch.lenses.svd import written_words
 from lmswitch.serve.batcher import Batcher, Busy
 from lmswitch.serve.compare import ComparisonCache
 from lmswitch.serve.compute import ComputeThread
 from lmswitch.serve.session import Session, SwitchLibrary
 
 USER_ERRORS = (ValueError, TypeError, SwitchFileError, DocumentError, Busy)
+
+
+def _prepare_lenses(lm: LanguageModel) -> None:
+    """The lenses' tables of a model (the words it writes: ``written_words``), read once in the background as it is
+    served, so that a user's first "what it learned" or word list does not wait ~0.5 s for them. A failure here only
+    means they are read when first asked for, where the error is shown."""
+    try:
+        written_words(lm)
+    except Exception:  # shown when a user asks for the words instead
+        pass
 
 
 def _on_disk_temp() -> str | None:
@@ -75,6 +86,7 @@ class Backend:
         except ValueError:  # an architecture whose layers we cannot find: its forward passes run whole
             pass
         self.models[name or lm.name] = (lm, SwitchLibrary(lm, self.folder))
+        self.compute.submit(_prepare_lenses, lm, background=True)
 
     def start(self) -> Backend:
         self.compute.submit(self.load)
