@@ -197,7 +197,8 @@ def _check_counts(dims: int, words: int) -> None:
 def _word_table(lm: LanguageModel) -> tuple[torch.Tensor, list[str]]:
     """Ids and surfaces of the readable word-start tokens of the model's vocabulary."""
     tw = token_words(lm.tokenizer)
-    ids = [i for i in tw.readable_ids() if i < lm.vocab_size]
+    vocab = lm.vocab_size
+    ids = [i for i in tw.readable_ids() if i < vocab]
     if not ids:
         raise ValueError(f"the tokenizer of {lm.name} has no readable word tokens to list")
     return torch.tensor(ids), [tw.surface[i] for i in ids]
