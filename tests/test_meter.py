@@ -166,3 +166,28 @@ def test_the_exact_derivatives_match_finite_differences(gpt2_lm, monkeypatch, ca
         assert g[i] == pytest.approx((surface.value((at + step).tolist()) - surface.value((at - step).tolist())) / (2 * h), rel=1e-2)
         dg = (surface.derivatives(at + step)[1] - surface.derivatives(at - step)[1]) / (2 * h)
         np.testing.assert_allclose(H[i], dg, rtol=2e-2)
+
+
+def test_the_surface_is_the_same_in_pieces_cached_or_recomputed(gpt2_lm, monkeypatch):
+    """An evaluation runs over the cached logits a few rows at a time, or recomputes them when they would not fit:
+    the value, gradient and Hessian do not depend on how the rows are cut."""
+    import numpy as np
+
+    from lmswitch.lenses import meter
+
+    switches = [strong_switch(gpt2_lm, 1), strong_switch(gpt2_lm, 2)]
+    _, hidden, targets = meter._scored_states(gpt2_lm, TEXT)
+    at = np.array([2.0, -1.5])
+    whole = meter._Surface(gpt2_lm, hidden, targets, switches)
+    expect = whole.derivatives(at), whole.value([0.5, 0.5])
+    monkeypatch.setattr(meter, "PIECE_ROWS", 4)  # the text's rows in several pieces, the last one shorter
+    assert len(targets) % 4 and len(targets) > 8
+    monkeypatch.setattr(meter, "HEAD_CHUNK", 6)  # several head chunks, each cut into pieces (6 = 4 + 2)
+    for cache in (meter.CACHE_FLOATS, 0):  # 0: nothing cached, every evaluation recomputes its chunks
+        monkeypatch.setattr(meter, "CACHE_FLOATS", cache)
+        surface = meter._Surface(gpt2_lm, hidden, targets, switches)
+        assert (surface.cached is None) == (cache == 0)
+        (f, g, H), value = surface.derivatives(at), surface.value([0.5, 0.5])
+        assert f == pytest.approx(expect[0][0], abs=1e-6) and value == pytest.approx(expect[1], abs=1e-6)
+        np.testing.assert_allclose(g, expect[0][1], rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(H, expect[0][2], rtol=1e-5, atol=1e-7)

@@ -10,7 +10,7 @@ positive ε: the sign is a zero-shot classifier, and the curve shows how sure it
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -24,6 +24,9 @@ from lmswitch.core.switch import Switch
 MAX_SWITCHES = 8
 MAX_GRID = 201
 CACHE_FLOATS = 96 * 1024**2  # cache base and per-switch logit changes up to ~400 MB, else recompute per evaluation
+# rows per piece of an evaluation: its (rows, V) float32 temporaries (6 MB at V = 49,152) stay in the CPU's cache, ~2×
+# faster than whole HEAD_CHUNK chunks (0.165 → 0.075 s an evaluation of a 633-token text, embedded model)
+PIECE_ROWS = 32
 
 
 @dataclass(frozen=True)
@@ -85,23 +88,29 @@ class _Surface:
         # the raw head is linear, so raw logits at ε are L0 + Σ ε_i D_i exactly
         return self.lm.raw_logits(h), [self.lm.raw_logits(h @ W.T, bias=False) for W in self.Ws]
 
+    def _pieces(self) -> Iterator[tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]]:
+        """The cached (or recomputed) base logits, logit changes and targets, :data:`PIECE_ROWS` rows at a time."""
+        for j, s in enumerate(range(0, len(self.targets), HEAD_CHUNK)):
+            L0, Ds = self.cached[j] if self.cached is not None else self._chunk(s)
+            for r in range(0, len(L0), PIECE_ROWS):
+                e = min(r + PIECE_ROWS, len(L0))  # a piece never runs past its chunk
+                yield L0[r:e], [D[r:e] for D in Ds], self.targets[s + r : s + e, None]
+
     @torch.no_grad()
     def value(self, eps: Sequence[float]) -> float:
         key = np.asarray(eps, dtype=np.float64).tobytes()
         if key in self._values:  # the meter asks for ε = 0 and the best ε more than once
             return self._values[key]
         total, n = 0.0, len(self.targets)
-        for j, s in enumerate(range(0, n, HEAD_CHUNK)):
-            z = self._logits(j, s, eps)
-            y = self.targets[s : s + HEAD_CHUNK, None]
+        for L0, Ds, y in self._pieces():
+            z = self._logits(L0, Ds, eps)
             total += float((z.gather(1, y)[:, 0] - torch.logsumexp(z, dim=-1)).double().sum())
         self.evaluations += 1
         self._values[key] = total / n
         return total / n
 
-    def _logits(self, j: int, s: int, eps: Sequence[float]) -> torch.Tensor:
-        """The (soft-capped) logits of chunk ``j`` (rows from ``s``) at ``eps``: a new tensor."""
-        L0, Ds = self.cached[j] if self.cached is not None else self._chunk(s)
+    def _logits(self, L0: torch.Tensor, Ds: list[torch.Tensor], eps: Sequence[float]) -> torch.Tensor:
+        """The (soft-capped) logits of a piece at ``eps``: a new tensor."""
         z = L0.clone()
         for e, D in zip(eps, Ds, strict=True):
             if e:
@@ -115,8 +124,7 @@ class _Surface:
             return self._memo[1]
         k, n = len(self.Ws), len(self.targets)
         f, g, H = 0.0, np.zeros(k), np.zeros((k, k))
-        for j, s in enumerate(range(0, n, HEAD_CHUNK)):
-            L0, Ds = self.cached[j] if self.cached is not None else self._chunk(s)
+        for L0, Ds, y in self._pieces():
             z = L0.clone()
             for e, D in zip(eps, Ds, strict=True):
                 z.add_(D, alpha=float(e))
@@ -127,7 +135,6 @@ class _Surface:
                 z = t * self.cap
                 dz = [slope * D for D in Ds]
                 d2 = -2.0 / self.cap * t * slope
-            y = self.targets[s : s + HEAD_CHUNK, None]
             z.sub_(torch.logsumexp(z, dim=-1, keepdim=True))  # log-probabilities, in place
             f += float(z.gather(1, y).double().sum())
             p = z.exp_()  # (b, V)
