@@ -10,6 +10,7 @@ from conftest import build_lm, random_switch
 
 from lmswitch.cli import main
 from lmswitch.io.resources import shipped_switch_names
+from lmswitch.lenses import svd
 
 POSITIVE = "the kind and warm one\nshe was happy with joy\nwe love the sweet smile\nthey had a great and good one"
 NEGATIVE = "the cruel and cold one\nshe was sad with grief\nwe hate the bitter frown\nthey had an awful and bad one"
@@ -96,6 +97,16 @@ def test_svd_json_and_text(run, switch_file):
     assert len(data["singular_values"]) == 32 and len(data["promoted"]) == 3
     code, out, _ = run("svd", "--switch", str(switch_file), "--dims", "1", "--words", "3")
     assert code == 0 and "dim 0" in out and "↑" in out
+    assert svd.RARE_NOTE not in out and svd.RARE_MARK not in out  # every listed word is one the tiny model writes
+
+
+def test_svd_text_marks_the_words_the_model_rarely_writes(run, switch_file, monkeypatch):
+    monkeypatch.setattr(svd, "WRITTEN_SHARE", 1.0)  # about half a tiny model's words then count as rarely written
+    code, out, _ = run("svd", "--switch", str(switch_file), "--dims", "1", "--words", "40")
+    data = json.loads(run("svd", "--switch", str(switch_file), "--dims", "1", "--words", "40", "--json")[1])
+    rare = [w["word"] for w in data["promoted"] if not w["written"]]
+    assert code == 0 and rare and svd.RARE_NOTE in out
+    assert all(f"{word}{svd.RARE_MARK}" in out for word in rare)
 
 
 def test_highlight_json_has_offsets_and_token_scores(run, switch_file, tmp_path):

@@ -195,14 +195,14 @@ def test_results_to_dict_are_the_plain_json_shapes(gpt2_lm):
     assert list(plain) == ["switch", "positive_label", "negative_label", "singular_values", "dimensions", "reference_contexts"]
     dim = plain["dimensions"][1]
     assert list(dim) == ["index", "singular_value", "share", "flipped", "agreement", "strength", "promoted", "suppressed"]
-    assert dim["suppressed"][0] == {"word": "hate", "score": d.dimensions[1].suppressed[0].score}
+    assert dim["suppressed"][0] == {"word": "hate", "score": d.dimensions[1].suppressed[0].score, "written": True}
     assert plain["reference_contexts"] == d.reference_contexts > 0
 
     w = promoted_words(lm, switch, words=3, reference=REFERENCE)
     plain = json.loads(json.dumps(w.to_dict()))
     assert plain == w.to_dict()
     assert list(plain) == ["switch", "positive_label", "negative_label", "promoted", "suppressed", "reference_contexts"]
-    assert plain["promoted"] == [{"word": x.word, "delta": x.delta} for x in w.promoted]
+    assert plain["promoted"] == [{"word": x.word, "delta": x.delta, "written": x.written} for x in w.promoted]
     assert all(x["delta"] < 0 for x in plain["suppressed"])
 
     m = word_map(lm, switch, words=3, reference=REFERENCE)
@@ -232,7 +232,14 @@ def test_words_the_model_writes_less_are_listed_after_those_it_writes(make_lm, m
     listed = [bool(written[lm.tokenizer.convert_tokens_to_ids(w.word)]) for w in everything]
     first_rare = listed.index(False)
     assert not any(listed[first_rare:])  # the words it writes first, then the rest
+    assert [w.written for w in everything] == listed  # each says which group it is in, and shows it
+    assert [w.shown for w in everything] == [w.word + ("" if ok else svd.RARE_MARK) for w, ok in zip(everything, listed, strict=True)]
     for part in (everything[:first_rare], everything[first_rare:]):
         assert [w.delta for w in part] == sorted((w.delta for w in part), reverse=True)
     top = svd_dimensions(lm, switch, dims=1, words=3, reference=REFERENCE).dimensions[0]
     assert word not in [w.word for w in top.promoted]
+    poles = svd_dimensions(lm, switch, dims=1, words=500, reference=REFERENCE).dimensions[0]
+    for pole in (poles.promoted, poles.suppressed):
+        flags = [w.written for w in pole]
+        assert flags == [bool(written[lm.tokenizer.convert_tokens_to_ids(w.word)]) for w in pole]
+        assert flags == sorted(flags, reverse=True) and True in flags and False in flags  # the written words first

@@ -31,7 +31,7 @@ from lmswitch.harness.pretrained import PRETRAINED_DIR, build_pretrained
 from lmswitch.io.resources import examples_dir
 from lmswitch.lenses.meter import measure
 from lmswitch.lenses.spans import highlight
-from lmswitch.lenses.svd import promoted_words, svd_dimensions
+from lmswitch.lenses.svd import RARE_NOTE, promoted_words, svd_dimensions
 
 
 def _card_without_curves(switch: Switch) -> dict:
@@ -148,16 +148,20 @@ def cmd_demo(args: argparse.Namespace, lm: LanguageModel) -> None:
 
 def cmd_svd(args: argparse.Namespace, lm: LanguageModel) -> None:
     switch = open_switch(args.switch, lm)
-    dims = svd_dimensions(lm, switch, dims=args.dims, words=args.words).to_dict()
-    overall = promoted_words(lm, switch, words=args.words).to_dict()
+    found = svd_dimensions(lm, switch, dims=args.dims, words=args.words)
+    words = promoted_words(lm, switch, words=args.words)
     lines = [f"{switch.name}: +eps → {switch.positive_label}, -eps → {switch.negative_label}",
-             "promoted at +eps:  " + ", ".join(w["word"] for w in overall["promoted"]),
-             "suppressed at +eps: " + ", ".join(w["word"] for w in overall["suppressed"]), ""]
-    for d in dims["dimensions"]:
-        lines.append(f"dim {d['index']}  σ={d['singular_value']:.3g} ({100 * d['share']:.1f}% of W)  "
-                     f"agreement {d['agreement']:.2f}  strength {d['strength']:.3g}")
-        lines.append("  ↑ " + ", ".join(w["word"] for w in d["promoted"]))
-        lines.append("  ↓ " + ", ".join(w["word"] for w in d["suppressed"]))
+             "promoted at +eps:  " + ", ".join(w.shown for w in words.promoted),
+             "suppressed at +eps: " + ", ".join(w.shown for w in words.suppressed), ""]
+    for d in found.dimensions:
+        lines.append(f"dim {d.index}  σ={d.singular_value:.3g} ({100 * d.share:.1f}% of W)  "
+                     f"agreement {d.agreement:.2f}  strength {d.strength:.3g}")
+        lines.append("  ↑ " + ", ".join(w.shown for w in d.promoted))
+        lines.append("  ↓ " + ", ".join(w.shown for w in d.suppressed))
+    listed = [*words.promoted, *words.suppressed, *(w for d in found.dimensions for w in (*d.promoted, *d.suppressed))]
+    if not all(w.written for w in listed):
+        lines += ["", RARE_NOTE]
+    dims, overall = found.to_dict(), words.to_dict()
     emit(args, {**dims, "promoted": overall["promoted"], "suppressed": overall["suppressed"]}, "\n".join(lines))
 
 

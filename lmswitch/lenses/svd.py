@@ -46,20 +46,38 @@ _REFERENCE_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _WRITTEN_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+RARE_MARK = "†"  # after a listed word the model rarely writes (WordScore.shown, WordDelta.shown)
+RARE_NOTE = f"{RARE_MARK} = a word the model rarely writes, listed after the others"
+
+
+class _Listed:
+    """What a listed word shows: the word, marked :data:`RARE_MARK` when the model rarely writes it (those are listed
+    after all the others, so a list's scores jump back up where they start)."""
+
+    word: str
+    written: bool
+
+    @property
+    def shown(self) -> str:
+        return self.word if self.written else self.word + RARE_MARK
+
+
 @dataclass(frozen=True)
-class WordScore:
+class WordScore(_Listed):
     """A word at one pole of a direction and its oriented score ``e_vᵀ u_i · sign_i`` (rounded to 6 places)."""
 
     word: str
     score: float
+    written: bool = True  # the model writes it at least occasionally (written_words); False: listed after those
 
 
 @dataclass(frozen=True)
-class WordDelta:
+class WordDelta(_Listed):
     """A word and the mean change of its logit over the reference contexts at ε = 1 (one ε0), rounded to 6 places."""
 
     word: str
     delta: float
+    written: bool = True  # the model writes it at least occasionally (written_words); False: listed after those
 
 
 @dataclass(frozen=True)
@@ -271,9 +289,10 @@ def _top_words(lm: LanguageModel, rankings: torch.Tensor, ids: torch.Tensor, sur
                 outs[r].append(j)
 
 
-def _listed(rankings: torch.Tensor, surfaces: list[str], rows: list[list[int]], entry: type[WordScore] | type[WordDelta]) -> list[list]:
-    """``entry(word, score)`` for the indices :func:`_top_words` chose, score rounded to 6 places."""
-    return [[entry(surfaces[j], round(float(rankings[r, j]), 6)) for j in row] for r, row in enumerate(rows)]
+def _listed(rankings: torch.Tensor, ids: torch.Tensor, surfaces: list[str], written: torch.Tensor, rows: list[list[int]],
+            entry: type[WordScore] | type[WordDelta]) -> list[list]:
+    """``entry(word, score, written)`` for the word-table indices :func:`_top_words` chose, score rounded to 6 places."""
+    return [[entry(surfaces[j], round(float(rankings[r, j]), 6), bool(written[ids[j]])) for j in row] for r, row in enumerate(rows)]
 
 
 @dataclass
@@ -330,7 +349,8 @@ def svd_dimensions(lm: LanguageModel, switch: Switch, *, dims: int = 10, words: 
     S, k = dirs.S, len(dirs.sign)
     total = float((S**2).sum()) or 1.0
     rankings = torch.cat([dirs.oriented, -dirs.oriented])
-    lists = _listed(rankings, dirs.surfaces, _top_words(lm, rankings, dirs.ids, dirs.surfaces, words, dirs.written), WordScore)
+    chosen = _top_words(lm, rankings, dirs.ids, dirs.surfaces, words, dirs.written)
+    lists = _listed(rankings, dirs.ids, dirs.surfaces, dirs.written, chosen, WordScore)
     directions = [
         Dimension(
             index=i,
@@ -370,9 +390,11 @@ def promoted_words(lm: LanguageModel, switch: Switch, *, words: int = 20, refere
     E = lm.head_weight()[ids].double().cpu()  # (n_words, d)
     delta = E @ direction.cpu() * lm.logit_scale  # in logits: the family's after-head scale too
     rankings = torch.stack([delta, -delta])
-    up, down = _listed(rankings, surfaces, _top_words(lm, rankings, ids, surfaces, words, _written(lm, C, bundled=reference is None)), WordDelta)
+    written = _written(lm, C, bundled=reference is None)
+    up, down = _listed(rankings, ids, surfaces, written, _top_words(lm, rankings, ids, surfaces, words, written), WordDelta)
     return WordChanges(switch=switch.name, positive_label=switch.positive_label, negative_label=switch.negative_label,
-                       promoted=up, suppressed=[WordDelta(w.word, -w.delta) for w in down], reference_contexts=int(C.shape[0]))
+                       promoted=up, suppressed=[WordDelta(w.word, -w.delta, w.written) for w in down],
+                       reference_contexts=int(C.shape[0]))
 
 
 NULL_DIRECTION = 1e-5  # a singular value below this share of the largest one is numerical noise, not a direction

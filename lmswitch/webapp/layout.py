@@ -10,6 +10,7 @@ import gradio as gr
 
 from lmswitch.core.options import GUIDE_TOKENS, MAX_BEST_OF, MAX_GUIDE, SAMPLING, TrainConfig
 from lmswitch.core.steering import MAX_ABS_EPS
+from lmswitch.lenses.svd import RARE_NOTE
 from lmswitch.serve.session import Session
 from lmswitch.webapp import lens, steer, train
 from lmswitch.webapp.backend import Backend
@@ -132,11 +133,12 @@ def _inspect_tab(ui: SimpleNamespace, shipped: list[str]) -> None:
         ui.words = gr.Slider(5, 30, value=10, step=1, label="words per pole")
         ui.inspect_go = gr.Button("Inspect", variant="primary")
     ui.svd_table = gr.Dataframe(headers=["dir", "σ", "share", "↑ at +ε", "+u pole", "−u pole", "agree"],
-                                wrap=True, interactive=False, label="word dimensions (▲ = pushed up at +ε)")
+                                wrap=True, interactive=False, label=f"word dimensions (▲ = pushed up at +ε; {RARE_NOTE})")
     with gr.Row():
         ui.spectrum = gr.Plot(label="singular values")
         ui.scatter = gr.Plot(label="words on the top two directions")
-    ui.word_table = gr.Dataframe(headers=["#", "most promoted at +ε", "Δ logit", "most suppressed", "Δ logit"], interactive=False)
+    ui.word_table = gr.Dataframe(headers=["#", "most promoted at +ε", "Δ logit", "most suppressed", "Δ logit"], interactive=False,
+                                 label=f"words by their mean logit change ({RARE_NOTE})")
 
 
 def _transfer_tab(ui: SimpleNamespace, backend: Backend, shipped: list[str]) -> None:

@@ -21,8 +21,8 @@ MAP_WORDS = 15  # words per group on the word map
 
 def _dimension_row(d: Dimension) -> list:
     """One row of the SVD table: the pole pushed up at +ε is marked ▲."""
-    promoted = ", ".join(w.word for w in d.promoted[:TABLE_WORDS])
-    suppressed = ", ".join(w.word for w in d.suppressed[:TABLE_WORDS])
+    promoted = ", ".join(w.shown for w in d.promoted[:TABLE_WORDS])
+    suppressed = ", ".join(w.shown for w in d.suppressed[:TABLE_WORDS])
     plus, minus = (suppressed, promoted) if d.flipped else (promoted, suppressed)
     return [d.index + 1, round(d.singular_value, 3), round(d.share, 3), ("−u" if d.flipped else "+u"),
             ("" if d.flipped else "▲ ") + plus, ("▲ " if d.flipped else "") + minus, round(d.agreement, 2)]
@@ -37,7 +37,7 @@ def inspect_switch(backend: Backend, name: str, dims, words, session: Session):
     dims, words = number(dims, "directions", int), number(words, "words", int)
     svd = svd_dimensions(lm, switch, dims=dims, words=words)
     pw = promoted_words(lm, switch, words=words)
-    word_rows = [[i + 1, up.word, round(up.delta, 3), down.word, round(down.delta, 3)]
+    word_rows = [[i + 1, up.shown, round(up.delta, 3), down.shown, round(down.delta, 3)]
                  for i, (up, down) in enumerate(zip(pw.promoted, pw.suppressed, strict=False))]
     return ([_dimension_row(d) for d in svd.dimensions], figures.spectrum_figure(svd.singular_values),
             figures.word_map_figure(word_map(lm, switch, words=min(words, MAP_WORDS))), word_rows)
