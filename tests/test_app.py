@@ -80,6 +80,7 @@ def test_page_load_reports_ready_and_skipped_files(llama_lm, folder):
 
 def test_the_words_a_model_writes_are_read_in_the_background_as_it_is_served(make_lm, tmp_path, monkeypatch):
     """A user's first "what it learned" does not wait for the lenses' table of the words the model writes."""
+    monkeypatch.setenv("LMSWITCH_CACHE", str(tmp_path / "cache"))  # its reference states: not in the user's cache
     lm = make_lm("llama", seed=11)
     app.Backend.with_model(lm, tmp_path)
     wait_for(lambda: lm in svd._WRITTEN_CACHE, "the background reading of the words the model writes")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -138,6 +139,31 @@ def test_a_steered_decodes_own_head_inputs_score_it_as_a_body_pass_does(make_lm,
     assert counts == expect_counts
     assert nll == pytest.approx(expect, rel=1e-4, abs=1e-4)
     assert decoded_nll(lm, seen[:-1], gen) is None  # passes that do not match the tokens are not used
+
+
+def test_rows_are_scored_from_their_decode_only_where_it_read_their_plain_prompt(make_lm, monkeypatch):
+    """Instructed rows (the prompting baseline) were decoded after an instruction, so their decode's states are not
+    the plain prompt's: a body pass scores them. So it does with ``score_from_decode`` off, and where a decode's passes
+    do not match its tokens; each way the scores are the body pass's exactly."""
+    from lmswitch.harness import evaluate as harness
+
+    lm = make_lm("llama", seed=2, init=0.3)
+    monkeypatch.setattr(lm.tokenizer, "chat_template", "{% for m in messages %}{{ m['content'] }} {% endfor %}")
+    protocol = Protocol(samples=2, max_new_tokens=6)
+    by_body = evaluate_settings(lm, [[]], PROMPTS, replace(protocol, score_from_decode=False))[0]
+    calls = []
+    real = harness.decoded_nll
+    monkeypatch.setattr(harness, "decoded_nll", lambda *a: calls.append(1) or real(*a))
+    assert evaluate_settings(lm, [[]], PROMPTS, protocol)[0].perplexity == pytest.approx(by_body.perplexity, rel=1e-4)
+    assert calls  # plain rows: scored from their decode
+    calls.clear()
+    evaluate_settings(lm, [[]], PROMPTS, replace(protocol, score_from_decode=False))
+    instructed = evaluate_settings(lm, [[]], PROMPTS, protocol, instructions=["be kind"])[0]
+    assert not calls  # neither rows with scoring from the decode off nor instructed rows
+    expect = evaluate_settings(lm, [[]], PROMPTS, replace(protocol, score_from_decode=False), instructions=["be kind"])[0]
+    assert instructed.perplexity == expect.perplexity
+    monkeypatch.setattr(harness, "decoded_nll", lambda *a: None)  # passes that do not match: the body pass instead
+    assert evaluate_settings(lm, [[]], PROMPTS, protocol)[0].perplexity == by_body.perplexity
 
 
 def test_new_mask_stops_after_the_first_eos(llama_lm):
@@ -306,4 +332,5 @@ def test_protocol_defaults_are_the_sampling_defaults():
     assert (PROTOCOL.top_p, PROTOCOL.temperature) == (SAMPLING.top_p, SAMPLING.temperature)
     assert PROTOCOL.to_dict() == {"samples": 5, "max_new_tokens": 25, "top_p": 0.9, "temperature": 1.0, "seed": 0, "batch_size": 128,
                                   "adaptive": False, "kl_budget": None,
-                                  "generation_budget": SAMPLING.generation_budget, "best_of": 1, "guide": 1}
+                                  "generation_budget": SAMPLING.generation_budget, "best_of": 1, "guide": 1,
+                                  "score_from_decode": True}

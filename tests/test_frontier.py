@@ -59,6 +59,7 @@ def test_frontier_chooses_on_dev_and_reports_on_test(llama_lm, tmp_path):
     protocol = replace(PROTOCOL, samples=1, max_new_tokens=4)
     frontier = run_frontier(llama_lm, switch, spec, methods=("switch", "switch+adaptive"), protocol=protocol)
     assert frontier.dev_prompts == frontier.test_prompts == 4
+    assert frontier.protocol.score_from_decode  # every row decoded by the unchanged body: scored from its decode
     assert [(r.method, r.side) for r in frontier.rows] == [("switch", 1), ("switch", -1), ("switch+adaptive", 1), ("switch+adaptive", -1)]
     for row in frontier.rows:
         assert row.choice in [row.side * s for s in spec.strengths] and row.test is not None and row.test.prompts == 4
@@ -165,6 +166,7 @@ def test_activation_addition_baseline_runs_on_the_switch_training_pairs(llama_lm
                                                                                                   max_repetition=1.0))
     frontier = run_frontier(llama_lm, switch, spec, methods=("caa",), protocol=replace(PROTOCOL, samples=1, max_new_tokens=4))
     assert [(r.method, r.side) for r in frontier.rows] == [("caa", 1), ("caa", -1)]
+    assert not frontier.protocol.score_from_decode  # a body changed while sampling: every row, unsteered too, by a body pass
     for row in frontier.rows:
         assert [s for s, _ in row.dev] == [row.side * a for a in CAA_STRENGTHS] and row.test is not None
     assert [t.prompt for t in frontier.rows[0].test.texts] == load_prompts(str(prompts), split="test")

@@ -95,6 +95,10 @@ class Protocol:
     generation_budget: float | None = SAMPLING.generation_budget  # with adaptive: steering per generation (lmswitch.core.budget)
     best_of: int = SAMPLING.best_of  # candidates per sample; the likeliest under the steered model is kept
     guide: int = SAMPLING.guide  # guided decoding's candidates per piece (lmswitch.core.guided)
+    # score a row from the head inputs its decode recorded where those are the unsteered model's (one head pass); False:
+    # every row by a second body pass over prompt and text, as rows that cannot be scored so are (instructed, best of
+    # n, guided, activation addition), so that a comparison with such rows scores all of them alike
+    score_from_decode: bool = True
 
     def sampling(self) -> SamplingOptions:
         """The decoding options of this protocol's generations."""
@@ -217,11 +221,12 @@ def continuation_nll(lm: LanguageModel, prompt_ids, prompt_mask, new_ids, new_ma
     return nll, counts
 
 
+@torch.no_grad()
 def decoded_nll(lm: LanguageModel, seen: Sequence[torch.Tensor], gen: Generated) -> tuple[list[float], list[int]] | None:
     """:func:`continuation_nll` from the head inputs a decode recorded (``seen``, from
     :meth:`~lmswitch.core.models.LanguageModel.head_inputs` around :func:`generate_tokens` of one sample per row and
     an unchanged body): one head pass and no body pass. None when the decode's passes do not match its tokens."""
-    if len(seen) != gen.new_ids.shape[1] or any(c.shape[0] != len(gen.new_ids) for c in seen):
+    if len(seen) != gen.new_ids.shape[1] or any(c.ndim != 3 or c.shape[0] != len(gen.new_ids) for c in seen):
         return None
     return _rows_nll(lm, torch.cat([c[:, -1:] for c in seen], dim=1), gen.new_ids, gen.new_mask)
 
@@ -402,14 +407,14 @@ def instructed(lm: LanguageModel, prompt: str, instruction: str | None) -> str:
 
 
 def _sample(lm: LanguageModel, rows: Sequence[tuple], opts: SamplingOptions, batch_size: int, progress: Progress | None,
-            during: Callable[[], AbstractContextManager] = nullcontext) -> tuple[list[str], list[float], list[int]]:
+            during: Callable[[], AbstractContextManager] = nullcontext, from_decode: bool = True) -> tuple[list[str], list[float], list[int]]:
     """Continue each (setting, prompt, seed, instruction) row in batches: its text, and the NLL and token count of its
     new tokens under the unsteered model given the plain prompt. ``during()`` is open while tokens are sampled only.
     Under ``accelerate launch`` each process samples its share of the batches, and all get every result back."""
     chunks = [rows[s : s + batch_size] for s in range(0, len(rows), batch_size)]
     done = []
     for k, chunk in mine(chunks):
-        done.append((k, _sample_chunk(lm, chunk, opts, during)))
+        done.append((k, _sample_chunk(lm, chunk, opts, during, from_decode)))
         if progress:
             progress(min((k + 1) * batch_size, len(rows)), len(rows))
     results = gather(done, len(chunks))
@@ -417,12 +422,13 @@ def _sample(lm: LanguageModel, rows: Sequence[tuple], opts: SamplingOptions, bat
 
 
 def _sample_chunk(lm: LanguageModel, chunk: Sequence[tuple], opts: SamplingOptions,
-                  during: Callable[[], AbstractContextManager]) -> tuple[list[str], list[float], list[int]]:
+                  during: Callable[[], AbstractContextManager], from_decode: bool = True) -> tuple[list[str], list[float], list[int]]:
     """One batch of rows sampled; scored from the decode's own head inputs where the rows were decoded from their
-    plain prompts by the unchanged body (one head pass), else by a body pass over each prompt and its text."""
+    plain prompts by the unchanged body (one head pass) and ``from_decode``, else by a body pass over each prompt and
+    its text."""
     sources = [instructed(lm, p, instruction) for _, p, _, instruction in chunk]
     plain = sources == [r[1] for r in chunk]
-    recorded = plain and during is nullcontext and opts.best_of == 1 and opts.guide == 1
+    recorded = from_decode and plain and during is nullcontext and opts.candidates == 1
     with during(), (lm.head_inputs() if recorded else nullcontext([])) as seen:
         gen = generate_tokens(lm, sources, [r[0] for r in chunk], [r[2] for r in chunk], opts)
     scored = decoded_nll(lm, seen, gen) if recorded else None
@@ -474,7 +480,7 @@ def evaluate_settings(
     if len(instructions) != len(settings):
         raise ValueError(f"got {len(instructions)} instructions for {len(settings)} settings")
     every = [(setting, p, seed, instruction) for setting, instruction in zip(settings, instructions, strict=True) for p, seed in rows]
-    texts, nll, counts = _sample(lm, every, opts, protocol.batch_size, progress, during)
+    texts, nll, counts = _sample(lm, every, opts, protocol.batch_size, progress, during, protocol.score_from_decode)
     sent = sentiment_scores(texts)
     tox = toxicity_scores(texts)
     formal = formality_scores(texts)

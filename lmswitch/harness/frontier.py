@@ -132,6 +132,7 @@ METHODS: dict[str, Method] = {"switch": _switch(), "switch+adaptive": _switch(ad
                               f"switch+best-of-{BEST_OF}": _switch(best_of=BEST_OF),
                               **{f"switch+guided-{n}": _switch(guide=n) for n in GUIDES},
                               "prompting": _prompting, "caa": _caa}
+DECODE_SCORED = ("switch", "switch+adaptive")  # methods whose rows are scored from their decode (Protocol.score_from_decode)
 LEVELS = tuple(float(k) for k in range(1, len(INSTRUCTIONS) + 1))  # the prompting baseline's strengths
 CAA_STRENGTHS = (0.5, 1.0, 2.0, 3.0, 4.0, 6.0)  # |α| swept for activation addition, multiples of its mean-difference vector
 
@@ -207,11 +208,16 @@ def _chosen_on_test(lm: LanguageModel, switch: Switch, method: str, side: int, c
 def run_frontier(lm: LanguageModel, switch: Switch, spec: FrontierSpec, *, methods: Sequence[str] = tuple(METHODS),
                  protocol: Protocol = PROTOCOL, dev_limit: int | None = None, test_limit: int | None = None,
                  log: Callable[[str], None] | None = None) -> Frontier:
-    """Sweep every method on the dev prompts, pick its strongest fluent setting per side, and report it on the test prompts."""
+    """Sweep every method on the dev prompts, pick its strongest fluent setting per side, and report it on the test prompts.
+
+    With a method beyond :data:`DECODE_SCORED` every row, the unsteered ones included, is scored by a body pass
+    (``Protocol.score_from_decode`` off), so that all the rows compared are scored alike."""
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}")
     switch.check_model(lm)
+    if not set(methods) <= set(DECODE_SCORED):  # rows compared with each other are scored alike (by a body pass)
+        protocol = replace(protocol, score_from_decode=False)
     dev, test = load_prompts(spec.prompts, dev_limit, split="dev"), load_prompts(spec.prompts, test_limit, split="test")
     data = {"dev": dev, "test": test, "protocol": protocol,
             "dev_base": evaluate_settings(lm, [[]], dev, protocol)[0], "test_base": evaluate_settings(lm, [[]], test, protocol)[0]}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import functools
 import inspect
+import logging
 import os
 import shutil
 import tempfile
@@ -35,7 +36,7 @@ def _prepare_lenses(lm: LanguageModel) -> None:
     try:
         written_words(lm)
     except Exception:  # shown when a user asks for the words instead
-        pass
+        logging.getLogger(__name__).debug("reading the words %s writes ahead failed", lm.name, exc_info=True)
 
 
 def _on_disk_temp() -> str | None:
@@ -83,10 +84,12 @@ class Backend:
         pause before every decoder layer, so background work lets generations go first."""
         try:
             add_layer_pauses(lm.decoder_layers())
+            pauses = True
         except ValueError:  # an architecture whose layers we cannot find: its forward passes run whole
-            pass
+            pauses = False
         self.models[name or lm.name] = (lm, SwitchLibrary(lm, self.folder))
-        self.compute.submit(_prepare_lenses, lm, background=True)
+        if pauses:  # else reading ahead would hold the compute thread, unpaused, before a user's first request
+            self.compute.submit(_prepare_lenses, lm, background=True)
 
     def start(self) -> Backend:
         self.compute.submit(self.load)
