@@ -244,13 +244,18 @@ def main() -> None:
         p.error(f"--via takes openai, gradio or both; got {args.via!r}")
     counts = [int(x) for x in args.clients.split(",")]
     rows = []
-    for quantum in (q.strip() for q in args.quantum.split(",")):
-        server = AppServer(Path(tempfile.mkdtemp()), name="load", args=("--dtype", args.dtype), env={"LMSWITCH_PAUSE_QUANTUM": quantum})
-        try:
-            server.wait_ready()
-            rows += [row for name in ways for row in measure(Way(name, server.url), server, counts, args, quantum)]
-        finally:
-            server.stop()
+    # this process's temporary files in one folder removed at the end: the app's switch folder, and the empty folder
+    # gradio_client leaves behind for every file it downloads (Client._download_file)
+    with tempfile.TemporaryDirectory(prefix="lmswitch-load-") as scratch:
+        tempfile.tempdir = scratch
+        for quantum in (q.strip() for q in args.quantum.split(",")):
+            server = AppServer(Path(tempfile.mkdtemp()), name="load", args=("--dtype", args.dtype), env={"LMSWITCH_PAUSE_QUANTUM": quantum})
+            try:
+                server.wait_ready()
+                rows += [row for name in ways for row in measure(Way(name, server.url), server, counts, args, quantum)]
+            finally:
+                server.stop()
+        tempfile.tempdir = None
     report(rows, args)
 
 

@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -20,6 +21,13 @@ pytestmark = [pytest.mark.real_model, pytest.mark.slow]  # a launched app.py on 
 
 PROMPT = "My weekend was"
 SLOTS = 12  # ε slider slots of the Steer view; the library's switches come first, sorted: detox, formality, sentiment
+
+
+@pytest.fixture(autouse=True)
+def _downloads_stay_in_tmp_path(tmp_path, monkeypatch):
+    """gradio_client downloads a file through a new folder in the system's temporary folder and leaves that folder
+    there, empty (``Client._download_file``): this process's temporary folder is the test's own."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
 
 def client(server) -> Client:
