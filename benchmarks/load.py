@@ -248,14 +248,17 @@ def main() -> None:
     # gradio_client leaves behind for every file it downloads (Client._download_file)
     with tempfile.TemporaryDirectory(prefix="lmswitch-load-") as scratch:
         tempfile.tempdir = scratch
-        for quantum in (q.strip() for q in args.quantum.split(",")):
-            server = AppServer(Path(tempfile.mkdtemp()), name="load", args=("--dtype", args.dtype), env={"LMSWITCH_PAUSE_QUANTUM": quantum})
-            try:
-                server.wait_ready()
-                rows += [row for name in ways for row in measure(Way(name, server.url), server, counts, args, quantum)]
-            finally:
-                server.stop()
-        tempfile.tempdir = None
+        try:
+            for quantum in (q.strip() for q in args.quantum.split(",")):
+                server = AppServer(Path(tempfile.mkdtemp()), name="load", args=("--dtype", args.dtype),
+                                   env={"LMSWITCH_PAUSE_QUANTUM": quantum})
+                try:
+                    server.wait_ready()
+                    rows += [row for name in ways for row in measure(Way(name, server.url), server, counts, args, quantum)]
+                finally:
+                    server.stop()
+        finally:
+            tempfile.tempdir = None
     report(rows, args)
 
 

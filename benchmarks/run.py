@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 from collections import deque
-from contextlib import nullcontext
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
@@ -284,7 +284,7 @@ def bench_lens(lm: ls.LanguageModel, switch: ls.Switch, repeats: int) -> dict:
 
 def bench_eval(lm: ls.LanguageModel, prompts: int, samples: int) -> dict:
     """The evaluation harness (batched, coupled samples, scored) vs a naive per-prompt loop with HF sampling."""
-    from lmswitch.harness.evaluate import Protocol, evaluate, evaluate_settings, load_prompts
+    from lmswitch.harness.evaluate import Protocol, evaluate, load_prompts
 
     texts = load_prompts("neutral", prompts)
     protocol = Protocol(samples=samples)
@@ -300,10 +300,10 @@ def bench_eval(lm: ls.LanguageModel, prompts: int, samples: int) -> dict:
             times[key].append(time.perf_counter() - t)
             if key == "plain":
                 plain = result
-        # the steered rows scored as before 2026-11-27: a second body pass over each prompt and text (any `during`
-        # context other than nullcontext keeps it), not the decode's own head inputs
+        # the steered rows scored as before 2026-11-27: a second body pass over each prompt and text, not the
+        # decode's own head inputs
         t = time.perf_counter()
-        evaluate_settings(lm, [[(switch, 5.0)]], texts, protocol, during=lambda: nullcontext())
+        evaluate(lm, [(switch, 5.0)], texts, replace(protocol, score_from_decode=False))
         times["body_pass"].append(time.perf_counter() - t)
     ours_plain, ours_steered = min(times["plain"]), min(times["steered"])
 
