@@ -13,8 +13,10 @@ from conftest import CONTEXT, random_switch
 
 import lmswitch as ls
 from lmswitch import generate, stream_generate, sweep
+from lmswitch.core import generate as generate_module
 from lmswitch.core.budget import Budget
-from lmswitch.core.generate import CoupledSampler, finished_text
+from lmswitch.core.generate import CoupledSampler, finished_text, generate_tokens
+from lmswitch.core.options import SamplingOptions
 from lmswitch.core.steering import active_hook_count
 
 PROMPT = "the happy one was in a"
@@ -269,6 +271,38 @@ def test_rows_with_one_seed_share_one_stream_drawn_once_per_step():
     alone = [CoupledSampler([seed], temperature=0.8, top_p=0.9) for seed in (5, 5, 6)]
     for _ in range(4):
         assert shared(None, logits).argmax(-1).tolist() == [int(s(None, logits[k : k + 1]).argmax(-1)) for k, s in enumerate(alone)]
+
+
+def test_rows_that_repeat_a_prompt_have_it_read_once_and_get_the_same_tokens(tiny_lm, monkeypatch):
+    """Samples and sweep settings repeat prompts: the body reads each distinct prompt once (all but its last token),
+    and every row gets the tokens, and records the head inputs, that reading each row's prompt itself gives."""
+    strong = random_switch(tiny_lm, seed=2, scale=10)
+    prompts = [PROMPT, "she was not", PROMPT, "she was not", "cold", PROMPT, "cold"]  # left-padded to three lengths, one a word
+    settings = [[], [(strong, 100.0)], [(strong, -100.0)], [], [(strong, 50.0)], [(strong, 100.0)], []]
+    seeds = [3, 3, 4, 5, 6, 7, 8]
+    opts = SamplingOptions(max_new_tokens=10)
+    read = []
+    final_hidden = tiny_lm.final_hidden
+    monkeypatch.setattr(tiny_lm, "final_hidden", lambda ids, *a, **k: read.append(ids.shape[0]) or final_hidden(ids, *a, **k))
+    with tiny_lm.head_inputs() as seen:
+        shared = generate_tokens(tiny_lm, prompts, settings, seeds, opts)
+    assert read == [3]  # three distinct prompts
+    monkeypatch.setattr(generate_module, "shared_prompts", lambda *a: None)
+    with tiny_lm.head_inputs() as seen_alone:
+        alone = generate_tokens(tiny_lm, prompts, settings, seeds, opts)
+    assert torch.equal(shared.new_ids, alone.new_ids) and shared.texts == alone.texts
+    assert len(seen) == len(seen_alone) == alone.new_ids.shape[1]
+    for a, b in zip(seen, seen_alone, strict=True):  # the first pass: the last prompt token only, against the whole prompt
+        torch.testing.assert_close(a[:, -1], b[:, -1], rtol=1e-5, atol=1e-5)
+
+
+def test_prompts_read_once_only_where_one_repeats(tiny_lm):
+    ids, mask = generate_module.encode_prompts(tiny_lm, [PROMPT, "she was not"], SamplingOptions())
+    assert generate_module.shared_prompts(tiny_lm, ids, mask) is None
+    ids, mask = generate_module.encode_prompts(tiny_lm, [PROMPT, "she was not", PROMPT], SamplingOptions())
+    cache = generate_module.shared_prompts(tiny_lm, ids, mask)
+    assert cache.layers[0].keys.shape[0] == 3 and cache.get_seq_length() == ids.shape[1] - 1
+    assert torch.equal(cache.layers[0].keys[0], cache.layers[0].keys[2])
 
 
 def test_stream_rows_can_run_on_a_given_executor(llama_lm):

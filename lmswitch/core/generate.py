@@ -21,7 +21,8 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 
 import torch
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+from transformers.cache_utils import DynamicLayer
 from transformers.generation.streamers import BaseStreamer
 
 from lmswitch.core.budget import Budget, RowBudgets
@@ -320,6 +321,7 @@ def _decode(lm: LanguageModel, prompts: Sequence[Prompt] | tuple[torch.Tensor, t
     criteria = [c for c in (_StopOnEvent(stop) if stop is not None else None, stopping) if c is not None]
     budget = Budget(len(prompts), opts.per_generation) if opts.per_generation is not None else None
     sampler = CoupledSampler(seeds, opts.temperature, opts.top_p, budget, stops=sorted(eos) if score else None)
+    shared = shared_prompts(lm, input_ids, mask)
     with steer_rows(lm, settings, kl_budget=opts.budget, budget=budget), torch.inference_mode():
         out = lm.model.generate(
             input_ids=input_ids.to(lm.input_device),
@@ -328,12 +330,35 @@ def _decode(lm: LanguageModel, prompts: Sequence[Prompt] | tuple[torch.Tensor, t
             logits_processor=LogitsProcessorList([sampler]),
             stopping_criteria=StoppingCriteriaList(criteria) if criteria else None,
             streamer=streamer,
+            **({"past_key_values": shared} if shared is not None else {}),
         )
     new = out[:, input_ids.shape[1] :].cpu()
     is_eos = torch.isin(new, torch.tensor(sorted(eos), dtype=new.dtype)) if eos else torch.zeros_like(new, dtype=torch.bool)
     # valid: every token up to and including the first EOS
     new_mask = (is_eos.long().cumsum(-1) - is_eos.long()) == 0
     return Generated(input_ids, mask, new, new_mask.long(), [finished_text(tok, row) for row in new.tolist()]), sampler
+
+
+@torch.inference_mode()
+def shared_prompts(lm: LanguageModel, input_ids: torch.Tensor, mask: torch.Tensor) -> DynamicCache | None:
+    """The KV cache of every row's prompt but its last token, each distinct prompt read once by the body: rows that
+    repeat a prompt (samples, settings of a sweep) share that work. Steering acts on the head's input only, so the body's
+    cache is every setting's. None where no prompt repeats, the prompts are one token, or the model's cache is not a
+    plain per-layer one (sliding-window or hybrid layers); then ``generate`` reads each row's prompt itself."""
+    if input_ids.shape[1] < 2:
+        return None
+    distinct, row_of = torch.unique(torch.cat([mask, input_ids * mask], dim=1), dim=0, return_inverse=True)
+    if len(distinct) == len(input_ids):
+        return None
+    cache = DynamicCache(config=lm.model.config)
+    if not all(type(layer) is DynamicLayer for layer in cache.layers):
+        return None
+    first = torch.full((len(distinct),), len(row_of)).scatter_reduce_(0, row_of, torch.arange(len(row_of)), "amin")
+    ids, part = input_ids[first, :-1], mask[first, :-1]
+    lm.final_hidden(ids, part, (part.long().cumsum(-1) - 1).masked_fill_(part == 0, 1), cache=cache)
+    for layer in cache.layers:  # (a model spread over devices keeps each layer's cache on its own)
+        layer.batch_select_indices(row_of.to(layer.keys.device))
+    return cache
 
 
 def finished_text(tokenizer, ids: Sequence[int]) -> str:
