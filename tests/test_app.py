@@ -78,14 +78,22 @@ def test_page_load_reports_ready_and_skipped_files(llama_lm, folder):
     assert len(rest) == app.MAX_SLOTS + 7
 
 
-def test_the_words_a_model_writes_are_read_in_the_background_as_it_is_served(make_lm, tmp_path, monkeypatch):
-    """A user's first "what it learned" does not wait for the lenses' table of the words the model writes."""
+def test_what_every_user_needs_is_read_in_the_background_as_a_model_is_served(make_lm, tmp_path, monkeypatch):
+    """A user's first "what it learned" does not wait for the lenses' table of the words the model writes, nor the
+    first training's fluency probe for the unsteered rows it compares with."""
+    from lmswitch.harness import frontier
+
     monkeypatch.setenv("LMSWITCH_CACHE", str(tmp_path / "cache"))  # its reference states: not in the user's cache
     lm = make_lm("llama", seed=11)
     app.Backend.with_model(lm, tmp_path)
-    wait_for(lambda: lm in svd._WRITTEN_CACHE, "the background reading of the words the model writes")
+    wait_for(lambda: lm in svd._WRITTEN_CACHE and frontier._UNSTEERED.get(lm), "the background reading ahead")
     monkeypatch.setattr(svd, "_probability_sum", lambda *a: pytest.fail("read again"))
     assert svd.written_words(lm).shape == (lm.vocab_size,)
+    evaluate = frontier.evaluate_settings
+    sampled = []
+    monkeypatch.setattr(frontier, "evaluate_settings", lambda lm, settings, *a: sampled.extend(settings) or evaluate(lm, settings, *a))
+    frontier.calibrated_card(lm, random_switch(lm, seed=3))  # as the Train tab probes a new switch
+    assert sampled and [] not in sampled  # the probe's unsteered rows were not sampled again
 
 
 def test_loading_and_failed_model_give_readable_errors(folder):

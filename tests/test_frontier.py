@@ -90,16 +90,20 @@ class _FailingAt:
         return ["breaks"] if ev in self.failing else []
 
 
+class _Model:
+    """A stand-in for the model of a faked calibration (it keys the probe's kept unsteered rows)."""
+
+
 @pytest.fixture
 def probed(monkeypatch) -> list[float]:
-    """Calibration with each evaluation faked as its ε (no model): the ε probed, in order, unsteered left out."""
+    """Calibration with each evaluation faked as its ε (no model): the ε probed, in order, the unsteered rows as 0."""
     from lmswitch.harness import frontier
 
     seen: list[float] = []
 
     def fake_evaluate(lm, settings, prompts, protocol):
         eps = [s[0][1] if s else 0.0 for s in settings]
-        seen.extend(e for e in eps if e)
+        seen.extend(eps)
         return eps
 
     monkeypatch.setattr(frontier, "evaluate_settings", fake_evaluate)
@@ -119,7 +123,7 @@ def test_calibration_walks_each_side_to_its_first_failure_whatever_the_batching(
         failing = {-s for s, f in zip(strengths, neg_fails, strict=True) if f} | {s for s, f in zip(strengths, pos_fails, strict=True) if f}
 
         probed.clear()
-        got = frontier.calibrate(None, "switch", frontier.Probe(strengths=strengths, rules=_FailingAt(failing), inner=()))
+        got = frontier.calibrate(_Model(), "switch", frontier.Probe(strengths=strengths, rules=_FailingAt(failing), inner=()))
         expected = []
         for side, fails in ((-1, neg_fails), (+1, pos_fails)):
             first = next((k for k, f in enumerate(fails) if f), len(strengths))
@@ -134,10 +138,25 @@ def test_a_side_that_breaks_at_the_first_strength_is_probed_inside_it(probed):
     getting no slider, with the outer walk's rule (the last strength before the first failure)."""
     from lmswitch.harness import frontier
 
-    probe = frontier.Probe(strengths=(2.0, 4.0), inner=(0.5, 1.0))
-    assert frontier.calibrate(None, "switch", replace(probe, rules=_FailingAt({-2.0, -1.0, 4.0}))) == (-0.5, 2.0)
+    probe, model = frontier.Probe(strengths=(2.0, 4.0), inner=(0.5, 1.0)), _Model()
+    assert frontier.calibrate(model, "switch", replace(probe, rules=_FailingAt({-2.0, -1.0, 4.0}))) == (-0.5, 2.0)
     assert not {0.5, 1.0} & set(probed)  # the side that passed 2 is not probed inside it
-    assert frontier.calibrate(None, "switch", replace(probe, rules=_FailingAt({-2.0, -0.5, 2.0}))) == (0.0, 1.0)
+    assert frontier.calibrate(model, "switch", replace(probe, rules=_FailingAt({-2.0, -0.5, 2.0}))) == (0.0, 1.0)
+
+
+def test_the_unsteered_rows_are_sampled_once_per_model_and_probe(probed):
+    """Every switch a model probes compares with the same unsteered rows (same prompts and seeds): they are sampled in
+    the first probe's first call and kept for the model; another model, or other prompts or lengths, samples its own."""
+    from lmswitch.harness import frontier
+
+    probe, model = frontier.Probe(strengths=(2.0, 4.0), rules=_FailingAt(set())), _Model()
+    for _ in range(3):
+        assert frontier.calibrate(model, "switch", probe) == (-4.0, 4.0)
+    assert probed.count(0.0) == 1
+    frontier.calibrate(model, "switch", replace(probe, max_new_tokens=20))
+    frontier.calibrate(model, "switch", replace(probe, prompts=3))
+    frontier.calibrate(_Model(), "switch", probe)
+    assert probed.count(0.0) == 4
 
 
 def test_calibration_stores_the_fluent_range_in_the_card(llama_lm):

@@ -22,6 +22,7 @@ the switch's own training pairs (:mod:`lmswitch.harness.baselines`).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache, partial
@@ -355,6 +356,8 @@ class Probe:
 
 
 STEPS_PER_CALL = 2  # calibration strengths per side evaluated in one batched call
+# the unsteered model's probe rows, per model and (prompts, protocol): the same for every switch a model probes
+_UNSTEERED: weakref.WeakKeyDictionary[LanguageModel, dict[tuple, Evaluation]] = weakref.WeakKeyDictionary()
 
 
 def calibrate(lm: LanguageModel, switch: Switch, probe: Probe = Probe(), protocol: Protocol = PROTOCOL) -> tuple[float, float]:
@@ -365,18 +368,20 @@ def calibrate(lm: LanguageModel, switch: Switch, probe: Probe = Probe(), protoco
     trusted). 0 on a side means even the smallest probed ε broke them. Both sides
     step out together, :data:`STEPS_PER_CALL` strengths per side and batched call,
     and a side that failed is not probed further: a switch with a narrow fluent
-    range is probed at a few settings, not the whole grid.
+    range is probed at a few settings, not the whole grid. The unsteered rows are
+    sampled with the first call once per model and kept (:func:`unsteered_rows`).
 
     >>> switch.card = switch.card.updated(fluent_eps=list(calibrate(lm, switch)))   # doctest: +SKIP
     """
-    prompts = load_prompts(probe.prompt_set, probe.prompts, split="dev")
-    protocol = replace(protocol, samples=probe.samples, max_new_tokens=probe.max_new_tokens)
-    reached, walking, base = {-1: 0.0, +1: 0.0}, [-1, +1], None
+    prompts, protocol = _probe_rows(probe, protocol)
+    kept, key = _UNSTEERED.setdefault(lm, {}), (tuple(prompts), protocol)
+    reached, walking, base = {-1: 0.0, +1: 0.0}, [-1, +1], kept.get(key)
     for k in range(0, len(probe.strengths), STEPS_PER_CALL):  # a few strengths per side and call: batches stay big
         chunk = probe.strengths[k : k + STEPS_PER_CALL]
         settings = [[(switch, side * s)] for side in walking for s in chunk]
         evals = list(evaluate_settings(lm, ([[]] if base is None else []) + settings, prompts, protocol))
-        base = evals.pop(0) if base is None else base
+        if base is None:
+            base = kept[key] = evals.pop(0)
         for i, side in enumerate(list(walking)):
             if _walk(side, chunk, evals[i * len(chunk) : (i + 1) * len(chunk)], probe, base, reached):
                 walking.remove(side)
@@ -386,6 +391,22 @@ def calibrate(lm: LanguageModel, switch: Switch, probe: Probe = Probe(), protoco
     if failed_first and probe.inner:
         _probe_inner(lm, switch, probe, prompts, protocol, base, failed_first, reached)
     return reached[-1], reached[+1]
+
+
+def _probe_rows(probe: Probe, protocol: Protocol) -> tuple[list[str], Protocol]:
+    """The prompts and the sampling protocol of ``probe``'s rows."""
+    return load_prompts(probe.prompt_set, probe.prompts, split="dev"), replace(protocol, samples=probe.samples, max_new_tokens=probe.max_new_tokens)
+
+
+def unsteered_rows(lm: LanguageModel, probe: Probe = Probe(), protocol: Protocol = PROTOCOL) -> Evaluation:
+    """The unsteered model's rows of ``probe``, which every switch ``lm`` probes is compared with: sampled once per
+    model and kept while it lives (its body's weights must not change in place). The app reads them ahead as it
+    serves a model, so its first training's probe does not sample them."""
+    prompts, protocol = _probe_rows(probe, protocol)
+    kept, key = _UNSTEERED.setdefault(lm, {}), (tuple(prompts), protocol)
+    if key not in kept:
+        kept[key] = evaluate_settings(lm, [[]], prompts, protocol)[0]
+    return kept[key]
 
 
 def _probe_inner(lm: LanguageModel, switch: Switch, probe: Probe, prompts: list[str], protocol: Protocol,

@@ -18,6 +18,7 @@ import gradio as gr
 from lmswitch.core.models import BUNDLED_MODELS, DEFAULT_MODEL, LanguageModel, load_model
 from lmswitch.core.pause import add_layer_pauses
 from lmswitch.core.switch import SwitchFileError
+from lmswitch.harness.frontier import unsteered_rows
 from lmswitch.io.documents import DocumentError
 from lmswitch.io.resources import shipped_switches_dir
 from lmswitch.lenses.svd import written_words
@@ -29,14 +30,16 @@ from lmswitch.serve.session import Session, SwitchLibrary
 USER_ERRORS = (ValueError, TypeError, SwitchFileError, DocumentError, Busy)
 
 
-def _prepare_lenses(lm: LanguageModel) -> None:
-    """The lenses' tables of a model (the words it writes: ``written_words``), read once in the background as it is
-    served, so that a user's first "what it learned" or word list does not wait ~0.5 s for them. A failure here only
-    means they are read when first asked for, where the error is shown."""
-    try:
-        written_words(lm)
-    except Exception:  # shown when a user asks for the words instead
-        logging.getLogger(__name__).debug("reading the words %s writes ahead failed", lm.name, exc_info=True)
+def _read_ahead(lm: LanguageModel) -> None:
+    """What every user's work on a model needs, read once in the background as it is served: the words it writes
+    (``written_words``, ~0.5 s, for a first "what it learned" or word list) and the unsteered rows a new switch's
+    fluency probe compares with (``unsteered_rows``, ~0.3 s of the first training). A failure here only means they
+    are read when first needed, where the error is shown."""
+    for read in (written_words, unsteered_rows):
+        try:
+            read(lm)
+        except Exception:  # shown when a user's work needs it instead
+            logging.getLogger(__name__).debug("reading %s of %s ahead failed", read.__name__, lm.name, exc_info=True)
 
 
 def _on_disk_temp() -> str | None:
@@ -89,7 +92,7 @@ class Backend:
             pauses = False
         self.models[name or lm.name] = (lm, SwitchLibrary(lm, self.folder))
         if pauses:  # else reading ahead would hold the compute thread, unpaused, before a user's first request
-            self.compute.submit(_prepare_lenses, lm, background=True)
+            self.compute.submit(_read_ahead, lm, background=True)
 
     def start(self) -> Backend:
         self.compute.submit(self.load)
