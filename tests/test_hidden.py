@@ -204,6 +204,24 @@ def test_encode_texts_scores_every_next_token_once_with_its_label(llama_lm):
         assert_close(states.hidden[mine], llama_lm.final_hidden(torch.tensor([ids]))[0, :-1])
 
 
+def test_texts_kept_whole_are_what_encode_text_reads(llama_lm):
+    """The training's one body pass also gives its documents whole (a lens then reads them without a pass of its own):
+    a text in one window as encode_text reads it; a long one, every row from the window that scored it, in order."""
+    short, long_text = "the kind one was warm", " ".join(FILLER[i % len(FILLER)] for i in range(22))  # windows of 8
+    states = encode_texts(llama_lm, [short, "a cold one", long_text], [1.0, -1.0, 1.0], chunk_tokens=8, block=1, keep=[0, 2])
+    assert sorted(states.texts) == [0, 2]
+    one, alone = states.texts[0], encode_text(llama_lm, short)
+    assert (one.text, one.ids, one.offsets, one.windows) == (alone.text, alone.ids, alone.offsets, 1)
+    assert torch.equal(one.scored, alone.scored)
+    assert_close(one.hidden, alone.hidden)
+    whole, mine = states.texts[2], states.unit // 1_000_000 == 2
+    position = states.unit[mine] % 1_000_000  # block 1: a row's unit is its position, which predicts token position + 1
+    assert whole.ids == ids_of(llama_lm, long_text) and whole.windows > 1 and not whole.scored[0] and whole.scored[1:].all()
+    assert torch.equal(whole.hidden[position + 1], states.hidden[mine])
+    assert torch.tensor(whole.ids)[position + 1].tolist() == states.targets[mine].tolist()
+    assert encode_texts(llama_lm, [short], [1.0], chunk_tokens=8, block=1).texts == {}  # none kept unless asked
+
+
 def test_encode_texts_refuses_a_text_of_one_token(llama_lm):
     with pytest.raises(ValueError, match=r"text #2 \('kind'\) has 1 token\(s\)"):
         encode_texts(llama_lm, ["the kind one", "kind"], [1.0, 1.0], chunk_tokens=64, block=16)

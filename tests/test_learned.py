@@ -87,6 +87,29 @@ def test_one_document_is_measured_itself(gpt2_lm):
     assert "learned little" in backwards.verdict
 
 
+def test_documents_the_training_read_are_not_read_again(llama_lm, monkeypatch):
+    """The training's body pass gives its documents whole (``Done.documents``): the lenses read them from there, and a
+    document cut at max_chars, or not among them, is read by a pass of its own."""
+    from lmswitch.core.train import Done, train_events
+    from lmswitch.lenses import learned as learned_module
+
+    config = ls.TrainConfig(optimizer="adam", steps=5, lr=5e-2, eps0=1e-2, heldout=0.0)
+    done = next(e for e in train_events(llama_lm, DOC_A, DOC_B, config=config) if isinstance(e, Done))
+    assert [d.text for d in done.documents] == [DOC_A, DOC_B]
+    fresh = what_was_learned(llama_lm, done.switch, DOC_A, DOC_B)
+    passes = []
+    encode_text = learned_module.encode_text
+    monkeypatch.setattr(learned_module, "encode_text", lambda lm, text: passes.append(text) or encode_text(lm, text))
+    reused = what_was_learned(llama_lm, done.switch, DOC_A, DOC_B, read=done.documents)
+    assert passes == []
+    assert reused.own_meter == pytest.approx(fresh.own_meter, abs=1e-3) and reused.other_meter == pytest.approx(fresh.other_meter, abs=1e-3)
+    assert [(s.start, s.end) for s in reused.spans] == [(s.start, s.end) for s in fresh.spans]
+    what_was_learned(llama_lm, done.switch, DOC_A, MORE_A, read=done.documents, max_chars=len(DOC_A))
+    assert passes == [MORE_A]  # A (whole within max_chars) from the training; MORE_A was never trained on
+    what_was_learned(llama_lm, done.switch, DOC_A, read=done.documents, max_chars=len(DOC_A) - 20)
+    assert len(passes) == 2 and passes[1] != DOC_A and DOC_A.startswith(passes[1])  # cut: only what is shown is read
+
+
 def test_a_switch_trained_on_a_against_b_reads_b_as_negative(llama_lm):
     config = ls.TrainConfig(optimizer="adam", steps=40, lr=5e-2, eps0=1e-2, heldout=0.0)  # a clear effect on a near-uniform tiny model
     switch = ls.train_switch(llama_lm, DOC_A, DOC_B, name="trained", config=config)

@@ -255,6 +255,23 @@ def test_single_document(small_lm):
     assert switch.model_fingerprint == small_lm.fingerprint and switch.name == "doc"
 
 
+def test_done_gives_the_documents_read_but_not_sentences_or_own_continuations(small_lm, small_data):
+    from lmswitch.core.train import Done, train_events
+
+    rng = random.Random(4)
+    doc_a, doc_b = sample_texts(rng, WORDS_A, 1, length=80)[0], sample_texts(rng, WORDS_B, 1, length=80)[0]
+
+    def documents(*sides, **config):
+        done = next(e for e in train_events(small_lm, *sides, config=TrainConfig(steps=3, **config)) if isinstance(e, Done))
+        return [d.text for d in done.documents]
+
+    assert documents(doc_a) == [doc_a]
+    assert documents(doc_a, doc_b) == [doc_a, doc_b]
+    assert documents(doc_a, small_data[1]) == [doc_a]  # a document against sentences
+    assert documents(*small_data) == []
+    assert documents(doc_a, self_contrast=True) == [doc_a]  # the model's own continuations are not among them
+
+
 def test_graded_labels(small_lm, small_data):
     pos, neg = small_data
     labels = [1.0] * 10 + [0.5] * 10 + [-0.5] * 10 + [-1.0] * 10

@@ -9,7 +9,7 @@ lens features are then cheap head computations on these cached states:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -224,6 +224,7 @@ class TokenStates:
     targets: torch.Tensor  # (N,) next-token ids
     labels: torch.Tensor  # (N,) label of the text each token belongs to
     unit: torch.Tensor  # (N,) id of the held-out unit (a text, or a block of one document)
+    texts: dict[int, EncodedText] = field(default_factory=dict)  # the texts asked for (``keep``), by index, as read here
 
 
 PADDING_SHARE = 1 / 3  # at most this share of a body pass's positions are padding
@@ -262,8 +263,10 @@ def _encode_batch(lm: LanguageModel, batch: list, labels: list[float], block: in
     return hidden, targets, lab, unit
 
 
-def encode_texts(lm: LanguageModel, texts: list[str], labels: list[float], chunk_tokens: int, block: int) -> TokenStates:
-    """One body pass over all texts (batched by length) → cached head inputs per scored token."""
+def encode_texts(lm: LanguageModel, texts: list[str], labels: list[float], chunk_tokens: int, block: int,
+                 keep: Sequence[int] = ()) -> TokenStates:
+    """One body pass over all texts (batched by length) → cached head inputs per scored token; ``keep``: the texts (by
+    index) also returned whole, as :class:`EncodedText`, so a lens can read them without a body pass of its own."""
     tok = lm.tokenizer
     length = min(chunk_tokens, lm.context_length)
     overlap = min(64, length // 4)
@@ -289,4 +292,30 @@ def encode_texts(lm: LanguageModel, texts: list[str], labels: list[float], chunk
         targets=torch.cat(targets).to(head_device),
         labels=torch.cat(lab).float().to(head_device),
         unit=torch.cat(unit),
+        texts=_kept(lm, texts, keep, [(piece, rows) for batch, e in zip(batches, encoded, strict=True)
+                                      for piece, rows in zip(batch, e[0], strict=True)]),
     )
+
+
+def _kept(lm: LanguageModel, texts: list[str], keep: Sequence[int], pieces: list[tuple[tuple, torch.Tensor]]) -> dict[int, EncodedText]:
+    """The texts ``keep`` as :func:`encode_text` gives them (the first token unscored), from the rows of their windows
+    (``pieces``: ``((ids, first, text index, start), rows)``); a text whose tokens have no character offsets (a slow
+    tokenizer's that do not decode back) is left out."""
+    out = {}
+    for t in keep:
+        try:
+            ids, offsets = _offsets(lm, texts[t])
+        except ValueError:
+            continue
+        mine = sorted((p for p in pieces if p[0][2] == t), key=lambda p: p[0][3])  # in document order
+        rows = torch.cat([r for _, r in mine]).to(lm.head_device)  # row j predicts token j + 1
+        if len(rows) == len(ids) - 1:
+            out[t] = _whole(texts[t], ids, offsets, rows, len(mine))
+    return out
+
+
+def _whole(text: str, ids: list[int], offsets: list[tuple[int, int]], rows: torch.Tensor, windows: int) -> EncodedText:
+    scored = torch.ones(len(ids), dtype=torch.bool)
+    scored[0] = False
+    return EncodedText(text=text, ids=ids, offsets=offsets, hidden=torch.cat([rows.new_zeros(1, rows.shape[1]), rows]),
+                       scored=scored, windows=windows)

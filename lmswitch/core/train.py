@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from lmswitch.core import solver
 from lmswitch.core.card import Card, TrainingRecord
-from lmswitch.core.hidden import TokenStates, check_text, encode_texts
+from lmswitch.core.hidden import EncodedText, TokenStates, check_text, encode_texts
 from lmswitch.core.judge import fit_judge
 from lmswitch.core.models import LanguageModel, preferred_dtype
 from lmswitch.core.options import TrainConfig
@@ -147,9 +147,12 @@ class Evaluated:
 
 @dataclass(frozen=True)
 class Done:
-    """Training finished; ``switch.card`` records the data, the settings and the curves."""
+    """Training finished; ``switch.card`` records the data, the settings and the curves. ``documents``: each side given
+    as one document (the positive first), as the training's body pass read it, so the lenses need no pass of their own
+    (``what_was_learned(..., read=done.documents)``)."""
 
     switch: Switch
+    documents: tuple[EncodedText, ...] = ()
 
 
 TrainEvent = Encoded | Step | Evaluated | Done
@@ -499,7 +502,8 @@ def train_events(
     if config.self_contrast:
         ex, negatives = _with_self_contrast(lm, ex, config.seed), "self-contrast"
     generator = torch.Generator().manual_seed(config.seed)
-    data = encode_texts(lm, ex.texts, ex.labels, config.chunk_tokens, block=32)
+    documents = [i for i, side in ((0, positive), (ex.n_positive, negative)) if isinstance(side, str)]  # (self-contrast text comes after)
+    data = encode_texts(lm, ex.texts, ex.labels, config.chunk_tokens, block=32, keep=documents)
     train_mask, held_mask = _split(data, len(ex.texts), config.heldout, generator)
     if not train_mask.any():
         raise ValueError("no tokens left to train on after holding out data; give more text or set heldout=0")
@@ -524,7 +528,7 @@ def train_events(
         card = card.updated(warnings=[warning]) if warning else card
     yield Done(Switch(W=run.W.detach().cpu(), name=name, description=description, eps0=config.eps0, positive_label=positive_label,
                       negative_label=negative_label, model_name=lm.name, model_fingerprint=lm.fingerprint, card=card,
-                      judge=fit_judge(data)))
+                      judge=fit_judge(data)), documents=tuple(data.texts[i] for i in documents if i in data.texts))
 
 
 def train_switch(

@@ -17,6 +17,7 @@ warning, a ✓ is necessary but not sufficient (held-out text of each side tells
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lmswitch.core.hidden import EncodedText, check_text, encode_text
@@ -72,11 +73,14 @@ def what_was_learned(
     words: int = 12,
     spans: int = 3,
     max_chars: int = MAX_CHARS,
+    read: Sequence[EncodedText] = (),
 ) -> Learned:
     """Read a switch trained on ``document`` (its positive side) against ``other`` (its negative side, optional).
 
     ``document=None`` (a switch learned from labelled sentences) gives the words only.
-    Each document is read up to ``max_chars`` characters (cut at a word boundary).
+    Each document is read up to ``max_chars`` characters (cut at a word boundary). ``read``: documents already read
+    by a body pass (the training's: :attr:`~lmswitch.core.train.Done.documents`); one of them that is all of what would
+    be read is not read again.
 
     >>> learned = what_was_learned(lm, switch, article_for, article_against)    # doctest: +SKIP
     >>> learned.verdict.splitlines()[-1]                                         # doctest: +SKIP
@@ -87,10 +91,10 @@ def what_was_learned(
     text, cut = _excerpt(check_text(document, "document"), max_chars) if document is not None else ("", False)
     other_text, other_cut = _excerpt(check_text(other, "other document"), max_chars) if other is not None else ("", False)
     changes = promoted_words(lm, switch, words=words)
-    encoded = encode_text(lm, text) if text else None  # one body pass per document, read by both lenses
+    encoded = _encoded(lm, text, read) if text else None  # one body pass per document, read by both lenses
     found = _top_spans(lm, switch, encoded, spans) if encoded else []
     own = _meter(lm, switch, encoded) if encoded else None
-    other_row = _meter(lm, switch, encode_text(lm, other_text)) if other_text else None
+    other_row = _meter(lm, switch, _encoded(lm, other_text, read)) if other_text else None
     return Learned(
         switch=switch.name,
         positive_label=switch.positive_label,
@@ -105,6 +109,11 @@ def what_was_learned(
         other_meter=other_row.best_eps_alone if other_row is not None else None,
         verdict=_verdict(switch, own, other_row),
     )
+
+
+def _encoded(lm: LanguageModel, text: str, read: Sequence[EncodedText]) -> EncodedText:
+    """``text``'s head inputs: from ``read`` where it is there whole, else from a body pass."""
+    return next((e for e in read if e.text == text), None) or encode_text(lm, text)
 
 
 def _excerpt(text: str, max_chars: int) -> tuple[str, bool]:

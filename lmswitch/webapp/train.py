@@ -148,7 +148,7 @@ def _train_and_add(backend: Backend, session: Session, job: _Job, flag, progress
     final = session.add(done.switch, job.library, name=job.name)  # kept from here on, even if the page goes away
     progress(1.0, desc="reading what it learned")
     yield READING, gr.skip(), gr.skip(), *skip
-    learned = CANCELLED_READING if flag.is_set() else _learned(backend, job.lm, done.switch, job.positive, job.negative)
+    learned = CANCELLED_READING if flag.is_set() else _learned(backend, job.lm, done, job.positive, job.negative)
     yield PROBING, gr.skip(), gr.skip(), *skip[:-1], learned  # first: a user reads it while the range is probed
     done.switch.card = (done.switch.card.updated(calibration_error=CANCELLED_PROBE) if flag.is_set()
                         else _calibrated(backend, job.lm, done.switch))  # the session holds this very switch: its card is updated
@@ -196,7 +196,7 @@ def _calibrated(backend: Backend, lm: LanguageModel, switch: Switch) -> Card:
         return switch.card.updated(calibration_error=f"{type(err).__name__}: {err}")
 
 
-def _learned(backend: Backend, lm: LanguageModel, switch: Switch, positive: str | list[str], negative: str | list[str] | None) -> str:
+def _learned(backend: Backend, lm: LanguageModel, done: Done, positive: str | list[str], negative: str | list[str] | None) -> str:
     """What the new switch learned, as Markdown: its words, and for documents their spans and the meter's verdict.
 
     The switch is already in the session (its slider comes after the probe); a failure here shows a short note instead
@@ -205,7 +205,7 @@ def _learned(backend: Backend, lm: LanguageModel, switch: Switch, positive: str 
     document = positive if isinstance(positive, str) else None  # labelled sentences: the words only
     other = negative if isinstance(negative, str) else None
     try:
-        return backend.run(what_was_learned, lm, switch, document, other, background=True).to_markdown()
+        return backend.run(what_was_learned, lm, done.switch, document, other, read=done.documents, background=True).to_markdown()
     except Exception as err:  # any failure: the trained switch must not be lost over its summary
         return f"*Could not read what it learned ({type(err).__name__}: {err}); the switch is kept all the same.*"
 
