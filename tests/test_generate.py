@@ -296,13 +296,24 @@ def test_rows_that_repeat_a_prompt_have_it_read_once_and_get_the_same_tokens(tin
         torch.testing.assert_close(a[:, -1], b[:, -1], rtol=1e-5, atol=1e-5)
 
 
-def test_prompts_read_once_only_where_one_repeats(tiny_lm):
+def test_prompts_read_once_only_where_one_repeats(tiny_lm, monkeypatch):
     ids, mask = generate_module.encode_prompts(tiny_lm, [PROMPT, "she was not"], SamplingOptions())
     assert generate_module.shared_prompts(tiny_lm, ids, mask) is None
     ids, mask = generate_module.encode_prompts(tiny_lm, [PROMPT, "she was not", PROMPT], SamplingOptions())
     cache = generate_module.shared_prompts(tiny_lm, ids, mask)
     assert cache.layers[0].keys.shape[0] == 3 and cache.get_seq_length() == ids.shape[1] - 1
     assert torch.equal(cache.layers[0].keys[0], cache.layers[0].keys[2])
+    monkeypatch.setattr(tiny_lm.model.generation_config, "cache_implementation", "static")  # a cache of the model's own
+    assert generate_module.shared_prompts(tiny_lm, ids, mask) is None
+
+
+def test_a_model_saved_without_its_cache_still_reads_a_shared_prompt_once(tiny_lm, monkeypatch):
+    """A checkpoint saved after gradient-checkpointed training often says use_cache: false; a shared prompt's cache
+    must still be used (else every step would read the whole sequence on top of it)."""
+    rows = dict(prompt=PROMPT, samples=3, seed=2, max_new_tokens=8)
+    expected = generate(tiny_lm, **rows)
+    monkeypatch.setattr(tiny_lm.model.generation_config, "use_cache", False)
+    assert generate(tiny_lm, **rows) == expected
 
 
 def test_stream_rows_can_run_on_a_given_executor(llama_lm):

@@ -330,7 +330,7 @@ def _decode(lm: LanguageModel, prompts: Sequence[Prompt] | tuple[torch.Tensor, t
             logits_processor=LogitsProcessorList([sampler]),
             stopping_criteria=StoppingCriteriaList(criteria) if criteria else None,
             streamer=streamer,
-            **({"past_key_values": shared} if shared is not None else {}),
+            **({"past_key_values": shared, "use_cache": True} if shared is not None else {}),  # (whatever the model's config says)
         )
     new = out[:, input_ids.shape[1] :].cpu()
     is_eos = torch.isin(new, torch.tensor(sorted(eos), dtype=new.dtype)) if eos else torch.zeros_like(new, dtype=torch.bool)
@@ -339,23 +339,36 @@ def _decode(lm: LanguageModel, prompts: Sequence[Prompt] | tuple[torch.Tensor, t
     return Generated(input_ids, mask, new, new_mask.long(), [finished_text(tok, row) for row in new.tolist()]), sampler
 
 
+def positions(mask: torch.Tensor) -> torch.Tensor:
+    """Each token's position in its left-padded row (padding: 1, masked out anyway)."""
+    return (mask.long().cumsum(-1) - 1).masked_fill_(mask == 0, 1)
+
+
+def plain_cache(lm: LanguageModel) -> DynamicCache | None:
+    """A new KV cache for ``lm`` when its layers are plain per-layer ones, whose rows can be padded, merged and copied;
+    None for sliding-window, hybrid or other layers."""
+    cache = DynamicCache(config=lm.model.config)
+    return cache if all(type(layer) is DynamicLayer for layer in cache.layers) else None
+
+
 @torch.inference_mode()
 def shared_prompts(lm: LanguageModel, input_ids: torch.Tensor, mask: torch.Tensor) -> DynamicCache | None:
     """The KV cache of every row's prompt but its last token, each distinct prompt read once by the body: rows that
     repeat a prompt (samples, settings of a sweep) share that work. Steering acts on the head's input only, so the body's
-    cache is every setting's. None where no prompt repeats, the prompts are one token, or the model's cache is not a
-    plain per-layer one (sliding-window or hybrid layers); then ``generate`` reads each row's prompt itself."""
-    if input_ids.shape[1] < 2:
+    cache is every setting's. None where no prompt repeats, the prompts are one token, the model's cache is not a plain
+    per-layer one (:func:`plain_cache`) or its generation config names a cache of its own; then ``generate`` reads each
+    row's prompt itself."""
+    if input_ids.shape[1] < 2 or lm.model.generation_config.cache_implementation is not None:
         return None
     distinct, row_of = torch.unique(torch.cat([mask, input_ids * mask], dim=1), dim=0, return_inverse=True)
-    if len(distinct) == len(input_ids):
-        return None
-    cache = DynamicCache(config=lm.model.config)
-    if not all(type(layer) is DynamicLayer for layer in cache.layers):
+    cache = plain_cache(lm) if len(distinct) < len(input_ids) else None
+    if cache is None:
         return None
     first = torch.full((len(distinct),), len(row_of)).scatter_reduce_(0, row_of, torch.arange(len(row_of)), "amin")
     ids, part = input_ids[first, :-1], mask[first, :-1]
-    lm.final_hidden(ids, part, (part.long().cumsum(-1) - 1).masked_fill_(part == 0, 1), cache=cache)
+    lm.final_hidden(ids, part, positions(part), cache=cache)
+    if not all(layer.is_initialized for layer in cache.layers):  # a layer that shares another's cache, or none
+        return None
     for layer in cache.layers:  # (a model spread over devices keeps each layer's cache on its own)
         layer.batch_select_indices(row_of.to(layer.keys.device))
     return cache

@@ -39,7 +39,6 @@ from dataclasses import dataclass, field, replace
 
 import torch
 from transformers import DynamicCache, StoppingCriteria
-from transformers.cache_utils import DynamicLayer
 from transformers.generation.streamers import BaseStreamer
 
 from lmswitch.core.attention import batch_invariant, use_batch_invariant
@@ -53,6 +52,8 @@ from lmswitch.core.generate import (
     generate_tokens,
     noise_streams,
     padded,
+    plain_cache,
+    positions,
 )
 from lmswitch.core.hidden import target_logprobs
 from lmswitch.core.models import LanguageModel
@@ -177,11 +178,6 @@ def _left_pad(t: torch.Tensor, length: int, dim: int) -> torch.Tensor:
     return torch.cat([t.new_zeros(shape), t], dim=dim)
 
 
-def _positions(mask: torch.Tensor) -> torch.Tensor:
-    """Each token's position in its left-padded row (padding: 1, masked out anyway)."""
-    return (mask.long().cumsum(-1) - 1).masked_fill_(mask == 0, 1)
-
-
 @torch.inference_mode()
 def _after_head_is_exact(lm: LanguageModel) -> bool:
     """Whether ``lm``'s logits are :meth:`~lmswitch.core.models.LanguageModel.after_head` of its head's output (one
@@ -267,8 +263,7 @@ class _Rolling:
         """Only plain per-layer caches can be padded and merged (not sliding-window or hybrid ones). And a kept prompt's
         first token comes from the head alone, so the model's logits must be what ``after_head`` makes of its head's output
         (checked on one token)."""
-        plain = all(type(layer) is DynamicLayer for layer in DynamicCache(config=lm.model.config).layers)
-        return plain and _after_head_is_exact(lm)
+        return plain_cache(lm) is not None and _after_head_is_exact(lm)
 
     def _steered(self, requests: list[_Request], budgets: list[Budget | None], rows: RowSteering):
         """The head steered by ``rows``, each row charging its own steering budget (adaptive requests)."""
@@ -279,10 +274,10 @@ class _Rolling:
                  budgets: list[Budget | None], rows: RowSteering) -> tuple[torch.Tensor, torch.Tensor]:
         """The next-token logits (B, V) float32 of ``ids`` given ``cache``, each row steered by ``rows``, and the head's
         input before steering (B, d), from which the unsteered model scores the tokens drawn."""
-        positions = _positions(mask)
+        where = positions(mask)
         device = self.lm.input_device
         with self._steered(requests, budgets, rows), torch.inference_mode(), self.lm.head_inputs() as seen:
-            out = self.lm.model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions[:, -ids.shape[1]:].to(device),
+            out = self.lm.model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=where[:, -ids.shape[1]:].to(device),
                                 past_key_values=cache, use_cache=True, logits_to_keep=1)
         return out.logits[:, -1, :].float(), seen[-1][:, -1].clone()
 
@@ -294,7 +289,7 @@ class _Rolling:
         if missing:
             ids, mask = padded(missing, self.lm.tokenizer.pad_token_id)
             width, cache = mask.shape[1], DynamicCache(config=self.lm.model.config)
-            heads = self.lm.final_hidden(ids, mask.to(self.lm.input_device), _positions(mask), cache=cache)[:, -1]
+            heads = self.lm.final_hidden(ids, mask.to(self.lm.input_device), positions(mask), cache=cache)[:, -1]
             for b, p in enumerate(missing):
                 keys = [layer.keys[b : b + 1, :, width - len(p) :].clone() for layer in cache.layers]
                 values = [layer.values[b : b + 1, :, width - len(p) :].clone() for layer in cache.layers]
