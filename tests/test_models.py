@@ -108,6 +108,24 @@ def test_logits_from_final_hidden_are_the_model_logits(tiny_lm):
     assert_close(logp, torch.log_softmax(tiny_lm.model(input_ids=ids[:1]).logits[0], -1))
 
 
+@torch.no_grad()
+def test_final_hidden_is_the_unsteered_head_input_inside_steering(llama_lm):
+    """Steering acts on the head's input; the head input read inside a steering block is the one before it, and the
+    block's per-row settings (made for another batch) are not applied to the read at all."""
+    from conftest import random_switch
+
+    from lmswitch.core.steering import RowSteering, steering
+
+    ids = random_ids(llama_lm, 2, 7, seed=3)
+    plain = llama_lm.final_hidden(ids)
+    strong = random_switch(llama_lm, seed=4, scale=10)
+    with ls.steer(llama_lm, [(strong, 50.0)]):
+        assert torch.equal(llama_lm.final_hidden(ids), plain)
+        assert not torch.allclose(llama_lm.logits_from_hidden(plain), llama_lm.model(input_ids=ids).logits)  # it does steer
+    with steering(llama_lm, RowSteering.of([[(strong, 5.0)], [], [(strong, -5.0)]])):  # three rows: not this batch's two
+        assert torch.equal(llama_lm.final_hidden(ids), plain)
+
+
 @pytest.mark.parametrize(("family", "scale"), SCALED_FAMILIES.items())
 @torch.no_grad()
 def test_families_that_scale_the_heads_output_get_their_own_logits(make_lm, family, scale):

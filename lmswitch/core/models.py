@@ -214,9 +214,11 @@ class LanguageModel:
         so it works for any architecture whatever it calls its final norm. The hook
         acts only in the calling context: other forward passes of the same model at
         the same time (other threads, or other users' work run at a pause point of
-        this one, :mod:`lmswitch.core.pause`) pass through it untouched.
+        this one, :mod:`lmswitch.core.pause`) pass through it untouched. It runs
+        before any steering open around the call: ``c`` is the unsteered input, and
+        steering's own work (per-row settings, budgets) is not done for nothing.
         """
-        with self._head_hook(stop=True) as captured:
+        with self._head_hook(stop=True, first=True) as captured:
             try:
                 extra = {} if position_ids is None else {"position_ids": position_ids.to(self.input_device)}
                 extra |= {"past_key_values": cache} if cache is not None else {}
