@@ -222,6 +222,12 @@ def test_texts_kept_whole_are_what_encode_text_reads(llama_lm):
     assert encode_texts(llama_lm, [short], [1.0], chunk_tokens=8, block=1).texts == {}  # none kept unless asked
 
 
+def test_no_text_is_kept_whole_where_a_lens_reads_after_start_tokens(bos_lm):
+    """encode_text reads a text after the tokenizer's BOS, training does not: their readings would differ, so none is
+    kept and a lens reads the text itself."""
+    assert encode_texts(bos_lm, ["the kind one was warm"], [1.0], chunk_tokens=8, block=1, keep=[0]).texts == {}
+
+
 def test_encode_texts_refuses_a_text_of_one_token(llama_lm):
     with pytest.raises(ValueError, match=r"text #2 \('kind'\) has 1 token\(s\)"):
         encode_texts(llama_lm, ["the kind one", "kind"], [1.0, 1.0], chunk_tokens=64, block=16)

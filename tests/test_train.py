@@ -255,7 +255,8 @@ def test_single_document(small_lm):
     assert switch.model_fingerprint == small_lm.fingerprint and switch.name == "doc"
 
 
-def test_done_gives_the_documents_read_but_not_sentences_or_own_continuations(small_lm, small_data):
+def test_done_gives_the_documents_read_but_not_sentences_or_own_continuations(small_lm, small_data, monkeypatch):
+    from lmswitch.core import train as train_module
     from lmswitch.core.train import Done, train_events
 
     rng = random.Random(4)
@@ -270,6 +271,8 @@ def test_done_gives_the_documents_read_but_not_sentences_or_own_continuations(sm
     assert documents(doc_a, small_data[1]) == [doc_a]  # a document against sentences
     assert documents(*small_data) == []
     assert documents(doc_a, self_contrast=True) == [doc_a]  # the model's own continuations are not among them
+    monkeypatch.setattr(train_module, "READ_CHARS", len(doc_a) - 1)  # longer than a lens reads: not kept
+    assert documents(doc_a) == []
 
 
 def test_graded_labels(small_lm, small_data):

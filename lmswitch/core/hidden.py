@@ -18,6 +18,7 @@ from lmswitch.core.parallel import gather, mine
 
 MAX_TEXT_CHARS = 2_000_000  # ~500k tokens; beyond this a text is almost surely not meant for one call
 WINDOW_TOKENS = 1024  # body-pass window for long texts (bounded memory on a CPU)
+READ_CHARS = 4_000  # ~700 words: what a lens reads of a document (a body pass and a few vocabulary-wide heads per token)
 HEAD_CHUNK = 256  # rows per head matmul: (256, V) float32 logits at a time
 
 
@@ -266,7 +267,8 @@ def _encode_batch(lm: LanguageModel, batch: list, labels: list[float], block: in
 def encode_texts(lm: LanguageModel, texts: list[str], labels: list[float], chunk_tokens: int, block: int,
                  keep: Sequence[int] = ()) -> TokenStates:
     """One body pass over all texts (batched by length) → cached head inputs per scored token; ``keep``: the texts (by
-    index) also returned whole, as :class:`EncodedText`, so a lens can read them without a body pass of its own."""
+    index) also returned whole, as :class:`EncodedText`, so a lens can read them without a body pass of its own (see
+    :func:`_kept` for how that reading differs from :func:`encode_text`'s)."""
     tok = lm.tokenizer
     length = min(chunk_tokens, lm.context_length)
     overlap = min(64, length // 4)
@@ -298,10 +300,14 @@ def encode_texts(lm: LanguageModel, texts: list[str], labels: list[float], chunk
 
 
 def _kept(lm: LanguageModel, texts: list[str], keep: Sequence[int], pieces: list[tuple[tuple, torch.Tensor]]) -> dict[int, EncodedText]:
-    """The texts ``keep`` as :func:`encode_text` gives them (the first token unscored), from the rows of their windows
-    (``pieces``: ``((ids, first, text index, start), rows)``); a text whose tokens have no character offsets (a slow
-    tokenizer's that do not decode back) is left out."""
-    out = {}
+    """The texts ``keep`` whole, from the rows of their windows (``pieces``: ``((ids, first, text index, start),
+    rows)``): :func:`encode_text`'s form (the first token unscored), read as training reads, in windows of its
+    ``chunk_tokens`` with less context after the first, in a padded batch. None is kept for a tokenizer with start
+    tokens (BOS: :func:`encode_text` reads after them, training does not), and no text whose tokens have no
+    character offsets (a slow tokenizer's that do not decode back)."""
+    out: dict[int, EncodedText] = {}
+    if keep and prefix_ids(lm):
+        return out
     for t in keep:
         try:
             ids, offsets = _offsets(lm, texts[t])

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from lmswitch.core import solver
 from lmswitch.core.card import Card, TrainingRecord
-from lmswitch.core.hidden import EncodedText, TokenStates, check_text, encode_texts
+from lmswitch.core.hidden import READ_CHARS, EncodedText, TokenStates, check_text, encode_texts
 from lmswitch.core.judge import fit_judge
 from lmswitch.core.models import LanguageModel, preferred_dtype
 from lmswitch.core.options import TrainConfig
@@ -148,8 +148,9 @@ class Evaluated:
 @dataclass(frozen=True)
 class Done:
     """Training finished; ``switch.card`` records the data, the settings and the curves. ``documents``: each side given
-    as one document (the positive first), as the training's body pass read it, so the lenses need no pass of their own
-    (``what_was_learned(..., read=done.documents)``)."""
+    as one document of at most :data:`~lmswitch.core.hidden.READ_CHARS` characters (the positive first), as the
+    training's body pass read it, so the lenses need no pass of their own (``what_was_learned(..., read=done.documents)``;
+    none for a tokenizer with start tokens, :func:`~lmswitch.core.hidden.encode_texts`)."""
 
     switch: Switch
     documents: tuple[EncodedText, ...] = ()
@@ -502,7 +503,8 @@ def train_events(
     if config.self_contrast:
         ex, negatives = _with_self_contrast(lm, ex, config.seed), "self-contrast"
     generator = torch.Generator().manual_seed(config.seed)
-    documents = [i for i, side in ((0, positive), (ex.n_positive, negative)) if isinstance(side, str)]  # (self-contrast text comes after)
+    # each side given as one document, as long as a lens reads (self-contrast text comes after both)
+    documents = [i for i, side in ((0, positive), (ex.n_positive, negative)) if isinstance(side, str) and len(side) <= READ_CHARS]
     data = encode_texts(lm, ex.texts, ex.labels, config.chunk_tokens, block=32, keep=documents)
     train_mask, held_mask = _split(data, len(ex.texts), config.heldout, generator)
     if not train_mask.any():

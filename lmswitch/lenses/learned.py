@@ -20,14 +20,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lmswitch.core.hidden import EncodedText, check_text, encode_text
+from lmswitch.core.hidden import READ_CHARS, EncodedText, check_text, encode_text
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.switch import Switch
 from lmswitch.lenses.meter import MeterRow, measure
 from lmswitch.lenses.spans import Span, highlight
 from lmswitch.lenses.svd import promoted_words
 
-MAX_CHARS = 4_000  # ~700 words read per document: the lenses cost a body pass and a few vocabulary-wide heads per token
+MAX_CHARS = READ_CHARS  # the most read of each document
 WEAK_NATS = 1.0  # a meter reading with less evidence than this (log-likelihood ratio vs ε 0) does not take a side
 CONTEXT_CHARS = 40  # characters of the document shown either side of a span
 
@@ -78,9 +78,10 @@ def what_was_learned(
     """Read a switch trained on ``document`` (its positive side) against ``other`` (its negative side, optional).
 
     ``document=None`` (a switch learned from labelled sentences) gives the words only.
-    Each document is read up to ``max_chars`` characters (cut at a word boundary). ``read``: documents already read
-    by a body pass (the training's: :attr:`~lmswitch.core.train.Done.documents`); one of them that is all of what would
-    be read is not read again.
+    Each document is read up to ``max_chars`` characters (cut at a word boundary). ``read``: documents this model
+    already read (the training's body pass: :attr:`~lmswitch.core.train.Done.documents`); one of them that is all of
+    what would be read is taken from there, as that pass read it (in training's windows, so the readings can differ
+    slightly from a pass of the lens's own), instead of being read again.
 
     >>> learned = what_was_learned(lm, switch, article_for, article_against)    # doctest: +SKIP
     >>> learned.verdict.splitlines()[-1]                                         # doctest: +SKIP
@@ -91,7 +92,7 @@ def what_was_learned(
     text, cut = _excerpt(check_text(document, "document"), max_chars) if document is not None else ("", False)
     other_text, other_cut = _excerpt(check_text(other, "other document"), max_chars) if other is not None else ("", False)
     changes = promoted_words(lm, switch, words=words)
-    encoded = _encoded(lm, text, read) if text else None  # one body pass per document, read by both lenses
+    encoded = _encoded(lm, text, read) if text else None  # at most one body pass per document, read by both lenses
     found = _top_spans(lm, switch, encoded, spans) if encoded else []
     own = _meter(lm, switch, encoded) if encoded else None
     other_row = _meter(lm, switch, _encoded(lm, other_text, read)) if other_text else None
@@ -112,8 +113,8 @@ def what_was_learned(
 
 
 def _encoded(lm: LanguageModel, text: str, read: Sequence[EncodedText]) -> EncodedText:
-    """``text``'s head inputs: from ``read`` where it is there whole, else from a body pass."""
-    return next((e for e in read if e.text == text), None) or encode_text(lm, text)
+    """``text``'s head inputs: from ``read`` where it is there whole (for this model's width), else from a body pass."""
+    return next((e for e in read if e.text == text and e.hidden.shape[-1] == lm.hidden_size), None) or encode_text(lm, text)
 
 
 def _excerpt(text: str, max_chars: int) -> tuple[str, bool]:
