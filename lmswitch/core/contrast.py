@@ -22,11 +22,16 @@ MAX_NEW_TOKENS = 16  # 24 before: meter accuracy on the dev stance topics 56% (2
 _SENTENCE = re.compile(r"(?<=[.!?])[\"”')\]]*\s+|\n+")
 
 
+def sentences(text: str) -> list[str]:
+    """``text`` split into sentences (after . ! ? and any closing quote or bracket, and at line breaks), as written."""
+    return _SENTENCE.split(text)
+
+
 def sentence_openings(texts: Sequence[str], limit: int = MAX_OPENINGS) -> list[tuple[str, int]]:
     """(opening, number of words after it) for sentences of at least :data:`MIN_WORDS` words, evenly spread, at most ``limit``."""
     out = []
     for text in texts:
-        for sentence in _SENTENCE.split(text):
+        for sentence in sentences(text):
             words = sentence.split()
             if len(words) < MIN_WORDS:
                 continue

@@ -373,8 +373,7 @@ def calibrate(lm: LanguageModel, switch: Switch, probe: Probe = Probe(), protoco
 
     >>> switch.card = switch.card.updated(fluent_eps=list(calibrate(lm, switch)))   # doctest: +SKIP
     """
-    prompts, protocol = _probe_rows(probe, protocol)
-    kept, key = _UNSTEERED.setdefault(lm, {}), (tuple(prompts), protocol)
+    prompts, protocol, kept, key = _probe_rows(lm, probe, protocol)
     reached, walking, base = {-1: 0.0, +1: 0.0}, [-1, +1], kept.get(key)
     for k in range(0, len(probe.strengths), STEPS_PER_CALL):  # a few strengths per side and call: batches stay big
         chunk = probe.strengths[k : k + STEPS_PER_CALL]
@@ -393,17 +392,19 @@ def calibrate(lm: LanguageModel, switch: Switch, probe: Probe = Probe(), protoco
     return reached[-1], reached[+1]
 
 
-def _probe_rows(probe: Probe, protocol: Protocol) -> tuple[list[str], Protocol]:
-    """The prompts and the sampling protocol of ``probe``'s rows."""
-    return load_prompts(probe.prompt_set, probe.prompts, split="dev"), replace(protocol, samples=probe.samples, max_new_tokens=probe.max_new_tokens)
+def _probe_rows(lm: LanguageModel, probe: Probe, protocol: Protocol) -> tuple[list[str], Protocol, dict, tuple]:
+    """The prompts and the sampling protocol of ``probe``'s rows, and where ``lm``'s unsteered rows of them are kept (the
+    model's dict and their key in it)."""
+    prompts = load_prompts(probe.prompt_set, probe.prompts, split="dev")
+    protocol = replace(protocol, samples=probe.samples, max_new_tokens=probe.max_new_tokens)
+    return prompts, protocol, _UNSTEERED.setdefault(lm, {}), (tuple(prompts), protocol)
 
 
 def unsteered_rows(lm: LanguageModel, probe: Probe = Probe(), protocol: Protocol = PROTOCOL) -> Evaluation:
     """The unsteered model's rows of ``probe``, which every switch ``lm`` probes is compared with: sampled once per
     model and kept while it lives (its body's weights must not change in place). The app reads them ahead as it
     serves a model, so its first training's probe does not sample them."""
-    prompts, protocol = _probe_rows(probe, protocol)
-    kept, key = _UNSTEERED.setdefault(lm, {}), (tuple(prompts), protocol)
+    prompts, protocol, kept, key = _probe_rows(lm, probe, protocol)
     if key not in kept:
         kept[key] = evaluate_settings(lm, [[]], prompts, protocol)[0]
     return kept[key]

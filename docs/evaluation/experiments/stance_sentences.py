@@ -14,12 +14,12 @@ from __future__ import annotations
 import sys
 
 import lmswitch as ls
-from lmswitch.core.contrast import _SENTENCE
+from lmswitch.core.contrast import sentences as split
 from lmswitch.harness.stance import load_topics, meter_accuracy
 
 
 def sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE.split(text) if len(s.split()) >= 4]
+    return [s.strip() for s in split(text) if len(s.split()) >= 4]
 
 
 def main(split: str) -> None:
