@@ -109,9 +109,9 @@ def test_logits_from_final_hidden_are_the_model_logits(tiny_lm):
 
 
 @torch.no_grad()
-def test_final_hidden_is_the_unsteered_head_input_inside_steering(llama_lm):
-    """Steering acts on the head's input; the head input read inside a steering block is the one before it, and the
-    block's per-row settings (made for another batch) are not applied to the read at all."""
+def test_final_hidden_can_read_the_head_input_before_the_steering_open_around_it(llama_lm):
+    """Inside a steering block the head input is the steered one (test_steering); ``unsteered=True`` reads it before
+    the block's steering, whose per-row settings (made for another batch) are then not applied at all."""
     from conftest import random_switch
 
     from lmswitch.core.steering import RowSteering, steering
@@ -120,10 +120,12 @@ def test_final_hidden_is_the_unsteered_head_input_inside_steering(llama_lm):
     plain = llama_lm.final_hidden(ids)
     strong = random_switch(llama_lm, seed=4, scale=10)
     with ls.steer(llama_lm, [(strong, 50.0)]):
-        assert torch.equal(llama_lm.final_hidden(ids), plain)
-        assert not torch.allclose(llama_lm.logits_from_hidden(plain), llama_lm.model(input_ids=ids).logits)  # it does steer
+        assert torch.equal(llama_lm.final_hidden(ids, unsteered=True), plain)
+        assert not torch.allclose(llama_lm.final_hidden(ids), plain)
     with steering(llama_lm, RowSteering.of([[(strong, 5.0)], [], [(strong, -5.0)]])):  # three rows: not this batch's two
-        assert torch.equal(llama_lm.final_hidden(ids), plain)
+        assert torch.equal(llama_lm.final_hidden(ids, unsteered=True), plain)
+        with pytest.raises(ValueError, match="per-row steering"):
+            llama_lm.final_hidden(ids)
 
 
 @pytest.mark.parametrize(("family", "scale"), SCALED_FAMILIES.items())

@@ -366,7 +366,7 @@ def shared_prompts(lm: LanguageModel, input_ids: torch.Tensor, mask: torch.Tenso
         return None
     first = torch.full((len(distinct),), len(row_of)).scatter_reduce_(0, row_of, torch.arange(len(row_of)), "amin")
     ids, part = input_ids[first, :-1], mask[first, :-1]
-    lm.final_hidden(ids, part, positions(part), cache=cache)
+    lm.final_hidden(ids, part, positions(part), cache=cache, unsteered=True)  # (whatever steering is open around the call)
     if not all(layer.is_initialized for layer in cache.layers):  # a layer that shares another's cache, or none
         return None
     for layer in cache.layers:  # (a model spread over devices keeps each layer's cache on its own)

@@ -205,7 +205,7 @@ class LanguageModel:
     @torch.no_grad()
     def final_hidden(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-        cache: Cache | None = None,
+        cache: Cache | None = None, *, unsteered: bool = False,
     ) -> torch.Tensor:
         """The output head's input ``c`` for every position, ``(B, T, d)``, without computing logits; with ``cache``
         (a transformers KV cache), the pass also fills it.
@@ -214,11 +214,13 @@ class LanguageModel:
         so it works for any architecture whatever it calls its final norm. The hook
         acts only in the calling context: other forward passes of the same model at
         the same time (other threads, or other users' work run at a pause point of
-        this one, :mod:`lmswitch.core.pause`) pass through it untouched. It runs
-        before any steering open around the call: ``c`` is the unsteered input, and
-        steering's own work (per-row settings, budgets) is not done for nothing.
+        this one, :mod:`lmswitch.core.pause`) pass through it untouched. Inside a
+        steering block ``c`` is the steered input, as the head gets it; with
+        ``unsteered`` it is read before the block's steering, which then does no
+        work (a pass that only fills ``cache`` needs none, and per-row settings made
+        for another batch would not fit it).
         """
-        with self._head_hook(stop=True, first=True) as captured:
+        with self._head_hook(stop=True, first=unsteered) as captured:
             try:
                 extra = {} if position_ids is None else {"position_ids": position_ids.to(self.input_device)}
                 extra |= {"past_key_values": cache} if cache is not None else {}
