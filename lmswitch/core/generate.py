@@ -311,7 +311,9 @@ def _decode(lm: LanguageModel, prompts: Sequence[Prompt] | tuple[torch.Tensor, t
     ``score``: the sampler keeps each row's log-likelihood."""
     input_ids, mask = prompts if isinstance(prompts, tuple) else encode_prompts(lm, prompts, opts)
     tok = lm.tokenizer
+    shared = shared_prompts(lm, input_ids, mask)
     config = GenerationConfig(
+        **({"use_cache": True} if shared is not None else {}),  # a shared prompt's cache is used whatever the model says
         max_new_tokens=opts.max_new_tokens,
         do_sample=False,
         pad_token_id=tok.pad_token_id,
@@ -321,7 +323,6 @@ def _decode(lm: LanguageModel, prompts: Sequence[Prompt] | tuple[torch.Tensor, t
     criteria = [c for c in (_StopOnEvent(stop) if stop is not None else None, stopping) if c is not None]
     budget = Budget(len(prompts), opts.per_generation) if opts.per_generation is not None else None
     sampler = CoupledSampler(seeds, opts.temperature, opts.top_p, budget, stops=sorted(eos) if score else None)
-    shared = shared_prompts(lm, input_ids, mask)
     with steer_rows(lm, settings, kl_budget=opts.budget, budget=budget), torch.inference_mode():
         out = lm.model.generate(
             input_ids=input_ids.to(lm.input_device),
@@ -330,7 +331,7 @@ def _decode(lm: LanguageModel, prompts: Sequence[Prompt] | tuple[torch.Tensor, t
             logits_processor=LogitsProcessorList([sampler]),
             stopping_criteria=StoppingCriteriaList(criteria) if criteria else None,
             streamer=streamer,
-            **({"past_key_values": shared, "use_cache": True} if shared is not None else {}),  # (whatever the model's config says)
+            **({"past_key_values": shared} if shared is not None else {}),
         )
     new = out[:, input_ids.shape[1] :].cpu()
     is_eos = torch.isin(new, torch.tensor(sorted(eos), dtype=new.dtype)) if eos else torch.zeros_like(new, dtype=torch.bool)
