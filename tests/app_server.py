@@ -35,7 +35,8 @@ class AppServer:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         self.log_path = ARTIFACTS / f"{name}-server.log"
         self._log = open(self.log_path, "w")  # noqa: SIM115 (closed in stop)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        # Gradio keeps a copy of every file the app receives or serves, and leaves them: in the test's folder, not /tmp/gradio
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "GRADIO_TEMP_DIR": str(workdir / "gradio"), **(env or {})}
         env.pop("LMSWITCH_API_KEY", None)
         env["LMSWITCH_MCP"] = "1"  # the MCP tools too (tests/test_mcp.py)
         if api_key:

@@ -6,9 +6,12 @@ from configs with seeded random weights and the tokenizer from a fixed word list
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -33,6 +36,12 @@ from transformers import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# Gradio keeps every file it serves or receives under GRADIO_TEMP_DIR (default /tmp/gradio), and leaves them there: the
+# tests' app servers (which inherit it) and clients use a folder of their own, removed when the tests end. Set before
+# anything imports gradio (some of its modules read it once, on import).
+os.environ["GRADIO_TEMP_DIR"] = tempfile.mkdtemp(prefix="lmswitch-tests-gradio-")
+atexit.register(shutil.rmtree, os.environ["GRADIO_TEMP_DIR"], ignore_errors=True)
 
 # The models are tiny: one intra-op thread is much faster than several (which spin
 # and fight over the cores, especially when other processes run beside the tests).
