@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from lmswitch.core.generate import Generated, encode_prompts, generate_tokens
+from lmswitch.core.generate import Generated, encode_prompts, generate_tokens, positions
 from lmswitch.core.guided import loops as repeated_word
 from lmswitch.core.hidden import EncodedText, encode_continuations, target_logprobs
 from lmswitch.core.models import LanguageModel
@@ -213,8 +213,7 @@ def continuation_nll(lm: LanguageModel, prompt_ids, prompt_mask, new_ids, new_ma
     for s in range(0, len(prompt_ids), rows):
         ids = torch.cat([prompt_ids[s : s + rows], new_ids[s : s + rows]], dim=1)
         mask = torch.cat([prompt_mask[s : s + rows], new_mask[s : s + rows]], dim=1)
-        positions = (mask.cumsum(-1) - 1).clamp_min(0)
-        hidden = lm.final_hidden(ids, mask.to(lm.input_device), positions)  # (b, P+N, d)
+        hidden = lm.final_hidden(ids, mask.to(lm.input_device), positions(mask))  # (b, P+N, d)
         part = _rows_nll(lm, hidden[:, P - 1 : -1], new_ids[s : s + rows], new_mask[s : s + rows])  # positions predicting the new tokens
         nll += part[0]
         counts += part[1]

@@ -111,11 +111,7 @@ class _Surface:
 
     def _logits(self, L0: torch.Tensor, Ds: list[torch.Tensor], eps: Sequence[float]) -> torch.Tensor:
         """The (soft-capped) logits of a piece at ``eps``: a new tensor."""
-        z = L0.clone()
-        for e, D in zip(eps, Ds, strict=True):
-            if e:
-                z.add_(D, alpha=float(e))
-        return self.lm.softcap(z)
+        return self.lm.softcap(_raw_at(L0, Ds, eps))
 
     @torch.no_grad()
     def derivatives(self, eps: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
@@ -125,9 +121,7 @@ class _Surface:
         k, n = len(self.Ws), len(self.targets)
         f, g, H = 0.0, np.zeros(k), np.zeros((k, k))
         for L0, Ds, y in self._pieces():
-            z = L0.clone()
-            for e, D in zip(eps, Ds, strict=True):
-                z.add_(D, alpha=float(e))
+            z = _raw_at(L0, Ds, eps)
             dz, d2 = Ds, None  # z'_i, and the factor of z''_ij = d2 · D_i D_j (soft-capping only)
             if self.cap:
                 t = torch.tanh(z / self.cap)
@@ -153,6 +147,15 @@ class _Surface:
         self._memo = (key, out)
         self._values[key] = out[0]
         return out
+
+
+def _raw_at(L0: torch.Tensor, Ds: list[torch.Tensor], eps: Sequence[float]) -> torch.Tensor:
+    """The raw logits of a piece at ``eps``, ``L0 + Σ ε_i D_i`` (the raw head is linear): a new tensor."""
+    z = L0.clone()
+    for e, D in zip(eps, Ds, strict=True):
+        if e:
+            z.add_(D, alpha=float(e))
+    return z
 
 
 def _grid_for(switch: Switch, points: int) -> list[float]:
