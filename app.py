@@ -16,8 +16,10 @@ import atexit
 import faulthandler
 import gc
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import traceback
 from pathlib import Path
@@ -26,10 +28,17 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # offline: no teleme
 # Gradio's queue recomputes its monitoring summary (a pandas table over the last 10,000 events) after every event by
 # default: 2–7 ms of CPU per request on 2 cores, on the cores the model decodes on. Every 100 events is enough.
 os.environ.setdefault("GRADIO_ANALYTICS_CACHE_FREQUENCY", "100")
+# Gradio keeps a copy of every file a page uploads or is served under GRADIO_TEMP_DIR, by default /tmp/gradio, which every
+# Gradio app shares and nothing empties. Unless a user names a folder, this server's copies go to a folder of its own,
+# removed at exit (set before Gradio is imported: some of its modules read the folder then); while it runs, old copies
+# go (--keep-files).
+if not os.environ.get("GRADIO_TEMP_DIR"):
+    os.environ["GRADIO_TEMP_DIR"] = tempfile.mkdtemp(prefix="lmswitch-gradio-")
+    atexit.register(shutil.rmtree, os.environ["GRADIO_TEMP_DIR"], ignore_errors=True)
 
 from lmswitch.core.models import DEFAULT_MODEL  # noqa: E402
 from lmswitch.webapp.backend import DEFAULT_SWITCHES, Backend  # noqa: E402
-from lmswitch.webapp.layout import CSS_PATH, build_app  # noqa: E402
+from lmswitch.webapp.layout import CSS_PATH, KEEP_FILES_HOURS, build_app, file_sweep  # noqa: E402
 from lmswitch.webapp.lens import inspect_switch, run_highlight  # noqa: E402
 from lmswitch.webapp.mcp_tools import McpTools  # noqa: E402
 from lmswitch.webapp.openai_api import OpenAIApi  # noqa: E402
@@ -80,6 +89,16 @@ def quiet() -> None:
     faulthandler.dump_traceback_later(SHUTDOWN_LIMIT, exit=True)
 
 
+def hours(text: str) -> float:
+    """``--keep-files``' value (argparse also applies it to the environment's): a positive number of hours."""
+    try:
+        value = float(text)
+        file_sweep(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number of hours (e.g. 24 or 0.5); got {text!r} (--keep-files or LMSWITCH_KEEP_FILES)") from None
+    return value
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     env = os.environ.get
     p = argparse.ArgumentParser(description="lmswitch web app (Gradio)")
@@ -100,6 +119,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--spool-dir", default=env("LMSWITCH_SPOOL_DIR"),
                    help="where a closed page's unsaved switches wait on disk, in a temporary folder removed at exit (env "
                         "LMSWITCH_SPOOL_DIR; default /var/tmp, which is on disk where /tmp may be memory)")
+    p.add_argument("--keep-files", type=hours, default=env("LMSWITCH_KEEP_FILES", f"{KEEP_FILES_HOURS:g}"), metavar="HOURS",
+                   help="remove the files pages uploaded (documents, switches) or downloaded after this many hours (env "
+                        f"LMSWITCH_KEEP_FILES; default {KEEP_FILES_HOURS:g}); all of them go when the server stops")
     p.add_argument("--share", action="store_true", help="create a public Gradio share link (off by default)")
     return p.parse_args(argv)
 
@@ -144,7 +166,7 @@ def serve(args: argparse.Namespace):
     backend = Backend(args.model, args.switches, dtype=args.dtype, spool=args.spool_dir)
     backend.compute.own_cores()  # a torch op on a web thread must not slow every generation (serve/compute.py)
     backend.start()
-    demo = build_app(backend)
+    demo = build_app(backend, keep_files=args.keep_files)
     if args.mcp:
         McpTools(backend).register(demo)
     demo.queue(default_concurrency_limit=2)

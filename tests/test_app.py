@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 import threading
+from pathlib import Path
 
 import gradio as gr
 import pytest
 import torch
 from conftest import digest, random_switch, wait_for
+from gradio.utils import get_upload_folder
 
 import app
 import lmswitch as ls
@@ -282,6 +284,8 @@ def test_training_adds_a_private_slider_and_a_downloadable_file(backend, llama_l
     assert len(loss_fig.data[0].y) == session.get("mood", backend.library).card["steps"]
     saved = ls.load_switch(download, llama_lm)
     assert torch.equal(saved.W, session.get("mood", backend.library).W)
+    # written where Gradio keeps its copies: served from there, not copied again, and swept with them (--keep-files)
+    assert Path(download).is_relative_to(get_upload_folder())
     assert "mood" not in backend.library.names()  # private until saved
     assert any("Training… step" in u[0] for u in updates[:-1])  # live progress
 
@@ -420,6 +424,32 @@ def test_bad_uploads_are_refused(backend, tmp_path, name, content, match):
         run_training(backend, Session(), file_a=str(path), text_a="")
 
 
+def test_an_upload_swept_from_the_server_asks_for_it_again(backend, tmp_path, llama_lm):
+    """Gradio's copies of uploads are removed after --keep-files hours: a page that still names one gets told to upload
+    it again, for a document and for a switch."""
+    gone = str(tmp_path / "swept" / "article.txt")
+    with pytest.raises(gr.Error, match="the positive list: the uploaded file is no longer on the server .* upload it again"):
+        run_training(backend, Session(), file_a=gone, text_a="")
+    with pytest.raises(gr.Error, match="the switch file: the uploaded file is no longer on the server"):
+        app.import_switch(backend, str(tmp_path / "swept" / "x.safetensors"), Session(), *[None] * 7)
+
+
+def test_files_are_kept_for_the_hours_asked_and_a_bad_value_is_refused(backend, monkeypatch, capsys):
+    assert app.parse_args([]).keep_files == app.KEEP_FILES_HOURS and app.file_sweep(24) == (3600, 86400)
+    assert app.file_sweep(0.5) == (450, 1800)  # swept at least every quarter of the time kept
+    monkeypatch.setenv("LMSWITCH_KEEP_FILES", "2")
+    assert app.parse_args([]).keep_files == 2 and app.parse_args(["--keep-files", "0.25"]).keep_files == 0.25
+    assert app.build_app(backend, keep_files=2).delete_cache == (1800, 7200)  # what Gradio's sweep is given
+    for bad in ("0", "-1", "nan", "inf", "a day"):
+        with pytest.raises(SystemExit):
+            app.parse_args(["--keep-files", bad])
+        assert f"expected a positive number of hours (e.g. 24 or 0.5); got {bad!r}" in capsys.readouterr().err
+    monkeypatch.setenv("LMSWITCH_KEEP_FILES", "never")
+    with pytest.raises(SystemExit):
+        app.parse_args([])
+    assert "got 'never' (--keep-files or LMSWITCH_KEEP_FILES)" in capsys.readouterr().err
+
+
 def test_save_to_library_never_overwrites(backend, folder, llama_lm):
     session = Session()
     session.add(random_switch(llama_lm, seed=7, name="keeper"), backend.library)
@@ -450,6 +480,7 @@ def test_import_validates_the_file(backend, tmp_path, llama_lm, make_lm):
     from safetensors.torch import save_file
 
     save_file({"W": nan.W}, tmp_path / "nan.safetensors", metadata={"format": "lmswitch", "switch": "{}"})
+    (tmp_path / "notes.txt").write_text("not a switch")
     for path, match in [(foreign, "48 × 48"), (junk, "not a valid safetensors"), (tmp_path / "nan.safetensors", "NaN"),
                         (tmp_path / "notes.txt", "not a .safetensors")]:
         with pytest.raises(gr.Error, match=match):

@@ -165,16 +165,21 @@ def test_transfer_a_switch_to_gemma_then_steer_it(app_server):
 def test_a_closed_clients_switch_goes_to_disk_and_a_stopped_server_removes_its_temporary_folders(tmp_path):
     """The real app: a client that imports a switch and closes has it moved to the server's temporary folder; SIGTERM
     (a service manager's stop) ends the server cleanly and removes its temporary folders, also when more SIGTERMs follow
-    while it shuts down (stopping ``make app``'s process group sends two: make passes its own on)."""
+    while it shuts down (stopping ``make app``'s process group sends two: make passes its own on). Gradio's copy of the
+    upload goes to the server's own folder (not the shared /tmp/gradio) and is removed after ``--keep-files`` hours."""
     from app_server import AppServer
 
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    server = AppServer(tmp_path, name="closing", env={"TMPDIR": str(tmp), "LMSWITCH_SPOOL_DIR": str(tmp), "GRADIO_HEARTBEAT_INTERVAL": "0.2"})
+    server = AppServer(tmp_path, name="closing", env={"TMPDIR": str(tmp), "LMSWITCH_SPOOL_DIR": str(tmp), "GRADIO_HEARTBEAT_INTERVAL": "0.2",
+                                                      "GRADIO_TEMP_DIR": "", "LMSWITCH_KEEP_FILES": str(3 / 3600)})  # 3 s
     try:
         server.wait_ready()
         c = client(server)
         assert "Imported 'sentiment-2'" in c.predict(handle_file(str(server.switches / "sentiment.safetensors")), api_name="/import_switch")[0]
+        copies = list(tmp.glob("lmswitch-gradio-*/**/sentiment.safetensors"))
+        assert len(copies) == 1 and not (tmp / "gradio").exists(), sorted(map(str, tmp.rglob("*")))
+        wait_for(lambda: not copies[0].exists(), "Gradio's copy of the upload to be removed after --keep-files", timeout=30)
         c.close()
         try:
             wait_for(lambda: list(tmp.glob("lmswitch-closed-sessions-*/*.safetensors")), "the closed client's switch on disk")
@@ -188,7 +193,7 @@ def test_a_closed_clients_switch_goes_to_disk_and_a_stopped_server_removes_its_t
         server.stop()
     log = server.log_path.read_text()
     assert server.process.returncode == 0 and "Traceback" not in log, log[-4000:]
-    assert list(tmp.glob("lmswitch-*")) == []
+    assert list(tmp.glob("lmswitch-*")) == [] and not (tmp / "gradio").exists()
 
 
 def group_alive(pgid: int) -> bool:

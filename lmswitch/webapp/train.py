@@ -21,7 +21,7 @@ from lmswitch.io.documents import split_lines
 from lmswitch.lenses.learned import what_was_learned
 from lmswitch.serve.session import Session, SwitchLibrary, check_name
 from lmswitch.webapp.backend import USER_ERRORS, Backend, computed, user_errors
-from lmswitch.webapp.widgets import MAX_SLOTS, dropdown_updates, number, optional_text, read_input, slot_updates
+from lmswitch.webapp.widgets import MAX_SLOTS, dropdown_updates, number, optional_text, read_input, slot_updates, uploaded
 
 MODES = ("one document", "two documents (A vs B)", "labelled sentences")
 DESCRIPTIONS = {MODES[0]: "learned from one document", MODES[1]: "document A (+) vs document B (−)", MODES[2]: ""}
@@ -247,7 +247,7 @@ def import_switch(backend: Backend, file: str | None, session: Session, *current
     lm, library = backend.get(session=session)
     if not file:
         raise ValueError("no file was uploaded")
-    path = Path(file)
+    path = Path(uploaded(file, "the switch file"))
     if path.suffix != ".safetensors":
         raise ValueError(f"{path.name} is not a .safetensors switch file")
     switch = load_switch(path, lm)

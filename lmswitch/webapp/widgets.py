@@ -62,12 +62,20 @@ def optional_text(value, what: str, max_chars: int | None = None) -> str:
     return value
 
 
+def uploaded(file: object, what: str) -> str:
+    """An uploaded file's path, refused when it is not a path or no longer on the server (Gradio's copies are swept
+    after ``--keep-files`` hours: :func:`~lmswitch.webapp.layout.file_sweep`)."""
+    if not isinstance(file, (str, os.PathLike)):
+        raise ValueError(f"{what}: expected an uploaded file's path; got {type(file).__name__}")
+    if not os.path.exists(file):
+        raise ValueError(f"{what}: the uploaded file is no longer on the server (old uploads are removed); upload it again")
+    return os.fspath(file)
+
+
 def read_input(text: str | None, file: str | None, what: str) -> str:
     """Text from an uploaded file (.txt .md .html .pdf .docx) if given, else the pasted text."""
     if file:
-        if not isinstance(file, (str, os.PathLike)):
-            raise ValueError(f"{what}: expected an uploaded file's path; got {type(file).__name__}")
-        return read_document(file)
+        return read_document(uploaded(file, what))
     if not optional_text(text, what).strip():
         raise ValueError(f"{what} is empty: paste text or upload a .txt, .md, .html, .pdf or .docx file")
     return text
