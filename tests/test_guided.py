@@ -8,6 +8,7 @@ import torch
 from conftest import random_switch
 
 import lmswitch as ls
+from lmswitch.core import guided
 from lmswitch.core.generate import candidate_seed, generate_tokens
 from lmswitch.core.guided import _mean_continuation, loops, repetitive
 from lmswitch.core.hidden import TokenStates
@@ -101,6 +102,30 @@ def test_each_piece_keeps_the_candidate_the_judge_likes_best(tiny_lm):
     assert got[:GUIDE_TOKENS] == news[best] and len(got) == GUIDE_TOKENS + 3
     flipped = generate_tokens(tiny_lm, [PROMPT], [[(s, -3.0)]], [7], SamplingOptions(max_new_tokens=GUIDE_TOKENS, guide=n))
     assert flipped.texts != [tiny_lm.tokenizer.decode(news[best], skip_special_tokens=True)] or len(set(map(tuple, news))) == 1
+
+
+def test_the_judge_reads_the_head_inputs_the_decode_recorded(tiny_lm, monkeypatch):
+    """Each candidate's mean head input comes from the decode that wrote it (one step more per piece, to read the piece's
+    last token) and the pieces each row chose: the same means, and so the same text, as reading every continuation
+    again, over several pieces, with rows that repeat a prompt and rows of other lengths."""
+    s = _judged(tiny_lm, 6)
+    prompts, settings = [PROMPT, "a", PROMPT], [[(s, 3.0)], [(s, -2.0)], [(s, 5.0)]]
+    opts = SamplingOptions(max_new_tokens=3 * GUIDE_TOKENS + 2, guide=3)
+    runs: dict[str, list] = {"recorded": [], "read again": []}
+    choose, recorded_sums = guided._choose, guided._recorded_sums
+
+    def spy(run: str):
+        return lambda lm, judges, means, continuations: runs[run].append(means) or choose(lm, judges, means, continuations)
+
+    monkeypatch.setattr(guided, "_choose", spy("recorded"))
+    monkeypatch.setattr(guided, "_recorded_sums", lambda *a: recorded_sums(*a) if recorded_sums(*a) is not None else pytest.fail("not recorded"))
+    got = generate_tokens(tiny_lm, prompts, settings, [1, 2, 3], opts)
+    monkeypatch.setattr(guided, "_choose", spy("read again"))
+    monkeypatch.setattr(guided, "_recorded_sums", lambda *a: None)
+    again = generate_tokens(tiny_lm, prompts, settings, [1, 2, 3], opts)
+    assert got.texts == again.texts and len(runs["recorded"]) == len(runs["read again"]) > 3  # rows × pieces (fewer once a row ends)
+    for a, b in zip(runs["recorded"], runs["read again"], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
 def test_loops_and_repetition_are_told_apart_from_plain_text():

@@ -94,27 +94,57 @@ def guided_tokens(lm: LanguageModel, prompts: Sequence[Prompt], settings: Sequen
 
 def _guide(lm: LanguageModel, rows: list[int], prompt_ids: list[list[int]], new_ids: list[list[int]], settings: list[Setting],
            seeds: list[int], guides: list, opts: SamplingOptions, stop: threading.Event | None) -> None:
-    """Decode ``rows`` piece by piece, appending the chosen candidate of each piece to ``new_ids`` in place."""
+    """Decode ``rows`` piece by piece, appending the chosen candidate of each piece to ``new_ids`` in place.
+
+    The judge reads the mean head input over a row's continuation so far (:func:`_mean_continuation`). The decode
+    computes those inputs as it reads each token, so they are recorded
+    (:meth:`~lmswitch.core.models.LanguageModel.head_inputs`) rather than computed again: each piece decodes one token
+    more than it keeps, whose step reads the piece's last token, and each row keeps the sum over the pieces it chose.
+    Where the recorded passes lack one (every candidate ended before the last step) or do not fit (a model's decode
+    records other passes), the continuations are read again."""
     n, eos, pad = opts.guide, set(_eos(lm)), lm.tokenizer.pad_token_id
     active = list(range(len(rows)))
+    total, count = torch.zeros(len(rows), lm.hidden_size), torch.zeros(len(rows))  # each row's chosen pieces' inputs: sum, count
     for piece, first in enumerate(range(0, opts.max_new_tokens, GUIDE_TOKENS)):
         if not active or (stop is not None and stop.is_set()):
             return
         k = min(GUIDE_TOKENS, opts.max_new_tokens - first)
-        cand = [prompt_ids[rows[a]] + new_ids[rows[a]] for a in active for _ in range(n)]
-        gen, _ = _decode(lm, padded(cand, pad), [settings[a] for a in active for _ in range(n)],
-                         [candidate_seed(seeds[a], piece * n + j) for a in active for j in range(n)], replace(opts, max_new_tokens=k, guide=1),
-                         None, stop, None)
-        pieces = _rows(gen)[1]
-        texts = [prompt_ids[rows[a]] + new_ids[rows[a]] + x for a, x in zip((a for a in active for _ in range(n)), pieces, strict=True)]
-        means = _mean_continuation(lm, texts, [len(prompt_ids[rows[a]]) for a in active for _ in range(n)])
+        owner = [a for a in active for _ in range(n)]
+        with lm.head_inputs() as seen:
+            gen, _ = _decode(lm, padded([prompt_ids[rows[a]] + new_ids[rows[a]] for a in owner], pad), [settings[a] for a in owner],
+                             [candidate_seed(seeds[a], piece * n + j) for a in active for j in range(n)],
+                             replace(opts, max_new_tokens=k + 1, guide=1), None, stop, None)
+        pieces = [x[:k] for x in _rows(gen)[1]]  # the extra token only read the piece's last one
+        sums = _recorded_sums(seen, pieces, lm.hidden_size)
+        if sums is None:
+            means = _mean_continuation(lm, [prompt_ids[rows[a]] + new_ids[rows[a]] + x for a, x in zip(owner, pieces, strict=True)],
+                                       [len(prompt_ids[rows[a]]) for a in owner])
+        else:
+            means = (total[owner] + sums) / (count[owner] + torch.tensor([len(x) for x in pieces])).clamp_min(1)[:, None]
         still = []
         for g, a in enumerate(active):
-            best = _choose(lm, guides[rows[a]], means[g * n : (g + 1) * n], [new_ids[rows[a]] + x for x in pieces[g * n : (g + 1) * n]])
-            new_ids[rows[a]] += pieces[g * n + best]
-            if not eos.intersection(pieces[g * n + best]) and len(new_ids[rows[a]]) < opts.max_new_tokens:
+            best = g * n + _choose(lm, guides[rows[a]], means[g * n : (g + 1) * n], [new_ids[rows[a]] + x for x in pieces[g * n : (g + 1) * n]])
+            new_ids[rows[a]] += pieces[best]
+            if sums is not None:
+                total[a] += sums[best]
+                count[a] += len(pieces[best])
+            if not eos.intersection(pieces[best]) and len(new_ids[rows[a]]) < opts.max_new_tokens:
                 still.append(a)
         active = still
+
+
+def _recorded_sums(seen: list[torch.Tensor], texts: list[list[int]], d: int) -> torch.Tensor | None:
+    """Per candidate, the sum of the head inputs after each token of its piece (``texts``), ``(len(texts), d)``, from a
+    decode's recorded passes (``seen[t]`` read the piece's token ``t``; pass 0 read the prompt); None when they lack one
+    or do not fit."""
+    steps = len(seen) - 1
+    if any(c.ndim != 3 or c.shape[0] != len(texts) or c.shape[-1] != d for c in seen) or max(map(len, texts), default=0) > steps:
+        return None
+    if not steps:
+        return torch.zeros(len(texts), d)
+    states = torch.stack([c[:, -1] for c in seen[1:]], 1).float().cpu()  # (candidates, steps, d)
+    keep = torch.arange(steps)[None, :] < torch.tensor([len(x) for x in texts])[:, None]
+    return (states * keep[..., None]).sum(1)
 
 
 def repetitive(text: str) -> bool:
