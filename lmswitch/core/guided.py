@@ -125,9 +125,8 @@ def _guide(lm: LanguageModel, rows: list[int], prompt_ids: list[list[int]], new_
         for g, a in enumerate(active):
             best = g * n + _choose(lm, guides[rows[a]], means[g * n : (g + 1) * n], [new_ids[rows[a]] + x for x in pieces[g * n : (g + 1) * n]])
             new_ids[rows[a]] += pieces[best]
-            if sums is not None:
-                total[a] += sums[best]
-                count[a] += len(pieces[best])
+            count[a] = len(new_ids[rows[a]])
+            total[a] = means[best] * count[a]  # the chosen continuation's sum, however its mean was found
             if not eos.intersection(pieces[best]) and len(new_ids[rows[a]]) < opts.max_new_tokens:
                 still.append(a)
         active = still
