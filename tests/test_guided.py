@@ -104,10 +104,17 @@ def test_each_piece_keeps_the_candidate_the_judge_likes_best(tiny_lm):
     assert flipped.texts != [tiny_lm.tokenizer.decode(news[best], skip_special_tokens=True)] or len(set(map(tuple, news))) == 1
 
 
+def _spied(carried, caches: list, *args):
+    out = carried(*args)
+    caches.append(out[2])
+    return out
+
+
 def test_the_judge_reads_the_head_inputs_the_decode_recorded(tiny_lm, monkeypatch):
     """Each candidate's mean head input comes from the decode that wrote it (one step more per piece, to read the piece's
-    last token) and the pieces each row chose: the same means, and so the same text, as reading every continuation
-    again, over several pieces, with rows that repeat a prompt and rows of other lengths."""
+    last token) and the pieces each row chose, and the chosen candidates' KV cache goes on to the next piece: the same
+    means, and so the same text, as reading every prefix and continuation again, over several pieces, with rows that
+    repeat a prompt and rows of other lengths."""
     s = _judged(tiny_lm, 6)
     prompts, settings = [PROMPT, "a", PROMPT], [[(s, 3.0)], [(s, -2.0)], [(s, 5.0)]]
     opts = SamplingOptions(max_new_tokens=3 * GUIDE_TOKENS + 2, guide=3)
@@ -119,10 +126,15 @@ def test_the_judge_reads_the_head_inputs_the_decode_recorded(tiny_lm, monkeypatc
 
     monkeypatch.setattr(guided, "_choose", spy("recorded"))
     monkeypatch.setattr(guided, "_recorded_sums", lambda *a: recorded_sums(*a) if recorded_sums(*a) is not None else pytest.fail("not recorded"))
+    carried, caches = guided._carried, []
+    monkeypatch.setattr(guided, "_carried", lambda *a: _spied(carried, caches, *a))
     got = generate_tokens(tiny_lm, prompts, settings, [1, 2, 3], opts)
+    assert caches[:2] and all(c is not None for c in caches[:-1])  # carried from piece to piece (the last: no row goes on)
     monkeypatch.setattr(guided, "_choose", spy("read again"))
     monkeypatch.setattr(guided, "_recorded_sums", lambda *a: None)
+    monkeypatch.setattr(guided, "_carried", lambda *a: (None, None, None))
     again = generate_tokens(tiny_lm, prompts, settings, [1, 2, 3], opts)
+    monkeypatch.setattr(guided, "_carried", carried)
     assert got.texts == again.texts and len(runs["recorded"]) == len(runs["read again"]) > 3  # rows × pieces (fewer once a row ends)
     for a, b in zip(runs["recorded"], runs["read again"], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)

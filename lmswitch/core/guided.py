@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 import torch
+from transformers import DynamicCache
 
-from lmswitch.core.generate import Generated, Prompt, _decode, candidate_seed, encode_prompts, finished_text, padded
+from lmswitch.core.generate import Generated, Prompt, _decode, candidate_seed, encode_prompts, finished_text, padded, shared_prompts
 from lmswitch.core.hidden import _padded_pass
 from lmswitch.core.judge import guide_scores
 from lmswitch.core.models import LanguageModel
@@ -101,19 +102,23 @@ def _guide(lm: LanguageModel, rows: list[int], prompt_ids: list[list[int]], new_
     (:meth:`~lmswitch.core.models.LanguageModel.head_inputs`) rather than computed again: each piece decodes one token
     more than it keeps, whose step reads the piece's last token, and each row keeps the sum over the pieces it chose.
     Where the recorded passes lack one (every candidate ended before the last step) or do not fit (a model's decode
-    records other passes), the continuations are read again."""
+    records other passes), the continuations are read again. The chosen candidates' KV cache goes on to the next
+    piece (:func:`_carried`), so a row's prefix is read once."""
     n, eos, pad = opts.guide, set(_eos(lm)), lm.tokenizer.pad_token_id
     active = list(range(len(rows)))
     total, count = torch.zeros(len(rows), lm.hidden_size), torch.zeros(len(rows))  # each row's chosen pieces' inputs: sum, count
+    ids = mask = cache = None  # the next piece's candidates' prompts, and their cache when carried
     for piece, first in enumerate(range(0, opts.max_new_tokens, GUIDE_TOKENS)):
         if not active or (stop is not None and stop.is_set()):
             return
         k = min(GUIDE_TOKENS, opts.max_new_tokens - first)
         owner = [a for a in active for _ in range(n)]
+        if cache is None:
+            ids, mask = padded([prompt_ids[rows[a]] + new_ids[rows[a]] for a in owner], pad)
+            cache = shared_prompts(lm, ids, mask)
         with lm.head_inputs() as seen:
-            gen, _ = _decode(lm, padded([prompt_ids[rows[a]] + new_ids[rows[a]] for a in owner], pad), [settings[a] for a in owner],
-                             [candidate_seed(seeds[a], piece * n + j) for a in active for j in range(n)],
-                             replace(opts, max_new_tokens=k + 1, guide=1), None, stop, None)
+            gen, _ = _decode(lm, (ids, mask), [settings[a] for a in owner], [candidate_seed(seeds[a], piece * n + j) for a in active for j in range(n)],
+                             replace(opts, max_new_tokens=k + 1, guide=1), None, stop, None, cache=cache)
         pieces = [x[:k] for x in _rows(gen)[1]]  # the extra token only read the piece's last one
         sums = _recorded_sums(seen, pieces, lm.hidden_size)
         if sums is None:
@@ -121,7 +126,7 @@ def _guide(lm: LanguageModel, rows: list[int], prompt_ids: list[list[int]], new_
                                        [len(prompt_ids[rows[a]]) for a in owner])
         else:
             means = (total[owner] + sums) / (count[owner] + torch.tensor([len(x) for x in pieces])).clamp_min(1)[:, None]
-        still = []
+        still, chosen = [], []
         for g, a in enumerate(active):
             best = g * n + _choose(lm, guides[rows[a]], means[g * n : (g + 1) * n], [new_ids[rows[a]] + x for x in pieces[g * n : (g + 1) * n]])
             new_ids[rows[a]] += pieces[best]
@@ -129,7 +134,25 @@ def _guide(lm: LanguageModel, rows: list[int], prompt_ids: list[list[int]], new_
             total[a] = means[best] * count[a]  # the chosen continuation's sum, however its mean was found
             if not eos.intersection(pieces[best]) and len(new_ids[rows[a]]) < opts.max_new_tokens:
                 still.append(a)
+                chosen.append(best)
         active = still
+        ids, mask, cache = _carried(cache, ids, mask, gen.new_ids, chosen, k, n)
+
+
+def _carried(cache: DynamicCache | None, ids: torch.Tensor, mask: torch.Tensor, new: torch.Tensor, chosen: list[int], k: int,
+             n: int) -> tuple[torch.Tensor | None, torch.Tensor | None, DynamicCache | None]:
+    """The next piece's prompts (left-padded ids and mask) and their KV cache of all but the last token: the
+    ``chosen`` candidates' rows of the piece's (``ids`` and the first ``k`` of ``new``), each ``n`` times, and of its
+    ``cache``, which the decode extended through token ``k``; ``None``s when there is no such cache (the next piece
+    reads its prompts again)."""
+    if cache is None or not chosen or new.shape[1] < k or any(layer.get_seq_length() != ids.shape[1] + k for layer in cache.layers):
+        return None, None, None
+    rows = torch.tensor(chosen).repeat_interleave(n)
+    for layer in cache.layers:  # (each on its own device, as the model keeps it)
+        layer.batch_select_indices(rows.to(layer.keys.device))
+        layer.crop(-1)  # the piece's last token: the next decode reads it first
+    return (torch.cat([ids[rows], new[rows, :k].to(ids.dtype)], dim=1),
+            torch.cat([mask[rows], torch.ones(len(rows), k, dtype=mask.dtype)], dim=1), cache)
 
 
 def _recorded_sums(seen: list[torch.Tensor], texts: list[list[int]], d: int) -> torch.Tensor | None:
