@@ -31,14 +31,15 @@ os.environ.setdefault("GRADIO_ANALYTICS_CACHE_FREQUENCY", "100")
 # Gradio keeps a copy of every file a page uploads or is served under GRADIO_TEMP_DIR, by default /tmp/gradio, which every
 # Gradio app shares and nothing empties. Unless a user names a folder, this server's copies go to a folder of its own,
 # removed at exit (set before Gradio is imported: some of its modules read the folder then); while it runs, old copies
-# go (--keep-files).
+# go (--keep-files, lmswitch/webapp/files.py).
 if not os.environ.get("GRADIO_TEMP_DIR"):
     os.environ["GRADIO_TEMP_DIR"] = tempfile.mkdtemp(prefix="lmswitch-gradio-")
     atexit.register(shutil.rmtree, os.environ["GRADIO_TEMP_DIR"], ignore_errors=True)
 
 from lmswitch.core.models import DEFAULT_MODEL  # noqa: E402
 from lmswitch.webapp.backend import DEFAULT_SWITCHES, Backend  # noqa: E402
-from lmswitch.webapp.layout import CSS_PATH, KEEP_FILES_HOURS, build_app, file_sweep  # noqa: E402
+from lmswitch.webapp.files import KEEP_FILES_HOURS, keep_seconds, start_sweeping  # noqa: E402
+from lmswitch.webapp.layout import CSS_PATH, build_app  # noqa: E402
 from lmswitch.webapp.lens import inspect_switch, run_highlight  # noqa: E402
 from lmswitch.webapp.mcp_tools import McpTools  # noqa: E402
 from lmswitch.webapp.openai_api import OpenAIApi  # noqa: E402
@@ -93,7 +94,7 @@ def hours(text: str) -> float:
     """``--keep-files``' value (argparse also applies it to the environment's): a positive number of hours."""
     try:
         value = float(text)
-        file_sweep(value)
+        keep_seconds(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive number of hours (e.g. 24 or 0.5); got {text!r} (--keep-files or LMSWITCH_KEEP_FILES)") from None
     return value
@@ -119,7 +120,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--spool-dir", default=env("LMSWITCH_SPOOL_DIR"),
                    help="where a closed page's unsaved switches wait on disk, in a temporary folder removed at exit (env "
                         "LMSWITCH_SPOOL_DIR; default /var/tmp, which is on disk where /tmp may be memory)")
-    p.add_argument("--keep-files", type=hours, default=env("LMSWITCH_KEEP_FILES", f"{KEEP_FILES_HOURS:g}"), metavar="HOURS",
+    p.add_argument("--keep-files", type=hours, default=env("LMSWITCH_KEEP_FILES") or f"{KEEP_FILES_HOURS:g}", metavar="HOURS",
                    help="remove the files pages uploaded (documents, switches) or downloaded after this many hours (env "
                         f"LMSWITCH_KEEP_FILES; default {KEEP_FILES_HOURS:g}); all of them go when the server stops")
     p.add_argument("--share", action="store_true", help="create a public Gradio share link (off by default)")
@@ -166,7 +167,7 @@ def serve(args: argparse.Namespace):
     backend = Backend(args.model, args.switches, dtype=args.dtype, spool=args.spool_dir)
     backend.compute.own_cores()  # a torch op on a web thread must not slow every generation (serve/compute.py)
     backend.start()
-    demo = build_app(backend, keep_files=args.keep_files)
+    demo = build_app(backend)
     if args.mcp:
         McpTools(backend).register(demo)
     demo.queue(default_concurrency_limit=2)
@@ -175,6 +176,7 @@ def serve(args: argparse.Namespace):
                 footer_links=["api"], max_file_size="256mb",  # documents are refused above 20 MB; switches of big models are larger
                 prevent_thread_lock=True, mcp_server=args.mcp)
     demo.app.include_router(OpenAIApi(backend, args.api_key).router())
+    start_sweeping(demo, args.keep_files)
     threading.Thread(target=freeze_when_loaded, args=(backend,), name="lmswitch-gc-freeze", daemon=True).start()
     print(f"lmswitch: OpenAI-compatible API at http://{args.host}:{args.port}/v1"
           + (" (API key required)" if args.api_key else ""), flush=True)

@@ -306,13 +306,14 @@ def generate_tokens(
 
 def _decode(lm: LanguageModel, prompts: Sequence[Prompt] | tuple[torch.Tensor, torch.Tensor], settings: Sequence[Setting],
             seeds: Sequence[int], opts: SamplingOptions, streamer: BaseStreamer | None, stop: threading.Event | None,
-            stopping: StoppingCriteria | None, score: bool = False, cache: DynamicCache | None = None) -> tuple[Generated, CoupledSampler]:
+            stopping: StoppingCriteria | None, score: bool = False, cache: DynamicCache | bool = True) -> tuple[Generated, CoupledSampler]:
     """:func:`generate_tokens` for one sample per row; ``prompts`` may be encoded already (left-padded ids and mask);
     ``score``: the sampler keeps each row's log-likelihood; ``cache``: the rows' KV cache of all but their last token
-    (as :func:`shared_prompts` makes it, else that is called), which the decode then extends in place."""
+    (as :func:`shared_prompts` makes it), which the decode then extends in place; True: :func:`shared_prompts` is
+    asked for one; False: none (each row's prompt is read whole)."""
     input_ids, mask = prompts if isinstance(prompts, tuple) else encode_prompts(lm, prompts, opts)
     tok = lm.tokenizer
-    shared = cache if cache is not None else shared_prompts(lm, input_ids, mask)
+    shared = shared_prompts(lm, input_ids, mask) if cache is True else (None if cache is False else cache)
     config = GenerationConfig(
         **({"use_cache": True} if shared is not None else {}),  # a shared prompt's cache is used whatever the model says
         max_new_tokens=opts.max_new_tokens,

@@ -118,7 +118,9 @@ def _guide(lm: LanguageModel, rows: list[int], prompt_ids: list[list[int]], new_
             cache = shared_prompts(lm, ids, mask)
         with lm.head_inputs() as seen:
             gen, _ = _decode(lm, (ids, mask), [settings[a] for a in owner], [candidate_seed(seeds[a], piece * n + j) for a in active for j in range(n)],
-                             replace(opts, max_new_tokens=k + 1, guide=1), None, stop, None, cache=cache)
+                             replace(opts, max_new_tokens=k + 1, guide=1), None, stop, None, cache=cache if cache is not None else False)
+        if stop is not None and stop.is_set():  # cancelled: the rows keep what they had
+            return
         pieces = [x[:k] for x in _rows(gen)[1]]  # the extra token only read the piece's last one
         sums = _recorded_sums(seen, pieces, lm.hidden_size)
         if sums is None:
@@ -166,7 +168,7 @@ def _recorded_sums(seen: list[torch.Tensor], texts: list[list[int]], d: int) -> 
         return torch.zeros(len(texts), d)
     states = torch.stack([c[:, -1] for c in seen[1:]], 1).float().cpu()  # (candidates, steps, d)
     keep = torch.arange(steps)[None, :] < torch.tensor([len(x) for x in texts])[:, None]
-    return (states * keep[..., None]).sum(1)
+    return torch.where(keep[..., None], states, 0.0).sum(1)  # (a finished row's padding passes: whatever they hold)
 
 
 def repetitive(text: str) -> bool:

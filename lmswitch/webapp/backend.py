@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import gradio as gr
-from gradio.utils import get_upload_folder
 
 from lmswitch.core.models import BUNDLED_MODELS, DEFAULT_MODEL, LanguageModel, load_model
 from lmswitch.core.pause import add_layer_pauses
@@ -27,6 +26,7 @@ from lmswitch.serve.batcher import Batcher, Busy
 from lmswitch.serve.compare import ComparisonCache
 from lmswitch.serve.compute import ComputeThread
 from lmswitch.serve.session import Session, SwitchLibrary
+from lmswitch.webapp.files import export_folder
 
 USER_ERRORS = (ValueError, TypeError, SwitchFileError, DocumentError, Busy)
 
@@ -49,13 +49,6 @@ def _on_disk_temp() -> str | None:
     return "/var/tmp" if os.access("/var/tmp", os.W_OK) else None
 
 
-def _gradio_folder() -> Path:
-    """Where Gradio keeps the files a page uploads or is served (``GRADIO_TEMP_DIR``; app.py gives it one of its own)."""
-    folder = Path(get_upload_folder())
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
-
-
 class Backend:
     """Loads the model in the background so the page can say so; then serves it to every session."""
 
@@ -67,8 +60,7 @@ class Backend:
         self.models: dict[str, tuple[LanguageModel, SwitchLibrary]] = {}
         self.error: str | None = None
         self.ready = threading.Event()
-        # the download buttons' files, in Gradio's own folder: served from there, not copied again, and swept with its copies
-        self.export_dir = Path(tempfile.mkdtemp(prefix="lmswitch-export-", dir=_gradio_folder()))
+        self.export_dir = export_folder()  # the download buttons' files
         self.spool_dir = Path(tempfile.mkdtemp(prefix="lmswitch-closed-sessions-", dir=spool or _on_disk_temp()))  # closed pages' switches
         for folder in (self.export_dir, self.spool_dir):  # removed when the server exits (app.py: also on SIGTERM)
             atexit.register(shutil.rmtree, folder, ignore_errors=True)

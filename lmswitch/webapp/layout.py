@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import math
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -242,26 +241,11 @@ def _tabs(ui: SimpleNamespace, backend: Backend, shipped: list[str]) -> None:
             _highlight_tab(ui, shipped)
 
 
-KEEP_FILES_HOURS = 24.0  # how long the server keeps the files pages uploaded or were served (app.py --keep-files)
-
-
-def file_sweep(hours: float) -> tuple[int, int]:
-    """Gradio's ``delete_cache`` (every, older than; seconds) that keeps files for ``hours``: its copies of the files
-    pages uploaded (documents, switches to import) or were served (the switches written for the download buttons) go
-    once older, so a server used for weeks does not fill its disk, nor keep its users' documents. It looks at least
-    hourly; a copy handed out again is touched first, so the download a page shows now stays."""
-    if not (math.isfinite(hours) and hours > 0):
-        raise ValueError(f"files must be kept for a positive number of hours; got {hours!r}")
-    age = max(1, round(hours * 3600))
-    return max(1, min(3600, age // 4)), age
-
-
-def build_app(backend: Backend, keep_files: float = KEEP_FILES_HOURS) -> gr.Blocks:
-    """The whole page for ``backend``: components, then events wired to the handlers of ``steer``, ``train`` and ``lens``;
-    uploaded and served files are kept for ``keep_files`` hours (:func:`file_sweep`)."""
+def build_app(backend: Backend) -> gr.Blocks:
+    """The whole page for ``backend``: components, then events wired to the handlers of ``steer``, ``train`` and ``lens``."""
     shipped = sorted(p.stem for p in backend.folder.glob("*.safetensors")) if backend.folder and backend.folder.is_dir() else []
     ui = SimpleNamespace()
-    with gr.Blocks(title="lmswitch", analytics_enabled=False, delete_cache=file_sweep(keep_files)) as demo:
+    with gr.Blocks(title="lmswitch", analytics_enabled=False) as demo:
         ui.session = gr.State(Session())  # deep-copied into a fresh Session per visitor
         gr.Markdown("# lmswitch <small>steer a language model with LM-Switch</small>", elem_id="title")
         ui.status = gr.Markdown(f"⏳ Loading the model **{backend.model_name}** and the switches… the controls appear as soon as it has "

@@ -64,7 +64,7 @@ def optional_text(value, what: str, max_chars: int | None = None) -> str:
 
 def uploaded(file: object, what: str) -> str:
     """An uploaded file's path, refused when it is not a path or no longer on the server (Gradio's copies are swept
-    after ``--keep-files`` hours: :func:`~lmswitch.webapp.layout.file_sweep`)."""
+    after ``--keep-files`` hours: :mod:`lmswitch.webapp.files`)."""
     if not isinstance(file, (str, os.PathLike)):
         raise ValueError(f"{what}: expected an uploaded file's path; got {type(file).__name__}")
     if not os.path.exists(file):

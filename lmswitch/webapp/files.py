@@ -1,0 +1,88 @@
+"""The files pages upload (documents, switches to import) and are served (switches to download): where they are kept
+and when they go.
+
+Gradio keeps a copy of each under ``GRADIO_TEMP_DIR`` (app.py gives the server a folder of its own) and registers it
+with the page. :func:`start_sweeping` removes the registered files older than ``--keep-files`` hours, so a server used
+for weeks neither fills its disk nor keeps its users' documents. Gradio's own ``delete_cache`` does the same but walks
+those registrations while uploads add to them from other threads: the first clash ("Set changed size during
+iteration") ends its sweeping for the rest of the server's life, silently. This one works on a snapshot and goes on.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import gradio as gr
+from gradio.utils import get_upload_folder
+
+KEEP_FILES_HOURS = 24.0  # how long the server keeps the files pages uploaded or were served (app.py --keep-files)
+MAX_SWEEP_INTERVAL = 3600.0  # seconds between sweeps at most
+
+
+def keep_seconds(hours: float) -> float:
+    """``hours`` in seconds, refused unless a positive finite number."""
+    seconds = hours * 3600 if isinstance(hours, (int, float)) else math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"files must be kept for a positive number of hours; got {hours!r}")
+    return seconds
+
+
+def gradio_folder() -> Path:
+    """Where Gradio keeps the files a page uploads or is served (``GRADIO_TEMP_DIR``), created if missing."""
+    folder = Path(get_upload_folder())
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def export_folder() -> Path:
+    """A new folder for the download buttons' files: in Gradio's, so they are served from there (not copied again) and
+    swept like its copies; the system's temporary folder where Gradio's cannot be written (it is shared by default)."""
+    try:
+        return Path(tempfile.mkdtemp(prefix="lmswitch-export-", dir=gradio_folder()))
+    except OSError:
+        return Path(tempfile.mkdtemp(prefix="lmswitch-export-"))
+
+
+def sweep(demo: gr.Blocks, age: float) -> int:
+    """Remove the files ``demo`` registered (its uploads and served files) that are older than ``age`` seconds, except
+    those a component keeps for good; returns how many went. A file handed out again is touched by Gradio, so the
+    copy a page shows now stays; a download button's file is written anew for each download."""
+    keep = set().union(*(getattr(block, "keep_in_cache", set()) for block in list(demo.blocks.values())))
+    now, removed = time.time(), 0
+    for files in list(demo.temp_file_sets):
+        for file in list(files):  # a snapshot (taken under the GIL): other threads add files while this runs
+            if file in keep:
+                continue
+            try:
+                if now - os.lstat(file).st_ctime > age:
+                    os.remove(file)
+                    removed += 1
+                    files.discard(file)
+            except FileNotFoundError:
+                files.discard(file)
+            except OSError:  # e.g. no permission: tried again next time
+                pass
+    return removed
+
+
+def start_sweeping(demo: gr.Blocks, hours: float) -> threading.Thread:
+    """Sweep ``demo``'s files (:func:`sweep`) in the background, at least hourly and four times per ``hours``."""
+    age = keep_seconds(hours)
+    interval = min(MAX_SWEEP_INTERVAL, age / 4)
+
+    def run() -> None:
+        while True:
+            time.sleep(interval)
+            try:
+                sweep(demo, age)
+            except Exception as err:  # a failed round must not end the sweeping
+                print(f"lmswitch: sweeping old files failed ({type(err).__name__}: {err}); trying again later", flush=True)
+
+    thread = threading.Thread(target=run, name="lmswitch-file-sweep", daemon=True)
+    thread.start()
+    return thread
