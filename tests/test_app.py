@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from pathlib import Path
@@ -452,39 +453,36 @@ def test_files_are_kept_for_the_hours_asked_and_a_bad_value_is_refused(monkeypat
     assert "got 'never' (--keep-files or LMSWITCH_KEEP_FILES)" in capsys.readouterr().err
 
 
-def test_the_sweep_removes_old_files_and_goes_on_while_uploads_arrive(tmp_path):
-    """Old registered files go, a component's kept file and new files stay, and uploads registered from another thread
-    meanwhile do not stop it (Gradio's own sweep walks the live set and ends for good on such a clash)."""
+def test_the_sweep_removes_old_files_and_goes_on_while_uploads_arrive(tmp_path, monkeypatch):
+    """Old registered files go (a download's emptied folder too), a component's kept file and new files stay, and
+    uploads registered while it runs (here: one at each removal) do not stop it; Gradio's own sweep walks the live set
+    and ends for good on such a clash."""
     with gr.Blocks() as demo:
         kept_box = gr.File()
-    old = [tmp_path / f"old-{i}.txt" for i in range(3000)]
+    export = tmp_path / "lmswitch-export-x" / "0123abcd"
+    export.mkdir(parents=True)
+    old = [tmp_path / f"old-{i}.txt" for i in range(20)] + [export / "mood.safetensors"]
     for f in old:
         f.write_text("x")
     kept = tmp_path / "kept.txt"
     kept.write_text("x")
     kept_box.keep_in_cache = {str(kept)}
     demo.upload_file_set.update(map(str, [*old, kept]))
-    stop = threading.Event()
+    remove, arriving = os.remove, iter(range(10**6))
 
-    def uploads() -> None:
-        for i in range(10**6):
-            if stop.is_set():
-                return
-            demo.upload_file_set.add(str(tmp_path / f"arriving-{i}.txt"))
+    def remove_while_uploading(path) -> None:
+        demo.upload_file_set.add(str(tmp_path / f"arriving-{next(arriving)}.txt"))
+        remove(path)
 
+    monkeypatch.setattr(files.os, "remove", remove_while_uploading)
     time.sleep(0.05)
-    adder = threading.Thread(target=uploads)
-    adder.start()
-    try:
-        removed = files.sweep(demo, age=0.01)
-    finally:
-        stop.set()
-        adder.join()
-    assert removed == len(old) and not any(f.exists() for f in old) and kept.exists()
+    assert files.sweep(demo, age=0.01) == len(old)
+    assert not any(f.exists() for f in old) and not export.exists() and kept.exists()
     young = tmp_path / "young.txt"
     young.write_text("x")
     demo.upload_file_set.add(str(young))
     assert files.sweep(demo, age=3600) == 0 and young.exists()
+    assert files.sweep(demo, age=-math.inf) == 1 and not young.exists() and kept.exists()  # at exit: all but the kept
 
 
 def test_save_to_library_never_overwrites(backend, folder, llama_lm):

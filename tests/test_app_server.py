@@ -196,6 +196,27 @@ def test_a_closed_clients_switch_goes_to_disk_and_a_stopped_server_removes_its_t
     assert list(tmp.glob("lmswitch-*")) == [] and not (tmp / "gradio").exists()
 
 
+def test_a_stopped_server_removes_its_pages_files_from_a_folder_the_user_named(tmp_path):
+    """With ``GRADIO_TEMP_DIR`` naming a folder (perhaps shared with other apps), a stopped server leaves the folder and
+    what others put there, but not the files its pages uploaded, nor its download files."""
+    from app_server import AppServer
+
+    server = AppServer(tmp_path, name="named-folder")  # GRADIO_TEMP_DIR: tmp_path / "gradio"
+    folder = tmp_path / "gradio"
+    try:
+        server.wait_ready()
+        c = client(server)
+        assert "Imported" in c.predict(handle_file(str(server.switches / "sentiment.safetensors")), api_name="/import_switch")[0]
+        copies = list(folder.rglob("sentiment.safetensors"))
+        assert len(copies) == 1 and list(folder.glob("lmswitch-export-*"))
+        others = folder / "another-app.txt"
+        others.write_text("not ours")
+    finally:
+        server.stop()  # SIGTERM
+    assert server.process.returncode == 0 and "Traceback" not in server.log_path.read_text()
+    assert folder.is_dir() and others.exists() and not copies[0].exists() and not list(folder.glob("lmswitch-export-*"))
+
+
 def group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)

@@ -3,6 +3,8 @@ and every piece keeps the candidate the judge likes best."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 from conftest import random_switch
@@ -146,6 +148,43 @@ def test_the_judge_reads_the_head_inputs_the_decode_recorded(tiny_lm, monkeypatc
     assert generate_tokens(tiny_lm, prompts, settings, [1, 2, 3], opts).texts == again.texts
     for a, b in zip(runs["mixed"], runs["read again"], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_a_cancelled_call_keeps_whole_pieces_and_no_prompt_is_looked_up_twice(tiny_lm, monkeypatch):
+    """Cancelled while a piece decodes, the rows keep the pieces chosen before it (no judge runs on the cut piece); and
+    where no prompt cache can be shared, the decode is not asked to look for one again."""
+    s = _judged(tiny_lm, 7)
+    prompts, settings, opts = [PROMPT, "a"], [[(s, 3.0)], [(s, 2.0)]], SamplingOptions(max_new_tokens=3 * GUIDE_TOKENS, guide=2)
+    full = generate_tokens(tiny_lm, prompts, settings, [4, 5], opts)
+    stop, decodes, decode = threading.Event(), [], guided._decode
+
+    def cancelling(*args, **kwargs):
+        decodes.append(kwargs.get("cache"))
+        out = decode(*args, **kwargs)
+        if len(decodes) == 2:
+            stop.set()
+        return out
+
+    monkeypatch.setattr(guided, "_decode", cancelling)
+    cut = guided.guided_tokens(tiny_lm, prompts, settings, [4, 5], opts, stop)
+    assert len(decodes) == 2
+    for r in range(2):
+        whole = full.new_ids[r][full.new_mask[r].bool()].tolist()
+        assert cut.new_ids[r][cut.new_mask[r].bool()].tolist() == whole[:GUIDE_TOKENS]
+    looked_up = []
+    monkeypatch.setattr(guided, "shared_prompts", lambda *a: looked_up.append(1))  # none to share
+    decodes.clear()
+    stop.clear()
+    monkeypatch.setattr(guided, "_decode", lambda *a, **k: decodes.append(k["cache"]) or decode(*a, **k))
+    assert guided.guided_tokens(tiny_lm, prompts, settings, [4, 5], opts).texts == full.texts
+    assert decodes == [False] * 3 and len(looked_up) == 3  # asked once per piece, in guided decoding only
+
+
+def test_the_recorded_sums_ignore_what_a_finished_rows_passes_hold():
+    seen = [torch.zeros(2, 4, 3)] + [torch.tensor([[[v] * 3], [[1.0] * 3]]) for v in (2.0, float("nan"), float("inf"))]
+    sums = guided._recorded_sums(seen, [[7], [7, 8, 9]], 3)  # row 0 ended after one token: its later passes are padding
+    assert sums.tolist() == [[2.0] * 3, [3.0] * 3]
+    assert guided._recorded_sums(seen, [[7], [7, 8, 9, 10]], 3) is None  # a token no pass read: read again instead
 
 
 def test_loops_and_repetition_are_told_apart_from_plain_text():

@@ -10,6 +10,8 @@ iteration") ends its sweeping for the rest of the server's life, silently. This 
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import math
 import os
 import tempfile
@@ -21,7 +23,7 @@ import gradio as gr
 from gradio.utils import get_upload_folder
 
 KEEP_FILES_HOURS = 24.0  # how long the server keeps the files pages uploaded or were served (app.py --keep-files)
-MAX_SWEEP_INTERVAL = 3600.0  # seconds between sweeps at most
+MAX_SWEEP_INTERVAL, MIN_SWEEP_INTERVAL = 3600.0, 1.0  # seconds between sweeps
 
 
 def keep_seconds(hours: float) -> float:
@@ -51,7 +53,8 @@ def export_folder() -> Path:
 def sweep(demo: gr.Blocks, age: float) -> int:
     """Remove the files ``demo`` registered (its uploads and served files) that are older than ``age`` seconds, except
     those a component keeps for good; returns how many went. A file handed out again is touched by Gradio, so the
-    copy a page shows now stays; a download button's file is written anew for each download."""
+    copy a page shows now stays. A download button's file is written when its switch is trained or picked: a page left
+    open longer than the files are kept gets "not found" from it until the switch is picked again."""
     keep = set().union(*(getattr(block, "keep_in_cache", set()) for block in list(demo.blocks.values())))
     now, removed = time.time(), 0
     for files in list(demo.temp_file_sets):
@@ -63,6 +66,7 @@ def sweep(demo: gr.Blocks, age: float) -> int:
                     os.remove(file)
                     removed += 1
                     files.discard(file)
+                    _drop_export_folder(Path(file).parent)
             except FileNotFoundError:
                 files.discard(file)
             except OSError:  # e.g. no permission: tried again next time
@@ -70,10 +74,20 @@ def sweep(demo: gr.Blocks, age: float) -> int:
     return removed
 
 
+def _drop_export_folder(folder: Path) -> None:
+    """Remove the emptied folder of one download file (:func:`export_folder`'s, written once); Gradio's own folders may
+    get a file again at any moment, so they stay."""
+    if folder.parent.name.startswith("lmswitch-export-"):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
 def start_sweeping(demo: gr.Blocks, hours: float) -> threading.Thread:
-    """Sweep ``demo``'s files (:func:`sweep`) in the background, at least hourly and four times per ``hours``."""
+    """Sweep ``demo``'s files (:func:`sweep`) in the background, at least hourly, four times per ``hours`` and at most
+    once a second, and all of them at exit (a folder a user named for Gradio is not removed with the server's own)."""
     age = keep_seconds(hours)
-    interval = min(MAX_SWEEP_INTERVAL, age / 4)
+    interval = max(MIN_SWEEP_INTERVAL, min(MAX_SWEEP_INTERVAL, age / 4))
+    atexit.register(sweep, demo, -math.inf)
 
     def run() -> None:
         while True:
