@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -483,6 +484,17 @@ def test_the_sweep_removes_old_files_and_goes_on_while_uploads_arrive(tmp_path, 
     demo.upload_file_set.add(str(young))
     assert files.sweep(demo, age=3600) == 0 and young.exists()
     assert files.sweep(demo, age=-math.inf) == 1 and not young.exists() and kept.exists()  # at exit: all but the kept
+
+
+def test_download_files_lie_in_the_folder_gradio_was_given_and_nowhere_near_its_default(tmp_path, monkeypatch):
+    """With GRADIO_TEMP_DIR named (app.py names one), the download files are written inside it (Gradio serves them
+    from there); without it (a backend used outside the app), they go to the system's temporary folder and Gradio's
+    default folder is not made."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "named"))
+    assert files.export_folder().parent == tmp_path / "named"
+    monkeypatch.delenv("GRADIO_TEMP_DIR")
+    assert files.export_folder().parent == tmp_path and not (tmp_path / "gradio").exists()
 
 
 def test_save_to_library_never_overwrites(backend, folder, llama_lm):

@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import gradio as gr
-from gradio.utils import get_upload_folder
 
 KEEP_FILES_HOURS = 24.0  # how long the server keeps the files pages uploaded or were served (app.py --keep-files)
 MAX_SWEEP_INTERVAL, MIN_SWEEP_INTERVAL = 3600.0, 1.0  # seconds between sweeps
@@ -34,20 +33,18 @@ def keep_seconds(hours: float) -> float:
     return seconds
 
 
-def gradio_folder() -> Path:
-    """Where Gradio keeps the files a page uploads or is served (``GRADIO_TEMP_DIR``), created if missing."""
-    folder = Path(get_upload_folder())
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
-
-
 def export_folder() -> Path:
-    """A new folder for the download buttons' files: in Gradio's, so they are served from there (not copied again) and
-    swept like its copies; the system's temporary folder where Gradio's cannot be written (it is shared by default)."""
-    try:
-        return Path(tempfile.mkdtemp(prefix="lmswitch-export-", dir=gradio_folder()))
-    except OSError:
-        return Path(tempfile.mkdtemp(prefix="lmswitch-export-"))
+    """A new folder for the download buttons' files: in the folder ``GRADIO_TEMP_DIR`` names (app.py names one of the
+    server's own), so they are served from there (not copied again) and swept like Gradio's copies; else, or where it
+    cannot be written, in the system's temporary folder (a backend used without the app leaves Gradio's alone)."""
+    named = os.environ.get("GRADIO_TEMP_DIR")
+    if named:
+        try:
+            Path(named).mkdir(parents=True, exist_ok=True)
+            return Path(tempfile.mkdtemp(prefix="lmswitch-export-", dir=named))
+        except OSError:
+            pass
+    return Path(tempfile.mkdtemp(prefix="lmswitch-export-"))
 
 
 def sweep(demo: gr.Blocks, age: float) -> int:
