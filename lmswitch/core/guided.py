@@ -106,15 +106,16 @@ def _guide(lm: LanguageModel, rows: list[int], prompt_ids: list[list[int]], new_
     piece (:func:`_carried`), so a row's prefix is read once."""
     n, eos, pad = opts.guide, set(_eos(lm)), lm.tokenizer.pad_token_id
     active = list(range(len(rows)))
-    total, count = torch.zeros(len(rows), lm.hidden_size), torch.zeros(len(rows))  # each row's chosen pieces' inputs: sum, count
+    total = torch.zeros(len(rows), lm.hidden_size)  # each row's sum of head inputs over its continuation so far
     ids = mask = cache = None  # the next piece's candidates' prompts, and their cache when carried
     for piece, first in enumerate(range(0, opts.max_new_tokens, GUIDE_TOKENS)):
         if not active or (stop is not None and stop.is_set()):
             return
         k = min(GUIDE_TOKENS, opts.max_new_tokens - first)
         owner = [a for a in active for _ in range(n)]
+        prefixes = [prompt_ids[rows[a]] + new_ids[rows[a]] for a in owner]
         if cache is None:
-            ids, mask = padded([prompt_ids[rows[a]] + new_ids[rows[a]] for a in owner], pad)
+            ids, mask = padded(prefixes, pad)
             cache = shared_prompts(lm, ids, mask)
         with lm.head_inputs() as seen:
             gen, _ = _decode(lm, (ids, mask), [settings[a] for a in owner], [candidate_seed(seeds[a], piece * n + j) for a in active for j in range(n)],
@@ -124,16 +125,15 @@ def _guide(lm: LanguageModel, rows: list[int], prompt_ids: list[list[int]], new_
         pieces = [x[:k] for x in _rows(gen)[1]]  # the extra token only read the piece's last one
         sums = _recorded_sums(seen, pieces, lm.hidden_size)
         if sums is None:
-            means = _mean_continuation(lm, [prompt_ids[rows[a]] + new_ids[rows[a]] + x for a, x in zip(owner, pieces, strict=True)],
-                                       [len(prompt_ids[rows[a]]) for a in owner])
+            means = _mean_continuation(lm, [p + x for p, x in zip(prefixes, pieces, strict=True)], [len(prompt_ids[rows[a]]) for a in owner])
         else:
-            means = (total[owner] + sums) / (count[owner] + torch.tensor([len(x) for x in pieces])).clamp_min(1)[:, None]
+            lengths = torch.tensor([len(new_ids[rows[a]]) + len(x) for a, x in zip(owner, pieces, strict=True)])
+            means = (total[owner] + sums) / lengths.clamp_min(1)[:, None]
         still, chosen = [], []
         for g, a in enumerate(active):
             best = g * n + _choose(lm, guides[rows[a]], means[g * n : (g + 1) * n], [new_ids[rows[a]] + x for x in pieces[g * n : (g + 1) * n]])
             new_ids[rows[a]] += pieces[best]
-            count[a] = len(new_ids[rows[a]])
-            total[a] = means[best] * count[a]  # the chosen continuation's sum, however its mean was found
+            total[a] = means[best] * len(new_ids[rows[a]])  # the chosen continuation's sum, however its mean was found
             if not eos.intersection(pieces[best]) and len(new_ids[rows[a]]) < opts.max_new_tokens:
                 still.append(a)
                 chosen.append(best)
