@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 
 import pytest
@@ -13,6 +14,7 @@ import lmswitch as ls
 from lmswitch.core.attention import batch_invariant
 from lmswitch.core.generate import encode_prompts, generate_tokens
 from lmswitch.core.options import SamplingOptions
+from lmswitch.core.pause import add_layer_pauses
 from lmswitch.core.steering import steer
 from lmswitch.io.resources import shipped_switch_path
 from lmswitch.serve.batcher import Batcher, Busy, Row
@@ -338,3 +340,45 @@ def test_a_guided_request_decodes_whole_and_equals_its_solo_run(llama_lm):
     for got, (prompt, setting, seed) in zip(rows, requests, strict=True):
         assert got[-1].text == generate_tokens(llama_lm, [prompt], [setting], [seed], options).texts[0]
     assert rows[1][-1].text == generate_tokens(llama_lm, ["beta"], [[]], [2], replace(options, guide=1)).texts[0]
+
+
+@pytest.mark.parametrize("options", [SamplingOptions(max_new_tokens=48, guide=3), SamplingOptions(max_new_tokens=48, best_of=3)],
+                         ids=["guided", "best-of"])
+def test_a_request_decoded_among_candidates_runs_as_background_work_and_other_rows_stream_meanwhile(llama_lm, options):
+    """A guided or best-of-n decode takes seconds on a real model. Run inline on the compute thread it held every other
+    user's stream until it ended (one user's 40 guided tokens stalled another's plain stream for 1.8 s on the embedded
+    model); as background work, the running rows take their steps at its pause points. Both get their solo texts."""
+    add_layer_pauses(llama_lm.decoder_layers())
+    a = random_switch(llama_lm, seed=1, scale=20.0, name="a")
+    a.judge = torch.randn(a.dim + 1, generator=torch.Generator().manual_seed(0))
+    batcher = Batcher(llama_lm, ComputeThread(quantum=0.0))
+    plain = SamplingOptions(max_new_tokens=4)
+    release = held(batcher.compute)
+    long_stream = batcher.stream(WORDS, [(a, 4.0)], seed=1, options=options)
+    short_stream = batcher.stream("beta", [(a, -2.0)], seed=2, options=plain)
+    release.set()
+    long_done = threading.Event()
+    reader = threading.Thread(target=lambda: (rows.extend(long_stream), long_done.set()))
+    rows: list = []
+    reader.start()
+    short = list(short_stream)[-1]
+    assert not long_done.is_set()  # the plain request ended while the candidates were still being decoded
+    reader.join(timeout=120)
+    assert batcher.compute.pauses >= 1
+    assert short.text == generate_tokens(llama_lm, ["beta"], [[(a, -2.0)]], [2], plain).texts[0]
+    assert rows[-1].text == generate_tokens(llama_lm, [WORDS], [[(a, 4.0)]], [1], options).texts[0]
+
+
+@pytest.mark.parametrize("options", [SamplingOptions(max_new_tokens=48, guide=3), SamplingOptions(max_new_tokens=48, best_of=3)],
+                         ids=["guided", "best-of"])
+def test_a_request_decoded_among_candidates_stops_once_its_reader_has_gone(llama_lm, options):
+    """A slider moved during a guided decode drops the request: its decode stops (at the next piece, or step) instead of
+    running to its end as background work."""
+    add_layer_pauses(llama_lm.decoder_layers())
+    batcher = Batcher(llama_lm, ComputeThread(quantum=0.0))
+    release = held(batcher.compute)
+    stream = batcher.stream(WORDS, [], seed=2, options=options)  # alone: 48 tokens either way
+    release.set()
+    batcher.compute.submit(stream.close)  # runs at the decode's first pause point (interactive work goes first)
+    row = stream.request.out.get(timeout=60)
+    assert isinstance(row, Row) and len(row.new_ids) < 6  # the whole decode would give 48 tokens

@@ -8,7 +8,9 @@ step (:class:`_Rolling`); a finished row leaves at once. Steering acts on the he
 serves every request of it, whatever its switches, ε and seed: prompts read lately are kept (:class:`_Prompts`), and a
 slider dragged over one prompt, or a steered row and its unsteered twin, read it once. Models whose KV cache
 cannot be merged (sliding-window layers) decode each batch in one
-:func:`~lmswitch.core.generate.generate_tokens` call instead. A row's tokens are
+:func:`~lmswitch.core.generate.generate_tokens` call instead. Requests decoded among candidates (best of n, guided:
+the text is known only at the end) are decoded whole too, as background work: the running rows take their steps at its
+pause points (:mod:`lmswitch.serve.compute`), and it stops once nobody reads it. A row's tokens are
 the ones the request would get alone (same seed): the packed linear layers give a row the same bits whatever rows
 share the product, and the batcher's attention is batch-invariant (:mod:`lmswitch.core.attention`, for models that use
 SDPA, as the bundled ones do), so this holds in bfloat16 too; its text stops at its own length. That is on the CPU: on
@@ -132,14 +134,17 @@ class _Dispatch(BaseStreamer):
 
 
 class _AllGone(StoppingCriteria):
-    """Stops the decode once every request in it has stopped reading."""
+    """Stops the decode once every request in it has stopped reading: a stopping criterion, and (``is_set``) the
+    ``stop`` flag of decodes that take no per-row criterion (guided, best of n)."""
 
     def __init__(self, requests: list[_Request]) -> None:
         self.requests = requests
 
+    def is_set(self) -> bool:
+        return all(r.gone.is_set() for r in self.requests)
+
     def __call__(self, input_ids, scores, **kwargs) -> torch.BoolTensor:
-        gone = all(r.gone.is_set() for r in self.requests)
-        return torch.full((input_ids.shape[0],), gone, dtype=torch.bool, device=input_ids.device)
+        return torch.full((input_ids.shape[0],), self.is_set(), dtype=torch.bool, device=input_ids.device)
 
 
 class _Stream:
@@ -497,9 +502,11 @@ class Batcher:
         running decode, or decode one more token of its rows; hand out finished rows; then schedule the next piece."""
         rolling, new = self.rolling, []
         try:
-            new = self._take(None, self.max_batch, whole=True)  # best of n, guided: chosen among candidates, so decoded whole
-            if rolling is None or new:  # (also every batch of a cache that cannot be merged)
-                new = new or self._take(None, self.max_batch)
+            whole = self._take(None, self.max_batch, whole=True)  # best of n, guided: chosen among candidates, so decoded whole
+            if whole:  # as background work: the running rows take their steps at its pause points, not after it
+                self.compute.submit(self._decode_whole, whole, background=True)
+            if rolling is None:  # a cache that cannot be merged: every batch is decoded whole
+                new = self._take(None, self.max_batch)
                 if new:
                     self._decode(new)
                 return
@@ -519,15 +526,27 @@ class Batcher:
                 self.scheduled = False
                 self._schedule()
 
+    @batch_invariant()
+    def _decode_whole(self, batch: list[_Request]) -> None:
+        """:meth:`_decode` of requests decoded among candidates, run as background work on the compute thread: a guided
+        or best-of-n decode takes seconds, and the rolling decode's steps (other users' tokens) run at its pause points
+        meanwhile. A failure goes to the batch's requests; the batcher keeps serving."""
+        try:
+            self._decode(batch)
+        except BaseException as err:
+            for request in batch:
+                request.out.put(err)
+
     def _decode(self, batch: list[_Request]) -> None:
-        """The whole decode of ``batch`` in one call (models whose cache cannot be merged)."""
+        """The whole decode of ``batch`` in one call (requests decoded among candidates, and every batch of models whose
+        cache cannot be merged)."""
         self.batches, self.rows = self.batches + 1, self.rows + len(batch)
         longest = max(r.options.max_new_tokens for r in batch)
         options = replace(batch[0].options, max_new_tokens=longest)
         streamed = options.candidates == 1  # best of n, guided: no text before the end, when the chosen candidate is known
-        dispatch = _Dispatch(self.lm, batch)
+        dispatch, gone = _Dispatch(self.lm, batch), _AllGone(batch)
         generated = generate_tokens(self.lm, [r.prompt for r in batch], [r.setting for r in batch], [r.seed for r in batch], options,
-                                    dispatch if streamed else None, stopping=_AllGone(batch) if streamed else None)
+                                    dispatch if streamed else None, stop=None if streamed else gone, stopping=gone if streamed else None)
         for b, request in enumerate(batch):
             ids = dispatch.ids[b] if streamed else generated.new_ids[b][generated.new_mask[b].bool()].tolist()  # (same lengths)
             ended = bool(ids) and ids[-1] == dispatch.eos
