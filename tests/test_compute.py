@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import torch
@@ -118,6 +119,38 @@ def test_a_job_queued_from_inside_background_work_is_not_part_of_it():
     background, () = _gated_background(compute, long_job)
     background.result(timeout=30).result(timeout=30)
     assert log == ["queued job starts", "queued job ends", "other user"]
+
+
+def test_at_a_pause_the_steps_interactive_work_queues_run_too_for_up_to_a_quantum():
+    """A running decode queues its next step as it ends one. At a pause, those steps run on for up to a quantum (before,
+    one step ran per pause, and a user's stream beside a guided decode got a token per quantum); an endless decode
+    still gives the thread back to the background job after the quantum."""
+    compute = ComputeThread(quantum=0.2)
+    log: list[str] = []
+    stop = threading.Event()
+
+    def step(i: int, last: int | None):
+        log.append(f"step {i}")
+        if (last is None or i < last) and not stop.is_set():
+            compute.submit(step, i + 1, last)
+
+    def long_job(last: int | None):
+        start = time.perf_counter()
+        while time.perf_counter() - start < 0.25:  # past its quantum
+            pass
+        pause_point()
+        log.append("background")
+
+    background, _ = _gated_background(compute, lambda: long_job(3), lambda: step(0, 3))
+    background.result(timeout=30)
+    assert log == ["step 0", "step 1", "step 2", "step 3", "background"] and compute.pauses == 1
+
+    log.clear()
+    background, _ = _gated_background(compute, lambda: long_job(None), lambda: step(0, None))
+    background.result(timeout=30)  # it ends while the endless decode goes on: its next step is queued
+    stop.set()
+    compute.run(lambda: None)  # after that step
+    assert log[0] == "step 0" and "background" in log and log[-1] != "background" and compute.pauses == 2
 
 
 def test_within_its_quantum_background_work_keeps_the_thread_and_interactive_work_waits_its_turn():

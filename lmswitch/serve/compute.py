@@ -6,11 +6,13 @@ so a server runs every model call on this one thread, first come first served, a
 :meth:`ComputeThread.own_cores` keeps every other thread's torch ops on one core.
 
 Fair scheduling: a job submitted with ``background=True`` (training, sweeps,
-calibration) runs with a pause handler (:mod:`lmswitch.core.pause`). At the
+calibration, guided and best-of-n decodes) runs with a pause handler (:mod:`lmswitch.core.pause`). At the
 library's pause points (before every decoder layer of a served model, between the
 solver's chunks of rows), once the job has had :data:`QUANTUM` seconds of the
 thread, the interactive jobs waiting at that moment (other users' next tokens) run,
-then the background job carries on. Work between two pause points runs whole: a
+and the ones they queue (a running decode's next steps) for up to another quantum,
+then the background job carries on: while both kinds have work, each gets about
+half the thread. Work between two pause points runs whole: a
 decoder layer, a chunk of the solver, and steps without pause points (the
 full-vocabulary held-out loss of a training run, an SVD), which take well under a
 second for the models and data the app trains on. Long jobs that come as
@@ -148,14 +150,23 @@ class ComputeThread:
             return job.fn(*job.args, **job.kwargs)
 
     def _pause(self) -> None:
-        """At a pause point of a background job: after a quantum, run the interactive jobs waiting now, then go on."""
+        """At a pause point of a background job: after a quantum, run the interactive jobs waiting now, and those they
+        queue (a running decode's next step), for up to a quantum; then go on."""
         if time.perf_counter() - self._slice_start < self.quantum:
             return
+        until = time.perf_counter() + self.quantum
+        if self._run_waiting():
+            self.pauses += 1
+            while time.perf_counter() < until and self._run_waiting():
+                pass
+        self._slice_start = time.perf_counter()
+
+    def _run_waiting(self) -> bool:
+        """Run the interactive jobs waiting now (inside a paused background job); whether there were any."""
         with self._ready:
             waiting = [job for job in self._jobs if not job.background]
             self._jobs = collections.deque(job for job in self._jobs if job.background)
-        if waiting:
-            self.pauses += 1
+        ran = bool(waiting)
         try:
             with torch.inference_mode(False), torch.enable_grad():  # as if run from the loop, not inside the paused job
                 while waiting:
@@ -163,7 +174,7 @@ class ComputeThread:
         finally:  # should anything fail here, the jobs not run yet go back to the front of the queue, never lost
             with self._ready:
                 self._jobs.extendleft(reversed(waiting))
-        self._slice_start = time.perf_counter()
+        return ran
 
 
 class Merged(Generic[T, R]):
