@@ -1,6 +1,7 @@
 """Load benchmark (issue 17): N clients at once against a launched app, over the OpenAI endpoint and Gradio's API.
 
-    python benchmarks/load.py [--clients 1,4,8] [--seconds 30] [--tokens 20] [--via openai,gradio] [--busy] [--quantum 0.1,inf]
+    python benchmarks/load.py [--clients 1,4,8] [--seconds 30] [--tokens 20] [--via openai,gradio] [--busy] [--guided]
+                              [--quantum 0.1,inf]
     python benchmarks/load.py --soak          # one hour, 4 clients: errors and memory growth after warm-up
 
 Starts ``app.py`` on a free port (embedded model, shipped switches), then for each
@@ -10,7 +11,8 @@ for a fixed time. Each client sends 20-token generations with a switch and ε of
 own and a fresh seed per request (so no cache answers). With ``--busy``, two more
 clients work beside them the whole time: one trains a switch from 30 + 30 sentences
 over and over (``/train``), one alternates sweeps and highlights (``/sweep``,
-``/highlight``). Reported per row: requests completed, throughput, first-token and
+``/highlight``). With ``--guided``, one more client sends guided generations (``/generate`` with 4 candidates, 40
+tokens, the sentiment switch at +4) the whole time. Reported per row: requests completed, throughput, first-token and
 last-token latency percentiles (``/generate`` answers whole, so its first token is
 its last), errors, the background work done, and whether every result equals the
 same request run alone (every request is replayed alone afterwards, one at a
@@ -134,6 +136,17 @@ def _background(url: str, deadline: float, lock: threading.Lock, done: dict) -> 
     return [threading.Thread(target=_loop, args=(deadline, work, done["background_errors"], lock)) for work in (train, sweep_or_highlight)]
 
 
+def _guided(url: str, deadline: float, lock: threading.Lock, done: dict) -> threading.Thread:
+    """The --guided client: guided generations (4 candidates, 40 tokens) one after another, a fresh seed each."""
+    client = gradio_client(url)
+
+    def guided() -> None:
+        client.predict(prompt=PROMPTS[1], switches="sentiment=4", max_new_tokens=40, seed=done["guided"], guide=4, api_name="/generate")
+        done["guided"] += 1
+
+    return threading.Thread(target=_loop, args=(deadline, guided, done["background_errors"], lock))
+
+
 def _memory(server: AppServer, seconds: float, done: dict) -> threading.Thread:
     """Reads the server's resident memory after the warm-up (a quarter of the run, at most five minutes) and at the end."""
     def watch() -> None:
@@ -149,10 +162,10 @@ def _memory(server: AppServer, seconds: float, done: dict) -> threading.Thread:
 
 
 def run_clients(way: Way, server: AppServer, clients: int, seconds: float, tokens: int, start_k: int,
-                busy: bool) -> tuple[list[dict], list[str], dict]:
+                busy: bool, guided: bool = False) -> tuple[list[dict], list[str], dict]:
     results: list[dict] = []
     errors: list[str] = []
-    done = {"trainings": 0, "lens": 0, "background_errors": []}
+    done = {"trainings": 0, "lens": 0, "guided": 0, "background_errors": []}
     lock = threading.Lock()
     counter = iter(range(start_k, start_k + 1_000_000))
     deadline = time.perf_counter() + seconds
@@ -171,6 +184,7 @@ def run_clients(way: Way, server: AppServer, clients: int, seconds: float, token
 
     threads = [threading.Thread(target=client_loop) for _ in range(clients)]
     threads += _background(way.url, deadline, lock, done) if busy else []
+    threads += [_guided(way.url, deadline, lock, done)] if guided else []
     threads.append(_memory(server, seconds, done))
     for t in threads:
         t.start()
@@ -189,7 +203,7 @@ def measure(way: Way, server: AppServer, counts: list[int], args: argparse.Names
     way.request(way.client(), 10**9, args.tokens)  # warm-up
     rows, start_k = [], 0
     for n in counts:
-        results, errors, done = run_clients(way, server, n, args.seconds, args.tokens, start_k, args.busy)
+        results, errors, done = run_clients(way, server, n, args.seconds, args.tokens, start_k, args.busy, args.guided)
         start_k += 100_000
         same = None if args.soak else sum(way.solo(r["k"], args.tokens) == r["text"] for r in results)
         firsts, lasts = [r["first"] for r in results], [r["last"] for r in results]
@@ -206,22 +220,25 @@ def memory(done: dict) -> str:
 
 def report(rows: list[tuple], args: argparse.Namespace) -> None:
     busy = " while one more client trains switches and one runs sweeps and highlights" if args.busy else ""
+    busy += (" and" if busy else " while") + " one more client sends guided generations" if args.guided else ""
     print(f"## {date.today()} — load (issue 17): {args.tokens}-token generations{busy}, {args.seconds:g} s per row — "
           f"{platform.machine()} {platform.processor() or ''}, {torch.get_num_threads()} threads, torch {torch.__version__}, embedded "
           f"SmolLM2-135M-Instruct in {args.dtype}\n")
     print("| quantum | via | clients | requests | req/s | first token p50 | p95 | last token p50 | p95 | errors | equal to solo | "
-          "memory after warm-up |" + (" trainings / sweeps+highlights beside |" if args.busy else ""))
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if args.busy else ""))
+          "memory after warm-up |" + (" trainings / sweeps+highlights beside |" if args.busy else "")
+          + (" guided generations beside |" if args.guided else ""))
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if args.busy else "") + ("---|" if args.guided else ""))
     base = {}
     for quantum, via, n, count, rate, f50, f95, l50, l95, errs, same, done, shown in rows:
         base.setdefault((quantum, via), rate or 1)
         extra = f" {done['trainings']} / {done['lens']} ({len(done['background_errors'])} errors) |" if args.busy else ""
+        extra += f" {done['guided']} ({len(done['background_errors'])} errors) |" if args.guided else ""
         print(f"| {quantum} | {via} | {n} | {count} | {rate:.2f} ({rate / base[quantum, via]:.1f}×) | {f50:.2f} s | {f95:.2f} s | {l50:.2f} s | {l95:.2f} s | "
               f"{errs} | {'not replayed' if same is None else f'{same}/{count}'} | {memory(done)} |{extra}")
         for e in shown:
             print(f"\n  error: {e}")
         for e in done["background_errors"][:3]:
-            print(f"\n  error beside (training, sweep or highlight): {e}")
+            print(f"\n  error beside (training, sweep, highlight or guided): {e}")
 
 
 def main() -> None:
@@ -231,6 +248,7 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=20)
     p.add_argument("--via", help="openai, gradio or both, comma-separated (default both; --soak: openai)")
     p.add_argument("--busy", action="store_true", help="a training client and a sweep/highlight client work beside the clients")
+    p.add_argument("--guided", action="store_true", help="a client sending guided generations (4 candidates) works beside the clients")
     p.add_argument("--soak", action="store_true", help="the soak test: 4 clients over the OpenAI endpoint for an hour (unless "
                    "--clients/--seconds/--via say otherwise), requests not replayed alone; reports errors and memory growth")
     p.add_argument("--quantum", default="0.1", help="compute-thread pause quanta to compare, in seconds (inf: no pausing)")
