@@ -159,10 +159,13 @@ def _reduce_rows(lm: LanguageModel, c: torch.Tensor, y: torch.Tensor, k: int, E:
     # their sum, not 1 − the candidates' (which cancels to rounding noise where the candidates hold nearly all of it):
     # the mean below is then a true weighted mean of output embeddings. A float32 sum (pairwise, ~1e-7 relative): a
     # float64 one cost as much as the head's product here (30 of 110 ms per 256 rows)
-    tail_p = p_tail.sum(1).clamp_min(1e-30)
+    tail_sum = p_tail.sum(1)
+    tail_p = tail_sum.clamp_min(1e-30)
     if samples is not None:  # (a row whose tail rounds to nothing draws from anywhere: its words weigh e^-69 / s)
-        p_draw = p_tail.float().masked_fill_((p_tail.sum(1) <= 0)[:, None], 1.0)
-        drawn = torch.multinomial(p_draw, samples, replacement=True, generator=generator)
+        empty = tail_sum <= 0
+        if empty.any():  # (rare: a pass over the rows' whole vocabulary only then)
+            p_tail[empty] = 1.0
+        drawn = torch.multinomial(p_tail, samples, replacement=True, generator=generator)
         share = (tail_p.log() - math.log(samples))[:, None].expand(-1, samples)
         return torch.cat([ids, drawn], 1), torch.cat([logp, share], 1), tail_p.log(), None, torch.cat([Eg, E[drawn]], 1)
     mass = (p_tail @ E) if E_fast is None else (p_tail.to(E_fast.dtype) @ E_fast).float()
