@@ -10,6 +10,7 @@ from conftest import SCALED_FAMILIES, random_switch
 
 import lmswitch as ls
 from lmswitch.core.hidden import encode_text
+from lmswitch.core.pause import pausing
 from lmswitch.lenses.meter import measure
 
 TEXT = "the kind and warm people smile with joy but the cold and cruel one was bitter"
@@ -52,6 +53,16 @@ def test_an_encoded_text_is_measured_without_another_pass(gpt2_lm, monkeypatch):
     encoded = encode_text(gpt2_lm, TEXT)
     monkeypatch.setattr(gpt2_lm, "final_hidden", lambda *a, **k: pytest.fail("the model ran again"))
     assert measure(gpt2_lm, a, encoded, grid=[-1.0, 0.0, 1.0], bound=3.0) == fresh
+
+
+def test_the_meters_search_lets_a_servers_other_users_go_first(tiny_lm):
+    """The meter evaluates its surface dozens of times (0.8 s for a comment and three switches on the embedded model):
+    a pause point before every piece, so a server runs other users' next tokens there (lmswitch.core.pause)."""
+    enc = encode_text(tiny_lm, TEXT)  # no body pass inside: its layers' pause points are not counted
+    pauses = []
+    with pausing(lambda: pauses.append(1)):
+        r = measure(tiny_lm, [strong_switch(tiny_lm, 1), strong_switch(tiny_lm, 2)], enc)
+    assert len(pauses) >= len(r.switches[0].grid) + len(r.switches[1].grid)  # at least one per surface evaluation
 
 
 def test_measurement_to_dict_is_the_plain_json_shape(gpt2_lm):

@@ -19,6 +19,7 @@ import torch
 
 from lmswitch.core.hidden import HEAD_CHUNK, EncodedText, encode_text
 from lmswitch.core.models import LanguageModel
+from lmswitch.core.pause import pause_point
 from lmswitch.core.switch import Switch
 
 MAX_SWITCHES = 8
@@ -89,10 +90,13 @@ class _Surface:
         return self.lm.raw_logits(h), [self.lm.raw_logits(h @ W.T, bias=False) for W in self.Ws]
 
     def _pieces(self) -> Iterator[tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]]:
-        """The cached (or recomputed) base logits, logit changes and targets, :data:`PIECE_ROWS` rows at a time."""
+        """The cached (or recomputed) base logits, logit changes and targets, :data:`PIECE_ROWS` rows at a time; a pause
+        point before each (the meter's search evaluates the surface many times: 0.8 s for a comment and three switches,
+        which held a server's other users until it ended)."""
         for j, s in enumerate(range(0, len(self.targets), HEAD_CHUNK)):
             L0, Ds = self.cached[j] if self.cached is not None else self._chunk(s)
             for r in range(0, len(L0), PIECE_ROWS):
+                pause_point()
                 e = min(r + PIECE_ROWS, len(L0))  # a piece never runs past its chunk
                 yield L0[r:e], [D[r:e] for D in Ds], self.targets[s + r : s + e, None]
 
