@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import queue
 import threading
 from dataclasses import replace
 
@@ -342,43 +343,89 @@ def test_a_guided_request_decodes_whole_and_equals_its_solo_run(llama_lm):
     assert rows[1][-1].text == generate_tokens(llama_lm, ["beta"], [[]], [2], replace(options, guide=1)).texts[0]
 
 
-@pytest.mark.parametrize("options", [SamplingOptions(max_new_tokens=48, guide=3), SamplingOptions(max_new_tokens=48, best_of=3)],
-                         ids=["guided", "best-of"])
+CANDIDATES = [SamplingOptions(max_new_tokens=48, guide=3), SamplingOptions(max_new_tokens=48, best_of=3)]
+
+
+class _Finished(queue.Queue):
+    """A request's queue that logs its name when its finished row is put (on the compute thread, in the order of work)."""
+
+    def __init__(self, log: list[str], name: str) -> None:
+        super().__init__()
+        self.log, self.name = log, name
+
+    def put(self, item, *args, **kwargs) -> None:
+        if isinstance(item, Row):
+            self.log.append(self.name)
+        super().put(item, *args, **kwargs)
+
+
+def judged_switch(lm):
+    a = random_switch(lm, seed=1, scale=20.0, name="a")
+    a.judge = torch.randn(a.dim + 1, generator=torch.Generator().manual_seed(0))
+    return a
+
+
+@pytest.mark.parametrize("options", CANDIDATES, ids=["guided", "best-of"])
 def test_a_request_decoded_among_candidates_runs_as_background_work_and_other_rows_stream_meanwhile(llama_lm, options):
     """A guided or best-of-n decode takes seconds on a real model. Run inline on the compute thread it held every other
     user's stream until it ended (one user's 40 guided tokens stalled another's plain stream for 1.8 s on the embedded
     model); as background work, the running rows take their steps at its pause points. Both get their solo texts."""
     add_layer_pauses(llama_lm.decoder_layers())
-    a = random_switch(llama_lm, seed=1, scale=20.0, name="a")
-    a.judge = torch.randn(a.dim + 1, generator=torch.Generator().manual_seed(0))
+    a = judged_switch(llama_lm)
     batcher = Batcher(llama_lm, ComputeThread(quantum=0.0))
-    plain = SamplingOptions(max_new_tokens=4)
+    plain, finished = SamplingOptions(max_new_tokens=4), []
     release = held(batcher.compute)
     long_stream = batcher.stream(WORDS, [(a, 4.0)], seed=1, options=options)
     short_stream = batcher.stream("beta", [(a, -2.0)], seed=2, options=plain)
+    long_stream.request.out, short_stream.request.out = _Finished(finished, "long"), _Finished(finished, "short")
     release.set()
-    long_done = threading.Event()
-    reader = threading.Thread(target=lambda: (rows.extend(long_stream), long_done.set()))
-    rows: list = []
-    reader.start()
-    short = list(short_stream)[-1]
-    assert not long_done.is_set()  # the plain request ended while the candidates were still being decoded
-    reader.join(timeout=120)
+    short, long = list(short_stream)[-1], list(long_stream)[-1]
+    assert finished == ["short", "long"]  # the plain request ended while the candidates were still being decoded
     assert batcher.compute.pauses >= 1
     assert short.text == generate_tokens(llama_lm, ["beta"], [[(a, -2.0)]], [2], plain).texts[0]
-    assert rows[-1].text == generate_tokens(llama_lm, [WORDS], [[(a, 4.0)]], [1], options).texts[0]
+    assert long.text == generate_tokens(llama_lm, [WORDS], [[(a, 4.0)]], [1], options).texts[0]
 
 
-@pytest.mark.parametrize("options", [SamplingOptions(max_new_tokens=48, guide=3), SamplingOptions(max_new_tokens=48, best_of=3)],
-                         ids=["guided", "best-of"])
-def test_a_request_decoded_among_candidates_stops_once_its_reader_has_gone(llama_lm, options):
-    """A slider moved during a guided decode drops the request: its decode stops (at the next piece, or step) instead of
-    running to its end as background work."""
+@pytest.mark.parametrize("how", ["closed", "cancelled"])
+@pytest.mark.parametrize("options", CANDIDATES, ids=["guided", "best-of"])
+def test_a_request_decoded_among_candidates_stops_once_nobody_wants_it(llama_lm, options, how):
+    """A slider moved during a guided decode drops the request: closed by its reader, or (in the app, whose reader waits
+    for the end of such a decode) by the stop flag a newer request of the same user sets. Its decode stops, at the next
+    piece or step, instead of running to its end as background work, and the reader gets what there was."""
     add_layer_pauses(llama_lm.decoder_layers())
+    a = judged_switch(llama_lm)
     batcher = Batcher(llama_lm, ComputeThread(quantum=0.0))
+    cancel = threading.Event()
     release = held(batcher.compute)
-    stream = batcher.stream(WORDS, [], seed=2, options=options)  # alone: 48 tokens either way
+    stream = batcher.stream(WORDS, [(a, 4.0)], seed=3, options=options, cancel=cancel)
     release.set()
-    batcher.compute.submit(stream.close)  # runs at the decode's first pause point (interactive work goes first)
+    batcher.compute.submit(stream.close if how == "closed" else cancel.set)  # at the decode's first pause point
     row = stream.request.out.get(timeout=60)
-    assert isinstance(row, Row) and len(row.new_ids) < 6  # the whole decode would give 48 tokens
+    assert isinstance(row, Row) and len(row.new_ids) < 6
+    assert int(generate_tokens(llama_lm, [WORDS], [[(a, 4.0)]], [3], options).new_mask[0].sum()) == 48  # alone: all 48
+
+
+def test_requests_decoded_among_candidates_wait_their_turn_and_count_towards_the_queue(llama_lm):
+    """One decode among candidates at a time: the others wait in the queue (so a full queue refuses more at once, and
+    the waiting ones share the next decode), with no tick spinning meanwhile."""
+    add_layer_pauses(llama_lm.decoder_layers())
+    a = judged_switch(llama_lm)
+    batcher = Batcher(llama_lm, ComputeThread(quantum=0.0), max_waiting=2)
+    options, ticks, tick = CANDIDATES[0], [], batcher._tick
+    batcher._tick = lambda: (ticks.append(1), tick())[1]
+    release = held(batcher.compute)
+    first = batcher.stream(WORDS, [(a, 4.0)], seed=1, options=options)
+    release.set()
+
+    def while_it_runs():  # at the first decode's first pause point
+        later = [batcher.stream(p, [(a, e)], seed=s, options=options) for p, e, s in (("beta", 2.0, 2), ("gamma", -2.0, 3))]
+        with pytest.raises(Busy):
+            batcher.stream("delta", [], seed=4, options=options)
+        return later
+
+    later = batcher.compute.submit(while_it_runs).result(timeout=60)
+    rows = [list(stream)[-1] for stream in [first, *later]]
+    assert batcher.batches == 2 and batcher.rows == 3  # the first alone, the two that waited together
+    assert len(ticks) <= 4, len(ticks)  # no tick spun while they waited for the decode (one to start each, maybe one more)
+    for row, (p, setting, seed) in zip(rows, [(WORDS, [(a, 4.0)], 1), ("beta", [(a, 2.0)], 2), ("gamma", [(a, -2.0)], 3)], strict=True):
+        assert row.text == generate_tokens(llama_lm, [p], [setting], [seed], options).texts[0]

@@ -9,8 +9,9 @@ serves every request of it, whatever its switches, ε and seed: prompts read lat
 slider dragged over one prompt, or a steered row and its unsteered twin, read it once. Models whose KV cache
 cannot be merged (sliding-window layers) decode each batch in one
 :func:`~lmswitch.core.generate.generate_tokens` call instead. Requests decoded among candidates (best of n, guided:
-the text is known only at the end) are decoded whole too, as background work: the running rows take their steps at its
-pause points (:mod:`lmswitch.serve.compute`), and it stops once nobody reads it. A row's tokens are
+the text is known only at the end) are decoded whole too, one batch at a time (the others wait in the queue), as
+background work: the running rows take their steps at its pause points (:mod:`lmswitch.serve.compute`), and it stops
+once nobody wants it (its readers stopped reading, or set the stop flag they passed). A row's tokens are
 the ones the request would get alone (same seed): the packed linear layers give a row the same bits whatever rows
 share the product, and the batcher's attention is batch-invariant (:mod:`lmswitch.core.attention`, for models that use
 SDPA, as the bundled ones do), so this holds in bfloat16 too; its text stops at its own length. That is on the CPU: on
@@ -102,6 +103,12 @@ class _Request:
     options: SamplingOptions
     out: queue.Queue = field(default_factory=queue.Queue)
     gone: threading.Event = field(default_factory=threading.Event)  # the caller stopped reading
+    cancel: threading.Event | None = None  # the caller's own stop flag (e.g. set by a newer request of the same user)
+
+    def dropped(self) -> bool:
+        """Whether nobody wants the rest: the caller stopped reading, or set its stop flag (a whole decode's reader
+        waits for the end, so only the flag can say so before it)."""
+        return self.gone.is_set() or (self.cancel is not None and self.cancel.is_set())
 
     @property
     def key(self) -> tuple:
@@ -141,7 +148,7 @@ class _AllGone(StoppingCriteria):
         self.requests = requests
 
     def is_set(self) -> bool:
-        return all(r.gone.is_set() for r in self.requests)
+        return all(r.dropped() for r in self.requests)
 
     def __call__(self, input_ids, scores, **kwargs) -> torch.BoolTensor:
         return torch.full((input_ids.shape[0],), self.is_set(), dtype=torch.bool, device=input_ids.device)
@@ -364,7 +371,7 @@ class _Rolling:
             self.ids[b].append(token)
             self.requests[b].out.put(self.lm.tokenizer.decode(self.ids[b], skip_special_tokens=True))
         done = [b for b, (r, ids) in enumerate(zip(self.requests, self.ids, strict=True))
-                if ids and (ids[-1] == self.eos or len(ids) >= r.options.max_new_tokens or r.gone.is_set())]
+                if ids and (ids[-1] == self.eos or len(ids) >= r.options.max_new_tokens or r.dropped())]
         finished = [(self.requests[b], self._row(b)) for b in done]
         if done:
             self._drop(done)
@@ -420,6 +427,7 @@ class Batcher:
         self.waiting: list[_Request] = []
         self.lock = threading.Lock()
         self.scheduled = False
+        self.whole_running = False  # a decode among candidates is under way (on the compute thread); the next waits for it
         self.batches = 0  # admissions (or whole decodes) so far, and the rows in them
         self.rows = 0
         self.rolling = _Rolling(lm) if compute.run(_Rolling.supported, lm) else None  # rows join a running decode between its steps
@@ -456,13 +464,15 @@ class Batcher:
             out.update({k: [next(flat) for _ in jobs[k][1]] for k in mine})
         return [out[k] for k in range(len(jobs))]
 
-    def stream(self, prompt: Prompt, setting: Setting, *, seed: int, options: SamplingOptions) -> Iterator[str | Row]:
+    def stream(self, prompt: Prompt, setting: Setting, *, seed: int, options: SamplingOptions,
+               cancel: threading.Event | None = None) -> Iterator[str | Row]:
         """The request's text so far after each new token, then its :class:`Row`. Checked at once: bad values raise
-        ``ValueError``/``TypeError``, a full queue :class:`Busy`. Closing the iterator drops the request's row."""
+        ``ValueError``/``TypeError``, a full queue :class:`Busy`. Closing the iterator, or setting ``cancel``, drops the
+        request's row (a row decoded among candidates then ends early: its reader gets what there is)."""
         options.validate(self.lm)
         check_setting(self.lm, setting)
         check_seed(seed)
-        request = _Request(prompt, list(setting), seed, options)
+        request = _Request(prompt, list(setting), seed, options, cancel=cancel)
         with self.lock:
             if len(self.waiting) >= self.max_waiting:
                 raise Busy(f"the server is busy ({len(self.waiting)} requests waiting); retry in a few seconds")
@@ -476,7 +486,10 @@ class Batcher:
         return row
 
     def _schedule(self) -> None:  # with self.lock held
-        if (self.waiting or (self.rolling is not None and self.rolling.requests)) and not self.scheduled:
+        """Queue a tick if it has work: rows running, or waiting requests it can take (a request decoded among
+        candidates waits while such a decode is under way; the decode schedules a tick when it ends)."""
+        takeable = any(r.options.candidates == 1 or not self.whole_running for r in self.waiting)
+        if (takeable or (self.rolling is not None and self.rolling.requests)) and not self.scheduled:
             self.scheduled = True
             self.compute.submit(self._tick)
 
@@ -486,7 +499,7 @@ class Batcher:
         rows (one at least, even when its n candidates alone are more); else only the others (the rows a rolling decode
         can take)."""
         with self.lock:
-            self.waiting = [r for r in self.waiting if not r.gone.is_set()]
+            self.waiting = [r for r in self.waiting if not r.dropped()]
             kind = [r for r in self.waiting if (r.options.candidates > 1) == whole]
             if not kind or room < 1:
                 return []
@@ -502,8 +515,11 @@ class Batcher:
         running decode, or decode one more token of its rows; hand out finished rows; then schedule the next piece."""
         rolling, new = self.rolling, []
         try:
-            whole = self._take(None, self.max_batch, whole=True)  # best of n, guided: chosen among candidates, so decoded whole
-            if whole:  # as background work: the running rows take their steps at its pause points, not after it
+            # best of n, guided: chosen among candidates, so decoded whole, one batch at a time (the others wait, and
+            # count towards max_waiting), as background work: the running rows take their steps at its pause points
+            whole = [] if self.whole_running else self._take(None, self.max_batch, whole=True)
+            if whole:
+                self.whole_running = True
                 self.compute.submit(self._decode_whole, whole, background=True)
             if rolling is None:  # a cache that cannot be merged: every batch is decoded whole
                 new = self._take(None, self.max_batch)
@@ -536,6 +552,10 @@ class Batcher:
         except BaseException as err:
             for request in batch:
                 request.out.put(err)
+        finally:
+            self.whole_running = False
+            with self.lock:  # the next batch decoded among candidates, if one waits
+                self._schedule()
 
     def _decode(self, batch: list[_Request]) -> None:
         """The whole decode of ``batch`` in one call (requests decoded among candidates, and every batch of models whose

@@ -114,10 +114,12 @@ def _text(output: str | Row) -> str:
     return output.text if isinstance(output, Row) else output
 
 
-def _batched_rows(batcher: Batcher, prompt: str, rows: list[Setting], seed: int, options: SamplingOptions) -> Iterator[list[str | Row]]:
+def _batched_rows(batcher: Batcher, prompt: str, rows: list[Setting], seed: int, options: SamplingOptions,
+                  stop: threading.Event | None) -> Iterator[list[str | Row]]:
     """Like :func:`~lmswitch.core.generate.stream_rows`, through ``batcher``: every row's text so far after each token,
-    or its :class:`Row` once finished."""
-    streams = [batcher.stream(prompt, row, seed=seed, options=options) for row in rows]
+    or its :class:`Row` once finished; ``stop`` set drops the rows (a guided or best-of-n decode, whose reader waits
+    for its end, stops early)."""
+    streams = [batcher.stream(prompt, row, seed=seed, options=options, cancel=stop) for row in rows]
     outputs: list[str | Row] = [""] * len(rows)
     try:
         while not all(isinstance(x, Row) for x in outputs):
@@ -160,7 +162,7 @@ def compare(
     cached_base = cache.get(base_key) if cache is not None and setting else None
     rows = [setting] if cached_base else [setting, []] if setting else [[]]
     outputs: list[str | Row] = [""]
-    stream = (_batched_rows(batcher, prompt, rows, seed, options) if batcher is not None
+    stream = (_batched_rows(batcher, prompt, rows, seed, options, stop) if batcher is not None
               else stream_rows(lm, prompt, rows, seed=seed, executor=compute, **options.to_dict()))
     for outputs in until(stop or threading.Event(), stream):
         yield Partial(_text(outputs[0]), cached_base[0] if cached_base else _text(outputs[-1]))
