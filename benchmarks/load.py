@@ -144,7 +144,7 @@ def _guided(url: str, deadline: float, lock: threading.Lock, done: dict) -> thre
         client.predict(prompt=PROMPTS[1], switches="sentiment=4", max_new_tokens=40, seed=done["guided"], guide=4, api_name="/generate")
         done["guided"] += 1
 
-    return threading.Thread(target=_loop, args=(deadline, guided, done["background_errors"], lock))
+    return threading.Thread(target=_loop, args=(deadline, guided, done["guided_errors"], lock))
 
 
 def _memory(server: AppServer, seconds: float, done: dict) -> threading.Thread:
@@ -165,7 +165,7 @@ def run_clients(way: Way, server: AppServer, clients: int, seconds: float, token
                 busy: bool, guided: bool = False) -> tuple[list[dict], list[str], dict]:
     results: list[dict] = []
     errors: list[str] = []
-    done = {"trainings": 0, "lens": 0, "guided": 0, "background_errors": []}
+    done = {"trainings": 0, "lens": 0, "guided": 0, "background_errors": [], "guided_errors": []}
     lock = threading.Lock()
     counter = iter(range(start_k, start_k + 1_000_000))
     deadline = time.perf_counter() + seconds
@@ -232,12 +232,12 @@ def report(rows: list[tuple], args: argparse.Namespace) -> None:
     for quantum, via, n, count, rate, f50, f95, l50, l95, errs, same, done, shown in rows:
         base.setdefault((quantum, via), rate or 1)
         extra = f" {done['trainings']} / {done['lens']} ({len(done['background_errors'])} errors) |" if args.busy else ""
-        extra += f" {done['guided']} ({len(done['background_errors'])} errors) |" if args.guided else ""
+        extra += f" {done['guided']} ({len(done['guided_errors'])} errors) |" if args.guided else ""
         print(f"| {quantum} | {via} | {n} | {count} | {rate:.2f} ({rate / base[quantum, via]:.1f}×) | {f50:.2f} s | {f95:.2f} s | {l50:.2f} s | {l95:.2f} s | "
               f"{errs} | {'not replayed' if same is None else f'{same}/{count}'} | {memory(done)} |{extra}")
         for e in shown:
             print(f"\n  error: {e}")
-        for e in done["background_errors"][:3]:
+        for e in done["background_errors"][:3] + done["guided_errors"][:3]:
             print(f"\n  error beside (training, sweep, highlight or guided): {e}")
 
 

@@ -125,7 +125,7 @@ def test_at_a_pause_the_steps_interactive_work_queues_run_too_for_up_to_a_quantu
     """A running decode queues its next step as it ends one. At a pause, those steps run on for up to a quantum (before,
     one step ran per pause, and a user's stream beside a guided decode got a token per quantum); an endless decode
     still gives the thread back to the background job after the quantum."""
-    compute = ComputeThread(quantum=0.2)
+    compute = ComputeThread(quantum=0.5)  # (a few trivial steps end well within it)
     log: list[str] = []
     stop = threading.Event()
 
@@ -136,7 +136,7 @@ def test_at_a_pause_the_steps_interactive_work_queues_run_too_for_up_to_a_quantu
 
     def long_job(last: int | None):
         start = time.perf_counter()
-        while time.perf_counter() - start < 0.25:  # past its quantum
+        while time.perf_counter() - start < 0.55:  # past its quantum
             pass
         pause_point()
         log.append("background")
