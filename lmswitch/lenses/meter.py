@@ -141,7 +141,8 @@ class _Surface:
             for a in range(k):
                 g[a] += float((dz[a].gather(1, y)[:, 0] - mean[a]).double().sum())
                 for b in range(a, k):
-                    h = -(torch.einsum("bv,bv->b", weighted[a], dz[b]) - mean[a] * mean[b])  # −Cov_p(z'_a, z'_b)
+                    # −Cov_p(z'_a, z'_b) (a product and a sum: einsum's "bv,bv->b" took 13× as long on a CPU)
+                    h = -((weighted[a] * dz[b]).sum(-1) - mean[a] * mean[b])
                     if d2 is not None:
                         second = d2 * Ds[a] * Ds[b]
                         h = h + second.gather(1, y)[:, 0] - (p * second).sum(-1)
