@@ -53,8 +53,9 @@ def gradio_client(url: str) -> Client:
     """A ``gradio_client`` for the app on this machine. ``ssl_verify=False``: the URL is plain HTTP, so nothing is
     verified either way, but with verification on, ``gradio_client`` builds a fresh certificate store for each of the
     two HTTP connections of every call (~40 ms of CPU per ``/generate`` call, measured), and on these 2 cores the load
-    generator's own work would be measured as the server's."""
-    return Client(url, verbose=False, ssl_verify=False)
+    generator's own work would be measured as the server's. ``download_files=False``: the files it returns (a trained
+    switch) stay on the server, not copied into ``/tmp/gradio`` (gradio_client's default, fixed at its import)."""
+    return Client(url, verbose=False, ssl_verify=False, download_files=False)
 
 
 def one_request(client: openai.OpenAI, k: int, tokens: int) -> dict:

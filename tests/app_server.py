@@ -57,7 +57,7 @@ class AppServer:
             if self.process.poll() is not None:
                 raise RuntimeError(f"app.py exited with {self.process.returncode}:\n{self.log()}")
             try:
-                client = client or Client(self.url, verbose=False)
+                client = client or Client(self.url, verbose=False, download_files=False)  # (its default folder: /tmp/gradio)
                 status = client.predict(api_name="/status")
                 if status["error"]:
                     raise RuntimeError(f"the app could not load its model: {status['error']}")
