@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 import torch
 from conftest import SCALED_FAMILIES, random_switch
-from tiny import held, run_together
+from tiny import held, judged_switch, run_together
 
 import lmswitch as ls
 from lmswitch.core.attention import batch_invariant
@@ -22,6 +22,10 @@ from lmswitch.serve.batcher import Batcher, Busy, Row
 from lmswitch.serve.compute import ComputeThread
 
 WORDS = "alpha beta gamma delta"
+
+
+def _judged(lm):
+    return judged_switch(lm, seed=1, scale=20.0, judge_seed=0, name="a")
 
 
 @pytest.mark.parametrize("rolling", [True, False], ids=["rows-join-a-running-decode", "one-whole-decode-per-batch"])
@@ -328,8 +332,7 @@ def test_a_best_of_request_with_more_candidates_than_the_batch_holds_is_still_se
 def test_a_guided_request_decodes_whole_and_equals_its_solo_run(llama_lm):
     """Guided decoding chooses among candidates every few tokens: like best of n it is decoded whole, and gets the same
     text as alone; an unsteered request beside it is the plain decode."""
-    a = random_switch(llama_lm, seed=1, scale=20.0, name="a")
-    a.judge = torch.randn(a.dim + 1, generator=torch.Generator().manual_seed(0))
+    a = _judged(llama_lm)
     batcher = Batcher(llama_lm, ComputeThread())
     options = SamplingOptions(max_new_tokens=8, guide=3)
     requests = [(WORDS, [(a, 4.0)], 1), ("beta", [], 2)]
@@ -359,19 +362,13 @@ class _Finished(queue.Queue):
         super().put(item, *args, **kwargs)
 
 
-def judged_switch(lm):
-    a = random_switch(lm, seed=1, scale=20.0, name="a")
-    a.judge = torch.randn(a.dim + 1, generator=torch.Generator().manual_seed(0))
-    return a
-
-
 @pytest.mark.parametrize("options", CANDIDATES, ids=["guided", "best-of"])
 def test_a_request_decoded_among_candidates_runs_as_background_work_and_other_rows_stream_meanwhile(llama_lm, options):
     """A guided or best-of-n decode takes seconds on a real model. Run inline on the compute thread it held every other
     user's stream until it ended (one user's 40 guided tokens stalled another's plain stream for 1.8 s on the embedded
     model); as background work, the running rows take their steps at its pause points. Both get their solo texts."""
     add_layer_pauses(llama_lm.decoder_layers())
-    a = judged_switch(llama_lm)
+    a = _judged(llama_lm)
     batcher = Batcher(llama_lm, ComputeThread(quantum=0.0))
     plain, finished = SamplingOptions(max_new_tokens=4), []
     release = held(batcher.compute)
@@ -393,7 +390,7 @@ def test_a_request_decoded_among_candidates_stops_once_nobody_wants_it(llama_lm,
     for the end of such a decode) by the stop flag a newer request of the same user sets. Its decode stops, at the next
     piece or step, instead of running to its end as background work, and the reader gets what there was."""
     add_layer_pauses(llama_lm.decoder_layers())
-    a = judged_switch(llama_lm)
+    a = _judged(llama_lm)
     batcher = Batcher(llama_lm, ComputeThread(quantum=0.0))
     cancel = threading.Event()
     release = held(batcher.compute)
@@ -409,7 +406,7 @@ def test_requests_decoded_among_candidates_wait_their_turn_and_count_towards_the
     """One decode among candidates at a time: the others wait in the queue (so a full queue refuses more at once, and
     the waiting ones share the next decode), with no tick spinning meanwhile."""
     add_layer_pauses(llama_lm.decoder_layers())
-    a = judged_switch(llama_lm)
+    a = _judged(llama_lm)
     batcher = Batcher(llama_lm, ComputeThread(quantum=0.0), max_waiting=2)
     options, ticks, tick = CANDIDATES[0], [], batcher._tick
     batcher._tick = lambda: (ticks.append(1), tick())[1]

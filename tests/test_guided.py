@@ -8,6 +8,7 @@ import threading
 import pytest
 import torch
 from conftest import random_switch
+from tiny import judged_switch
 
 import lmswitch as ls
 from lmswitch.core import guided
@@ -70,9 +71,7 @@ def test_a_judge_is_saved_negated_and_dropped_by_a_sum(tiny_lm, tmp_path):
 
 
 def _judged(lm, seed: int):
-    s = random_switch(lm, seed=seed, scale=30.0)
-    s.judge = torch.randn(s.dim + 1, generator=torch.Generator().manual_seed(seed))
-    return s
+    return judged_switch(lm, seed=seed, scale=30.0)
 
 
 def test_eps_zero_rows_decode_exactly_as_without_guide(tiny_lm):

@@ -50,6 +50,13 @@ def random_switch(lm: LanguageModel, *, seed: int, scale: float = 1.0, **kwargs)
     return Switch(W=W, model_name=lm.name, model_fingerprint=lm.fingerprint, **kwargs)
 
 
+def judged_switch(lm: LanguageModel, *, seed: int, scale: float, judge_seed: int | None = None, **kwargs) -> Switch:
+    """:func:`random_switch` with a random judge (guided decoding's classifier), seeded by ``judge_seed`` (default ``seed``)."""
+    switch = random_switch(lm, seed=seed, scale=scale, **kwargs)
+    switch.judge = torch.randn(switch.dim + 1, generator=torch.Generator().manual_seed(seed if judge_seed is None else judge_seed))
+    return switch
+
+
 def sample_texts(rng: random.Random, style: list[str], n: int, length: int = 12, p_style: float = 0.5) -> list[str]:
     """``n`` texts whose words come from ``style`` with probability ``p_style``, else from the shared filler."""
     return [" ".join(rng.choice(style) if rng.random() < p_style else rng.choice(FILLER) for _ in range(length)) for _ in range(n)]

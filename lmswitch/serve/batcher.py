@@ -488,7 +488,7 @@ class Batcher:
     def _schedule(self) -> None:  # with self.lock held
         """Queue a tick if it has work: rows running, or waiting requests it can take (a request decoded among
         candidates waits while such a decode is under way; the decode schedules a tick when it ends)."""
-        takeable = any(r.options.candidates == 1 or not self.whole_running for r in self.waiting)
+        takeable = any(r.options.candidates == 1 for r in self.waiting) if self.whole_running else bool(self.waiting)
         if (takeable or (self.rolling is not None and self.rolling.requests)) and not self.scheduled:
             self.scheduled = True
             self.compute.submit(self._tick)
