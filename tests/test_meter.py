@@ -202,3 +202,36 @@ def test_the_surface_is_the_same_in_pieces_cached_or_recomputed(gpt2_lm, monkeyp
         assert f == pytest.approx(expect[0][0], abs=1e-6) and value == pytest.approx(expect[1], abs=1e-6)
         np.testing.assert_allclose(g, expect[0][1], rtol=1e-5, atol=1e-7)
         np.testing.assert_allclose(H, expect[0][2], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("cap", [None, 3.0])
+@pytest.mark.parametrize("bound", [20.0, 2.0])  # 2.0: the planted optimum lies outside, so coordinates press on the box
+def test_the_joint_search_finds_what_a_general_bounded_optimiser_finds(gpt2_lm, monkeypatch, cap, bound):
+    """The meter's projected Newton search against scipy's L-BFGS-B (value and gradient only) on the same surface:
+    the same box maximum, soft-capped (a surface that need not be concave) or not."""
+    import numpy as np
+    import scipy.optimize
+
+    from lmswitch.lenses import meter
+
+    monkeypatch.setattr(type(gpt2_lm), "logit_softcap", property(lambda self: cap))
+    a, b, c = (strong_switch(gpt2_lm, seed) for seed in (4, 5, 6))
+    text = "the " + sample(gpt2_lm, [(a, 12.0), (b, -6.0)], seed=1)
+    _, hidden, targets = meter._scored_states(gpt2_lm, text)
+    surface = meter._Surface(gpt2_lm, hidden, targets, [a, b, c])
+    box = [(-bound, bound)] * 3
+    found = meter._maximise(surface, box)
+
+    def negative(x):
+        f, g, _ = surface.derivatives(x)
+        return -f, -g
+
+    ref = scipy.optimize.minimize(negative, np.zeros(3), jac=True, method="L-BFGS-B", bounds=box,
+                                  options={"ftol": 1e-15, "gtol": 1e-10, "maxiter": 500}).x
+    assert surface.value(found.tolist()) >= surface.value(ref.tolist()) - 1e-6
+    np.testing.assert_allclose(found, ref, atol=5e-4)  # (float32 surfaces: L-BFGS-B stops with gradients ~1e-7)
+    if bound == 2.0:
+        assert np.isclose(np.abs(found), bound).any()  # a pressed coordinate sits on the bound exactly
+    g = surface.derivatives(found)[1]
+    free = np.abs(np.abs(found) - bound) > 1e-9
+    assert np.abs(g[free]).max() < 1e-6  # a stationary point in the free coordinates
