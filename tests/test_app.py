@@ -590,6 +590,34 @@ def test_model_picker_and_transfer_steer_another_model(backend, llama_lm, make_l
         app.select_model(backend, "no-such-model", session, *[None] * 7)
 
 
+def test_a_model_loads_while_the_compute_thread_serves_other_users(backend, make_lm, monkeypatch):
+    """Loading another model takes seconds (Gemma-3-270M ~6 s on 2 cores): it runs in the picking user's thread, so
+    other users' generations go on meanwhile, and two sessions picking it at once load it once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    other, loads = make_lm("gpt2", hidden=24), []
+    started, release = threading.Event(), threading.Event()
+
+    def slow_load(name, dtype):
+        loads.append(name)
+        started.set()
+        assert release.wait(30)
+        return other
+
+    monkeypatch.setattr("lmswitch.webapp.backend.load_model", slow_load)
+    sessions = [Session(), Session()]
+    with ThreadPoolExecutor(3) as pool:
+        picks = [pool.submit(app.select_model, backend, "gemma3-270m", s, *[None] * 7) for s in sessions]
+        assert started.wait(30)
+        served = pool.submit(app.generate_api, backend, PROMPT, "", *gen_args(), Session())  # through the compute thread
+        assert served.result(timeout=30)["unsteered"] == ls.generate(backend.lm, PROMPT, [], **GEN)[0]  # during the load
+        assert not any(p.done() for p in picks)
+        release.set()
+        statuses = [p.result(timeout=30)[0] for p in picks]
+    assert loads == ["gemma3-270m"] and backend.models["gemma3-270m"][0] is other
+    assert all(other.name in status for status in statuses) and all(s.model == "gemma3-270m" for s in sessions)
+
+
 def test_a_model_whose_layers_cannot_be_found_is_still_served(llama_lm, folder, monkeypatch):
     def unknown(self):
         raise ValueError("cannot find the decoder layers")

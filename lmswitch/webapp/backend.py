@@ -69,6 +69,8 @@ class Backend:
         self.comparisons = ComparisonCache()  # keyed on content, so sessions may share it
         self._batchers: dict[int, Batcher] = {}
         self._batchers_lock = threading.Lock()
+        self._loading: dict[str, threading.Lock] = {}  # one lock per model name being loaded by Backend.model
+        self._loading_lock = threading.Lock()
 
     def finish_saving(self, timeout: float = 20.0) -> None:
         """Let a switch being saved to the library finish (the app ends its process without waiting for threads)."""
@@ -141,12 +143,19 @@ class Backend:
         return list(dict.fromkeys([self.model_name, *BUNDLED_MODELS, *self.models]))
 
     def model(self, name: str) -> tuple[LanguageModel, SwitchLibrary]:
-        """Model ``name`` and its switch library, loading it (on the compute thread) the first time."""
+        """Model ``name`` and its switch library, loading it the first time: in the caller's thread, so the compute
+        thread goes on serving other users meanwhile (Gemma-3-270M takes ~6 s to load on 2 cores), once however many
+        sessions ask at the same time; then it is served from the compute thread like the others."""
         self.get()
         if name not in self.models:
             if name not in self.choices():
                 raise ValueError(f"unknown model {name!r}; choose one of {', '.join(self.choices())}")
-            self.run(lambda: name in self.models or self.add_model(load_model(name, dtype=self.dtype), name))
+            with self._loading_lock:
+                lock = self._loading.setdefault(name, threading.Lock())
+            with lock:
+                if name not in self.models:
+                    lm = load_model(name, dtype=self.dtype)
+                    self.run(self.add_model, lm, name)
         return self.models[name]
 
     def get(self, timeout: float | None = 300, session: Session | None = None) -> tuple[LanguageModel, SwitchLibrary]:

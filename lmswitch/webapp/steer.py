@@ -67,9 +67,9 @@ def widen_sliders(backend: Backend, wide: bool, session: Session, *values: float
 
 
 @user_errors
-@computed
 def select_model(backend: Backend, name: str, session: Session, *current: str | None):
-    """The model picker: steer another model (loaded the first time, converted and cached like the default one)."""
+    """The model picker: steer another model (loaded the first time, converted and cached like the default one; not
+    on the compute thread, so other users' generations go on meanwhile)."""
     _, library = backend.model(name)
     session.model = name
     return [model_status(backend, session), *slot_updates(session, library, reset=True), *dropdown_updates(session, library, current)]
@@ -85,13 +85,13 @@ def _transfer_report(final: str, target: str, moved: Switch) -> str:
 
 
 @user_errors
-@computed
 def run_transfer(backend: Backend, name: str, target: str, session: Session, *current: str | None):
-    """Map a switch to another model (``Hᵀ W H``), keep it in this session, and steer the target model with it."""
+    """Map a switch to another model (``Hᵀ W H``), keep it in this session, and steer the target model with it. The
+    target model is loaded (the first time) before the mapping goes to the compute thread, not on it."""
     source_lm, source_library = backend.get(session=session)
     switch = session.get(name, source_library)
     target_lm, target_library = backend.model(target)
-    moved = transfer(switch, source_lm, target_lm, min_anchors=MIN_ANCHORS)
+    moved = backend.run(transfer, switch, source_lm, target_lm, min_anchors=MIN_ANCHORS, background=True)
     final = session.add(moved, target_library)
     session.model = target
     values = {final: moved.card["recommended_eps"]}
