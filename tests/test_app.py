@@ -549,9 +549,14 @@ def test_inspect_marks_the_promoted_pole(backend):
     assert len(scatter.data) >= 2 and len(words) == 5
 
 
-def test_highlight_returns_spans_heatmap_and_meter(backend, llama_lm):
+def test_highlight_returns_spans_heatmap_and_meter(backend, llama_lm, monkeypatch):
     text = "the happy one was kind and the cruel one was sad"
+    passes, body = [], llama_lm.final_hidden
+    ids = llama_lm.tokenizer(text, add_special_tokens=False).input_ids
+    monkeypatch.setattr(llama_lm, "final_hidden", lambda x, *a, **k: passes.append(x[0].tolist() == ids) or body(x, *a, **k))
     spans, heat, meter_fig, summary = app.run_highlight(backend, text, None, "alpha", -4, 3, 2, Session())
+    assert sum(passes) == 1  # the spans and the meter read the text from one body pass (the backend reads ahead too)
+    monkeypatch.undo()
     assert "".join(piece for piece, _ in spans) == text
     assert sum(label is not None for _, label in spans) >= 1
     assert all(-1 <= v <= 1 for _, v in heat)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from lmswitch.core.hidden import encode_text
 from lmswitch.harness import figures
 from lmswitch.io.resources import examples_dir
 from lmswitch.lenses.meter import MAX_SWITCHES as MAX_METER_SWITCHES
@@ -60,9 +61,10 @@ def run_highlight(backend: Backend, text: str, file: str | None, name: str, eps,
         raise ValueError(f"the text has {len(text):,} characters; highlighting takes at most {MAX_HIGHLIGHT_CHARS:,}. "
                          "Paste the part you want to look at, or use python -m lmswitch highlight --file")
     switch = session.get(name, library)
-    result = highlight(lm, switch, text, eps=number(eps, "ε"), max_span=number(max_span, "max span", int),
-                       n_spans=number(n_spans, "spans", int))
-    meter = measure(lm, [session.get(n, library) for n in session.available(library)][:MAX_METER_SWITCHES], text)
+    eps, max_span, n_spans = number(eps, "ε"), number(max_span, "max span", int), number(n_spans, "spans", int)
+    encoded = encode_text(lm, text)  # one body pass, read by both lenses
+    result = highlight(lm, switch, encoded, eps=eps, max_span=max_span, n_spans=n_spans)
+    meter = measure(lm, [session.get(n, library) for n in session.available(library)][:MAX_METER_SWITCHES], encoded)
     return result.highlighted, result.word_heatmap(), figures.meter_figure(meter), _summary(result, meter)
 
 
