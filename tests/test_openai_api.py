@@ -110,3 +110,26 @@ def test_the_api_key_is_required_and_oversized_bodies_are_refused(app_server, cl
     assert client.completions.create(model="smollm2-135m", prompt=PROMPT, max_tokens=2, seed=0).choices[0].text  # still serving
     models = httpx.get(f"{app_server.url}/v1/models", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=30).json()
     assert models["lmswitch"]["in_flight"] == 0  # every request of this module gave its slot back
+
+
+@pytest.mark.parametrize("extra", [{}, {"guide": 4, "switches": {"sentiment": 4}}], ids=["plain", "guided"])
+def test_a_request_whose_client_left_stops_generating(app_server, client, lm32, extra):
+    """A non-streaming request of the longest length, whose client gives up after a second: the server notices the
+    disconnect and stops its generation (which would run for tens of seconds), freeing its slot within seconds."""
+    import time
+
+    def in_flight() -> int:
+        models = httpx.get(f"{app_server.url}/v1/models", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=30).json()
+        return models["lmswitch"]["in_flight"]
+
+    assert in_flight() == 0
+    impatient = client.with_options(timeout=1.0)
+    with pytest.raises(openai.APITimeoutError):
+        impatient.completions.create(model=lm32.name, prompt=PROMPT, max_tokens=1024, seed=5, temperature=1.5, top_p=1.0,
+                                     extra_body=extra)
+    left = time.monotonic()
+    while in_flight() and time.monotonic() - left < 6:
+        time.sleep(0.1)
+    assert in_flight() == 0, "the abandoned request is still generating"
+    done = client.completions.create(model=lm32.name, prompt=PROMPT, max_tokens=4, seed=3)  # serving as before
+    assert done.usage.completion_tokens <= 4

@@ -480,9 +480,13 @@ class Batcher:
             self._schedule()
         return _Stream(request)
 
-    def generate(self, prompt: Prompt, setting: Setting, *, seed: int, options: SamplingOptions) -> Row:
-        """:meth:`stream` to the end: the finished :class:`Row`."""
-        *_, row = self.stream(prompt, setting, seed=seed, options=options)
+    def generate(self, prompt: Prompt, setting: Setting, *, seed: int, options: SamplingOptions,
+                 cancel: threading.Event | None = None) -> Row | None:
+        """:meth:`stream` to the end: the finished :class:`Row` (None when ``cancel`` dropped the request before it had
+        one)."""
+        row = None
+        for item in self.stream(prompt, setting, seed=seed, options=options, cancel=cancel):
+            row = item if isinstance(item, Row) else row
         return row
 
     def _schedule(self) -> None:  # with self.lock held

@@ -18,6 +18,7 @@ from the app's switch folder (a session's private switches are not visible here)
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import secrets
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from jinja2 import TemplateError
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 from starlette.concurrency import run_in_threadpool
@@ -186,9 +187,11 @@ class OpenAIApi:
             return ApiError(400, str(err)).response()
         if job.stream:
             return StreamingResponse(_Releasing(self._events(job, release), release), media_type="text/event-stream")
+        gone = threading.Event()  # set when the client disconnects: its generation stops at its next step or piece
+        watcher = asyncio.create_task(_watch(request, gone))
         try:
             row = await run_in_threadpool(self.backend.batcher(job.lm).generate, job.prompt, job.setting, seed=job.seed,
-                                          options=job.options)
+                                          options=job.options, cancel=gone)
         except Busy as err:
             return ApiError(503, str(err), kind="server_error", code="busy").response()
         except USER_ERRORS as err:
@@ -196,7 +199,10 @@ class OpenAIApi:
         except Exception as err:  # a bug, not the request: still an OpenAI error object, and the server keeps serving
             return ApiError(500, f"{type(err).__name__}: {err}", kind="server_error").response()
         finally:
+            watcher.cancel()
             release()
+        if gone.is_set() or row is None:  # nobody reads the answer
+            return Response(status_code=499)
         return JSONResponse(_completion(job, row))
 
     def _take_slot(self) -> Callable[[], None]:
@@ -338,6 +344,14 @@ class _Releasing:
             release()
 
     __del__ = close
+
+
+async def _watch(request: Request, gone: threading.Event, every: float = 0.2) -> None:
+    """Set ``gone`` once the client of a non-streaming request has disconnected (a streaming one's generation stops
+    when its response stops being read)."""
+    while not await request.is_disconnected():
+        await asyncio.sleep(every)
+    gone.set()
 
 
 def _event(data: dict) -> str:
