@@ -235,3 +235,21 @@ def test_the_joint_search_finds_what_a_general_bounded_optimiser_finds(gpt2_lm, 
     g = surface.derivatives(found)[1]
     free = np.abs(np.abs(found) - bound) > 1e-9
     assert np.abs(g[free]).max() < 1e-6  # a stationary point in the free coordinates
+
+
+def test_a_reading_is_the_meters_row_and_the_highlights_changes(gpt2_lm):
+    """``reading``: one switch's measure row (ε 0 alone on its curve) and each token's change at an ε, as the highlight
+    lens computes it with two more head passes; and the highlight built from those changes is the highlight."""
+    from lmswitch.lenses.meter import reading
+    from lmswitch.lenses.spans import highlight, highlight_changes
+
+    switch, enc = strong_switch(gpt2_lm, 3), encode_text(gpt2_lm, TEXT)
+    row, changes = reading(gpt2_lm, switch, enc, changes_at=-4.0)
+    assert row == measure(gpt2_lm, switch, enc, grid=[0.0]).switches[0]
+    direct = highlight(gpt2_lm, switch, enc, eps=-4.0, max_span=3, n_spans=2)
+    assert changes == pytest.approx([t.delta for t in direct.tokens], abs=1e-4) and changes[0] == 0.0
+    shared = highlight_changes(switch, enc, changes, eps=-4.0, max_span=3, n_spans=2).spans
+    assert [(s.start, s.end, s.tokens) for s in shared] == [(s.start, s.end, s.tokens) for s in direct.spans]
+    assert [s.score for s in shared] == pytest.approx([s.score for s in direct.spans], abs=1e-4)
+    with pytest.raises(ValueError, match="one change per token"):
+        highlight_changes(switch, enc, changes[:-1], eps=-4.0)

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from lmswitch.core.hidden import READ_CHARS, EncodedText, check_text, encode_text
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.switch import Switch
-from lmswitch.lenses.meter import MeterRow, measure
-from lmswitch.lenses.spans import Span, highlight
+from lmswitch.lenses.meter import MeterRow, measure, reading
+from lmswitch.lenses.spans import DEFAULT_EPS, Span, highlight_changes
 from lmswitch.lenses.svd import promoted_words
 
 MAX_CHARS = READ_CHARS  # the most read of each document
@@ -93,8 +93,7 @@ def what_was_learned(
     other_text, other_cut = _excerpt(check_text(other, "other document"), max_chars) if other is not None else ("", False)
     changes = promoted_words(lm, switch, words=words)
     encoded = _encoded(lm, text, read) if text else None  # at most one body pass per document, read by both lenses
-    found = _top_spans(lm, switch, encoded, spans) if encoded else []
-    own = _meter(lm, switch, encoded) if encoded else None
+    own, found = _own_reading(lm, switch, encoded, spans) if encoded else (None, [])
     other_row = _meter(lm, switch, _encoded(lm, other_text, read)) if other_text else None
     return Learned(
         switch=switch.name,
@@ -126,10 +125,12 @@ def _excerpt(text: str, max_chars: int) -> tuple[str, bool]:
     return (head[:cut] if cut > max_chars // 2 else head).rstrip(), True
 
 
-def _top_spans(lm: LanguageModel, switch: Switch, text: EncodedText, n: int) -> list[Span]:
-    """The highlight's spans toward the positive side that do read more like it (summed Δ > 0), strongest first."""
-    found = highlight(lm, switch, text, n_spans=n).spans
-    return sorted((s for s in found if s.score > 0), key=lambda s: -s.score)
+def _own_reading(lm: LanguageModel, switch: Switch, text: EncodedText, n: int) -> tuple[MeterRow, list[Span]]:
+    """The style meter's reading of the training document, and the highlight's spans toward the positive side that do
+    read more like it (summed Δ > 0), strongest first: both from one set of cached logits."""
+    row, delta = reading(lm, switch, text, changes_at=DEFAULT_EPS)
+    found = highlight_changes(switch, text, delta, eps=DEFAULT_EPS, n_spans=n).spans
+    return row, sorted((s for s in found if s.score > 0), key=lambda s: -s.score)
 
 
 def _meter(lm: LanguageModel, switch: Switch, text: EncodedText) -> MeterRow:

@@ -113,6 +113,15 @@ class _Surface:
         self._values[key] = total / n
         return total / n
 
+    @torch.no_grad()
+    def token_logliks(self, eps: Sequence[float]) -> torch.Tensor:
+        """Each scored token's log-likelihood at ``eps``, ``(n,)`` float64."""
+        parts = []
+        for L0, Ds, y in self._pieces():
+            z = self._logits(L0, Ds, eps)
+            parts.append((z.gather(1, y)[:, 0] - torch.logsumexp(z, dim=-1)).double())
+        return torch.cat(parts)
+
     def _logits(self, L0: torch.Tensor, Ds: list[torch.Tensor], eps: Sequence[float]) -> torch.Tensor:
         """The (soft-capped) logits of a piece at ``eps``: a new tensor."""
         return self.lm.softcap(_raw_at(L0, Ds, eps))
@@ -338,7 +347,26 @@ def measure(
     switches = _checked_switches(lm, switches)
     grid = _checked_grid(grid, points, bound)
     enc, hidden, targets = _scored_states(lm, text)
+    return _measured(_Surface(lm, hidden, targets, switches), switches, enc, grid, points, bound)
+
+
+def reading(lm: LanguageModel, switch: Switch, text: EncodedText, changes_at: float) -> tuple[MeterRow, np.ndarray]:
+    """One switch's :func:`measure` row for ``text`` (no curve: its grid is ε 0 alone) and each token's log-likelihood
+    change at ε ``changes_at`` (0 for an unscored token): what :func:`~lmswitch.lenses.spans.highlight` reads, from
+    the same cached logits instead of two more passes of the head over the vocabulary."""
+    switches = _checked_switches(lm, switch)
+    enc, hidden, targets = _scored_states(lm, text)
     surface = _Surface(lm, hidden, targets, switches)
+    row = _measured(surface, switches, enc, [0.0], 2, None).switches[0]
+    changes = np.zeros(enc.n_tokens)
+    changes[enc.scored.numpy()] = (surface.token_logliks([changes_at]) - surface.token_logliks([0.0])).cpu().numpy()
+    return row, changes
+
+
+def _measured(surface: _Surface, switches: list[Switch], enc: EncodedText, grid: list[float] | None, points: int,
+              bound: float | None) -> Measurement:
+    """:func:`measure` on the surface of ``enc``'s scored tokens."""
+    targets = surface.targets
     base = surface.value([0.0] * len(switches))
     curves = _curves(surface, switches, grid, points)
     bounds = [(-bound, bound) if bound else (float(s.eps_range[0]), float(s.eps_range[1])) for s in switches]

@@ -21,6 +21,8 @@ from lmswitch.core.models import LanguageModel
 from lmswitch.core.steering import Setting, check_setting, steering_matrix
 from lmswitch.core.switch import Switch
 
+DEFAULT_EPS = 5.0  # the steering a highlight compares with the unsteered model, unless told (ε0 units)
+
 
 @dataclass(frozen=True)
 class Span:
@@ -221,7 +223,7 @@ def highlight(
     switch: Switch,
     text: str | EncodedText,
     *,
-    eps: float = 5.0,
+    eps: float = DEFAULT_EPS,
     max_span: int = 5,
     n_spans: int = 1,
 ) -> Highlight:
@@ -247,14 +249,29 @@ def highlight(
     >>> h.spans[0].text                                                                     # doctest: +SKIP
     'a complete idiot'
     """
-    if not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps == 0:
-        raise ValueError(f"eps must be a finite non-zero number (in eps0 units); got {eps!r}")
+    _check_eps(eps)
     _check_span_args(max_span, n_spans)  # before the model pass: fail fast
     setting = [(switch, float(eps))]
     check_setting(lm, setting)
     enc = text if isinstance(text, EncodedText) else encode_text(lm, text)
+    return highlight_changes(switch, enc, _token_deltas(lm, enc, steering_matrix(setting)), eps=eps, max_span=max_span,
+                             n_spans=n_spans)
+
+
+def _check_eps(eps: object) -> None:
+    if not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps == 0:
+        raise ValueError(f"eps must be a finite non-zero number (in eps0 units); got {eps!r}")
+
+
+def highlight_changes(switch: Switch, enc: EncodedText, delta: np.ndarray, *, eps: float, max_span: int = 5,
+                      n_spans: int = 1) -> Highlight:
+    """:func:`highlight` of an encoded text whose per-token changes ``delta`` at ``eps`` are already known (the style
+    meter's :func:`~lmswitch.lenses.meter.reading` gives them from its own cached logits)."""
+    _check_eps(eps)
+    _check_span_args(max_span, n_spans)
+    if np.shape(delta) != (enc.n_tokens,):
+        raise ValueError(f"delta must hold one change per token of the text ({enc.n_tokens}); got shape {np.shape(delta)}")
     text = enc.text
-    delta = _token_deltas(lm, enc, steering_matrix(setting))
     bounds, pieces = enc.boundaries(), enc.pieces()
     label = switch.positive_label if eps > 0 else switch.negative_label
     spans = _spans(text, bounds, delta, max_span, n_spans)
