@@ -243,3 +243,17 @@ def test_words_the_model_writes_less_are_listed_after_those_it_writes(make_lm, m
         flags = [w.written for w in pole]
         assert flags == [bool(written[lm.tokenizer.convert_tokens_to_ids(w.word)]) for w in pole]
         assert flags == sorted(flags, reverse=True) and True in flags and False in flags  # the written words first
+
+
+def test_the_inspect_lenses_let_a_servers_other_users_go_first(gpt2_lm):
+    """The Inspect tab's lenses run as a server's background work (~0.5 s on the embedded model): pause points after
+    the SVD and before each batch of word checks, where other users' next tokens run (lmswitch.core.pause)."""
+    from lmswitch.core.pause import pausing
+
+    switch = random_switch(gpt2_lm, seed=4, scale=20.0)
+    svd_dimensions(gpt2_lm, switch, dims=2, words=3)  # the reference's written words are read (with pauses of their own)
+    for lens in (lambda: svd_dimensions(gpt2_lm, switch, dims=2, words=3), lambda: word_map(gpt2_lm, switch, words=3)):
+        pauses: list[int] = []
+        with pausing(lambda p=pauses: p.append(1)):
+            lens()
+        assert len(pauses) >= 2

@@ -268,6 +268,7 @@ def _top_words(lm: LanguageModel, rankings: torch.Tensor, ids: torch.Tensor, sur
     seen: list[set[str]] = [set() for _ in orders]
     pos = [0] * len(orders)
     while True:
+        pause_point()
         pending: list[tuple[int, int]] = []  # (row, word index)
         for r, order in enumerate(orders):
             want = n - len(outs[r])
@@ -315,6 +316,7 @@ def _directions(lm: LanguageModel, switch: Switch, k: int, reference: list[str] 
     switch.check_model(lm)
     W = switch.W.double()
     U, S, Vh = torch.linalg.svd(W)  # W = U diag(S) Vh; columns of U: word side, rows of Vh: context side
+    pause_point()  # the Inspect tab's lenses take ~0.5 s in all: a server's other users go first at these points
     k = min(k, len(S))
     C = reference_hidden(lm, reference).double().to(W.device)  # (N, d)
     a = C @ Vh[:k].T  # (N, k): context terms v_iᵀ c

@@ -30,7 +30,7 @@ def _dimension_row(d: Dimension) -> list:
 
 
 @user_errors
-@computed(background=False)
+@computed
 def inspect_switch(backend: Backend, name: str, dims, words, session: Session):
     """SVD table (both poles, the promoted one marked), spectrum, word map and the promoted/suppressed words."""
     lm, library = backend.get(session=session)
