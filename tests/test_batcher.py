@@ -426,3 +426,22 @@ def test_requests_decoded_among_candidates_wait_their_turn_and_count_towards_the
     assert len(ticks) <= 4, len(ticks)  # no tick spun while they waited for the decode (one to start each, maybe one more)
     for row, (p, setting, seed) in zip(rows, [(WORDS, [(a, 4.0)], 1), ("beta", [(a, 2.0)], 2), ("gamma", [(a, -2.0)], 3)], strict=True):
         assert row.text == generate_tokens(llama_lm, [p], [setting], [seed], options).texts[0]
+
+
+def test_a_request_dropped_while_it_waits_ends_its_stream(llama_lm):
+    """A request whose user moved on (its stop flag set) while it waited for a decode of its kind: its reader, waiting
+    for a first token that will never come, gets the end of its stream, and ``generate`` returns None. (A reader left
+    waiting there holds a server thread, and an OpenAI request's slot, for good.)"""
+    batcher = Batcher(llama_lm, ComputeThread())
+    cancel, result = threading.Event(), {}
+    release = held(batcher.compute)
+    running = batcher.stream(WORDS, [], seed=1, options=SamplingOptions(max_new_tokens=8))
+    other_kind = SamplingOptions(max_new_tokens=8, temperature=0.5)  # waits: a rolling decode takes requests of its key
+    reader = threading.Thread(target=lambda: result.update(row=batcher.generate("beta", [], seed=2, options=other_kind,
+                                                                               cancel=cancel)))
+    reader.start()
+    cancel.set()
+    release.set()
+    reader.join(timeout=30)
+    assert not reader.is_alive() and result == {"row": None}
+    assert isinstance(list(running)[-1], Row)  # the decode under way is served as before

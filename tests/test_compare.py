@@ -136,3 +136,27 @@ def test_through_the_batcher_the_per_token_changes_come_from_the_decode_without_
         assert (mine.text, mine.token, mine.start, mine.end, mine.scored) == (theirs.text, theirs.token, theirs.start, theirs.end, theirs.scored)
         assert mine.logp_base == pytest.approx(theirs.logp_base, abs=1e-4) and mine.delta == pytest.approx(theirs.delta, abs=1e-4)
         assert [a.token for a in mine.promoted] == [a.token for a in theirs.promoted]
+
+
+def test_through_the_batcher_a_comparison_stopped_while_it_waits_ends(llama_lm):
+    """A user's newer request sets the stop flag of their comparison while its rows still wait for a decode (another
+    sampling setting's decode is under way): the comparison ends, instead of its reader waiting for good."""
+    from tiny import held
+
+    from lmswitch.serve.batcher import Batcher
+
+    compute = ComputeThread()
+    batcher = Batcher(llama_lm, compute)
+    stop, seen = threading.Event(), []
+    release = held(compute)
+    batcher.stream("alpha", [], seed=1, options=SamplingOptions(max_new_tokens=8))  # the decode under way
+    waiting = SamplingOptions(max_new_tokens=8, temperature=0.5)
+    reader = threading.Thread(target=lambda: seen.extend(compare(llama_lm, "alpha beta", [(random_switch(llama_lm, seed=1), 4.0)],
+                                                                 options=waiting, compute=compute, stop=stop, batcher=batcher)))
+    reader.start()
+    while len(batcher.waiting) < 3:  # its steered and unsteered rows wait behind the first request
+        threading.Event().wait(0.01)
+    stop.set()
+    release.set()
+    reader.join(timeout=30)
+    assert not reader.is_alive() and not any(isinstance(x, Comparison) for x in seen)

@@ -154,6 +154,9 @@ class _AllGone(StoppingCriteria):
         return torch.full((input_ids.shape[0],), self.is_set(), dtype=torch.bool, device=input_ids.device)
 
 
+DROPPED = object()  # what a request dropped before its decode began gets instead of text: its stream ends there
+
+
 class _Stream:
     """A request's results as they come; closing it (or dropping it, read or not) tells the batcher nobody listens."""
 
@@ -167,6 +170,9 @@ class _Stream:
         if self.request.gone.is_set():
             raise StopIteration
         item = self.request.out.get()
+        if item is DROPPED:
+            self.close()
+            raise StopIteration
         if isinstance(item, BaseException):
             self.close()
             raise item
@@ -482,8 +488,8 @@ class Batcher:
 
     def generate(self, prompt: Prompt, setting: Setting, *, seed: int, options: SamplingOptions,
                  cancel: threading.Event | None = None) -> Row | None:
-        """:meth:`stream` to the end: the finished :class:`Row` (None when ``cancel`` dropped the request before it had
-        one)."""
+        """:meth:`stream` to the end: the finished :class:`Row` (None when ``cancel`` dropped the request while it waited
+        for a decode; dropped during one, the :class:`Row` of what there was)."""
         row = None
         for item in self.stream(prompt, setting, seed=seed, options=options, cancel=cancel):
             row = item if isinstance(item, Row) else row
@@ -503,7 +509,9 @@ class Batcher:
         rows (one at least, even when its n candidates alone are more); else only the others (the rows a rolling decode
         can take)."""
         with self.lock:
-            self.waiting = [r for r in self.waiting if not r.dropped()]
+            for r in [r for r in self.waiting if r.dropped()]:
+                self.waiting.remove(r)
+                r.out.put(DROPPED)  # its reader (waiting for a first item that will never come) stops
             kind = [r for r in self.waiting if (r.options.candidates > 1) == whole]
             if not kind or room < 1:
                 return []

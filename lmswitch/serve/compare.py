@@ -125,7 +125,10 @@ def _batched_rows(batcher: Batcher, prompt: str, rows: list[Setting], seed: int,
         while not all(isinstance(x, Row) for x in outputs):
             for i, stream in enumerate(streams):
                 if not isinstance(outputs[i], Row):
-                    outputs[i] = next(stream)
+                    item = next(stream, None)
+                    if item is None:  # dropped (``stop``) while it waited for a decode
+                        return
+                    outputs[i] = item
             yield list(outputs)
     finally:
         for stream in streams:
