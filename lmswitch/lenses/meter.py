@@ -217,12 +217,15 @@ NEWTON_ITERATIONS = 50
 # (~1e-7 nats per token) moves the maximum by ~1e-5 on a short text's flattest surfaces
 NEWTON_TOL = 1e-5
 NOISE = 1e-6  # nats per token: below this predicted gain a value comparison is rounding (float32 sums)
+BOUND_SHARE = 1e-3  # of the box's width: how near its bound a coordinate pushed outward can be held there
 
 
 def _projected_newton(derivatives: Callable[[np.ndarray], tuple[float, np.ndarray, np.ndarray]],
                       value: Callable[[np.ndarray], float], lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """The maximiser of a smooth function in the box ``[lo, hi]``, from 0 clipped into it: Newton steps on the
-    coordinates not pressed on a bound, projected back into the box, with an Armijo backtrack on ``value``.
+    coordinates not held at a bound, projected back into the box, with an Armijo backtrack on ``value`` (Bertsekas'
+    projected Newton method: a coordinate the slope pushes outward within ε of its bound is held there, ε shrinking
+    with the projected gradient).
 
     The meter's surface is concave (without soft-capping), so each step is a Newton step and the search ends in
     a handful of evaluations (scipy's trust-constr, before, took 20–30); where soft-capping makes the
@@ -230,21 +233,25 @@ def _projected_newton(derivatives: Callable[[np.ndarray], tuple[float, np.ndarra
     x = np.clip(np.zeros(len(lo)), lo, hi)
     f, g, H = derivatives(x)
     for _ in range(NEWTON_ITERATIONS):
-        held = ((x <= lo) & (g < 0)) | ((x >= hi) & (g > 0))  # pressed on a bound, and the slope pushes outward
-        step = np.zeros_like(x)
+        if not (np.isfinite(g).all() and np.isfinite(H).all()):  # a surface that is not finite here: stop where it is
+            return x
+        near = min(BOUND_SHARE * float((hi - lo).max()), float(np.abs(np.clip(x + g, lo, hi) - x).max()))
+        held = ((x <= lo + near) & (g < 0)) | ((x >= hi - near) & (g > 0))
+        step = np.where(held, np.where(g < 0, lo, hi) - x, 0.0)  # a held coordinate goes onto its bound
         if (~held).any():
             step[~held] = _ascent(g[~held], H[np.ix_(~held, ~held)])
         new = np.clip(x + step, lo, hi)
         if np.abs(new - x).max() < NEWTON_TOL:  # converged: the step is below what best_eps reports
-            return x
+            return np.where(held, new, x)  # (held ones exactly on their bound)
         gain = float(g @ (new - x))
-        f_new, g_new, H_new = derivatives(new)
-        if gain > NOISE and f_new < f + 1e-4 * gain:  # too long a step: backtrack along the projected path
+        f_new, g_new, H_new = derivatives(new) if gain > 0 else (f, g, H)
+        # a step that is not uphill at first order (the box cut it), or too long: backtrack along the projected path.
+        # Below NOISE the values' rounding outweighs the step's gain, and the Newton step is trusted
+        if gain <= 0 or (gain > NOISE and f_new < f + 1e-4 * gain):
             new = _backtrack(value, x, f, g, step, lo, hi)
             if new is None:  # no step goes uphill: x is the maximum to the surface's rounding
                 return x
             f_new, g_new, H_new = derivatives(new)
-        # (below NOISE the values' rounding outweighs the step's gain, and the Newton step is trusted)
         x, f, g, H = new, f_new, g_new, H_new
     return x
 
@@ -263,11 +270,11 @@ def _backtrack(value: Callable[[np.ndarray], float], x: np.ndarray, f: float, g:
 
 
 def _ascent(g: np.ndarray, H: np.ndarray) -> np.ndarray:
-    """The Newton step ``−H⁻¹ g`` uphill; where ``−H`` is not positive definite, ``−H + μ I`` with the least ``μ`` that
-    makes it so (a concave surface's step is the plain Newton step)."""
+    """The Newton step ``−H⁻¹ g`` uphill; where ``−H`` is not positive definite, ``−H + μ I`` with ``μ`` within a
+    factor of two of the least that makes it so (a concave surface's step is the plain Newton step)."""
     A = -H
     shift = 0.0
-    scale = max(float(np.abs(np.diag(A)).max()), 1e-12)
+    scale = max(float(np.abs(A).max()), 1e-12)
     for _ in range(60):
         try:
             L = np.linalg.cholesky(A + shift * np.eye(len(g)))
@@ -275,7 +282,7 @@ def _ascent(g: np.ndarray, H: np.ndarray) -> np.ndarray:
             shift = max(2 * shift, 1e-10 * scale)
             continue
         return scipy.linalg.cho_solve((L, True), g)
-    return g / scale  # (unreachable for finite derivatives) a gradient step
+    return g / scale  # (not reached for finite derivatives: a shift of ~1e8 of the largest entry suffices)
 
 
 def _scored_states(lm: LanguageModel, text: str | EncodedText) -> tuple:

@@ -249,8 +249,7 @@ def highlight(
     >>> h.spans[0].text                                                                     # doctest: +SKIP
     'a complete idiot'
     """
-    _check_eps(eps)
-    _check_span_args(max_span, n_spans)  # before the model pass: fail fast
+    check_highlight_args(eps, max_span, n_spans)  # before the model pass: fail fast
     setting = [(switch, float(eps))]
     check_setting(lm, setting)
     enc = text if isinstance(text, EncodedText) else encode_text(lm, text)
@@ -258,17 +257,18 @@ def highlight(
                              n_spans=n_spans)
 
 
-def _check_eps(eps: object) -> None:
+def check_highlight_args(eps: object, max_span: object, n_spans: object) -> None:
+    """Refuse settings :func:`highlight` cannot use (a caller about to read the text can check them first)."""
     if not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps == 0:
         raise ValueError(f"eps must be a finite non-zero number (in eps0 units); got {eps!r}")
+    _check_span_args(max_span, n_spans)
 
 
 def highlight_changes(switch: Switch, enc: EncodedText, delta: np.ndarray, *, eps: float, max_span: int = 5,
                       n_spans: int = 1) -> Highlight:
     """:func:`highlight` of an encoded text whose per-token changes ``delta`` at ``eps`` are already known (the style
     meter's :func:`~lmswitch.lenses.meter.reading` gives them from its own cached logits)."""
-    _check_eps(eps)
-    _check_span_args(max_span, n_spans)
+    check_highlight_args(eps, max_span, n_spans)
     if np.shape(delta) != (enc.n_tokens,):
         raise ValueError(f"delta must hold one change per token of the text ({enc.n_tokens}); got shape {np.shape(delta)}")
     text = enc.text

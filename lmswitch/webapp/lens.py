@@ -9,7 +9,7 @@ from lmswitch.harness import figures
 from lmswitch.io.resources import examples_dir
 from lmswitch.lenses.meter import MAX_SWITCHES as MAX_METER_SWITCHES
 from lmswitch.lenses.meter import Measurement, measure
-from lmswitch.lenses.spans import Highlight, highlight
+from lmswitch.lenses.spans import Highlight, check_highlight_args, highlight
 from lmswitch.lenses.svd import Dimension, promoted_words, svd_dimensions, word_map
 from lmswitch.serve.session import Session
 from lmswitch.webapp.backend import Backend, computed, user_errors
@@ -62,6 +62,7 @@ def run_highlight(backend: Backend, text: str, file: str | None, name: str, eps,
                          "Paste the part you want to look at, or use python -m lmswitch highlight --file")
     switch = session.get(name, library)
     eps, max_span, n_spans = number(eps, "ε"), number(max_span, "max span", int), number(n_spans, "spans", int)
+    check_highlight_args(eps, max_span, n_spans)  # before the body pass
     encoded = encode_text(lm, text)  # one body pass, read by both lenses
     result = highlight(lm, switch, encoded, eps=eps, max_span=max_span, n_spans=n_spans)
     meter = measure(lm, [session.get(n, library) for n in session.available(library)][:MAX_METER_SWITCHES], encoded)
