@@ -349,8 +349,11 @@ class _Releasing:
 async def _watch(request: Request, gone: threading.Event, every: float = 0.2) -> None:
     """Set ``gone`` once the client of a non-streaming request has disconnected (a streaming one's generation stops
     when its response stops being read)."""
-    while not await request.is_disconnected():
-        await asyncio.sleep(every)
+    try:
+        while not await request.is_disconnected():
+            await asyncio.sleep(every)
+    except Exception:  # (the connection's state cannot be read: treat the client as gone)
+        pass
     gone.set()
 
 
