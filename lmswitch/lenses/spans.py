@@ -22,6 +22,7 @@ from lmswitch.core.steering import Setting, check_setting, steering_matrix
 from lmswitch.core.switch import Switch
 
 DEFAULT_EPS = 5.0  # the steering a highlight compares with the unsteered model, unless told (ε0 units)
+DEFAULT_MAX_SPAN = 5  # tokens per span, unless told
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,7 @@ def _check_span_args(max_span: object, n_spans: object) -> None:
         raise ValueError(f"n_spans must be an integer ≥ 1; got {n_spans!r}")
 
 
-def best_spans(scores: Sequence[float], max_span: int = 5, n_spans: int = 1) -> list[tuple[int, int, float]]:
+def best_spans(scores: Sequence[float], max_span: int = DEFAULT_MAX_SPAN, n_spans: int = 1) -> list[tuple[int, int, float]]:
     """The ``n_spans`` non-overlapping runs of ≤ ``max_span`` items with the largest total score.
 
     Exact O(n · n_spans · max_span) dynamic programming. Exactly
@@ -224,7 +225,7 @@ def highlight(
     text: str | EncodedText,
     *,
     eps: float = DEFAULT_EPS,
-    max_span: int = 5,
+    max_span: int = DEFAULT_MAX_SPAN,
     n_spans: int = 1,
 ) -> Highlight:
     """The most style-indicative span(s) of ``text`` for ``switch`` at ``eps`` (ε0 units).
@@ -264,7 +265,7 @@ def check_highlight_args(eps: object, max_span: object, n_spans: object) -> None
     _check_span_args(max_span, n_spans)
 
 
-def highlight_changes(switch: Switch, enc: EncodedText, delta: np.ndarray, *, eps: float, max_span: int = 5,
+def highlight_changes(switch: Switch, enc: EncodedText, delta: np.ndarray, *, eps: float, max_span: int = DEFAULT_MAX_SPAN,
                       n_spans: int = 1) -> Highlight:
     """:func:`highlight` of an encoded text whose per-token changes ``delta`` at ``eps`` are already known (the style
     meter's :func:`~lmswitch.lenses.meter.reading` gives them from its own cached logits)."""

@@ -144,7 +144,7 @@ class Backend:
 
     def model(self, name: str) -> tuple[LanguageModel, SwitchLibrary]:
         """Model ``name`` and its switch library, loading it the first time: in the caller's thread, so the compute
-        thread goes on serving other users meanwhile (Gemma-3-270M takes ~6 s to load on 2 cores), once however many
+        thread goes on serving other users meanwhile (Gemma-3-270M takes 4–6 s to load on 2 cores), once however many
         sessions ask at the same time; then it is served from the compute thread like the others."""
         self.get()
         if name not in self.models:
