@@ -562,6 +562,12 @@ def test_highlight_returns_spans_heatmap_and_meter(backend, llama_lm, monkeypatc
     assert all(-1 <= v <= 1 for _, v in heat)
     assert len(meter_fig.data) == 2 * 2  # a curve and a best-ε marker per switch
     assert "Style meter" in summary and "alpha" in summary and "beta" in summary
+    import re
+
+    labels = {"alpha": ("warm", "cold"), "beta": ("positive", "negative")}
+    shown = re.findall(r"\*\*(\w+)\*\*: best ε ([+-][\d.]+) → \*(\w+)\*", summary)
+    assert len(shown) == 2 and all(abs(float(eps)) >= 0.1 for _, eps, _ in shown)
+    assert all(side == labels[name][eps[0] == "-"] for name, eps, side in shown), shown  # the side of the ε shown
     direct = ls.highlight(llama_lm, backend.library.get("alpha"), text, eps=-4, max_span=3, n_spans=2)
     assert spans == direct.highlighted
 
