@@ -45,6 +45,12 @@ class MeterRow:
     at_bound: bool  # best_eps pressed on the edge of the allowed range
     label: str | None  # the label on the side of best_eps's sign (None at exactly 0)
 
+    @property
+    def label_alone(self) -> str | None:
+        """The label on the side of ``best_eps_alone``'s sign (None at exactly 0): the switch read by itself."""
+        e = self.best_eps_alone
+        return self.positive_label if e > 0 else self.negative_label if e < 0 else None
+
 
 @dataclass(frozen=True)
 class Measurement:
@@ -105,13 +111,8 @@ class _Surface:
         key = np.asarray(eps, dtype=np.float64).tobytes()
         if key in self._values:  # the meter asks for ε = 0 and the best ε more than once
             return self._values[key]
-        total, n = 0.0, len(self.targets)
-        for L0, Ds, y in self._pieces():
-            z = self._logits(L0, Ds, eps)
-            total += float((z.gather(1, y)[:, 0] - torch.logsumexp(z, dim=-1)).double().sum())
-        self.evaluations += 1
-        self._values[key] = total / n
-        return total / n
+        self._values[key] = float(self.token_logliks(eps).sum()) / len(self.targets)
+        return self._values[key]
 
     @torch.no_grad()
     def token_logliks(self, eps: Sequence[float]) -> torch.Tensor:
@@ -120,6 +121,7 @@ class _Surface:
         for L0, Ds, y in self._pieces():
             z = self._logits(L0, Ds, eps)
             parts.append((z.gather(1, y)[:, 0] - torch.logsumexp(z, dim=-1)).double())
+        self.evaluations += 1
         return torch.cat(parts)
 
     def _logits(self, L0: torch.Tensor, Ds: list[torch.Tensor], eps: Sequence[float]) -> torch.Tensor:

@@ -8,7 +8,7 @@ from lmswitch.core.hidden import encode_text
 from lmswitch.harness import figures
 from lmswitch.io.resources import examples_dir
 from lmswitch.lenses.meter import MAX_SWITCHES as MAX_METER_SWITCHES
-from lmswitch.lenses.meter import Measurement, MeterRow, measure
+from lmswitch.lenses.meter import Measurement, measure
 from lmswitch.lenses.spans import Highlight, check_highlight_args, highlight
 from lmswitch.lenses.svd import Dimension, promoted_words, svd_dimensions, word_map
 from lmswitch.serve.session import Session
@@ -44,14 +44,8 @@ def inspect_switch(backend: Backend, name: str, dims, words, session: Session):
             figures.word_map_figure(word_map(lm, switch, words=min(words, MAP_WORDS))), word_rows)
 
 
-def _side(row: MeterRow) -> str:
-    """The label on the side of the switch's own best ε (the one shown; ``row.label`` follows the joint best ε)."""
-    e = row.best_eps_alone
-    return row.positive_label if e > 0 else row.negative_label if e < 0 else "neither"
-
-
 def _summary(result: Highlight, meter: Measurement) -> str:
-    lines = [f"- **{r.name}**: best ε {r.best_eps_alone:+.1f} → *{_side(r)}* "
+    lines = [f"- **{r.name}**: best ε {r.best_eps_alone:+.1f} → *{r.label_alone or 'neither'}* "
              f"(evidence {r.evidence_nats:.1f} nats{'; weak' if r.evidence_nats < 1 else ''})" for r in meter.switches]
     spans = "; ".join(f"“{s.text}” ({s.score:+.2f})" for s in result.spans) or "none"
     return f"**Spans toward {result.label}:** {spans}\n\n**Style meter** ({meter.scored_tokens} tokens):\n" + "\n".join(lines)
