@@ -533,6 +533,10 @@ def test_import_validates_the_file(backend, tmp_path, llama_lm, make_lm):
         with pytest.raises(gr.Error, match=match):
             app.import_switch(backend, str(path), session, *[None] * 7)
     assert session.available(backend.library) == ["alpha", "beta", "imported"]
+    # a switch named by a script, where names are free, comes in under a usable form of its name
+    spaced = random_switch(llama_lm, seed=12, name="My Switch (v2)").save(tmp_path / "spaced.safetensors")
+    assert "Imported 'My-Switch-v2'" in app.import_switch(backend, str(spaced), session, *[None] * 7)[0]
+    assert session.available(backend.library)[-1] == "My-Switch-v2"
 
 
 # --- inspect and highlight ------------------------------------------------------------------

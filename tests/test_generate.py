@@ -376,3 +376,13 @@ def test_best_of_keeps_the_candidate_its_steered_model_finds_likeliest(tiny_lm):
 def test_bad_best_of_is_refused(tiny_lm, options, match):
     with pytest.raises(ValueError, match=match):
         generate(tiny_lm, PROMPT, [], **options)
+
+
+def test_numpy_numbers_steer_and_seed_like_python_numbers(tiny_lm):
+    """``for eps in np.arange(-4, 5)``: NumPy's integers and floats are numbers too (not refused as "not a number")."""
+    import numpy as np
+
+    s = random_switch(tiny_lm, seed=2, scale=20.0)
+    plain = generate(tiny_lm, PROMPT, [(s, 3)], samples=2, seed=5, max_new_tokens=6)
+    assert generate(tiny_lm, PROMPT, [(s, np.arange(-4, 5)[7])], samples=np.int64(2), seed=np.int64(5), max_new_tokens=6) == plain
+    assert generate(tiny_lm, PROMPT, [(s, np.float32(3.0))], samples=2, seed=5, max_new_tokens=6) == plain

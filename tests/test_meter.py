@@ -142,6 +142,10 @@ def test_no_switch_or_wrong_model_is_refused(gpt2_lm, llama_lm):
         measure(gpt2_lm, [], TEXT)
     with pytest.raises(ValueError, match="made for"):
         measure(llama_lm, strong_switch(gpt2_lm, 0), TEXT)
+    with pytest.raises(TypeError, match="expected a Switch.*load_switch"):  # a name, not a switch (not its letters)
+        measure(gpt2_lm, "sentiment", TEXT)
+    with pytest.raises(ValueError, match="given twice"):  # their joint best ε would not be defined
+        measure(gpt2_lm, [strong_switch(gpt2_lm, 0), strong_switch(gpt2_lm, 0)], TEXT)
 
 
 def test_style_slope_is_the_derivative_of_the_curve_at_zero(llama_lm):

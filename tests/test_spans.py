@@ -63,7 +63,8 @@ def test_several_planted_spans_are_found():
     assert [(a, b) for a, b, _ in best_spans(scores, max_span=2, n_spans=3)] == [(3, 5), (17, 19), (30, 32)]
 
 
-@pytest.mark.parametrize("bad", [dict(max_span=0), dict(max_span=-1), dict(n_spans=0), dict(max_span=2.5)])
+@pytest.mark.parametrize("bad", [dict(max_span=0), dict(max_span=-1), dict(n_spans=0), dict(max_span=2.5), dict(max_span=65),
+                                 dict(n_spans=51), dict(n_spans=10**9), dict(max_span=True)])
 def test_bad_span_arguments_are_refused(bad):
     with pytest.raises(ValueError, match="max_span|n_spans"):
         best_spans([1.0, 2.0], **bad)
@@ -248,3 +249,11 @@ def test_word_heatmap_joins_pieces_into_words():
     assert _highlight_of(heatmap).word_heatmap() == [("The", 0.1), (" fantastic", -0.9), ("!", 0.3), (" 2024", 0.5), (" ", 0.0),
                                                      ("née", -0.6)]
     assert _highlight_of([]).word_heatmap() == []
+
+
+def test_numpy_numbers_are_taken_as_python_numbers(gpt2_lm):
+    """A notebook's values (``np.float32`` ε, ``np.int64`` counts) work, and the result serialises as JSON."""
+    s = random_switch(gpt2_lm, seed=3, scale=20.0)
+    plain = highlight(gpt2_lm, s, "the cat sat on the mat", eps=5.0, max_span=3, n_spans=2).to_dict()
+    given = highlight(gpt2_lm, s, "the cat sat on the mat", eps=np.float32(5.0), max_span=np.int64(3), n_spans=np.int64(2)).to_dict()
+    assert json.dumps(given) == json.dumps(plain)

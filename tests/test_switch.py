@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 
 import pytest
@@ -175,12 +176,14 @@ def test_integer_matrix_is_refused(tmp_path, saved):
 
 @pytest.mark.parametrize(
     "header",
-    ["{not json", "[1, 2]", '{"eps0": "big"}', '{"eps0": -1.0}', '{"eps_range": 3}', '{"eps_range": [1]}', '{"eps_range": ["a", "b"]}'],
+    ["{not json", "[1, 2]", '{"eps0": "big"}', '{"eps0": -1.0}', '{"eps_range": 3}', '{"eps_range": [1]}', '{"eps_range": ["a", "b"]}',
+     '{"eps_range": [-Infinity, Infinity]}', '{"eps_range": [NaN, NaN]}', '{"eps_range": [-1e300, 1e300]}', '{"eps_range": [2, 8]}',
+     '{"name": 5}', '{"positive_label": null}', '{"description": ["a"]}'],
 )
 def test_malformed_header(tmp_path, switch, header):
     path = tmp_path / "header.safetensors"
     save_file({"W": switch.W}, str(path), metadata={"format": "lmswitch", "version": "1", "switch": header})
-    with pytest.raises(SwitchFileError, match="header|eps0|eps_range"):
+    with pytest.raises(SwitchFileError, match="header|eps0|eps_range|must be text"):
         load_switch(path)
 
 
@@ -260,7 +263,8 @@ def test_constructor_rejects_bad_eps0(eps0):
         Switch(W=torch.eye(4), eps0=eps0)
 
 
-@pytest.mark.parametrize("eps_range", [(1.0,), (1.0, 2.0, 3.0), ("low", "high"), 3.0, None])
+@pytest.mark.parametrize("eps_range", [(1.0,), (1.0, 2.0, 3.0), ("low", "high"), 3.0, None, (-math.inf, math.inf), (math.nan, 1.0),
+                                       (0.0, 5.0), (-5.0, 0.0), (4.0, -4.0), (-2e3, 10.0)])
 def test_constructor_rejects_bad_eps_range(eps_range):
     with pytest.raises(SwitchFileError, match="eps_range"):
         Switch(W=torch.eye(4), eps_range=eps_range)
@@ -288,3 +292,9 @@ def test_the_slider_range_stays_inside_a_fractional_fluent_range():
     assert s.slider_range() == (-2.0, 4.0) and s.slider_range(wide=True) == (-8.0, 8.0)
     narrow = Switch(torch.zeros(4, 4), card={"fluent_eps": [-0.5, 0.5]})
     assert narrow.slider_range() == (-0.5, 0.5)
+
+
+def test_a_switch_shows_itself_in_one_short_line(switch):
+    """Not the dataclass's repr, which printed all of W and the card (12,000 characters in an error message)."""
+    shown = repr(switch)
+    assert len(shown) < 200 and "\n" not in shown and switch.name in shown and str(switch.dim) in shown

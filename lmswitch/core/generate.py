@@ -26,6 +26,7 @@ from transformers.cache_utils import DynamicLayer
 from transformers.generation.streamers import BaseStreamer
 
 from lmswitch.core.budget import Budget, RowBudgets
+from lmswitch.core.checks import is_whole
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SAMPLING, SamplingOptions
 from lmswitch.core.steering import Setting, steer_rows
@@ -199,7 +200,10 @@ Prompt = str | Messages  # a plain prompt, or (with chat) a whole conversation
 
 
 def prompt_text(lm: LanguageModel, prompt: Prompt, chat: bool) -> str:
-    """The text the model continues: the prompt itself, or the chat template applied to it (a message or a conversation)."""
+    """The text the model continues: the prompt itself, or the chat template applied to it (a message or a conversation).
+    Raises ``TypeError``/``ValueError`` for anything else (so it also checks a prompt before it is queued)."""
+    if not isinstance(prompt, str | list | tuple):
+        raise TypeError(f"a prompt must be a string; got {type(prompt).__name__}")
     if isinstance(prompt, str):
         if "\x00" in prompt:
             raise ValueError("the prompt contains NUL bytes; is it binary data?")
@@ -220,8 +224,6 @@ def encode_prompts(lm: LanguageModel, prompts: Sequence[Prompt], opts: SamplingO
     budget = lm.context_length - opts.max_new_tokens
     rows: list[list[int]] = []
     for prompt in prompts:
-        if not isinstance(prompt, (str, list, tuple)):
-            raise TypeError(f"a prompt must be a string; got {type(prompt).__name__}")
         text = prompt_text(lm, prompt, opts.chat)
         ids = tok(text, add_special_tokens=not opts.chat).input_ids
         if not ids:
@@ -384,7 +386,7 @@ def finished_text(tokenizer, ids: Sequence[int]) -> str:
 
 
 def check_seed(seed: int) -> int:
-    if not isinstance(seed, int) or not 0 <= seed < 2**63:
+    if not is_whole(seed) or not 0 <= seed < 2**63:
         raise ValueError(f"seed must be a non-negative integer; got {seed!r}")
     return seed
 
@@ -421,7 +423,7 @@ def generate(
     prompts = [prompt] if isinstance(prompt, str) else list(prompt)
     if not prompts:
         raise ValueError("no prompt given")
-    if not isinstance(samples, int) or not 1 <= samples <= 1024:
+    if not is_whole(samples) or not 1 <= samples <= 1024:
         raise ValueError(f"samples must be an integer from 1 to 1024; got {samples!r}")
     check_seed(seed)
     rows = [p for p in prompts for _ in range(samples)]

@@ -12,6 +12,7 @@ import hashlib
 import importlib.util
 import os
 import shutil
+import struct
 import tempfile
 import time
 from collections.abc import Iterator
@@ -416,13 +417,19 @@ def load_model(
     """
     start = time.perf_counter()
     key = str(name) if name is not None else DEFAULT_MODEL
-    folder, display, gguf = _local_folder(key)
+    try:
+        folder, display, gguf = _local_folder(key)
+    except (struct.error, EOFError) as err:  # a GGUF file cut short (an interrupted download)
+        raise ValueError(f"{key} is not a complete GGUF file ({err}); download it again") from None
     kwargs = _load_kwargs(dtype, device, device_map)
     if offload_folder is not None:
         kwargs["offload_folder"] = str(offload_folder)
     if folder is not None:
-        model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
-        tokenizer = AutoTokenizer.from_pretrained(folder)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+            tokenizer = AutoTokenizer.from_pretrained(folder)
+        except OSError as err:  # e.g. config.json without its weights
+            raise ValueError(f"the model in {folder} is incomplete or unreadable ({err}); download it again") from None
         source = pretrained_id = str(folder)
     else:
         model, tokenizer = _from_hub_cache(key, kwargs)

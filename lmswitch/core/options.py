@@ -9,7 +9,6 @@ classes (``TrainConfig().steps``, ``SAMPLING.top_p``) instead of repeating numbe
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -17,6 +16,8 @@ import torch
 
 from lmswitch.core.adaptive import KL_BUDGET
 from lmswitch.core.budget import GENERATION_BUDGET
+from lmswitch.core.checks import is_number as _finite
+from lmswitch.core.checks import is_whole as _whole
 from lmswitch.core.solver import RECIPES
 
 if TYPE_CHECKING:
@@ -27,14 +28,6 @@ MAX_BEST_OF = 16  # candidates per generation
 MAX_GUIDE = 8  # candidates per piece of guided decoding
 GUIDE_TOKENS = 5  # guided decoding chooses among its candidates every this many tokens
 OPTIMIZERS = (*RECIPES, "adam")  # the L-BFGS recipes, then the paper's Adam steps
-
-
-def _finite(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _whole(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ closes, also on exceptions.
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -19,22 +18,24 @@ import torch
 
 from lmswitch.core.adaptive import kl_scale
 from lmswitch.core.budget import Budget
+from lmswitch.core.checks import is_number
 from lmswitch.core.models import LanguageModel
-from lmswitch.core.switch import Switch
+from lmswitch.core.switch import MAX_EPS_RANGE, Switch, check_switch
 
 Setting = Sequence[tuple[Switch, float]]  # (switch, eps in units of that switch's eps0)
 
-MAX_ABS_EPS = 1000.0  # in eps0 units; far beyond any useful value (the paper uses ±5)
+MAX_ABS_EPS = MAX_EPS_RANGE  # in eps0 units; far beyond any useful value (the paper uses ±5)
 
 
 def check_setting(lm: LanguageModel, setting: Setting) -> None:
     """Raise a clear error unless ``setting`` is a list of (Switch for this model, finite eps in range)."""
+    if isinstance(setting, tuple) and len(setting) == 2 and isinstance(setting[0], Switch):
+        raise TypeError(f"a steering setting is a list of (Switch, eps) pairs: [{setting[0].name!r} switch, eps)], not one pair")
     for item in setting:
-        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], Switch)):
-            raise TypeError(f"a steering setting is a list of (Switch, eps) pairs; got {item!r}")
-        switch, eps = item
-        switch.check_model(lm)
-        if not isinstance(eps, (int, float)) or not math.isfinite(eps):
+        if not (isinstance(item, tuple) and len(item) == 2):
+            raise TypeError(f"a steering setting is a list of (Switch, eps) pairs; got {str(item)[:80]!r}")
+        switch, eps = check_switch(item[0], lm), item[1]
+        if not is_number(eps):
             raise ValueError(f"eps for '{switch.name}' must be a finite number; got {eps!r}")
         if abs(eps) > MAX_ABS_EPS:
             raise ValueError(
@@ -195,7 +196,7 @@ def _activate(lm: LanguageModel, steer: _Steer | None) -> Iterator[None]:
 def _cap(lm: LanguageModel, kl_budget: float | None) -> tuple[LanguageModel, float] | None:
     if kl_budget is None:
         return None
-    if not (isinstance(kl_budget, (int, float)) and math.isfinite(kl_budget) and kl_budget > 0):
+    if not (is_number(kl_budget) and kl_budget > 0):
         raise ValueError(f"kl_budget must be a positive number of nats per token (or None for no cap); got {kl_budget!r}")
     return lm, float(kl_budget)
 

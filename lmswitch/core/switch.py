@@ -10,6 +10,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -26,11 +27,24 @@ if TYPE_CHECKING:
 
 FORMAT_VERSION = "1"
 TENSORS = ("W", "judge")  # stored as tensors, not in the JSON header
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,47}$")
+MAX_EPS_RANGE = 1000.0  # |ε| of a switch's search range at most (the steering check's MAX_ABS_EPS, which imports this)
 MAX_FILE_BYTES = 2 * 1024**3  # a 16k × 16k float32 matrix is 1 GiB; anything much larger is not a switch
 
 
 class SwitchFileError(ValueError):
     """A switch file that cannot be used: corrupt, wrong shape, non-finite, or made for another model."""
+
+
+def _eps_range(value: object) -> tuple[float, float]:
+    """``(low, high)`` of a switch's ε search range: finite, ``low < 0 < high``, within ±:data:`MAX_EPS_RANGE`."""
+    try:
+        low, high = (float(x) for x in value)  # type: ignore[union-attr]
+    except (TypeError, ValueError):
+        raise SwitchFileError(f"eps_range must be two numbers (low, high); got {value!r}") from None
+    if not (-MAX_EPS_RANGE <= low < 0 < high <= MAX_EPS_RANGE):  # (NaN fails every comparison)
+        raise SwitchFileError(f"eps_range must be (low < 0, high > 0) within ±{MAX_EPS_RANGE:g}; got {value!r}")
+    return low, high
 
 
 @dataclass(eq=False)
@@ -69,15 +83,19 @@ class Switch:
                                       f"expected {self.W.shape[0] + 1} finite numbers")
         if not (math.isfinite(self.eps0) and self.eps0 > 0):
             raise SwitchFileError(f"eps0 must be a positive finite number; got {self.eps0}")
-        try:
-            low, high = (float(x) for x in self.eps_range)
-        except (TypeError, ValueError):
-            raise SwitchFileError(f"eps_range must be two numbers (low, high); got {self.eps_range!r}") from None
-        self.eps_range = (low, high)
+        for key in ("name", "description", "positive_label", "negative_label", "model_name", "model_fingerprint"):
+            if not isinstance(getattr(self, key), str):
+                raise SwitchFileError(f"the switch's {key} must be text; got {getattr(self, key)!r}")
+        self.eps_range = _eps_range(self.eps_range)
         try:
             self.card = Card.from_dict(self.card)
         except (TypeError, ValueError) as err:
             raise SwitchFileError(f"switch '{self.name}' has a malformed card ({err})") from None
+
+    def __repr__(self) -> str:  # not the dataclass's: that prints all of W and the card
+        made_for = f", for {self.model_name}" if self.model_name else ""
+        return (f"Switch({self.name!r}, {self.dim} × {self.dim}{made_for}, "
+                f"+ε → {self.positive_label!r}, −ε → {self.negative_label!r})")
 
     @property
     def dim(self) -> int:
@@ -186,9 +204,7 @@ class Switch:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write one ``.safetensors`` file atomically (write to a temp file, then rename)."""
-        path = Path(path)
-        if path.suffix != ".safetensors":
-            raise ValueError(f"switch files end in .safetensors; got '{path.name}'")
+        path = switch_path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         meta = {"format": "lmswitch", "version": FORMAT_VERSION, "switch": json.dumps(self.header())}
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -202,6 +218,49 @@ class Switch:
             Path(tmp).unlink(missing_ok=True)
             raise
         return path
+
+
+def check_name(name: object) -> str:
+    """A switch name usable as a file name: 1–48 letters, digits, ``_ . + -``, starting with a letter or digit."""
+    if not isinstance(name, str) or not NAME_RE.match(name.strip()):
+        raise ValueError(
+            f"switch names are 1–48 characters of letters, digits, '_', '.', '+' or '-', starting with a letter or digit; got {name!r}"
+        )
+    return name.strip()
+
+
+def usable_name(text: str) -> str:
+    """``text`` made into a name :func:`check_name` accepts (other characters become '-'), for a switch named elsewhere."""
+    return re.sub(r"[^A-Za-z0-9_.+-]+", "-", text).lstrip("-._+")[:48].rstrip("-") or "switch"
+
+
+def switch_path(path: str | os.PathLike, *, overwrite: bool = True) -> Path:
+    """``path`` (``~`` expanded) once a switch file can be written there: a ``.safetensors`` name, not a folder, in a
+    folder that exists or can be made, and writable; with ``overwrite`` False, not an existing file. Checked before any
+    work, so an hour's training is not lost to a typo in its output path."""
+    p = Path(path).expanduser()
+    if p.suffix != ".safetensors":
+        raise ValueError(f"switch files end in .safetensors; got '{p.name}'")
+    if p.is_dir():
+        raise ValueError(f"{p} is a folder; give a file name ending in .safetensors")
+    if p.exists() and not overwrite:
+        raise ValueError(f"{p} exists; choose another name, or pass --force to replace it")
+    folder = next(a for a in (p.parent, *p.parent.parents) if a.exists())
+    if not folder.is_dir():
+        raise ValueError(f"cannot write {p}: {folder} is a file, not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"cannot write {p}: no permission to write in {folder}")
+    return p
+
+
+def check_switch(switch: object, lm: LanguageModel) -> Switch:
+    """``switch`` itself once it is a :class:`Switch` made for ``lm``; a name or a path is refused with how to load it."""
+    if not isinstance(switch, Switch):
+        hint = " (load it first: ls.load_switch(path))" \
+            if isinstance(switch, str | os.PathLike) else ""
+        raise TypeError(f"expected a Switch; got {type(switch).__name__} {str(switch)[:60]!r}{hint}")
+    switch.check_model(lm)
+    return switch
 
 
 def load_switch(path: str | os.PathLike, model: LanguageModel | None = None) -> Switch:

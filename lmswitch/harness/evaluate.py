@@ -35,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+from lmswitch.core.checks import is_whole
 from lmswitch.core.generate import Generated, encode_prompts, generate_tokens, positions
 from lmswitch.core.guided import loops as repeated_word
 from lmswitch.core.hidden import EncodedText, encode_continuations, target_logprobs
@@ -68,13 +69,16 @@ def load_prompts(which: str | Path, limit: int | None = None, split: str | None 
     if not path.is_file():
         names = ", ".join(PROMPT_SETS)
         raise ValueError(f"no prompt set {str(which)!r}: give one of {names} or a text file with one prompt per line")
-    prompts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    try:
+        prompts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path} is not UTF-8 text ({err.reason} at byte {err.start}); give one prompt per line") from None
     if split is not None:
         prompts = prompts[SPLITS.index(split) :: 2]
     if not prompts:
         raise ValueError(f"{path} contains no prompts" + (f" in its {split} split" if split else ""))
     if limit is not None:
-        if not isinstance(limit, int) or limit < 1:
+        if not is_whole(limit) or limit < 1:
             raise ValueError(f"the prompt limit must be a positive integer; got {limit!r}")
         prompts = prompts[:limit]
     return prompts

@@ -115,7 +115,7 @@ def _docx_text(path: Path, name: str) -> str:
 
 def read_document(path: str | Path, *, max_bytes: int = MAX_DOCUMENT_BYTES, name: str | None = None) -> str:
     """The text of a document; ``name`` (default: the path's name) is shown in errors and decides the format."""
-    p = Path(path)
+    p = Path(path).expanduser()
     shown = Path(name).name if name else p.name
     if not p.exists():
         raise DocumentError(f"file not found: {path}")

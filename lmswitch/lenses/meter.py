@@ -10,6 +10,7 @@ positive ε: the sign is a zero-shot classifier, and the curve shows how sure it
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
@@ -17,10 +18,11 @@ import numpy as np
 import scipy.linalg
 import torch
 
+from lmswitch.core.checks import is_number, is_whole
 from lmswitch.core.hidden import HEAD_CHUNK, EncodedText, encode_text
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.pause import pause_point
-from lmswitch.core.switch import Switch
+from lmswitch.core.switch import Switch, check_switch
 
 MAX_SWITCHES = 8
 MAX_GRID = 201
@@ -297,7 +299,7 @@ def _scored_states(lm: LanguageModel, text: str | EncodedText) -> tuple:
 
 
 def _checked_switches(lm: LanguageModel, switches: Switch | Sequence[Switch]) -> list[Switch]:
-    if isinstance(switches, Switch):
+    if isinstance(switches, Switch | str | os.PathLike):
         switches = [switches]
     switches = list(switches)
     if not switches:
@@ -305,9 +307,9 @@ def _checked_switches(lm: LanguageModel, switches: Switch | Sequence[Switch]) ->
     if len(switches) > MAX_SWITCHES:
         raise ValueError(f"at most {MAX_SWITCHES} switches at once; got {len(switches)}")
     for s in switches:
-        if not isinstance(s, Switch):
-            raise TypeError(f"expected Switch objects; got {type(s).__name__}")
-        s.check_model(lm)
+        check_switch(s, lm)
+    if len({s.digest for s in switches}) < len(switches):  # their joint best ε would not be defined
+        raise ValueError("the same switch is given twice; give each switch once")
     return switches
 
 
@@ -316,9 +318,9 @@ def _checked_grid(grid: Sequence[float] | None, points: object, bound: object) -
         grid = [float(x) for x in grid]
         if not grid or len(grid) > MAX_GRID or not all(math.isfinite(x) and abs(x) <= 1000 for x in grid):
             raise ValueError(f"grid must hold 1 to {MAX_GRID} finite eps values with |eps| ≤ 1000")
-    if not isinstance(points, int) or not 2 <= points <= MAX_GRID:
+    if not is_whole(points) or not 2 <= points <= MAX_GRID:
         raise ValueError(f"points must be an integer from 2 to {MAX_GRID}; got {points!r}")
-    if bound is not None and not (isinstance(bound, (int, float)) and math.isfinite(bound) and 0 < bound <= 1000):
+    if bound is not None and not (is_number(bound) and 0 < bound <= 1000):
         raise ValueError(f"bound must be a number in (0, 1000]; got {bound!r}")
     return grid
 

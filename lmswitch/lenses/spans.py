@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from lmswitch.core.checks import is_number, is_whole
 from lmswitch.core.hidden import EncodedText, encode_text, target_logprobs
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.steering import Setting, check_setting, steering_matrix
@@ -23,6 +24,9 @@ from lmswitch.core.switch import Switch
 
 DEFAULT_EPS = 5.0  # the steering a highlight compares with the unsteered model, unless told (ε0 units)
 DEFAULT_MAX_SPAN = 5  # tokens per span, unless told
+# best_spans costs O(tokens × spans × span length) in Python: these keep one call on a 100,000-character text to seconds
+MAX_SPAN_TOKENS = 64
+MAX_SPANS = 50
 
 
 @dataclass(frozen=True)
@@ -118,10 +122,10 @@ def _glued(left: str, right: str) -> bool:
 
 
 def _check_span_args(max_span: object, n_spans: object) -> None:
-    if not isinstance(max_span, int) or max_span < 1:
-        raise ValueError(f"max_span must be an integer ≥ 1 (tokens per span); got {max_span!r}")
-    if not isinstance(n_spans, int) or n_spans < 1:
-        raise ValueError(f"n_spans must be an integer ≥ 1; got {n_spans!r}")
+    if not is_whole(max_span) or not 1 <= max_span <= MAX_SPAN_TOKENS:
+        raise ValueError(f"max_span must be an integer from 1 to {MAX_SPAN_TOKENS} (tokens per span); got {max_span!r}")
+    if not is_whole(n_spans) or not 1 <= n_spans <= MAX_SPANS:
+        raise ValueError(f"n_spans must be an integer from 1 to {MAX_SPANS}; got {n_spans!r}")
 
 
 def best_spans(scores: Sequence[float], max_span: int = DEFAULT_MAX_SPAN, n_spans: int = 1) -> list[tuple[int, int, float]]:
@@ -260,7 +264,7 @@ def highlight(
 
 def check_highlight_args(eps: object, max_span: object, n_spans: object) -> None:
     """Refuse settings :func:`highlight` cannot use (a caller about to read the text can check them first)."""
-    if not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps == 0:
+    if not is_number(eps) or eps == 0:
         raise ValueError(f"eps must be a finite non-zero number (in eps0 units); got {eps!r}")
     _check_span_args(max_span, n_spans)
 
@@ -270,6 +274,7 @@ def highlight_changes(switch: Switch, enc: EncodedText, delta: np.ndarray, *, ep
     """:func:`highlight` of an encoded text whose per-token changes ``delta`` at ``eps`` are already known (the style
     meter's :func:`~lmswitch.lenses.meter.reading` gives them from its own cached logits)."""
     check_highlight_args(eps, max_span, n_spans)
+    eps, max_span, n_spans = float(eps), int(max_span), int(n_spans)  # NumPy's scalars as Python's (to_dict's JSON)
     if np.shape(delta) != (enc.n_tokens,):
         raise ValueError(f"delta must hold one change per token of the text ({enc.n_tokens}); got shape {np.shape(delta)}")
     text = enc.text
@@ -332,9 +337,9 @@ def token_changes(
     >>> [(r.text, round(r.delta, 2)) for r in rows]                                      # doctest: +SKIP
     >>> [a.token for a in rows[-1].promoted]  # what the switch pushed up most instead    # doctest: +SKIP
     """
-    if not isinstance(top, int) or not 0 <= top <= 100:
+    if not is_whole(top) or not 0 <= top <= 100:
         raise ValueError(f"top must be an integer from 0 to 100; got {top!r}")
-    if among is not None and (not isinstance(among, int) or among < 1):
+    if among is not None and (not is_whole(among) or among < 1):
         raise ValueError(f"among must be a positive integer or None; got {among!r}")
     check_setting(lm, setting)
     M = steering_matrix(setting)

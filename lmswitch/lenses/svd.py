@@ -29,10 +29,11 @@ from dataclasses import asdict, dataclass
 import torch
 from safetensors.torch import load_file, save_file
 
+from lmswitch.core.checks import is_whole
 from lmswitch.core.hidden import encode_texts
 from lmswitch.core.models import LanguageModel, cache_dir
 from lmswitch.core.pause import pause_point
-from lmswitch.core.switch import Switch
+from lmswitch.core.switch import Switch, check_switch
 from lmswitch.io.resources import read_data_text
 from lmswitch.lenses.vocab import complete_words, token_words
 
@@ -206,9 +207,9 @@ def _bundled_reference_hidden(lm: LanguageModel) -> torch.Tensor:
 
 
 def _check_counts(dims: int, words: int) -> None:
-    if not isinstance(dims, int) or not 1 <= dims <= MAX_DIMS:
+    if not is_whole(dims) or not 1 <= dims <= MAX_DIMS:
         raise ValueError(f"dims must be an integer from 1 to {MAX_DIMS}; got {dims!r}")
-    if not isinstance(words, int) or not 1 <= words <= MAX_WORDS:
+    if not is_whole(words) or not 1 <= words <= MAX_WORDS:
         raise ValueError(f"words must be an integer from 1 to {MAX_WORDS}; got {words!r}")
 
 
@@ -347,6 +348,7 @@ def svd_dimensions(lm: LanguageModel, switch: Switch, *, dims: int = 10, words: 
     ['wonderful', 'great', 'love']
     """
     _check_counts(dims, words)
+    check_switch(switch, lm)
     dirs = _directions(lm, switch, dims, reference)
     S, k = dirs.S, len(dirs.sign)
     total = float((S**2).sum()) or 1.0
@@ -384,7 +386,7 @@ def promoted_words(lm: LanguageModel, switch: Switch, *, words: int = 20, refere
     >>> [x.word for x in w.promoted], [x.word for x in w.suppressed]  # doctest: +SKIP
     """
     _check_counts(1, words)
-    switch.check_model(lm)
+    check_switch(switch, lm)
     C = reference_hidden(lm, reference)
     c_mean = C.double().mean(0).to(switch.W.device)
     direction = switch.W.double() @ c_mean * switch.eps0  # (d,)

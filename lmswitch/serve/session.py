@@ -10,27 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import threading
 import uuid
 import weakref
 from pathlib import Path
 
 from lmswitch.core.models import LanguageModel
-from lmswitch.core.switch import Switch, SwitchFileError, load_switch
+from lmswitch.core.switch import Switch, SwitchFileError, check_name, load_switch
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,47}$")
 MAX_SESSION_SWITCHES = 32  # each is a d × d float32 matrix (1.3 MB for the embedded model)
 SPOOL_QUOTA = 4 * 2**30  # bytes of closed sessions' switches on disk; past it, a closed session keeps them in memory
-
-
-def check_name(name: object) -> str:
-    """A switch name usable as a file name: 1–48 letters, digits, ``_ . + -``, starting with a letter or digit."""
-    if not isinstance(name, str) or not NAME_RE.match(name.strip()):
-        raise ValueError(
-            f"switch names are 1–48 characters of letters, digits, '_', '.', '+' or '-', starting with a letter or digit; got {name!r}"
-        )
-    return name.strip()
 
 
 class SwitchLibrary:
