@@ -445,3 +445,54 @@ def test_a_request_dropped_while_it_waits_ends_its_stream(llama_lm):
     reader.join(timeout=30)
     assert not reader.is_alive() and result == {"row": None}
     assert isinstance(list(running)[-1], Row)  # the decode under way is served as before
+
+
+@pytest.mark.parametrize("prompt", [None, 5, [{"role": "user"}], "nul\x00byte"], ids=["none", "number", "bad-message", "nul"])
+def test_a_bad_prompt_is_refused_before_queueing_and_a_running_decode_goes_on(llama_lm, prompt):
+    batcher = Batcher(llama_lm, ComputeThread())
+    options = SamplingOptions(max_new_tokens=12, temperature=0.0)
+    running = batcher.stream(WORDS, [], seed=0, options=options)
+    assert isinstance(next(running), str)  # another user's decode is under way
+    with pytest.raises((TypeError, ValueError)):
+        batcher.stream(prompt, [], seed=1, options=options)
+    assert list(running)[-1].text == generate_tokens(llama_lm, [WORDS], [[]], [0], options).texts[0]
+
+
+def test_a_guided_request_with_a_switch_without_a_judge_is_refused_before_queueing(llama_lm):
+    batcher = Batcher(llama_lm, ComputeThread())
+    with pytest.raises(ValueError, match="no judge"):
+        batcher.stream(WORDS, [(random_switch(llama_lm, seed=1), 2.0)], seed=0, options=SamplingOptions(max_new_tokens=5, guide=2))
+
+
+def test_requests_that_fail_to_join_a_running_decode_fail_alone(llama_lm, monkeypatch):
+    """A failure while new requests join (past the checks at the door) is theirs: the running rows go on."""
+    batcher = Batcher(llama_lm, ComputeThread())
+    options = SamplingOptions(max_new_tokens=12, temperature=0.0)
+    running = batcher.stream(WORDS, [], seed=0, options=options)
+    assert isinstance(next(running), str)
+    monkeypatch.setattr(batcher.rolling, "_read", lambda tokens: (_ for _ in ()).throw(RuntimeError("reading failed")))
+    with pytest.raises(RuntimeError, match="reading failed"):
+        batcher.generate("beta", [], seed=1, options=options)
+    assert list(running)[-1].text == generate_tokens(llama_lm, [WORDS], [[]], [0], options).texts[0]
+
+
+def test_a_request_with_other_sampling_settings_is_served_in_its_turn_while_others_keep_arriving(llama_lm):
+    """Requests join a running decode only up to the first waiting one with other settings: that one goes next, however
+    many requests of the running settings arrive after it."""
+    batcher = Batcher(llama_lm, ComputeThread())
+    hot = SamplingOptions(max_new_tokens=6)
+    first = batcher.stream(WORDS, [], seed=0, options=hot)
+    assert isinstance(next(first), str)
+    release = held(batcher.compute)
+    other = batcher.stream("beta", [], seed=1, options=SamplingOptions(max_new_tokens=3, temperature=0.0))
+    later = [batcher.stream(WORDS, [], seed=k, options=hot) for k in range(2, 5)]
+    release.set()
+    done: list[str] = []
+    threads = [threading.Thread(target=lambda s=s, name=name: (list(s), done.append(name)))
+               for s, name in [(other, "other"), *((s, f"later-{k}") for k, s in enumerate(later))]]
+    for t in threads:
+        t.start()
+    list(first)
+    for t in threads:
+        t.join(30)
+    assert done[0] == "other", done  # before it, the later requests of the running settings would all have joined first

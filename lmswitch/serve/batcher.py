@@ -34,6 +34,7 @@ raises :class:`Busy` at once, so no one waits silently until a timeout.
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 from collections import OrderedDict
@@ -57,7 +58,9 @@ from lmswitch.core.generate import (
     padded,
     plain_cache,
     positions,
+    prompt_text,
 )
+from lmswitch.core.guided import judges_of
 from lmswitch.core.hidden import target_logprobs
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SamplingOptions
@@ -155,6 +158,10 @@ class _AllGone(StoppingCriteria):
 
 
 DROPPED = object()  # what a request dropped before its decode began gets instead of text: its stream ends there
+
+
+class NotAdmitted(Exception):
+    """Raised (from the cause) when requests could not join the running decode; its rows are untouched."""
 
 
 class _Stream:
@@ -319,15 +326,18 @@ class _Rolling:
     def admit(self, new: list[_Request]) -> list[tuple[_Request, Row]]:
         """Read ``new`` requests' prompts (unless kept), sample their first tokens and add them to the running rows;
         returns the finished rows."""
-        options = replace(new[0].options, max_new_tokens=max(r.options.max_new_tokens for r in new))
-        ids, mask = encode_prompts(self.lm, [r.prompt for r in new], options)
-        tokens = [tuple(row[m.bool()].tolist()) for row, m in zip(ids, mask, strict=True)]
-        read = self._read(tokens)
-        prompts = [read[t] for t in tokens]
-        heads = torch.stack([p.head for p in prompts])
-        budgets = [Budget(1, r.options.per_generation) if r.options.per_generation is not None else None for r in new]
-        with self._steered(new, budgets, RowSteering.of([r.setting for r in new])), torch.inference_mode():
-            logits = self.lm.after_head(self.lm.head(heads[:, None]))[:, -1].float()
+        try:  # nothing of the running rows changes before _join: a failure here is the new requests' alone
+            options = replace(new[0].options, max_new_tokens=max(r.options.max_new_tokens for r in new))
+            ids, mask = encode_prompts(self.lm, [r.prompt for r in new], options)
+            tokens = [tuple(row[m.bool()].tolist()) for row, m in zip(ids, mask, strict=True)]
+            read = self._read(tokens)
+            prompts = [read[t] for t in tokens]
+            heads = torch.stack([p.head for p in prompts])
+            budgets = [Budget(1, r.options.per_generation) if r.options.per_generation is not None else None for r in new]
+            with self._steered(new, budgets, RowSteering.of([r.setting for r in new])), torch.inference_mode():
+                logits = self.lm.after_head(self.lm.head(heads[:, None]))[:, -1].float()
+        except Exception as err:
+            raise NotAdmitted from err
         self._join(prompts, mask)
         self.requests += new
         self.steering = None
@@ -478,6 +488,9 @@ class Batcher:
         options.validate(self.lm)
         check_setting(self.lm, setting)
         check_seed(seed)
+        prompt_text(self.lm, prompt, options.chat)  # a bad one fails here, not in a decode shared with others' rows
+        if options.guide > 1:
+            judges_of(setting)  # every steering switch has a judge to guide with
         request = _Request(prompt, list(setting), seed, options, cancel=cancel)
         with self.lock:
             if len(self.waiting) >= self.max_waiting:
@@ -517,7 +530,9 @@ class Batcher:
                 return []
             key = key if key is not None else kind[0].key
             room = max(1, room // kind[0].options.candidates)
-            batch = [r for r in kind if r.key == key][:room]
+            # first come, first served across settings: only those ahead of the first request with other settings join
+            # (the running rows then drain, and it goes next; else a steady stream of one setting would hold it for good)
+            batch = list(itertools.takewhile(lambda r: r.key == key, kind))[:room]
             self.waiting = [r for r in self.waiting if r not in batch]
             return batch
 
@@ -544,6 +559,9 @@ class Batcher:
             finished = rolling.admit(new) if new else rolling.step() if rolling.requests else []
             for request, row in finished:
                 request.out.put(row)
+        except NotAdmitted as err:  # the running rows go on; the new requests hear of it
+            for request in new:
+                request.out.put(err.__cause__)
         except BaseException as err:  # every request in flight hears of it; the batcher keeps serving
             for request in {id(r): r for r in [*new, *(rolling.requests if rolling else [])]}.values():
                 request.out.put(err)
