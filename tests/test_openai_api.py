@@ -133,3 +133,30 @@ def test_a_request_whose_client_left_stops_generating(app_server, client, lm32, 
     assert in_flight() == 0, "the abandoned request is still generating"
     done = client.completions.create(model=lm32.name, prompt=PROMPT, max_tokens=4, seed=3)  # serving as before
     assert done.usage.completion_tokens <= 4
+
+
+@pytest.mark.parametrize("extra", [{}, {"guide": 4, "switches": {"sentiment": 4}}], ids=["plain", "guided"])
+def test_a_streamed_request_whose_client_left_stops_generating(app_server, client, lm32, extra):
+    """The same for a streamed request: a plain one whose client closes the stream after two chunks, a guided one (no
+    chunk before its end) whose client gives up after a second. Its generation stops and its slot is free within seconds,
+    without waiting for the garbage collector."""
+    import time
+
+    def in_flight() -> int:
+        models = httpx.get(f"{app_server.url}/v1/models", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=30).json()
+        return models["lmswitch"]["in_flight"]
+
+    assert in_flight() == 0
+    args = dict(model=lm32.name, prompt=PROMPT, max_tokens=1024, seed=5, temperature=1.5, top_p=1.0, stream=True, extra_body=extra)
+    if extra:
+        with pytest.raises(openai.APITimeoutError):
+            list(client.with_options(timeout=1.0).completions.create(**args))
+    else:
+        stream = client.completions.create(**args)
+        chunks = iter(stream)
+        next(chunks), next(chunks)
+        stream.close()
+    left = time.monotonic()
+    while in_flight() and time.monotonic() - left < 6:
+        time.sleep(0.1)
+    assert in_flight() == 0, "the abandoned stream is still generating"

@@ -185,9 +185,9 @@ class OpenAIApi:
             return err.response()
         except (*USER_ERRORS, TemplateError) as err:
             return ApiError(400, str(err)).response()
-        if job.stream:
-            return StreamingResponse(_Releasing(self._events(job, release), release), media_type="text/event-stream")
         gone = threading.Event()  # set when the client disconnects: its generation stops at its next step or piece
+        if job.stream:
+            return _EventStream(_Releasing(self._events(job, release, gone), release), gone, release)
         watcher = asyncio.create_task(_watch(request, gone))
         try:
             row = await run_in_threadpool(self.backend.batcher(job.lm).generate, job.prompt, job.setting, seed=job.seed,
@@ -295,12 +295,14 @@ class OpenAIApi:
         return Job(lm, prompt, setting, seed, options, chat, req.stream)
 
     # --- streaming ----------------------------------------------------------------------------------------
-    def _events(self, job: Job, release: Callable[[], None]) -> Iterator[str]:
-        """Server-sent events: one chunk per new piece of text, a last chunk with the finish reason, then ``[DONE]``."""
+    def _events(self, job: Job, release: Callable[[], None], gone: threading.Event) -> Iterator[str]:
+        """Server-sent events: one chunk per new piece of text, a last chunk with the finish reason, then ``[DONE]``; the
+        generation stops once ``gone`` is set."""
         head = _head(job, chunk=True)
         sent = ""
         try:
-            for item in self.backend.batcher(job.lm).stream(job.prompt, job.setting, seed=job.seed, options=job.options):
+            for item in self.backend.batcher(job.lm).stream(job.prompt, job.setting, seed=job.seed, options=job.options,
+                                                            cancel=gone):
                 text = item.text if isinstance(item, Row) else item
                 if text.startswith(sent) and len(text) > len(sent) and not text.endswith("\ufffd"):  # a whole character more
                     yield _event({**head, "choices": [_delta(job, text[len(sent):], None, first=not sent)]})
@@ -317,9 +319,28 @@ class OpenAIApi:
         yield DONE
 
 
+class _EventStream(StreamingResponse):
+    """A streamed answer that stops its generation (``gone``) and frees its slot as soon as the client disconnects,
+    or when it ends. (Starlette reads the events in a worker thread and never closes their iterator: a request
+    left to the garbage collector would go on decoding and hold its slot meanwhile.)"""
+
+    def __init__(self, events: Iterator[str], gone: threading.Event, release: Callable[[], None]) -> None:
+        super().__init__(events, media_type="text/event-stream")
+        self.gone, self.release = gone, release
+
+    async def __call__(self, scope, receive, send) -> None:
+        watcher = asyncio.create_task(_watch(Request(scope, receive), self.gone))
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            watcher.cancel()
+            self.gone.set()  # sent in full, or the client left: either way nobody reads more
+            self.release()
+
+
 class _Releasing:
-    """``items``, calling ``release`` once when they end, are closed, or are dropped unread (a client gone before its
-    stream started): a streaming request's slot is never kept."""
+    """``items``, calling ``release`` once when they end or are closed (a streaming request's slot is free before the
+    client reads the end)."""
 
     def __init__(self, items: Iterator[str], release: Callable[[], None]) -> None:
         self.items, self._release = items, release
@@ -343,12 +364,9 @@ class _Releasing:
             self.items.close()
             release()
 
-    __del__ = close
-
 
 async def _watch(request: Request, gone: threading.Event, every: float = 0.2) -> None:
-    """Set ``gone`` once the client of a non-streaming request has disconnected (a streaming one's generation stops
-    when its response stops being read)."""
+    """Set ``gone`` once the client has disconnected."""
     try:
         while not await request.is_disconnected():
             await asyncio.sleep(every)
