@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
@@ -159,7 +160,7 @@ def test_measure_several_switches(run, switch_file, tmp_path, model_dir):
         (["highlight", "--switch", "{switch}", "--file", "{missing}"], "not found"),
         (["measure", "--switch", "{switch}", "--file", "{binary}"], "binary"),
         (["measure", "--switch", "{switch}", "--file", "{tmp}/b.bin"], "unsupported file type .bin"),
-        (["train", "--positive", "{tmp}/broken.docx", "--out", "{tmp}/s.safetensors"], "not a valid .docx"),
+        (["train", "--positive", "{tmp}/broken.docx", "--out", "{tmp}/new.safetensors"], "not a valid .docx"),
         (["svd", "--switch", "{switch}", "--dims", "0"], "dims"),
         (["svd", "--switch", "{missing}"], "no switch file .* or one of: .*sentiment"),
         (["build-pretrained", "--only", "poetry", "--out", "{tmp}"], "no shipped switch"),
@@ -292,8 +293,67 @@ def test_train_says_whether_its_data_sufficed_and_a_refused_input_prints_only_it
                             "--out", str(out), "--steps", "5", "--no-calibrate")
     assert code == 0 and (err == "" or err.endswith("\n"))  # a bar, when one is drawn (runs over 1 s), ends its line
     assert stdout.startswith(f"saved {out}") and "Very little text" in stdout  # the card's data advice, as the app shows it
-    code, stdout, _ = run("train", "--positive", str(tmp_path / "pos.txt"), "--out", str(out), "--steps", "5", "--no-calibrate", "--json")
+    code, stdout, _ = run("train", "--positive", str(tmp_path / "pos.txt"), "--out", str(out), "--force", "--steps", "5", "--no-calibrate",
+                          "--json")
     assert code == 0 and json.loads(stdout)["advice"].startswith("Very little text")
     code, stdout, err = run("train", "--positive", str(tmp_path / "pos.txt"), "--negative", str(tmp_path / "pos.txt"), "--out",
                             str(tmp_path / "same.safetensors"), "--steps", "5")
     assert code == 2 and "identical" in err and "training" not in err and not (tmp_path / "same.safetensors").exists()
+
+
+def test_where_a_switch_goes_and_its_name_are_checked_before_the_model_loads(tmp_path, capsys):
+    """A bad --out or --name is refused at once (the model named here does not exist, so nothing else ran), not after
+    the training: the folder, the suffix, an existing file without --force, a path through a file, a read-only folder."""
+    pos = tmp_path / "pos.txt"
+    pos.write_text(POSITIVE)
+    (tmp_path / "folder.safetensors").mkdir()
+    (tmp_path / "kept.safetensors").write_bytes(b"an earlier switch")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    cases = [(["--out", str(tmp_path / "s.st")], "end in .safetensors"),
+             (["--out", str(tmp_path / "folder.safetensors")], "is a folder"),
+             (["--out", str(tmp_path / "kept.safetensors")], "exists.*--force"),
+             (["--out", str(pos / "s.safetensors")], "is a file, not a folder"),
+             (["--out", str(tmp_path / "My Switch.safetensors")], "switch names are"),
+             (["--out", str(tmp_path / "s.safetensors"), "--name", "two words"], "switch names are")]
+    if os.geteuid() != 0:  # (root writes anywhere)
+        cases.append((["--out", str(locked / "s.safetensors")], "no permission"))
+    try:
+        for extra, said in cases:
+            assert main(["--model", "no-such-model", "train", "--positive", str(pos), *extra]) == 2, extra
+            err = capsys.readouterr().err
+            assert err.startswith("error:") and re.search(said, err), (extra, err)
+    finally:
+        locked.chmod(0o700)
+    assert (tmp_path / "kept.safetensors").read_bytes() == b"an earlier switch"
+    assert main(["--model", "no-such-model", "measure", "--switch", "sentiment", "--switch", "sentiment", "--text", "Hi there"]) == 2
+    assert "given twice" in capsys.readouterr().err
+    assert main(["--model", "no-such-model", "generate", "--prompt", "Hi", "--switch", "sentiment=2", "--switch", "sentiment=-2"]) == 2
+    assert "given twice" in capsys.readouterr().err
+
+
+def test_a_home_relative_out_is_written_where_it_is_read(run, tmp_path, monkeypatch):
+    """``--out=~/…`` (the shell leaves ``~`` after ``=`` alone) is the home folder's, as ``--switch`` reads it."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pos.txt").write_text(POSITIVE)
+    (tmp_path / "neg.txt").write_text(NEGATIVE)
+    code, _, err = run("train", "--positive", str(tmp_path / "pos.txt"), "--negative", str(tmp_path / "neg.txt"),
+                       "--out=~/switches/mood.safetensors", "--steps", "3", "--no-calibrate")
+    assert code == 0, err
+    assert (tmp_path / "home" / "switches" / "mood.safetensors").is_file() and not (tmp_path / "~").exists()
+    code, out, err = run("info", "--switch", "~/switches/mood.safetensors")
+    assert code == 0 and out.startswith("mood:"), err
+
+
+def test_a_broken_model_is_refused_with_a_message(tmp_path, monkeypatch, capsys):
+    """A model folder without its weights, a GGUF file cut short (interrupted downloads): a message, not a traceback."""
+    monkeypatch.setenv("LMSWITCH_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text('{"model_type": "llama"}')
+    (tmp_path / "cut.gguf").write_bytes(b"GGUF\x03\x00\x00\x00")
+    for model, said in ((tmp_path / "m", "incomplete or unreadable"), (tmp_path / "cut.gguf", "not a complete GGUF file")):
+        assert main(["--model", str(model), "info"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error:") and said in err, err

@@ -36,3 +36,6 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `lmswitch info --switch sentiment | head -3`: the reader left, nothing to report
         sys.stdout = None  # no flush of the closed pipe at exit
         return 0
+    except OSError as err:  # a file or folder the system refused (permissions, a full disk, a path through a file)
+        print(f"error: {err.strerror or err}" + (f": {err.filename}" if err.filename else ""), file=sys.stderr)
+        return 2

@@ -23,7 +23,7 @@ from lmswitch.core.options import SamplingOptions, TrainConfig
 from lmswitch.core.parallel import is_main
 from lmswitch.core.solver import RECIPES
 from lmswitch.core.steering import check_setting
-from lmswitch.core.switch import Switch
+from lmswitch.core.switch import Switch, check_name, switch_path
 from lmswitch.core.train import data_advice, train_switch
 from lmswitch.core.transfer import transfer
 from lmswitch.harness.frontier import calibrated_card
@@ -84,17 +84,19 @@ def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
                          seed=args.seed)
     # drawn at steps from 1 s on: a run refused at once, or over within a second, prints no bar
     with tqdm(total=args.steps, desc="training", unit="step", disable=args.json, file=sys.stderr, delay=1.0) as bar:
-        switch = train_switch(lm, positive, negative, name=args.name or Path(args.out).stem, description=args.description,
+        switch = train_switch(lm, positive, negative, name=args.name, description=args.description,
                               positive_label=args.positive_label, negative_label=args.negative_label, config=config,
                               progress=_progress_bar(bar))
     fluent = ""
+    if is_main():  # under `accelerate launch` every process holds the same switch; one writes it
+        switch.save(args.out)  # now, so an interrupted probe keeps the trained switch
     if args.calibrate:
         if not args.json:
             log("probing the fluent ε range on a few dev prompts …")
         switch.card = calibrated_card(lm, switch)
         fluent = f"; fluent ε {switch.card.fluent_text}"
-    if is_main():  # under `accelerate launch` every process holds the same switch; one writes it
-        switch.save(args.out)
+        if is_main():
+            switch.save(args.out)  # with its fluent range in the card
     card = _card_without_curves(switch)
     gain = card["heldout_gain"]
     advice = data_advice(card)  # whether the data sufficed, and any warning (a text in another language)
@@ -260,6 +262,16 @@ def run(args: argparse.Namespace) -> int:
     for bad, message in CONFLICTS.get(args.command, []):
         if bad(args):
             raise ValueError(message)
+    if args.command in ("train", "transfer"):  # where the switch goes, checked before any work
+        args.out = str(switch_path(args.out, overwrite=args.force))
+    if args.command == "train":
+        args.name = check_name(args.name or Path(args.out).stem)
+    given = getattr(args, "switch", None)
+    if isinstance(given, list):  # generate, measure, export take several: one given twice is a typo
+        refs = [g[0] if isinstance(g, tuple) else g for g in given]
+        twice = next((r for r in refs if refs.count(r) > 1), None)
+        if twice is not None:
+            raise ValueError(f"--switch {twice} is given twice; give each switch once")
     if args.command == "info" and args.switch:
         cmd_switch_card(args)
     else:

@@ -135,8 +135,9 @@ def _train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--positive", required=True, help="a .txt/.md/.html/.pdf/.docx file: one example per line (or one document with --document)")
     p.add_argument("--negative", help="a file of contrasting examples (same formats)")
     p.add_argument("--document", action="store_true", help="treat each file as one whole document")
-    p.add_argument("--out", required=True, help="output .safetensors path")
-    p.add_argument("--name", default=None)
+    p.add_argument("--out", required=True, help="output .safetensors path (an existing file is kept unless --force)")
+    p.add_argument("--force", action="store_true", help="replace --out when it exists")
+    p.add_argument("--name", default=None, help="the switch's name (default: --out's file name); 1–48 letters, digits, _ . + -")
     p.add_argument("--description", default=_default(train_switch, "description"))
     p.add_argument("--positive-label", default=_default(train_switch, "positive_label"), help="what +eps moves toward (e.g. non-toxic)")
     p.add_argument("--negative-label", default=_default(train_switch, "negative_label"), help="what -eps moves toward (e.g. toxic)")
@@ -239,7 +240,9 @@ def _transfer(p: argparse.ArgumentParser) -> None:
     anchors, min_anchors = _default(transfer, "anchors"), _default(transfer, "min_anchors")
     p.add_argument("--switch", required=True, help=f"the switch made for --model (the source model): {SWITCH_HELP}")
     p.add_argument("--to", required=True, help="target model: alias (gemma3-270m), folder, .gguf or cached hub id")
-    p.add_argument("--out", required=True, help="where to write the transferred switch (.safetensors)")
+    p.add_argument("--out", required=True, help="where to write the transferred switch (.safetensors; an existing file is kept "
+                                                "unless --force)")
+    p.add_argument("--force", action="store_true", help="replace --out when it exists")
     p.add_argument("--anchors", type=int, default=anchors, help=f"shared word tokens used to fit the map (default {anchors})")
     p.add_argument("--min-anchors", type=int, default=min_anchors, help=f"refuse when fewer words are shared (default {min_anchors})")
 
