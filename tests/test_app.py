@@ -730,3 +730,15 @@ def test_the_session_state_is_never_an_event_output(backend):
     (state,) = [b for b in demo.blocks.values() if isinstance(b, gr.State) and isinstance(b.value, Session)]
     assert any(state in fn.inputs for fn in demo.fns.values())
     assert not [fn.name for fn in demo.fns.values() if state in fn.outputs]
+
+
+def test_highlight_meters_a_switch_imported_twice_once(backend, tmp_path):
+    """A switch downloaded and imported again is in the session twice (``alpha-2``) with one matrix: the meter reads
+    each matrix once (two equal switches have no joint best ε) instead of failing every highlight."""
+    session = Session()
+    again = backend.library.get("alpha").save(tmp_path / "alpha.safetensors")
+    assert "Imported 'alpha-2'" in app.import_switch(backend, str(again), session, *[None] * 7)[0]
+    *_, meter_fig, summary = app.run_highlight(backend, "the happy one was kind and the cruel one was sad", None, "alpha", -4, 3, 1,
+                                                session)
+    assert "**alpha**" in summary and "**beta**" in summary and "alpha-2" not in summary
+    assert len(meter_fig.data) == 2 * 2

@@ -496,3 +496,23 @@ def test_a_request_with_other_sampling_settings_is_served_in_its_turn_while_othe
     for t in threads:
         t.join(30)
     assert done[0] == "other", done  # before it, the later requests of the running settings would all have joined first
+
+
+def test_a_request_that_ends_within_the_running_decode_joins_it_past_one_with_other_settings(llama_lm):
+    """Behind a waiting request with other settings, a short one of the running settings still joins the running decode
+    (it ends before the decode would anyway, so the waiting one waits no longer) instead of waiting for a decode of its own."""
+    batcher = Batcher(llama_lm, ComputeThread())
+    first = batcher.stream(WORDS, [], seed=0, options=SamplingOptions(max_new_tokens=30))
+    assert isinstance(next(first), str)
+    release = held(batcher.compute)
+    other = batcher.stream("beta", [], seed=1, options=SamplingOptions(max_new_tokens=3, temperature=0.0))
+    short = batcher.stream(WORDS, [], seed=2, options=SamplingOptions(max_new_tokens=3))
+    release.set()
+    done: list[str] = []
+    threads = [threading.Thread(target=lambda s=s, name=name: (list(s), done.append(name))) for s, name in [(other, "other"), (short, "short")]]
+    for t in threads:
+        t.start()
+    list(first)
+    for t in threads:
+        t.join(30)
+    assert done == ["short", "other"]  # without joining, short would wait for the running decode to drain and for other

@@ -60,3 +60,15 @@ def test_bad_train_configs_name_the_field(config, match):
 def test_bad_sampling_options_name_the_field(llama_lm, options, match):
     with pytest.raises(ValueError, match=match):
         options.validate(llama_lm)
+
+
+def test_numpy_numbers_in_options_become_python_numbers():
+    """So a card or a result holding them is still JSON (a NumPy seed failed only at the end, when the switch was saved)."""
+    import json
+
+    import numpy as np
+
+    config = TrainConfig(seed=np.int64(3), steps=np.int64(20), lr=np.float32(0.5))
+    options = SamplingOptions(max_new_tokens=np.int64(5), top_p=np.float64(0.5))
+    assert (type(config.seed), type(config.steps), type(config.lr), type(options.max_new_tokens)) == (int, int, float, int)
+    json.dumps([config.to_dict(), options.to_dict()])

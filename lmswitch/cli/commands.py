@@ -23,7 +23,7 @@ from lmswitch.core.options import SamplingOptions, TrainConfig
 from lmswitch.core.parallel import is_main
 from lmswitch.core.solver import RECIPES
 from lmswitch.core.steering import check_setting
-from lmswitch.core.switch import Switch, check_name, switch_path
+from lmswitch.core.switch import Switch, check_name, switch_path, usable_name
 from lmswitch.core.train import data_advice, train_switch
 from lmswitch.core.transfer import transfer
 from lmswitch.harness.frontier import calibrated_card
@@ -265,7 +265,7 @@ def run(args: argparse.Namespace) -> int:
     if args.command in ("train", "transfer"):  # where the switch goes, checked before any work
         args.out = str(switch_path(args.out, overwrite=args.force))
     if args.command == "train":
-        args.name = check_name(args.name or Path(args.out).stem)
+        args.name = check_name(args.name) if args.name else usable_name(Path(args.out).stem)  # (a file's name may be freer)
     given = getattr(args, "switch", None)
     if isinstance(given, list):  # generate, measure, export take several: one given twice is a typo
         refs = [g[0] if isinstance(g, tuple) else g for g in given]

@@ -9,7 +9,7 @@ classes (``TrainConfig().steps``, ``SAMPLING.top_p``) instead of repeating numbe
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING
 
 import torch
@@ -18,6 +18,7 @@ from lmswitch.core.adaptive import KL_BUDGET
 from lmswitch.core.budget import GENERATION_BUDGET
 from lmswitch.core.checks import is_number as _finite
 from lmswitch.core.checks import is_whole as _whole
+from lmswitch.core.checks import plain
 from lmswitch.core.solver import RECIPES
 
 if TYPE_CHECKING:
@@ -54,6 +55,10 @@ class SamplingOptions:
         "help": f"guided decoding: every {GUIDE_TOKENS} tokens, sample this many candidate continuations and keep the one "
                 "the steering switches' judges (classifiers of their two styles) place furthest the way ε points; with 4, "
                 "about 3.4× the time of plain decoding on 2 CPU cores (benchmarks/RESULTS.md; 1: off)"})
+
+    def __post_init__(self) -> None:  # NumPy's scalars as Python's: cards and results stay JSON
+        for f in fields(self):
+            object.__setattr__(self, f.name, plain(getattr(self, f.name)))
 
     def validate(self, lm: LanguageModel) -> None:
         if not _whole(self.max_new_tokens) or not 1 <= self.max_new_tokens < lm.context_length:
@@ -133,6 +138,10 @@ class TrainConfig:
     target_eps: float = field(default=8.0, metadata={"help": "the strength (ε units) the two fluency terms are measured at"})
     matmul_dtype: torch.dtype | None = field(
         default=None, metadata={"help": "dtype of the head matmuls in training (None: bfloat16 where the hardware is fast at it, else float32)"})
+
+    def __post_init__(self) -> None:  # NumPy's scalars as Python's: cards and results stay JSON
+        for f in fields(self):
+            object.__setattr__(self, f.name, plain(getattr(self, f.name)))
 
     def validate(self, hidden_size: int) -> None:
         """Raise a ValueError that names the bad field and its allowed range."""

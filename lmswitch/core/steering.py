@@ -30,7 +30,7 @@ MAX_ABS_EPS = MAX_EPS_RANGE  # in eps0 units; far beyond any useful value (the p
 def check_setting(lm: LanguageModel, setting: Setting) -> None:
     """Raise a clear error unless ``setting`` is a list of (Switch for this model, finite eps in range)."""
     if isinstance(setting, tuple) and len(setting) == 2 and isinstance(setting[0], Switch):
-        raise TypeError(f"a steering setting is a list of (Switch, eps) pairs: [{setting[0].name!r} switch, eps)], not one pair")
+        raise TypeError("a steering setting is a list of (Switch, eps) pairs: [(switch, eps)], not one pair (got the pair itself)")
     for item in setting:
         if not (isinstance(item, tuple) and len(item) == 2):
             raise TypeError(f"a steering setting is a list of (Switch, eps) pairs; got {str(item)[:80]!r}")

@@ -198,7 +198,7 @@ class Switch:
     def header(self) -> dict:
         """Everything but ``W``, as JSON-ready data (what the file header stores)."""
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in TENSORS}
-        data["eps_range"] = list(self.eps_range)
+        data["eps_range"] = list(_eps_range(self.eps_range))  # (assigned after construction: checked here)
         data["card"] = self.card.to_dict()
         return data
 
@@ -251,6 +251,11 @@ def switch_path(path: str | os.PathLike, *, overwrite: bool = True) -> Path:
     if not os.access(folder, os.W_OK | os.X_OK):
         raise ValueError(f"cannot write {p}: no permission to write in {folder}")
     return p
+
+
+def distinct(switches: list[Switch]) -> list[Switch]:
+    """``switches`` less any whose matrix an earlier one has (a switch imported twice, or trained twice alike), in order."""
+    return list({s.digest: s for s in reversed(switches)}.values())[::-1]
 
 
 def check_switch(switch: object, lm: LanguageModel) -> Switch:

@@ -9,13 +9,12 @@ becomes ``ε e_tᵀ (Hᵀ W H) c_t`` in the target, so ``W_t = Hᵀ W H``.
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 
 import torch
 
 from lmswitch.core.models import LanguageModel
-from lmswitch.core.switch import Switch
+from lmswitch.core.switch import MAX_EPS_RANGE, Switch, usable_name
 from lmswitch.lenses.svd import reference_hidden
 from lmswitch.lenses.vocab import token_words
 
@@ -85,6 +84,8 @@ def _check_transfer(switch: Switch, source: LanguageModel, anchors: int, method:
     if not isinstance(switch, Switch):
         raise TypeError(f"expected a Switch; got {type(switch).__name__}")
     switch.check_model(source)  # a switch made for another model than the stated source: clear error
+    if not switch.W.any():
+        raise ValueError(f"switch '{switch.name}' is all zeros (it steers nothing), so there is nothing to transfer")
     if not isinstance(anchors, int) or anchors < 2:
         raise ValueError(f"anchors must be an integer ≥ 2; got {anchors!r}")
     if method not in ("procrustes", "ridge"):
@@ -154,10 +155,10 @@ def transfer(
     }
     return Switch(
         W=W_t.float(),
-        name=re.sub(r"[^A-Za-z0-9_.+-]+", "-", f"{switch.name}-to-{Path(target.name).name}")[:48],
+        name=usable_name(f"{switch.name}-to-{Path(target.name).name}"),
         description=f"{switch.description} (transferred from {source.name})".strip(),
         eps0=switch.eps0,
-        eps_range=(switch.eps_range[0] * scale, switch.eps_range[1] * scale),
+        eps_range=(max(switch.eps_range[0] * scale, -MAX_EPS_RANGE), min(switch.eps_range[1] * scale, MAX_EPS_RANGE)),
         positive_label=switch.positive_label,
         negative_label=switch.negative_label,
         model_name=target.name,

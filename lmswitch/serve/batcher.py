@@ -283,6 +283,12 @@ class _Rolling:
         """The sampling settings the running rows share (None when none run)."""
         return self.requests[0].key if self.requests else None
 
+    @property
+    def horizon(self) -> int:
+        """Tokens until the longest running row is done (or sooner, at an end token): a request no longer than this can
+        join without holding the decode any longer."""
+        return max((r.options.max_new_tokens - len(ids) for r, ids in zip(self.requests, self.ids, strict=True)), default=0)
+
     @staticmethod
     def supported(lm: LanguageModel) -> bool:
         """Only plain per-layer caches can be padded and merged (not sliding-window or hybrid ones). And a kept prompt's
@@ -516,7 +522,7 @@ class Batcher:
             self.scheduled = True
             self.compute.submit(self._tick)
 
-    def _take(self, key: tuple | None, room: int, whole: bool = False) -> list[_Request]:
+    def _take(self, key: tuple | None, room: int, whole: bool = False, horizon: int = 0) -> list[_Request]:
         """Up to ``room`` waiting requests that can share a decode with sampling settings ``key`` (None: the oldest's), in
         arrival order. ``whole``: only requests decoded among candidates (best of n, guided), as many as fit ``room``
         rows (one at least, even when its n candidates alone are more); else only the others (the rows a rolling decode
@@ -530,9 +536,12 @@ class Batcher:
                 return []
             key = key if key is not None else kind[0].key
             room = max(1, room // kind[0].options.candidates)
-            # first come, first served across settings: only those ahead of the first request with other settings join
-            # (the running rows then drain, and it goes next; else a steady stream of one setting would hold it for good)
-            batch = list(itertools.takewhile(lambda r: r.key == key, kind))[:room]
+            # first come, first served across settings: those ahead of the first request with other settings join, and
+            # those behind it that end within ``horizon`` (the running rows' last step), so it waits no longer; the
+            # running rows then drain and it goes next (else a steady stream of one setting would hold it for good)
+            ahead = list(itertools.takewhile(lambda r: r.key == key, kind))
+            behind = [r for r in kind[len(ahead) :] if r.key == key and r.options.max_new_tokens <= horizon]
+            batch = (ahead + behind)[:room]
             self.waiting = [r for r in self.waiting if r not in batch]
             return batch
 
@@ -553,7 +562,7 @@ class Batcher:
                 if new:
                     self._decode(new)
                 return
-            new = self._take(rolling.key, self.max_batch - len(rolling.requests))
+            new = self._take(rolling.key, self.max_batch - len(rolling.requests), horizon=rolling.horizon)
             if new:
                 self.batches, self.rows = self.batches + 1, self.rows + len(new)
             finished = rolling.admit(new) if new else rolling.step() if rolling.requests else []

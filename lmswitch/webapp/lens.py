@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from lmswitch.core.hidden import encode_text
+from lmswitch.core.switch import distinct
 from lmswitch.harness import figures
 from lmswitch.io.resources import examples_dir
 from lmswitch.lenses.meter import MAX_SWITCHES as MAX_METER_SWITCHES
@@ -65,7 +66,7 @@ def run_highlight(backend: Backend, text: str, file: str | None, name: str, eps,
     check_highlight_args(eps, max_span, n_spans)  # before the body pass
     encoded = encode_text(lm, text)  # one body pass, read by both lenses
     result = highlight(lm, switch, encoded, eps=eps, max_span=max_span, n_spans=n_spans)
-    meter = measure(lm, [session.get(n, library) for n in session.available(library)][:MAX_METER_SWITCHES], encoded)
+    meter = measure(lm, distinct([session.get(n, library) for n in session.available(library)])[:MAX_METER_SWITCHES], encoded)
     return result.highlighted, result.word_heatmap(), figures.meter_figure(meter), _summary(result, meter)
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 import gradio as gr
 
 from lmswitch.core.options import SAMPLING, TrainConfig
+from lmswitch.core.switch import distinct
 from lmswitch.core.train import train_switch
 from lmswitch.harness.frontier import calibrated_card
 from lmswitch.io.parse import parse_names
@@ -163,5 +164,6 @@ class McpTools:
         names = parse_names(switches) or self.session.available(library)
         if len(names) > MAX_METER_SWITCHES and parse_names(switches):
             raise ValueError(f"the meter reads at most {MAX_METER_SWITCHES} switches at once; got {len(names)}")
-        chosen = [self.session.get(n, library) for n in names][:MAX_METER_SWITCHES]
+        chosen = [self.session.get(n, library) for n in names]
+        chosen = (chosen if parse_names(switches) else distinct(chosen))[:MAX_METER_SWITCHES]  # (every switch: one of each W)
         return self.backend.run(measure, lm, chosen, text, background=True).to_dict()
