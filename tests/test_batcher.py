@@ -516,3 +516,20 @@ def test_a_request_that_ends_within_the_running_decode_joins_it_past_one_with_ot
     for t in threads:
         t.join(30)
     assert done == ["short", "other"]  # without joining, short would wait for the running decode to drain and for other
+
+
+@pytest.mark.filterwarnings("ignore:prompt of .* tokens is longer than the context")  # (the cut this test is about)
+def test_a_long_prompt_joining_with_a_longer_request_is_cut_as_when_alone(llama_lm):
+    """Requests joining together: a prompt near the context is cut to the context less its own length, not the longest
+    length among them, so its text and its prompt_tokens are its solo run's."""
+    context = llama_lm.context_length
+    long = " ".join(["alpha beta gamma delta"] * context)  # longer than the context
+    batcher = Batcher(llama_lm, ComputeThread())
+    release = held(batcher.compute)
+    short = batcher.stream(long, [], seed=1, options=SamplingOptions(max_new_tokens=4, temperature=0.0))
+    other = batcher.stream("beta", [], seed=2, options=SamplingOptions(max_new_tokens=context // 2, temperature=0.0))
+    release.set()
+    row, _ = list(short)[-1], list(other)[-1]
+    solo = generate_tokens(llama_lm, [long], [[]], [1], SamplingOptions(max_new_tokens=4, temperature=0.0))
+    assert row.prompt_tokens == int(solo.prompt_mask[0].sum()) == context - 4
+    assert row.text == solo.texts[0]

@@ -333,9 +333,10 @@ class _Rolling:
         """Read ``new`` requests' prompts (unless kept), sample their first tokens and add them to the running rows;
         returns the finished rows."""
         try:  # nothing of the running rows changes before _join: a failure here is the new requests' alone
-            options = replace(new[0].options, max_new_tokens=max(r.options.max_new_tokens for r in new))
-            ids, mask = encode_prompts(self.lm, [r.prompt for r in new], options)
-            tokens = [tuple(row[m.bool()].tolist()) for row, m in zip(ids, mask, strict=True)]
+            # each prompt cut to the context less its own length (as alone), not the longest of the requests joining
+            encoded = [encode_prompts(self.lm, [r.prompt], r.options) for r in new]
+            tokens = [tuple(ids[0][mask[0].bool()].tolist()) for ids, mask in encoded]
+            mask = padded(tokens, 0)[1]
             read = self._read(tokens)
             prompts = [read[t] for t in tokens]
             heads = torch.stack([p.head for p in prompts])
