@@ -298,3 +298,13 @@ def test_a_switch_shows_itself_in_one_short_line(switch):
     """Not the dataclass's repr, which printed all of W and the card (12,000 characters in an error message)."""
     shown = repr(switch)
     assert len(shown) < 200 and "\n" not in shown and switch.name in shown and str(switch.dim) in shown
+
+
+def test_distinct_keeps_the_first_of_each_matrix_in_order(switch):
+    from lmswitch.core.switch import distinct
+
+    other = copy.deepcopy(switch)
+    other.W = other.W * 2
+    twin = copy.deepcopy(switch)
+    twin.name = "twin"
+    assert [s.name for s in distinct([switch, other, twin])] == [switch.name, other.name]

@@ -255,7 +255,10 @@ def switch_path(path: str | os.PathLike, *, overwrite: bool = True) -> Path:
 
 def distinct(switches: list[Switch]) -> list[Switch]:
     """``switches`` less any whose matrix an earlier one has (a switch imported twice, or trained twice alike), in order."""
-    return list({s.digest: s for s in reversed(switches)}.values())[::-1]
+    first: dict[str, Switch] = {}
+    for s in switches:
+        first.setdefault(s.digest, s)
+    return list(first.values())
 
 
 def check_switch(switch: object, lm: LanguageModel) -> Switch:
