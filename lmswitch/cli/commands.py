@@ -255,14 +255,15 @@ CONFLICTS = {  # subcommand → [(a bad combination of options, what to do inste
 }
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the parsed command line; returns the exit code (errors are raised, for :func:`~lmswitch.cli.main`)."""
+def _checked_before_loading(args: argparse.Namespace) -> None:
+    """Refuse what can be refused without the model (bad combinations, where a switch goes, its name, a switch given
+    twice), so no work is lost to it; fills in ``args.out`` (``~`` expanded) and ``train``'s default name."""
     if getattr(args, "offload_folder", None) and not getattr(args, "device_map", None):
         raise ValueError("--offload-folder is where --device-map puts weights that fit nowhere else; add --device-map auto")
     for bad, message in CONFLICTS.get(args.command, []):
         if bad(args):
             raise ValueError(message)
-    if args.command in ("train", "transfer"):  # where the switch goes, checked before any work
+    if args.command in ("train", "transfer"):
         args.out = str(switch_path(args.out, overwrite=args.force))
     if args.command == "train":
         args.name = check_name(args.name) if args.name else usable_name(Path(args.out).stem)  # (a file's name may be freer)
@@ -272,6 +273,11 @@ def run(args: argparse.Namespace) -> int:
         twice = next((r for r in refs if refs.count(r) > 1), None)
         if twice is not None:
             raise ValueError(f"--switch {twice} is given twice; give each switch once")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the parsed command line; returns the exit code (errors are raised, for :func:`~lmswitch.cli.main`)."""
+    _checked_before_loading(args)
     if args.command == "info" and args.switch:
         cmd_switch_card(args)
     else:

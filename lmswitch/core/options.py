@@ -31,6 +31,12 @@ GUIDE_TOKENS = 5  # guided decoding chooses among its candidates every this many
 OPTIMIZERS = (*RECIPES, "adam")  # the L-BFGS recipes, then the paper's Adam steps
 
 
+def _plain_fields(options: object) -> None:
+    """A frozen dataclass's NumPy scalars as Python's, so the cards and results that hold them stay JSON."""
+    for f in fields(options):
+        object.__setattr__(options, f.name, plain(getattr(options, f.name)))
+
+
 @dataclass(frozen=True)
 class SamplingOptions:
     """Decoding settings shared by every row of one call."""
@@ -56,9 +62,8 @@ class SamplingOptions:
                 "the steering switches' judges (classifiers of their two styles) place furthest the way ε points; with 4, "
                 "about 3.4× the time of plain decoding on 2 CPU cores (benchmarks/RESULTS.md; 1: off)"})
 
-    def __post_init__(self) -> None:  # NumPy's scalars as Python's: cards and results stay JSON
-        for f in fields(self):
-            object.__setattr__(self, f.name, plain(getattr(self, f.name)))
+    def __post_init__(self) -> None:
+        _plain_fields(self)
 
     def validate(self, lm: LanguageModel) -> None:
         if not _whole(self.max_new_tokens) or not 1 <= self.max_new_tokens < lm.context_length:
@@ -139,9 +144,8 @@ class TrainConfig:
     matmul_dtype: torch.dtype | None = field(
         default=None, metadata={"help": "dtype of the head matmuls in training (None: bfloat16 where the hardware is fast at it, else float32)"})
 
-    def __post_init__(self) -> None:  # NumPy's scalars as Python's: cards and results stay JSON
-        for f in fields(self):
-            object.__setattr__(self, f.name, plain(getattr(self, f.name)))
+    def __post_init__(self) -> None:
+        _plain_fields(self)
 
     def validate(self, hidden_size: int) -> None:
         """Raise a ValueError that names the bad field and its allowed range."""

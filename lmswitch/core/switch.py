@@ -230,7 +230,10 @@ def check_name(name: object) -> str:
 
 
 def usable_name(text: str) -> str:
-    """``text`` made into a name :func:`check_name` accepts (other characters become '-'), for a switch named elsewhere."""
+    """``text`` made into a name :func:`check_name` accepts (other characters become '-'), for a switch named elsewhere;
+    a name it accepts stays as it is."""
+    if NAME_RE.match(text):
+        return text
     return re.sub(r"[^A-Za-z0-9_.+-]+", "-", text).lstrip("-._+")[:48].rstrip("-") or "switch"
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from lmswitch.core.models import LanguageModel
-from lmswitch.core.switch import MAX_EPS_RANGE, Switch, usable_name
+from lmswitch.core.switch import MAX_EPS_RANGE, Switch, check_switch, usable_name
 from lmswitch.lenses.svd import reference_hidden
 from lmswitch.lenses.vocab import token_words
 
@@ -81,9 +81,7 @@ def _strength(lm: LanguageModel, W: torch.Tensor) -> float:
 
 
 def _check_transfer(switch: Switch, source: LanguageModel, anchors: int, method: str, ridge: float) -> None:
-    if not isinstance(switch, Switch):
-        raise TypeError(f"expected a Switch; got {type(switch).__name__}")
-    switch.check_model(source)  # a switch made for another model than the stated source: clear error
+    check_switch(switch, source)  # a switch made for another model than the stated source: clear error
     if not switch.W.any():
         raise ValueError(f"switch '{switch.name}' is all zeros (it steers nothing), so there is nothing to transfer")
     if not isinstance(anchors, int) or anchors < 2:

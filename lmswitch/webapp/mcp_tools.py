@@ -161,9 +161,9 @@ class McpTools:
             per switch, the best ε, the style it points to and the evidence in nats.
         """
         lm, library = self.backend.get()
-        names = parse_names(switches) or self.session.available(library)
-        if len(names) > MAX_METER_SWITCHES and parse_names(switches):
-            raise ValueError(f"the meter reads at most {MAX_METER_SWITCHES} switches at once; got {len(names)}")
-        chosen = [self.session.get(n, library) for n in names]
-        chosen = (chosen if parse_names(switches) else distinct(chosen))[:MAX_METER_SWITCHES]  # (every switch: one of each W)
+        given = parse_names(switches)
+        if len(given) > MAX_METER_SWITCHES:
+            raise ValueError(f"the meter reads at most {MAX_METER_SWITCHES} switches at once; got {len(given)}")
+        chosen = ([self.session.get(n, library) for n in given] if given  # (every switch: one of each matrix)
+                  else distinct([self.session.get(n, library) for n in self.session.available(library)])[:MAX_METER_SWITCHES])
         return self.backend.run(measure, lm, chosen, text, background=True).to_dict()

@@ -187,7 +187,7 @@ class OpenAIApi:
             return ApiError(400, str(err)).response()
         gone = threading.Event()  # set when the client disconnects: its generation stops at its next step or piece
         if job.stream:
-            return _EventStream(_Releasing(self._events(job, release, gone), release), gone, release)
+            return _EventStream(self._events(job, release, gone), gone, release)
         watcher = asyncio.create_task(_watch(request, gone))
         try:
             row = await run_in_threadpool(self.backend.batcher(job.lm).generate, job.prompt, job.setting, seed=job.seed,
@@ -316,6 +316,7 @@ class OpenAIApi:
             yield _event(ApiError(400, str(err)).body())
         except Exception as err:  # headers are sent: the error travels as an event, and the stream still ends properly
             yield _event(ApiError(500, f"{type(err).__name__}: {err}", kind="server_error").body())
+        release()  # (after an error too) the client may send its next request as soon as it reads the end
         yield DONE
 
 
@@ -336,33 +337,6 @@ class _EventStream(StreamingResponse):
             watcher.cancel()
             self.gone.set()  # sent in full, or the client left: either way nobody reads more
             self.release()
-
-
-class _Releasing:
-    """``items``, calling ``release`` once when they end or are closed (a streaming request's slot is free before the
-    client reads the end)."""
-
-    def __init__(self, items: Iterator[str], release: Callable[[], None]) -> None:
-        self.items, self._release = items, release
-
-    def __iter__(self) -> _Releasing:
-        return self
-
-    def __next__(self) -> str:
-        try:
-            item = next(self.items)
-        except BaseException:
-            self.close()
-            raise
-        if item == DONE:  # the client may send its next request as soon as it reads this: free the slot first
-            self.close()
-        return item
-
-    def close(self) -> None:
-        release, self._release = self._release, None
-        if release is not None:
-            self.items.close()
-            release()
 
 
 async def _watch(request: Request, gone: threading.Event, every: float = 0.2) -> None:

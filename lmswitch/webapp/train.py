@@ -13,7 +13,7 @@ import gradio as gr
 from lmswitch.core.card import Card
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import TrainConfig
-from lmswitch.core.switch import NAME_RE, Switch, load_switch, usable_name
+from lmswitch.core.switch import Switch, load_switch, usable_name
 from lmswitch.core.train import Done, Encoded, Evaluated, Step, TrainEvent, TrainingCancelled, data_advice, train_events
 from lmswitch.harness import figures
 from lmswitch.harness.frontier import calibrated_card
@@ -251,7 +251,6 @@ def import_switch(backend: Backend, file: str | None, session: Session, *current
     if path.suffix != ".safetensors":
         raise ValueError(f"{path.name} is not a .safetensors switch file")
     switch = load_switch(path, lm)
-    # a switch named where names are free (a script, another tool) keeps a usable form of its name
-    final = session.add(switch, library, name=switch.name if NAME_RE.match(switch.name) else usable_name(switch.name))
+    final = session.add(switch, library, name=usable_name(switch.name))  # (named where names are free: a usable form)
     return (f"Imported '{final}' ({switch.positive_label} ↔ {switch.negative_label}); its slider is in the Steer tab.",
             *slot_updates(session, library), *dropdown_updates(session, library, current))
