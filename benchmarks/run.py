@@ -65,25 +65,27 @@ def bench_decode(lm: ls.LanguageModel, tokens: int, repeats: int) -> dict:
         assert out.shape[1] == ids.shape[1] + tokens
         return time.perf_counter() - start
 
-    def sampled(adaptive: bool) -> float:  # through the library's sampler, where the steering budget is charged
+    def sampled(adaptive: bool, repeat_guard: int = SAMPLING.repeat_guard) -> float:  # through the library's sampler
         start = time.perf_counter()  # a budget too large to run out: the same tokens, the budget's whole cost
         ls.generate(lm, "The history of the city begins", switches, max_new_tokens=tokens, seed=0, adaptive=adaptive,
-                    generation_budget=1e9)
+                    generation_budget=1e9, repeat_guard=repeat_guard)
         return time.perf_counter() - start
 
     run([])  # warm-up
-    base, steered, capped, plain, budgeted = [], [], [], [], []
+    base, steered, capped, plain, budgeted, unguarded = [], [], [], [], [], []
     for _ in range(repeats):  # alternating, so machine noise hits all alike
         base.append(run([]))
         steered.append(run(switches))
         capped.append(run(switches, KL_BUDGET))
         plain.append(sampled(False))
         budgeted.append(sampled(True))
+        unguarded.append(sampled(False, repeat_guard=0))
     b, s, a = statistics.median(base), statistics.median(steered), statistics.median(capped)
-    p, g = statistics.median(plain), statistics.median(budgeted)
+    p, g, u = statistics.median(plain), statistics.median(budgeted), statistics.median(unguarded)
     return {"decode_tokens": tokens, "unsteered_s": round(b, 3), "three_switches_s": round(s, 3), "ratio": round(s / b, 3),
             "kl_cap_s": round(a, 3), "kl_cap_ratio": round(a / b, 3), "tokens_per_s_unsteered": round(tokens / b, 1),
-            "sampled_s": round(p, 3), "budget_s": round(g, 3), "budget_ratio": round(g / p, 3)}
+            "sampled_s": round(p, 3), "budget_s": round(g, 3), "budget_ratio": round(g / p, 3),
+            "unguarded_s": round(u, 3), "guard_ratio": round(p / u, 3)}
 
 
 def bench_packed_layers(lm: ls.LanguageModel, repeats: int) -> dict:
@@ -691,7 +693,9 @@ def _decode_rows(dc: dict) -> str:
             f"ratio {dc['ratio']} | ≤ 1.03 |\n| same, 3 switches with the per-token KL cap ({KL_BUDGET:g} nat) | "
             f"{dc['kl_cap_s']} s → ratio {dc['kl_cap_ratio']} vs unsteered | — |\n"
             f"| `ls.generate`, 3 switches, adaptive strength (a steering budget per generation) vs plain | "
-            f"{dc['budget_s']} s vs {dc['sampled_s']} s → ratio {dc['budget_ratio']} | — |" + batched)
+            f"{dc['budget_s']} s vs {dc['sampled_s']} s → ratio {dc['budget_ratio']} | — |\n"
+            f"| `ls.generate`, 3 switches, with the repeat guard (the default) vs without | "
+            f"{dc['sampled_s']} s vs {dc['unguarded_s']} s → ratio {dc['guard_ratio']} | ≤ 1.03 |" + batched)
 
 
 def bench_guided(lm: ls.LanguageModel, repeats: int) -> dict:

@@ -79,7 +79,7 @@ def test_a_huge_budget_equals_plain_steering_and_zero_eps_equals_the_base_model(
 def test_a_word_bonus_loops_without_a_budget_and_stops_with_one(make_lm):
     lm = make_lm("llama", init=0.2)
     bonus = word_bonus(lm, "great", 40.0)
-    kw = dict(seed=0, samples=6, max_new_tokens=12)
+    kw = dict(seed=0, samples=6, max_new_tokens=12, repeat_guard=0)  # the budget alone (the guard: test_guard.py)
     base = ls.generate(lm, "the", [], **kw)
     plain = ls.generate(lm, "the", [(bonus, 1000.0)], **kw)
     budgeted = ls.generate(lm, "the", [(bonus, 1000.0)], adaptive=True, generation_budget=4.0, **kw)

@@ -333,4 +333,4 @@ def test_protocol_defaults_are_the_sampling_defaults():
     assert PROTOCOL.to_dict() == {"samples": 5, "max_new_tokens": 25, "top_p": 0.9, "temperature": 1.0, "seed": 0, "batch_size": 128,
                                   "adaptive": False, "kl_budget": None,
                                   "generation_budget": SAMPLING.generation_budget, "best_of": 1, "guide": 1,
-                                  "score_from_decode": True}
+                                  "repeat_guard": SAMPLING.repeat_guard, "score_from_decode": True}

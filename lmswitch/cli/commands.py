@@ -42,7 +42,7 @@ def _card_without_curves(switch: Switch) -> dict:
 def _sampling(args: argparse.Namespace) -> dict:
     """The decoding options of ``generate``/``sweep`` as keyword arguments."""
     return SamplingOptions(args.max_new_tokens, args.temperature, args.top_p, args.chat, args.adaptive, args.kl_budget,
-                           args.generation_budget, args.best_of, args.guide).to_dict()
+                           args.generation_budget, args.best_of, args.guide, args.repeat_guard).to_dict()
 
 
 def cmd_switch_card(args: argparse.Namespace) -> None:

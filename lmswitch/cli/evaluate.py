@@ -90,7 +90,7 @@ def _evaluate(args: argparse.Namespace, lm: LanguageModel) -> None:
     prompts = load_prompts(args.prompts, args.limit)
     protocol = Protocol(samples=args.samples, max_new_tokens=args.max_new_tokens, top_p=args.top_p, seed=args.seed,
                         adaptive=args.adaptive, kl_budget=args.kl_budget, generation_budget=args.generation_budget,
-                        best_of=args.best_of, guide=args.guide)
+                        best_of=args.best_of, guide=args.guide, repeat_guard=args.repeat_guard)
     protocol.validate()
     protocol.sampling().validate(lm)
     outcome = (_grid if args.grid else _sweep)(args, lm, switch, prompts, protocol, metrics)
@@ -130,7 +130,7 @@ def _frontier(args: argparse.Namespace, lm: LanguageModel) -> None:
 
     methods = parse_names(args.methods)
     protocol = Protocol(samples=args.samples, max_new_tokens=args.max_new_tokens, top_p=args.top_p, seed=args.seed, kl_budget=args.kl_budget,
-                        generation_budget=args.generation_budget)
+                        generation_budget=args.generation_budget, repeat_guard=args.repeat_guard)
     frontiers = [run_frontier(lm, open_switch(name, lm), FrontierSpec.for_switch(name), methods=methods, protocol=protocol,
                               dev_limit=args.limit, test_limit=args.limit, log=log) for name in args.frontier]
     sliders = [check_sliders(lm, open_switch(name, lm), FrontierSpec.for_switch(name), protocol, args.limit)

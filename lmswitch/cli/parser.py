@@ -119,6 +119,9 @@ def _add_adaptive_options(p: argparse.ArgumentParser) -> None:
                    help=f"guided decoding: every {GUIDE_TOKENS} tokens sample N candidates and keep the one the switch's judge "
                         "(a classifier of its two styles) places furthest the way ε points; about 1.5 N times the decoding, "
                         "no word loops; default %(default)s (off)")
+    p.add_argument("--repeat-guard", type=int, default=SAMPLING.repeat_guard, metavar="N",
+                   help="steering never raises the logit of a token among the text's last N tokens, which keeps a strong "
+                        "switch from looping ('great great great'); 0 for the paper's plain steering (default %(default)s)")
 
 
 def _add_text_options(p: argparse.ArgumentParser) -> None:

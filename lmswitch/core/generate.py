@@ -27,6 +27,7 @@ from transformers.generation.streamers import BaseStreamer
 
 from lmswitch.core.budget import Budget, RowBudgets
 from lmswitch.core.checks import is_whole
+from lmswitch.core.guard import RepeatGuard
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SAMPLING, SamplingOptions
 from lmswitch.core.steering import Setting, steer_rows
@@ -58,11 +59,12 @@ class CoupledSampler(LogitsProcessor):
     """
 
     def __init__(self, seeds: Sequence[int | torch.Generator], temperature: float, top_p: float, budget: Budget | None = None,
-                 stops: Sequence[int] | None = None) -> None:
+                 stops: Sequence[int] | None = None, guard: RepeatGuard | None = None) -> None:
         self.generators = noise_streams(seeds)
         self.temperature = temperature
         self.top_p = top_p
         self.budget = budget
+        self.guard = guard  # takes back what steering raised of each row's recent tokens (lmswitch.core.guard)
         # with ``stops`` (end-of-text ids): each row's log-likelihood under the logits it is given (the steered model at
         # temperature 1) and its token count, up to and including its first stop
         self.stops = torch.tensor(sorted(stops), dtype=torch.long) if stops is not None else None
@@ -72,10 +74,11 @@ class CoupledSampler(LogitsProcessor):
         self.ended = torch.zeros(len(seeds), dtype=torch.bool)
 
     @classmethod
-    def joined(cls, samplers: Sequence[CoupledSampler]) -> CoupledSampler:
+    def joined(cls, samplers: Sequence[CoupledSampler], guard: RepeatGuard | None = None) -> CoupledSampler:
         """One sampler over the rows of ``samplers`` (the same temperature and top-p, no stops): it draws from their
         noise streams and charges their budgets, so each row gets the tokens its own sampler would give it, in one
-        batched pass (a running decode's rows, which join and leave, each keep a sampler of their own)."""
+        batched pass (a running decode's rows, which join and leave, each keep a sampler of their own). ``guard``:
+        the rows' repeat guard, the one the steering hook of their pass filled."""
         first = samplers[0]
         if any(s.stops is not None or (s.temperature, s.top_p, s.budget is None) != (first.temperature, first.top_p, first.budget is None)
                for s in samplers):
@@ -83,7 +86,7 @@ class CoupledSampler(LogitsProcessor):
                              "none does, and score no stops")
         budgets = [s.budget for s in samplers]
         return cls([g for s in samplers for g in s.generators], first.temperature, first.top_p,
-                   RowBudgets(budgets) if first.budget is not None else None)
+                   RowBudgets(budgets) if first.budget is not None else None, guard=guard)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         """As a logits processor: scores 0 at each row's sampled token and -inf elsewhere."""
@@ -97,7 +100,7 @@ class CoupledSampler(LogitsProcessor):
         B, V = scores.shape
         if B != len(self.generators):
             raise RuntimeError(f"sampler has {len(self.generators)} noise streams for a batch of {B}")
-        logits = scores.float()
+        logits = scores.float() if self.guard is None else self.guard.apply(scores.float())
         self.model_logp = None  # the last draw's, dropped before this one's is made
         # every stream advances by one draw per step, also for greedy rows, so streams stay aligned
         drawn: dict[int, torch.Tensor] = {}  # one draw per stream, whatever the rows that share it
@@ -123,6 +126,8 @@ class CoupledSampler(LogitsProcessor):
                 choice = (logp + gumbel).argmax(-1)
         if self.budget is not None:
             self.budget.spend(model_logp, choice)
+        if self.guard is not None:
+            self.guard.push(choice)
         if self.stops is not None:
             self._score(model_logp, choice)
         return choice
@@ -326,8 +331,9 @@ def _decode(lm: LanguageModel, prompts: Sequence[Prompt] | tuple[torch.Tensor, t
     eos = set(config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id]) - {None}
     criteria = [c for c in (_StopOnEvent(stop) if stop is not None else None, stopping) if c is not None]
     budget = Budget(len(prompts), opts.per_generation) if opts.per_generation is not None else None
-    sampler = CoupledSampler(seeds, opts.temperature, opts.top_p, budget, stops=sorted(eos) if score else None)
-    with steer_rows(lm, settings, kl_budget=opts.budget, budget=budget), torch.inference_mode():
+    guard = RepeatGuard.of_prompts(input_ids, mask, opts.repeat_guard) if opts.repeat_guard else None
+    sampler = CoupledSampler(seeds, opts.temperature, opts.top_p, budget, stops=sorted(eos) if score else None, guard=guard)
+    with steer_rows(lm, settings, kl_budget=opts.budget, budget=budget, guard=guard), torch.inference_mode():
         out = lm.model.generate(
             input_ids=input_ids.to(lm.input_device),
             attention_mask=mask.to(lm.input_device),
@@ -407,6 +413,7 @@ def generate(
     generation_budget: float | None = SAMPLING.generation_budget,
     best_of: int = SAMPLING.best_of,
     guide: int = SAMPLING.guide,
+    repeat_guard: int = SAMPLING.repeat_guard,
 ) -> list[str]:
     """Continuations of ``prompt`` steered by ``switches`` (pairs of switch and ε in ε0 units).
 
@@ -415,7 +422,9 @@ def generate(
     each sample, the likeliest of n candidates under the steered model (OpenAI's ``best_of``;
     on provocative prompts it cuts toxicity further at lower perplexity, EVALUATION.md). ``guide=n`` decodes
     five tokens at a time as n candidates and keeps the one the switch's judge likes best
-    (:mod:`lmswitch.core.guided`: much stronger at a mild ε, without word loops).
+    (:mod:`lmswitch.core.guided`: much stronger at a mild ε, without word loops). ``repeat_guard=n`` (default 4) keeps
+    steering from raising any of each text's last n tokens, the cause of word loops (:mod:`lmswitch.core.guard`; 0: the
+    paper's plain steering).
 
     >>> generate(lm, "The movie was", [(sentiment, 5)], seed=0)   # doctest: +SKIP
     [' absolutely wonderful, ...']
@@ -428,7 +437,8 @@ def generate(
     check_seed(seed)
     rows = [p for p in prompts for _ in range(samples)]
     seeds = [seed + k for _ in prompts for k in range(samples)]
-    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget, generation_budget, best_of, guide)
+    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget, generation_budget, best_of, guide,
+                           repeat_guard)
     return generate_tokens(lm, rows, [list(switches)] * len(rows), seeds, opts).texts
 
 
@@ -449,6 +459,7 @@ def sweep(
     generation_budget: float | None = SAMPLING.generation_budget,
     best_of: int = SAMPLING.best_of,
     guide: int = SAMPLING.guide,
+    repeat_guard: int = SAMPLING.repeat_guard,
 ) -> list[tuple[float, str]]:
     """The same prompt and seed at each ε of one switch, in one batched call (the paper's Table 5).
 
@@ -462,7 +473,8 @@ def sweep(
         raise ValueError("give at least one eps value to sweep")
     check_seed(seed)
     settings = [[(switch, e), *others] for e in eps_values]
-    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget, generation_budget, best_of, guide)
+    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget, generation_budget, best_of, guide,
+                           repeat_guard)
     texts = generate_tokens(lm, [prompt] * len(eps_values), settings, [seed] * len(eps_values), opts).texts
     return list(zip(eps_values, texts, strict=False))
 
@@ -482,6 +494,7 @@ def stream_rows(
     generation_budget: float | None = SAMPLING.generation_budget,
     best_of: int = SAMPLING.best_of,
     guide: int = SAMPLING.guide,
+    repeat_guard: int = SAMPLING.repeat_guard,
     executor: Executor | None = None,
 ) -> Iterator[list[str]]:
     """Stream several settings of one prompt side by side (same seed): yields the texts so far, per row.
@@ -494,7 +507,8 @@ def stream_rows(
     if not settings:
         raise ValueError("give at least one setting")
     check_seed(seed)
-    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget, generation_budget, best_of, guide)
+    opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget, generation_budget, best_of, guide,
+                           repeat_guard)
     with contextlib.closing(stream_tokens(lm, [prompt] * len(settings), settings, [seed] * len(settings), opts, executor=executor)) as items:
         last = None
         for item in items:

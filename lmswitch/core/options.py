@@ -19,6 +19,7 @@ from lmswitch.core.budget import GENERATION_BUDGET
 from lmswitch.core.checks import is_number as _finite
 from lmswitch.core.checks import is_whole as _whole
 from lmswitch.core.checks import plain
+from lmswitch.core.guard import MAX_REPEAT_GUARD, REPEAT_GUARD
 from lmswitch.core.solver import RECIPES
 
 if TYPE_CHECKING:
@@ -61,6 +62,10 @@ class SamplingOptions:
         "help": f"guided decoding: every {GUIDE_TOKENS} tokens, sample this many candidate continuations and keep the one "
                 "the steering switches' judges (classifiers of their two styles) place furthest the way ε points; with 4, "
                 "about 3.4× the time of plain decoding on 2 CPU cores (benchmarks/RESULTS.md; 1: off)"})
+    repeat_guard: int = field(default=REPEAT_GUARD, metadata={
+        "help": "steering never raises the logit of a token among each text's last this many tokens, the cause of word "
+                "loops; the rest of the steered distribution is unchanged (lmswitch.core.guard; 0: off, the paper's "
+                "plain steering)"})
 
     def __post_init__(self) -> None:
         _plain_fields(self)
@@ -86,6 +91,8 @@ class SamplingOptions:
         if self.guide > 1 and (self.temperature == 0 or self.best_of > 1 or self.adaptive):
             raise ValueError("guided decoding (guide > 1) needs sampling (temperature > 0) and goes without best_of and "
                              "adaptive strength: choose one of them")
+        if not _whole(self.repeat_guard) or not 0 <= self.repeat_guard <= MAX_REPEAT_GUARD:
+            raise ValueError(f"repeat_guard must be an integer from 0 (off) to {MAX_REPEAT_GUARD} tokens; got {self.repeat_guard!r}")
         if self.chat and not lm.has_chat_template:
             raise ValueError(f"model '{lm.name}' has no chat template; generate without chat=True")
 

@@ -19,6 +19,7 @@ import torch
 from lmswitch.core.adaptive import kl_scale
 from lmswitch.core.budget import Budget
 from lmswitch.core.checks import is_number
+from lmswitch.core.guard import RepeatGuard
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.switch import MAX_EPS_RANGE, Switch, check_switch
 
@@ -114,13 +115,15 @@ class RowSteering:
 
 
 class _Steer:
-    """One ``steer`` block: the rows' matrices (:class:`RowSteering`), and optionally an adaptive cap or a budget."""
+    """One ``steer`` block: the rows' matrices (:class:`RowSteering`), and optionally an adaptive cap, a budget or a
+    repeat guard."""
 
     def __init__(self, rows: RowSteering, cap: tuple[LanguageModel, float] | None = None,
-                 budget: tuple[LanguageModel, Budget] | None = None) -> None:
+                 budget: tuple[LanguageModel, Budget] | None = None, guard: tuple[LanguageModel, RepeatGuard] | None = None) -> None:
         self.rows = rows
         self.cap = cap  # (model, KL budget in nats per token): adaptive strength, see lmswitch.core.adaptive
         self.budget = budget  # (model, nats left per row): a steering budget per generation, see lmswitch.core.budget
+        self.guard = guard  # (model, recent tokens per row): what steering raised of them, see lmswitch.core.guard
 
     def _step(self, c: torch.Tensor, M: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
         """``c + M c``; with a KL cap ``c + α M c`` with the per-position ``α`` that keeps the cap; ``scale`` (n,) 0 or
@@ -134,6 +137,14 @@ class _Steer:
         return c + delta
 
     def apply(self, c: torch.Tensor) -> torch.Tensor:
+        out = self._steered(c)
+        if self.guard is not None:  # the change steering made at each row's last position, as the head will see it
+            lm, guard = self.guard
+            after, before = (out[:, -1], c[:, -1]) if c.ndim == 3 else (out, c)
+            guard.observe(lm, after.float() - before.float())
+        return out
+
+    def _steered(self, c: torch.Tensor) -> torch.Tensor:
         M = self.rows.on(c.device, c.dtype)
         scale = None
         if self.budget is not None:
@@ -208,7 +219,8 @@ def _budget(lm: LanguageModel, budget: Budget | None) -> tuple[LanguageModel, Bu
 
 
 @contextmanager
-def steer(lm: LanguageModel, setting: Setting, *, kl_budget: float | None = None, budget: Budget | None = None) -> Iterator[None]:
+def steer(lm: LanguageModel, setting: Setting, *, kl_budget: float | None = None, budget: Budget | None = None,
+          guard: RepeatGuard | None = None) -> Iterator[None]:
     """Steer ``lm`` inside the block: ``c → c + (Σ eps_i · eps0 · W_i) c`` on the head input.
 
     The sum is formed once. With every eps 0 the model is left exactly as it is.
@@ -216,19 +228,21 @@ def steer(lm: LanguageModel, setting: Setting, *, kl_budget: float | None = None
     turns on adaptive strength: at each position the steering term is scaled down
     just enough that ``KL(steered ‖ unsteered) ≤ kl_budget``
     (:mod:`lmswitch.core.adaptive`). ``budget`` (one row per batch row) steers each row
-    only while its generation budget lasts (:mod:`lmswitch.core.budget`); the sampler spends it.
+    only while its generation budget lasts (:mod:`lmswitch.core.budget`); the sampler spends it. ``guard`` (one row per
+    batch row) records how much steering raised each row's recent tokens (:mod:`lmswitch.core.guard`); the sampler
+    takes it back.
 
     >>> with steer(lm, [(sentiment, 5.0), (detox, 3.0)]):   # doctest: +SKIP
     ...     logits = lm.model(ids).logits
     """
     check_setting(lm, setting)
-    with steering(lm, RowSteering.one(setting), kl_budget=kl_budget, budget=budget):
+    with steering(lm, RowSteering.one(setting), kl_budget=kl_budget, budget=budget, guard=guard):
         yield
 
 
 @contextmanager
 def steer_rows(lm: LanguageModel, settings: Sequence[Setting], *, kl_budget: float | None = None,
-               budget: Budget | None = None) -> Iterator[None]:
+               budget: Budget | None = None, guard: RepeatGuard | None = None) -> Iterator[None]:
     """Per-row steering: row ``b`` of every batch uses ``settings[b]``.
 
     A batch whose size is a multiple of ``len(settings)`` (several samples per
@@ -239,16 +253,20 @@ def steer_rows(lm: LanguageModel, settings: Sequence[Setting], *, kl_budget: flo
         raise ValueError("steer_rows needs at least one row setting")
     for setting in settings:
         check_setting(lm, setting)
-    with steering(lm, RowSteering.of(settings), kl_budget=kl_budget, budget=budget):
+    with steering(lm, RowSteering.of(settings), kl_budget=kl_budget, budget=budget, guard=guard):
         yield
 
 
 @contextmanager
-def steering(lm: LanguageModel, rows: RowSteering, *, kl_budget: float | None = None, budget: Budget | None = None) -> Iterator[None]:
+def steering(lm: LanguageModel, rows: RowSteering, *, kl_budget: float | None = None, budget: Budget | None = None,
+             guard: RepeatGuard | None = None) -> Iterator[None]:
     """Steer ``lm`` inside the block by ``rows``, formed beforehand (settings checked): :func:`steer` and
     :func:`steer_rows` without forming the matrices again, for a caller that steers the same rows pass after pass."""
     cap, spend = _cap(lm, kl_budget), _budget(lm, budget)
-    with _activate(lm, _Steer(rows, cap=cap, budget=spend) if rows.matrix is not None else None):
+    if guard is not None and not isinstance(guard, RepeatGuard):
+        raise TypeError(f"guard must be a lmswitch.core.guard.RepeatGuard (or None); got {type(guard).__name__}")
+    watch = (lm, guard) if guard is not None else None
+    with _activate(lm, _Steer(rows, cap=cap, budget=spend, guard=watch) if rows.matrix is not None else None):
         yield
 
 

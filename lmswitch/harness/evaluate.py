@@ -99,6 +99,7 @@ class Protocol:
     generation_budget: float | None = SAMPLING.generation_budget  # with adaptive: steering per generation (lmswitch.core.budget)
     best_of: int = SAMPLING.best_of  # candidates per sample; the likeliest under the steered model is kept
     guide: int = SAMPLING.guide  # guided decoding's candidates per piece (lmswitch.core.guided)
+    repeat_guard: int = SAMPLING.repeat_guard  # steering may not raise each text's last this many tokens (lmswitch.core.guard)
     # score a row from the head inputs its decode recorded where those are the unsteered model's (one head pass); False:
     # every row by a second body pass over prompt and text, as rows that cannot be scored so are (instructed, best of
     # n, guided, activation addition), so that a comparison with such rows scores all of them alike
@@ -107,7 +108,8 @@ class Protocol:
     def sampling(self) -> SamplingOptions:
         """The decoding options of this protocol's generations."""
         return SamplingOptions(self.max_new_tokens, self.temperature, self.top_p, adaptive=self.adaptive, kl_budget=self.kl_budget,
-                               generation_budget=self.generation_budget, best_of=self.best_of, guide=self.guide)
+                               generation_budget=self.generation_budget, best_of=self.best_of, guide=self.guide,
+                               repeat_guard=self.repeat_guard)
 
     def validate(self) -> None:
         if not isinstance(self.samples, int) or not 1 <= self.samples <= 100:

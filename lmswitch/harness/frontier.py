@@ -11,7 +11,8 @@ the same seeds. A method with no fluent setting says so: a strength reached
 through repetition is a miss.
 
 Methods are small callables chosen by name (:data:`METHODS`): the switch as
-trained, the switch with adaptive strength (a steering budget per generation), the
+trained (decoded with the repeat guard, the default), the switch without it (the
+paper's plain steering), the switch with adaptive strength (a steering budget per generation), the
 switch with the likeliest of 4 candidates per sample (best of n), prompting the
 instruct model through its chat template, and activation addition (CAA) fitted on
 the switch's own training pairs (:mod:`lmswitch.harness.baselines`).
@@ -129,11 +130,12 @@ def _caa(lm: LanguageModel, switch: Switch, side: int, prompts: Sequence[str], p
 
 BEST_OF = 4  # candidates per sample of the best-of method
 GUIDES = (4, 8)  # candidates per piece of the guided methods
-METHODS: dict[str, Method] = {"switch": _switch(), "switch+adaptive": _switch(adaptive=True),
+METHODS: dict[str, Method] = {"switch": _switch(), "switch-unguarded": _switch(repeat_guard=0),
+                              "switch+adaptive": _switch(adaptive=True),
                               f"switch+best-of-{BEST_OF}": _switch(best_of=BEST_OF),
                               **{f"switch+guided-{n}": _switch(guide=n) for n in GUIDES},
                               "prompting": _prompting, "caa": _caa}
-DECODE_SCORED = ("switch", "switch+adaptive")  # methods whose rows are scored from their decode (Protocol.score_from_decode)
+DECODE_SCORED = ("switch", "switch-unguarded", "switch+adaptive")  # methods whose rows are scored from their decode (Protocol.score_from_decode)
 LEVELS = tuple(float(k) for k in range(1, len(INSTRUCTIONS) + 1))  # the prompting baseline's strengths
 CAA_STRENGTHS = (0.5, 1.0, 2.0, 3.0, 4.0, 6.0)  # |α| swept for activation addition, multiples of its mean-difference vector
 

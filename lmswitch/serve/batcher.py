@@ -60,6 +60,7 @@ from lmswitch.core.generate import (
     positions,
     prompt_text,
 )
+from lmswitch.core.guard import RepeatGuard
 from lmswitch.core.guided import judges_of
 from lmswitch.core.hidden import target_logprobs
 from lmswitch.core.models import LanguageModel
@@ -118,7 +119,7 @@ class _Request:
         """Requests with the same key can share a batch (one sampler temperature and top-p, one template, one KL cap)."""
         o = self.options  # best of n and guided decoding choose among candidates, so their requests also share their length
         return (o.temperature, o.top_p, o.chat, o.adaptive, o.kl_budget, o.generation_budget, o.best_of, o.guide,
-                o.max_new_tokens if o.candidates > 1 else 0)
+                o.repeat_guard, o.max_new_tokens if o.candidates > 1 else 0)
 
 
 class _Dispatch(BaseStreamer):
@@ -271,6 +272,7 @@ class _Rolling:
         self.requests: list[_Request] = []
         self.samplers: list[CoupledSampler] = []
         self.ids: list[list[int]] = []
+        self.tails: list[list[int]] = []  # each row's last prompt tokens, as many as its repeat guard watches
         self.heads: list[list[torch.Tensor]] = []  # each row's head input (unsteered) for each of its tokens so far
         self.logprobs: list[list[float] | None] = []  # an unsteered row's log-probability of each of its tokens so far
         self.prompt_tokens: list[int] = []
@@ -296,18 +298,25 @@ class _Rolling:
         (checked on one token)."""
         return plain_cache(lm) is not None and _after_head_is_exact(lm)
 
-    def _steered(self, requests: list[_Request], budgets: list[Budget | None], rows: RowSteering):
-        """The head steered by ``rows``, each row charging its own steering budget (adaptive requests)."""
+    def _steered(self, requests: list[_Request], budgets: list[Budget | None], rows: RowSteering, guard: RepeatGuard | None):
+        """The head steered by ``rows``, each row charging its own steering budget (adaptive requests) and filling the
+        rows' repeat guard."""
         budget = RowBudgets(budgets) if budgets[0] is not None else None
-        return steering(self.lm, rows, kl_budget=requests[0].options.budget, budget=budget)
+        return steering(self.lm, rows, kl_budget=requests[0].options.budget, budget=budget, guard=guard)
+
+    @staticmethod
+    def _guard(requests: list[_Request], texts: list[list[int]]) -> RepeatGuard | None:
+        """The repeat guard of rows whose texts so far end with ``texts`` (their requests share its window)."""
+        window = requests[0].options.repeat_guard
+        return RepeatGuard.of_rows(texts, window) if window else None
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, cache: DynamicCache, requests: list[_Request],
-                 budgets: list[Budget | None], rows: RowSteering) -> tuple[torch.Tensor, torch.Tensor]:
+                 budgets: list[Budget | None], rows: RowSteering, guard: RepeatGuard | None) -> tuple[torch.Tensor, torch.Tensor]:
         """The next-token logits (B, V) float32 of ``ids`` given ``cache``, each row steered by ``rows``, and the head's
         input before steering (B, d), from which the unsteered model scores the tokens drawn."""
         where = positions(mask)
         device = self.lm.input_device
-        with self._steered(requests, budgets, rows), torch.inference_mode(), self.lm.head_inputs() as seen:
+        with self._steered(requests, budgets, rows, guard), torch.inference_mode(), self.lm.head_inputs() as seen:
             out = self.lm.model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=where[:, -ids.shape[1]:].to(device),
                                 past_key_values=cache, use_cache=True, logits_to_keep=1)
         return out.logits[:, -1, :].float(), seen[-1][:, -1].clone()
@@ -341,7 +350,8 @@ class _Rolling:
             prompts = [read[t] for t in tokens]
             heads = torch.stack([p.head for p in prompts])
             budgets = [Budget(1, r.options.per_generation) if r.options.per_generation is not None else None for r in new]
-            with self._steered(new, budgets, RowSteering.of([r.setting for r in new])), torch.inference_mode():
+            guard = self._guard(new, [list(t) for t in tokens])
+            with self._steered(new, budgets, RowSteering.of([r.setting for r in new]), guard), torch.inference_mode():
                 logits = self.lm.after_head(self.lm.head(heads[:, None]))[:, -1].float()
         except Exception as err:
             raise NotAdmitted from err
@@ -351,10 +361,11 @@ class _Rolling:
         streams = noise_streams([r.seed for r in new])  # requests with one seed (a steered row and its twin) share one
         self.samplers += [CoupledSampler([g], r.options.temperature, r.options.top_p, b) for r, g, b in zip(new, streams, budgets, strict=True)]
         self.ids += [[] for _ in new]
+        self.tails += [list(t[max(0, len(t) - r.options.repeat_guard) :]) for r, t in zip(new, tokens, strict=True)]
         self.heads += [[h] for h in heads]
         self.logprobs += [None if steers(r.setting) else [] for r in new]
         self.prompt_tokens += [int(m.sum()) for m in mask]
-        return self._sample(logits, first=len(self.requests) - len(new))
+        return self._sample(logits, first=len(self.requests) - len(new), guard=guard)
 
     def _join(self, prompts: list[_Prompt], mask: torch.Tensor) -> None:
         """Add the KV caches of ``prompts`` (left-padded as ``mask``) to the running rows'."""
@@ -379,14 +390,16 @@ class _Rolling:
         self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.ids), 1)], dim=1)
         budgets = [sampler.budget for sampler in self.samplers]  # each row's steering budget (adaptive), or None
         self.steering = self.steering or RowSteering.of([r.setting for r in self.requests])
-        logits, heads = self._forward(last, self.mask, self.cache, self.requests, budgets, self.steering)
+        guard = self._guard(self.requests, [tail + ids for tail, ids in zip(self.tails, self.ids, strict=True)])
+        logits, heads = self._forward(last, self.mask, self.cache, self.requests, budgets, self.steering, guard)
         for row, h in zip(self.heads, heads, strict=True):
             row.append(h)
-        return self._sample(logits, first=0)
+        return self._sample(logits, first=0, guard=guard)
 
-    def _sample(self, logits: torch.Tensor, first: int) -> list[tuple[_Request, Row]]:
-        """Draw the next token of rows ``first…`` (logits row k belongs to row first + k); hand out text; drop finished rows."""
-        sampler = CoupledSampler.joined(self.samplers[first:])
+    def _sample(self, logits: torch.Tensor, first: int, guard: RepeatGuard | None) -> list[tuple[_Request, Row]]:
+        """Draw the next token of rows ``first…`` (logits row k belongs to row first + k), taking back what steering
+        raised of their recent tokens (``guard``, filled by their pass); hand out text; drop finished rows."""
+        sampler = CoupledSampler.joined(self.samplers[first:], guard)
         drawn = sampler.draw(logits)  # each row's own stream
         self._record_logprobs(logits, sampler.model_logp, drawn, first)
         tokens = drawn.tolist()
@@ -435,7 +448,7 @@ class _Rolling:
             self.mask = self.mask[:, start:]
             for layer in self.cache.layers:
                 layer.keys, layer.values = layer.keys[..., start:, :], layer.values[..., start:, :]
-        for name in ("requests", "samplers", "ids", "heads", "logprobs", "prompt_tokens"):
+        for name in ("requests", "samplers", "ids", "tails", "heads", "logprobs", "prompt_tokens"):
             setattr(self, name, [getattr(self, name)[b] for b in keep])
         self.steering = None
 

@@ -84,6 +84,7 @@ class _Request(BaseModel):
     generation_budget: Number | None = None
     best_of: StrictInt | None = None  # OpenAI's completions field: the likeliest of this many candidates is returned
     guide: StrictInt | None = None  # lmswitch's extension: guided decoding with this many candidates per piece
+    repeat_guard: StrictInt | None = None  # lmswitch's extension: steering may not raise the text's last this many tokens
 
 
 class CompletionRequest(_Request):
@@ -273,7 +274,8 @@ class OpenAIApi:
                                   kl_budget=d.kl_budget if req.kl_budget is None else float(req.kl_budget),
                                   generation_budget=d.generation_budget if req.generation_budget is None else float(req.generation_budget),
                                   best_of=d.best_of if req.best_of is None else req.best_of,
-                                  guide=d.guide if req.guide is None else req.guide)
+                                  guide=d.guide if req.guide is None else req.guide,
+                                  repeat_guard=d.repeat_guard if req.repeat_guard is None else req.repeat_guard)
         options.validate(lm)
         if req.seed is not None:
             try:
