@@ -91,6 +91,20 @@ def test_generate_guided_is_the_librarys_choice(run, switch_file, model_dir):
     assert code != 0 and "guide must be an integer from 1 (off) to 8" in err
 
 
+def test_generate_repeat_guard_is_the_librarys_and_bad_values_are_refused(run, switch_file, model_dir):
+    import lmswitch as ls
+
+    lm = ls.load_model(str(model_dir), dtype="float32")
+    switch = ls.load_switch(switch_file, lm)
+    for guard in ("0", "2"):
+        code, out, _ = run("generate", "--prompt", "the happy", "--switch", f"{switch_file}=8", "--max-new-tokens", "10",
+                           "--seed", "1", "--samples", "3", "--repeat-guard", guard, "--json")
+        want = ls.generate(lm, "the happy", [(switch, 8.0)], seed=1, samples=3, max_new_tokens=10, repeat_guard=int(guard))
+        assert code == 0 and [s["text"] for s in json.loads(out)["samples"]] == want
+    code, _, err = run("generate", "--prompt", "the", "--max-new-tokens", "2", "--repeat-guard", "-1")
+    assert code != 0 and "repeat_guard must be an integer from 0 (off) to 64" in err
+
+
 def test_svd_json_and_text(run, switch_file):
     code, out, _ = run("svd", "--switch", str(switch_file), "--dims", "2", "--words", "3", "--json")
     data = json.loads(out)

@@ -187,7 +187,7 @@ def test_shipped_switch_as_an_adapter_on_the_embedded_model(lm32, tmp_path):
         assert torch.allclose(peft_model(ids).logits.float(), steered_logits(lm, ids, [(sentiment, eps)]), atol=1e-3, rtol=1e-4)
         greedy = peft_model.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=lm.tokenizer.pad_token_id)
     text = lm.tokenizer.decode(greedy[0, ids.shape[1]:], skip_special_tokens=True)
-    assert text == ls.generate(lm, "My weekend was", [(sentiment, eps)], max_new_tokens=12, temperature=0)[0]
+    assert text == ls.generate(lm, "My weekend was", [(sentiment, eps)], max_new_tokens=12, temperature=0, repeat_guard=0)[0]
 
 
 @pytest.mark.real_model
@@ -203,7 +203,7 @@ def test_two_shipped_switches_merged_into_the_embedded_model(lm32, tmp_path):
         assert torch.allclose(merged(ids).logits.float(), steered_logits(lm, ids, setting), atol=1e-3, rtol=1e-4)
         greedy = merged.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=lm.tokenizer.pad_token_id)
     text = lm.tokenizer.decode(greedy[0, ids.shape[1]:], skip_special_tokens=True)
-    assert text == ls.generate(lm, "My weekend was", setting, max_new_tokens=12, temperature=0)[0]
+    assert text == ls.generate(lm, "My weekend was", setting, max_new_tokens=12, temperature=0, repeat_guard=0)[0]
 
 
 def test_a_foreign_adapter_or_the_model_itself_is_never_replaced(llama_lm, tmp_path):

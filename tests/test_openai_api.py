@@ -55,6 +55,15 @@ def test_guide_returns_the_librarys_guided_decode(client, lm32, switches):
         client.completions.create(model=lm32.name, prompt=PROMPT, max_tokens=4, extra_body={"guide": 40})
 
 
+def test_repeat_guard_is_the_librarys_and_bad_values_are_refused(client, lm32, switches):
+    """lmswitch's ``repeat_guard`` extension field: 0 is the paper's plain steering, as the library decodes it."""
+    done = client.completions.create(model=lm32.name, prompt=PROMPT, max_tokens=12, seed=3,
+                                     extra_body={"switches": {"sentiment": 6}, "repeat_guard": 0})
+    assert done.choices[0].text == ls.generate(lm32, PROMPT, [(switches["sentiment"], 6)], seed=3, max_new_tokens=12, repeat_guard=0)[0]
+    with pytest.raises(openai.BadRequestError, match="repeat_guard"):
+        client.completions.create(model=lm32.name, prompt=PROMPT, max_tokens=4, extra_body={"repeat_guard": 100})
+
+
 def test_best_of_returns_the_librarys_likeliest_candidate(client, lm32, switches):
     """OpenAI's ``best_of`` field: the server samples that many candidates and returns the library's choice."""
     done = client.completions.create(model=lm32.name, prompt=PROMPT, max_tokens=12, seed=3, best_of=3, extra_body={"switches": {"sentiment": 6}})

@@ -14,6 +14,9 @@ output, Granite or Cohere, scales the change with it, in whatever runtime loads 
   the input embedding, for runtimes with no adapter support (any
   ``from_pretrained``). ε is baked in.
 
+Either is plain steering: the repeat guard (:mod:`lmswitch.core.guard`) is a rule of lmswitch's decoding, not a
+weight, so an exported model writes what ``repeat_guard=0`` writes.
+
 Nothing is written into a folder that holds anything but an earlier export of
 the same format (a model folder with an adapter beside it would load steered
 without anyone asking); files are written to a temporary folder next to it and

@@ -66,7 +66,8 @@ class RepeatGuard:
     @torch.no_grad()
     def observe(self, lm: LanguageModel, change: torch.Tensor) -> None:
         """Keep ``e_vᵀ change`` (times the family's after-head scale) of each row's recent tokens; ``change`` (rows, d)
-        is what steering added to the head input of every row's last position (0 for an unsteered row)."""
+        is what steering added to the head input of every row's last position (0 for an unsteered row). For a family
+        that soft-caps its logits this is the rise before the cap, a little more than the capped logit's."""
         if len(change) != len(self):
             raise ValueError(f"the repeat guard has {len(self)} rows but the batch has {len(change)}")
         ids = self._recent_ids().to(change.device)
