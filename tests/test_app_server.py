@@ -81,6 +81,20 @@ def test_generate_guided_returns_the_librarys_choice(app_server, lm32):
         client(app_server).predict(prompt=PROMPT, switches="sentiment=4", max_new_tokens=12, guide=9, api_name="/generate")
 
 
+def test_generate_repeat_guard_off_is_the_papers_plain_steering(app_server, lm32):
+    """The app's "repeat guard" checkbox: on (the default) is the library's default decoding, off is repeat_guard=0."""
+    import lmswitch as ls
+    from lmswitch.io.resources import shipped_switch_path
+
+    sentiment = ls.load_switch(shipped_switch_path("sentiment"), lm32)
+    on = client(app_server).predict(prompt=PROMPT, switches="sentiment=8", max_new_tokens=16, seed=4, api_name="/generate")
+    off = client(app_server).predict(prompt=PROMPT, switches="sentiment=8", max_new_tokens=16, seed=4, repeat_guard=False,
+                                     api_name="/generate")
+    assert on["steered"] == ls.generate(lm32, PROMPT, [(sentiment, 8.0)], seed=4, max_new_tokens=16)[0]
+    assert off["steered"] == ls.generate(lm32, PROMPT, [(sentiment, 8.0)], seed=4, max_new_tokens=16, repeat_guard=0)[0]
+    assert on["unsteered"] == off["unsteered"]  # ε 0: the guard has nothing to take back
+
+
 def test_slider_endpoint_streams_and_scores(app_server):
     c = client(app_server)
     job = c.submit(*steer_args({"sentiment": -12}), api_name="/steer")

@@ -50,6 +50,9 @@ def _steer_tab(ui: SimpleNamespace, backend: Backend) -> None:
                                      info=f"every {GUIDE_TOKENS} tokens, write this many candidates and keep the one the switch's "
                                           "judge finds furthest the way ε points: a mild ε goes much further, without loops "
                                           "(1 = off; shown when all are done)")
+                ui.repeat_guard = gr.Checkbox(value=True, label="repeat guard", elem_id="repeat-guard",
+                                              info=f"steering may not push a word the text wrote in its last {SAMPLING.repeat_guard} "
+                                                   "tokens (no \"great great great\"); off: the paper's plain steering")
                 ui.wide = gr.Checkbox(value=False, label="sliders beyond the fluent range", elem_id="wide-sliders",
                                       info="each slider reaches twice as far; past a switch's fluent ε text tends to loop")
             ui.wide_warning = gr.Markdown("", visible=False, elem_id="wide-warning")
@@ -175,7 +178,7 @@ def _highlight_tab(ui: SimpleNamespace, shipped: list[str]) -> None:
 def _wire_steer(ui: SimpleNamespace, backend: Backend, demo: gr.Blocks) -> None:
     bind = functools.partial
     live = dict(concurrency_id="generate", concurrency_limit=4, trigger_mode="multiple", show_progress="hidden")
-    steer_inputs = [ui.prompt, *ui.gen, ui.session, *ui.sliders, ui.adaptive, ui.best_of, ui.guide]
+    steer_inputs = [ui.prompt, *ui.gen, ui.session, *ui.sliders, ui.adaptive, ui.best_of, ui.guide, ui.repeat_guard]
     stream_out = [ui.steered, ui.base, ui.steered_scores, ui.base_scores, ui.tokens]
     run_steer = bind(steer.steer, backend)
     loaded = demo.load(bind(steer.on_load, backend), [ui.session, *ui.pickers], [ui.status, *ui.sliders, *ui.pickers],
@@ -194,14 +197,15 @@ def _wire_steer(ui: SimpleNamespace, backend: Backend, demo: gr.Blocks) -> None:
                    [ui.tr_report, ui.model_pick, ui.status, *ui.sliders, *ui.pickers], api_name="transfer",
                    show_progress_on=[ui.tr_report]).then(run_steer, steer_inputs, stream_out, api_visibility="private", **live)
     batch = dict(concurrency_id="generate", concurrency_limit=4)
-    ui.api_go.click(bind(steer.generate_api, backend), [ui.prompt, ui.api_switches, *ui.gen, ui.session, ui.adaptive, ui.best_of, ui.guide],
+    ui.api_go.click(bind(steer.generate_api, backend), [ui.prompt, ui.api_switches, *ui.gen, ui.session, ui.adaptive, ui.best_of, ui.guide,
+                                                        ui.repeat_guard],
                     ui.api_result,
                     api_name="generate", **batch)
     ui.sweep_go.click(bind(steer.run_sweep, backend), [ui.sweep_switch, ui.sweep_eps, ui.sweep_samples, ui.prompt, *ui.gen, ui.session,
-                                                       ui.adaptive, ui.best_of, ui.guide],
+                                                       ui.adaptive, ui.best_of, ui.guide, ui.repeat_guard],
                       [ui.sweep_plot, ui.sweep_table], api_name="sweep", **batch)
     ui.grid_go.click(bind(steer.run_grid, backend), [ui.grid_a, ui.grid_b, ui.grid_eps_a, ui.grid_eps_b, ui.grid_samples, ui.prompt,
-                                                     *ui.gen, ui.session, ui.adaptive, ui.best_of, ui.guide],
+                                                     *ui.gen, ui.session, ui.adaptive, ui.best_of, ui.guide, ui.repeat_guard],
                      [ui.grid_plot, ui.grid_table],
                      api_name="compose",
                      **batch)

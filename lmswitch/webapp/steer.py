@@ -48,9 +48,10 @@ def on_load(backend: Backend, session: Session, *current: str | None):
     return [model_status(backend, session), *slot_updates(session, library), *dropdown_updates(session, library, current)]
 
 
-WIDE_WARNING = ("⚠ **Sliders beyond the fluent range.** Past a switch's calibrated fluent ε, steered text tends to repeat "
-                "words (\"great great great\"); tick *adaptive strength* to stop the steering once it has changed a text enough "
-                "(no loops, at the cost of a weaker effect for styles that need a push on every word, such as casual).")
+WIDE_WARNING = ("⚠ **Sliders beyond the fluent range.** Past a switch's calibrated fluent ε, steered text reads less well: it "
+                "drifts from one style word to the next (and repeats words, \"great great great\", with the *repeat guard* off); "
+                "tick *adaptive strength* to stop the steering once it has changed a text enough (fluent, at the cost of a weaker "
+                "effect for styles that need a push on every word, such as casual).")
 
 
 def widen_sliders(backend: Backend, wide: bool, session: Session, *values: float):
@@ -113,13 +114,14 @@ def _comparisons(backend: Backend, session: Session, prompt: str, pairs: Sequenc
 @user_errors
 def steer(backend: Backend, prompt: str, max_new_tokens, temperature, top_p, seed, chat, session: Session, *values):
     """The Steer view: the sliders' ε values (in slot order), then optionally the adaptive-strength checkbox, the
-    best-of count and the guided count → streamed steered and unsteered outputs (with best of n or guided, both at the
-    end). (These come last so that scripts calling ``/steer`` with the slider values alone keep working.)"""
+    best-of count, the guided count and the repeat-guard checkbox → streamed steered and unsteered outputs (with best of
+    n or guided, both at the end). (These come last so that scripts calling ``/steer`` with the slider values alone keep
+    working.)"""
     _, library = backend.get(session=session)
     names = session.available(library)[:MAX_SLOTS]
     eps, extra = values[:MAX_SLOTS], values[MAX_SLOTS:]
     widgets = (max_new_tokens, temperature, top_p, seed, chat, bool(extra[0]) if extra else False, extra[1] if len(extra) > 1 else 1,
-               extra[2] if len(extra) > 2 else 1)
+               extra[2] if len(extra) > 2 else 1, extra[3] if len(extra) > 3 else True)
     shown = 0.0
     for item in _comparisons(backend, session, prompt, list(zip(names, eps, strict=False)), widgets):
         if isinstance(item, Comparison):
@@ -135,12 +137,13 @@ def steer(backend: Backend, prompt: str, max_new_tokens, temperature, top_p, see
 
 @user_errors
 def generate_api(backend: Backend, prompt: str, switches: str, max_new_tokens, temperature, top_p, seed, chat, session: Session,
-                 adaptive: bool = False, best_of=1, guide=1) -> dict:
+                 adaptive: bool = False, best_of=1, guide=1, repeat_guard: bool = True) -> dict:
     """Scripting endpoint: ``switches`` as ``"sentiment=5, detox=-2"``; returns both outputs and their scores.
     ``adaptive`` steers each generation until its steering budget is spent, so strong settings stay fluent;
     ``best_of`` keeps the likeliest of that many candidates of each output; ``guide`` decodes guided by the switches'
-    judges with that many candidates per piece."""
-    widgets = (max_new_tokens, temperature, top_p, seed, chat, adaptive, best_of, guide)
+    judges with that many candidates per piece; ``repeat_guard`` False is the paper's plain steering (no guard against
+    a switch pushing a word it has just written)."""
+    widgets = (max_new_tokens, temperature, top_p, seed, chat, adaptive, best_of, guide, repeat_guard)
     items = _comparisons(backend, session, prompt, parse_setting(switches), widgets, changes=False)
     last = collections.deque(items, maxlen=1)
     if not last or not isinstance(last[0], Comparison):
@@ -158,7 +161,7 @@ def batch_protocol(settings: int, samples, widgets: Sequence) -> Protocol:
     if options.chat:
         raise ValueError("sweeps and composition maps continue the plain prompt; turn the chat template off")
     return Protocol(samples=samples, max_new_tokens=options.max_new_tokens, top_p=options.top_p, temperature=options.temperature, seed=seed,
-                    adaptive=options.adaptive, best_of=options.best_of, guide=options.guide)
+                    adaptive=options.adaptive, best_of=options.best_of, guide=options.guide, repeat_guard=options.repeat_guard)
 
 
 def _eps_values(text: str | None, switch: Switch, count: int) -> list[float]:
@@ -168,12 +171,12 @@ def _eps_values(text: str | None, switch: Switch, count: int) -> list[float]:
 @user_errors
 @computed
 def run_sweep(backend: Backend, name: str, eps_text: str, samples, prompt: str, max_new_tokens, temperature, top_p, seed, chat,
-              session: Session, adaptive: bool = False, best_of=1, guide=1):
+              session: Session, adaptive: bool = False, best_of=1, guide=1, repeat_guard: bool = True):
     """One batched call: the prompt at a row of ε values of one switch, scored; a plotly chart and the texts."""
     lm, library = backend.get(session=session)
     switch = session.get(name, library)
     eps = _eps_values(eps_text, switch, SWEEP_POINTS)
-    protocol = batch_protocol(len(eps), samples, (max_new_tokens, temperature, top_p, seed, chat, adaptive, best_of, guide))
+    protocol = batch_protocol(len(eps), samples, (max_new_tokens, temperature, top_p, seed, chat, adaptive, best_of, guide, repeat_guard))
     evals = evaluate_settings(lm, [[(switch, e)] for e in eps], [prompt], protocol)
     fig = figures.sweep_figure(evals, switch.name, metrics=("positive_share", "mean_toxicity"))
     rows = [[e, k, t.text, t.sentiment, t.toxicity] for e, ev in zip(eps, evals, strict=True) for k, t in enumerate(ev.texts)]
@@ -183,14 +186,16 @@ def run_sweep(backend: Backend, name: str, eps_text: str, samples, prompt: str, 
 @user_errors
 @computed
 def run_grid(backend: Backend, first: str, second: str, eps_a_text: str, eps_b_text: str, samples, prompt: str, max_new_tokens,
-             temperature, top_p, seed, chat, session: Session, adaptive: bool = False, best_of=1, guide=1):
+             temperature, top_p, seed, chat, session: Session, adaptive: bool = False, best_of=1, guide=1,
+             repeat_guard: bool = True):
     """Composition map: two switches over a 2-D grid of ε → heatmaps of the scores; hover a cell for a sample text."""
     lm, library = backend.get(session=session)
     a, b = session.get(first, library), session.get(second, library)
     if a.name == b.name:
         raise ValueError("pick two different switches for the composition map")
     eps_a, eps_b = _eps_values(eps_a_text, a, GRID_POINTS), _eps_values(eps_b_text, b, GRID_POINTS)
-    protocol = batch_protocol(len(eps_a) * len(eps_b), samples, (max_new_tokens, temperature, top_p, seed, chat, adaptive, best_of, guide))
+    protocol = batch_protocol(len(eps_a) * len(eps_b), samples,
+                              (max_new_tokens, temperature, top_p, seed, chat, adaptive, best_of, guide, repeat_guard))
     flat = evaluate_settings(lm, [[(a, ea), (b, eb)] for ea in eps_a for eb in eps_b], [prompt], protocol)
     grid = [flat[i * len(eps_b) : (i + 1) * len(eps_b)] for i in range(len(eps_a))]
     fig = figures.grid_figure(grid, a.name, b.name, metrics=("positive_share", "mean_toxicity"))

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import gradio as gr
 
-from lmswitch.core.options import SamplingOptions
+from lmswitch.core.options import SAMPLING, SamplingOptions
 from lmswitch.core.switch import Switch
 from lmswitch.harness.evaluate import TextScores
 from lmswitch.io.documents import read_document
@@ -39,7 +39,8 @@ def number(value, label: str, kind: type = float):
     return kind(value)
 
 
-def sampling(max_new_tokens, temperature, top_p, seed, chat, adaptive=False, best_of=1, guide=1) -> tuple[SamplingOptions, int]:
+def sampling(max_new_tokens, temperature, top_p, seed, chat, adaptive=False, best_of=1, guide=1,
+             repeat_guard=True) -> tuple[SamplingOptions, int]:
     """Widget values → (decoding options, seed); the library validates the ranges."""
     seed = number(seed, "seed", int)
     if seed < 0:
@@ -47,7 +48,8 @@ def sampling(max_new_tokens, temperature, top_p, seed, chat, adaptive=False, bes
     options = SamplingOptions(max_new_tokens=number(max_new_tokens, "max new tokens", int), temperature=number(temperature, "temperature"),
                               top_p=number(top_p, "top-p"), chat=bool(chat), adaptive=bool(adaptive),
                               best_of=number(1 if best_of is None else best_of, "best of", int),
-                              guide=number(1 if guide is None else guide, "guided", int))
+                              guide=number(1 if guide is None else guide, "guided", int),
+                              repeat_guard=SAMPLING.repeat_guard if repeat_guard is None or bool(repeat_guard) else 0)
     return options, seed
 
 
