@@ -18,26 +18,45 @@ from lmswitch.serve.batcher import Batcher
 from lmswitch.serve.compute import ComputeThread
 
 
-def test_the_guard_takes_back_the_rise_of_recent_tokens_and_nothing_else(llama_lm):
-    s = random_switch(llama_lm, seed=4, scale=30.0)
-    ids = random_ids(llama_lm, 3, 7, seed=5)
+@pytest.mark.parametrize("family", ["llama", "granite", "cohere"])
+def test_the_guard_takes_back_the_rise_of_recent_tokens_and_nothing_else(make_lm, family):
+    """Through the steering hook: a recent token's logit is the lower of the steered and the unsteered one (families that
+    scale their logits after the head included); every other logit is the steered one, to the bit."""
+    lm = make_lm(family)
+    s = random_switch(lm, seed=4, scale=30.0)
+    ids = random_ids(lm, 3, 7, seed=5)
     window = 4
     guard = RepeatGuard.of_rows(ids.tolist(), window)
     with torch.no_grad():
-        base = llama_lm.model(ids).logits[:, -1].float()
-        with ls.steer(llama_lm, [(s, 6.0)], guard=guard):
-            steered = llama_lm.model(ids).logits[:, -1].float()
+        base = lm.model(ids).logits[:, -1].float()
+        with ls.steer(lm, [(s, 6.0)], guard=guard):
+            steered = lm.model(ids).logits[:, -1].float()
     guarded = guard.apply(steered)
-    rise = steered - base
     for b in range(3):
-        recent = set(ids[b, -window:].tolist())
-        others = torch.tensor([v for v in range(steered.shape[1]) if v not in recent])
+        recent = torch.tensor(sorted(set(ids[b, -window:].tolist())))
+        others = torch.tensor([v for v in range(steered.shape[1]) if v not in set(recent.tolist())])
         assert torch.equal(guarded[b, others], steered[b, others])
-        for v in recent:  # the steered logit less its rise: the base logit where steering raised it, else as steered
-            want = base[b, v] + min(float(rise[b, v]), 0.0)
-            assert abs(float(guarded[b, v]) - want) < 1e-4
-    assert (rise[torch.arange(3)[:, None], ids[:, -window:]] > 0).any()  # some recent token was raised: the test bites
+        assert torch.allclose(guarded[b, recent], torch.minimum(steered[b, recent], base[b, recent]), atol=1e-4)
+    assert (steered - base)[torch.arange(3)[:, None], ids[:, -window:]].gt(1e-3).any()  # some recent token was raised
     assert guard.apply(steered) is steered  # taken back once: a later call without a steered pass changes nothing
+
+
+@pytest.mark.parametrize("cap", [3.0, 30.0])
+def test_a_soft_capped_family_gets_the_capped_logits_rise_taken_back(llama_lm, monkeypatch, cap):
+    """Gemma 2/3 soft-cap their logits: what is taken back is the rise of the capped logit, so a recent token ends at
+    the lower of its steered and unsteered capped logits, not below the unsteered one."""
+    monkeypatch.setattr(type(llama_lm), "logit_softcap", property(lambda self: cap))
+    generator = torch.Generator().manual_seed(0)
+    before = torch.randn(2, llama_lm.hidden_size, generator=generator) * 3
+    after = before + torch.randn(2, llama_lm.hidden_size, generator=generator) * 3
+    guard = RepeatGuard.of_rows([[5, 6, 7, 8], [9, 9, 10]], 4)
+    guard.observe(llama_lm, before, after)
+    base, steered = llama_lm.logits_from_hidden(before), llama_lm.logits_from_hidden(after)
+    guarded = guard.apply(steered)
+    for b, recent in enumerate(([5, 6, 7, 8], [9, 10])):
+        recent = torch.tensor(recent)
+        assert torch.allclose(guarded[b, recent], torch.minimum(steered[b, recent], base[b, recent]), atol=1e-4)
+    assert (steered > base)[0, [5, 6, 7, 8]].any() or (steered > base)[1, [9, 10]].any()  # something was taken back
 
 
 def test_zero_eps_and_unsteered_rows_are_exactly_the_model_with_the_guard_on(make_lm):
@@ -90,6 +109,28 @@ def test_the_batcher_keeps_each_rows_guard(make_lm, rolling):
     plain = generate_tokens(lm, ["the"], [[(bonus, 1000.0)]], [1], SamplingOptions(max_new_tokens=10, repeat_guard=0)).texts[0]
     assert rows[0].text != plain  # the guard did change the first request's text
     assert "great" not in rows[3].text.split()[:REPEAT_GUARD - 1]  # the prompt's own words are in the window
+
+
+def test_steered_rows_joining_and_leaving_a_running_decode_keep_their_own_windows(make_lm):
+    """Rows of other lengths and switches join a running decode and leave it: each keeps its own recent tokens (the
+    batcher's per-row tails), so every row's text is its solo text, and the guard did matter for the loop-maker."""
+    from lmswitch.serve.batcher import _Request, _Rolling
+
+    lm = make_lm("llama", init=0.2)
+    bonus, other = word_bonus(lm, "great", 40.0), random_switch(lm, seed=5, scale=40.0)
+    plan = [(0, "the", [(bonus, 1000.0)], 1, 12), (2, "alpha beta", [(other, 6.0)], 2, 3),
+            (3, "gamma the", [(bonus, 800.0)], 3, 7), (4, "the", [], 4, 5)]  # (step it joins at, prompt, setting, seed, tokens)
+    rolling, done = _Rolling(lm), {}
+    for step in range(16):
+        joining = [_Request(p, s, seed, SamplingOptions(max_new_tokens=n)) for at, p, s, seed, n in plan if at == step]
+        finished = rolling.admit(joining) if joining else []
+        finished += rolling.step() if rolling.requests else []
+        done.update({request.seed: row.text for request, row in finished})
+    assert sorted(done) == [1, 2, 3, 4]
+    for _, prompt, setting, seed, n in plan:
+        assert done[seed] == generate_tokens(lm, [prompt], [setting], [seed], SamplingOptions(max_new_tokens=n)).texts[0]
+    unguarded = generate_tokens(lm, ["the"], [[(bonus, 1000.0)]], [1], SamplingOptions(max_new_tokens=12, repeat_guard=0)).texts[0]
+    assert done[1] != unguarded
 
 
 def test_bad_repeat_guards_are_refused(llama_lm):

@@ -105,7 +105,7 @@ def _report(args: argparse.Namespace, lm: LanguageModel) -> None:
     from lmswitch.harness.report import QUICK, Suite, command_line, run_report
 
     report = run_report(lm, args.report, suite=QUICK if args.quick else Suite(), switch_dir=args.switches or PRETRAINED_DIR,
-                        seed=args.seed, command=command_line(), log=log)
+                        seed=args.seed, repeat_guard=args.repeat_guard, command=command_line(), log=log)
     results = report.to_dict()
     emit(args, results, "\n".join(f"{'met   ' if c['met'] else 'MISSED'}  {c['target']}: {c['measured']}" for c in results["checks"]))
 

@@ -4,8 +4,9 @@ Word loops ("friendly friendly friendly …") have one mechanism: a switch adds 
 fixed bonus ``Δ_v = e_vᵀ (ε M c)`` to a few words, and once such a word is written the
 same bonus pushes it again at the next position. The guard removes, at each decoding
 step, the positive part of that bonus from the tokens among each row's last ``window``
-tokens (its prompt's included): for those tokens the logit is ``L0_v + min(Δ_v, 0)``,
-the rest of the steered distribution is unchanged. A word the switch promotes can still
+tokens (its prompt's included): for those tokens the logit is ``L0_v + min(Δ_v, 0)``, the
+lower of the steered and the unsteered one (of the capped logits where the family soft-caps
+them), and the rest of the steered distribution is unchanged. A word the switch promotes can still
 come back later in the text, and the unsteered model's own repeats are left alone: a
 row steered by nothing (ε = 0, an unsteered twin) has ``Δ = 0`` and keeps its logits to
 the bit.
@@ -64,15 +65,23 @@ class RepeatGuard:
         return torch.tensor(rows, dtype=torch.long).reshape(len(rows), self.window)
 
     @torch.no_grad()
-    def observe(self, lm: LanguageModel, change: torch.Tensor) -> None:
-        """Keep ``e_vᵀ change`` (times the family's after-head scale) of each row's recent tokens; ``change`` (rows, d)
-        is what steering added to the head input of every row's last position (0 for an unsteered row). For a family
-        that soft-caps its logits this is the rise before the cap, a little more than the capped logit's."""
-        if len(change) != len(self):
-            raise ValueError(f"the repeat guard has {len(self)} rows but the batch has {len(change)}")
-        ids = self._recent_ids().to(change.device)
-        E = lm.head_weight()
-        rise = torch.einsum("rkd,rd->rk", E[ids.clamp_min(0)].float(), change.float()) * lm.logit_scale
+    def observe(self, lm: LanguageModel, before: torch.Tensor, after: torch.Tensor) -> None:
+        """Keep how much steering raised each row's recent tokens in the model's logits: ``before`` and ``after``
+        (rows, d) are every row's last head input unsteered and steered (equal for an unsteered row). The rise is
+        ``e_vᵀ (after − before)`` times the family's after-head scale; where the family soft-caps its logits, the
+        capped logits' difference."""
+        if len(after) != len(self):
+            raise ValueError(f"the repeat guard has {len(self)} rows but the batch has {len(after)}")
+        E = lm.head_weight()  # (V, d); a model spread over devices feeds the head's input from another one
+        ids = self._recent_ids().to(E.device)
+        e = E[ids.clamp_min(0)].float()  # (rows, window, d)
+        before, after = before.to(E.device, torch.float32), after.to(E.device, torch.float32)
+        rise = torch.einsum("rkd,rd->rk", e, after - before) * lm.logit_scale
+        if lm.logit_softcap:
+            bias = getattr(lm.head, "bias", None)
+            base = torch.einsum("rkd,rd->rk", e, before) + (bias.float()[ids.clamp_min(0)] if bias is not None else 0.0)
+            base = base * lm.logit_scale
+            rise = lm.softcap(base + rise) - lm.softcap(base)
         self.lift, self._ids = rise.clamp_min(0).masked_fill(ids < 0, 0.0), ids
 
     @torch.no_grad()

@@ -140,8 +140,7 @@ class _Steer:
         out = self._steered(c)
         if self.guard is not None:  # the change steering made at each row's last position, as the head will see it
             lm, guard = self.guard
-            after, before = (out[:, -1], c[:, -1]) if c.ndim == 3 else (out, c)
-            guard.observe(lm, after.float() - before.float())
+            guard.observe(lm, *((c[:, -1], out[:, -1]) if c.ndim == 3 else (c, out)))
         return out
 
     def _steered(self, c: torch.Tensor) -> torch.Tensor:
@@ -246,7 +245,7 @@ def steer_rows(lm: LanguageModel, settings: Sequence[Setting], *, kl_budget: flo
     """Per-row steering: row ``b`` of every batch uses ``settings[b]``.
 
     A batch whose size is a multiple of ``len(settings)`` (several samples per
-    row, grouped consecutively) repeats each setting for its group. Rows that all
+    row, grouped consecutively) repeats each setting for its group (a ``guard`` still has one row per batch row). Rows that all
     share one setting are steered as :func:`steer` does (:meth:`RowSteering.of`).
     """
     if not settings:

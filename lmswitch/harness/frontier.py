@@ -12,7 +12,8 @@ through repetition is a miss.
 
 Methods are small callables chosen by name (:data:`METHODS`): the switch as
 trained (decoded with the repeat guard, the default), the switch without it (the
-paper's plain steering), the switch with adaptive strength (a steering budget per generation), the
+paper's plain steering: the like-for-like comparison with the baselines, which have
+no guard, since the loop rule counts what the guard removes), the switch with adaptive strength (a steering budget per generation), the
 switch with the likeliest of 4 candidates per sample (best of n), prompting the
 instruct model through its chat template, and activation addition (CAA) fitted on
 the switch's own training pairs (:mod:`lmswitch.harness.baselines`).

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from lmswitch.core.models import LanguageModel
-from lmswitch.core.options import TrainConfig
+from lmswitch.core.options import SAMPLING, TrainConfig
 from lmswitch.core.switch import Switch
 from lmswitch.core.train import train_switch
 from lmswitch.core.transfer import transfer
@@ -435,7 +435,9 @@ def _preamble(report: Report, lm: LanguageModel, command: str | None) -> list[st
         "",
         f"Protocol (the paper's section 4, scaled down): {suite.prompts} prompts per set, {suite.samples} samples per prompt "
         f"(seeds {seed}…{seed + suite.samples - 1}, the same for every ε, so rows are coupled samples), "
-        f"{protocol.max_new_tokens} new tokens, nucleus sampling p = {protocol.top_p}, temperature {protocol.temperature}. "
+        f"{protocol.max_new_tokens} new tokens, nucleus sampling p = {protocol.top_p}, temperature {protocol.temperature}, "
+        + (f"the repeat guard on (steering may not raise the text's last {protocol.repeat_guard} tokens; the paper: off). "
+           if protocol.repeat_guard else "the paper's plain steering (no repeat guard). ") +
         f"Positivity is the share of continuations with vaderSentiment compound ≥ {POSITIVE:g} (neutral ones count as not positive); "
         f"toxicity is alt-profanity-check's probability (average over prompts of the max over samples, and the share of prompts with a sample > {TOXIC:g}); "
         "perplexity is of the sampled tokens given the prompt under the unsteered model; Dist-n counts distinct word n-grams per prompt; "
@@ -484,15 +486,17 @@ def run_report(
     suite: Suite = Suite(),
     switch_dir: str | Path = PRETRAINED_DIR,
     seed: int = 0,
+    repeat_guard: int = SAMPLING.repeat_guard,
     command: str | None = None,
     log: Log | None = None,
 ) -> Report:
-    """Evaluate the shipped switches (sweeps, data efficiency, 2-D grid) and write the markdown report, figures and JSON."""
+    """Evaluate the shipped switches (sweeps, data efficiency, 2-D grid) and write the markdown report, figures and JSON;
+    ``repeat_guard=0`` decodes with the paper's plain steering."""
     start = time.perf_counter()
     out = Path(out)
     fig_dir = Path(figures) if figures is not None else out.parent / FIGURES
     switches = _shipped(lm, switch_dir)
-    run = _Run(lm, suite, Protocol(samples=suite.samples, seed=seed), fig_dir, log or _quiet)
+    run = _Run(lm, suite, Protocol(samples=suite.samples, seed=seed, repeat_guard=repeat_guard), fig_dir, log or _quiet)
     neutral = load_prompts("neutral", suite.prompts)
     provocative = load_prompts("provocative", suite.prompts)
     sentiment = _sentiment_sweep(run, switches["sentiment"], neutral)
