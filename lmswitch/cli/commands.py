@@ -107,13 +107,14 @@ def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
 
 
 def _warn_beyond_fluent(setting: list[tuple[Switch, float]], adaptive: bool) -> None:
-    """A warning on stderr for each ε outside its switch's calibrated fluent range (text there tends to loop)."""
+    """A warning on stderr for each ε outside its switch's calibrated fluent range (text there reads less well)."""
     for switch, eps in setting:
         fluent = switch.card.fluent_eps
         if fluent is not None and not fluent[0] <= eps <= fluent[1]:
             log(f"warning: ε {eps:+g} for '{switch.name}' is beyond its fluent range {switch.card.fluent_text}; "
                 + ("--adaptive stops the steering once its budget is spent, so expect a weaker effect rather than loops"
-                   if adaptive else "expect repetition and lower fluency (--adaptive keeps strong settings from looping)"))
+                   if adaptive else "expect lower fluency: the text drifts from one style word to the next, and repeats "
+                   "words with --repeat-guard 0 (--adaptive stops the steering once it has changed the text enough)"))
 
 
 def cmd_generate(args: argparse.Namespace, lm: LanguageModel) -> None:

@@ -118,7 +118,7 @@ class Switch:
 
     def slider_range(self, wide: bool = False) -> tuple[float, float]:
         """The ε range a user is offered by default (the app's slider): the card's calibrated fluent range when it has
-        one (beyond it text tends to loop), else at least −10…+10, wider when the switch recommends more.
+        one (beyond it text reads less well), else at least −10…+10, wider when the switch recommends more.
         ``wide``: twice as far each way."""
         fluent = self.card.fluent_eps
         if fluent is not None and fluent[1] > fluent[0]:

@@ -54,7 +54,7 @@ def _steer_tab(ui: SimpleNamespace, backend: Backend) -> None:
                                               info=f"steering may not push a word the text wrote in its last {SAMPLING.repeat_guard} "
                                                    "tokens (no \"great great great\"); off: the paper's plain steering")
                 ui.wide = gr.Checkbox(value=False, label="sliders beyond the fluent range", elem_id="wide-sliders",
-                                      info="each slider reaches twice as far; past a switch's fluent ε text tends to loop")
+                                      info="each slider reaches twice as far; past a switch's fluent ε text reads less well")
             ui.wide_warning = gr.Markdown("", visible=False, elem_id="wide-warning")
             ui.go = gr.Button("Generate", variant="primary", elem_id="generate")
         with gr.Column(scale=3):

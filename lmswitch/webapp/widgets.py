@@ -121,7 +121,7 @@ def slot_updates(session: Session, library: SwitchLibrary, *, reset: bool = Fals
 def slider_info(switch: Switch) -> str:
     """The slider's note: the switch's description and, when calibrated, the range in which it still writes fluent text."""
     fluent = switch.card.fluent_text
-    note = f"fluent ε {fluent}; beyond it text tends to loop." if fluent else ""
+    note = f"fluent ε {fluent}; beyond it text reads less well." if fluent else ""
     return " ".join(part for part in (switch.description[:120], note) if part)
 
 
