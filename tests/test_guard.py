@@ -3,12 +3,11 @@ unsteered rows are exact identities; a word-bonus switch stops looping; the batc
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 import torch
 from conftest import random_ids, random_switch
 from test_budget import word_bonus
+from tiny import run_together
 
 import lmswitch as ls
 from lmswitch.core.generate import CoupledSampler, generate_tokens
@@ -98,11 +97,7 @@ def test_the_batcher_keeps_each_rows_guard(make_lm, rolling):
     batcher = Batcher(lm, ComputeThread())
     if not rolling:
         batcher.rolling = None
-    release = threading.Event()
-    batcher.compute.submit(release.wait)  # the requests pile up and share one decode
-    streams = [batcher.stream(p, s, seed=seed, options=options) for p, s, seed in requests]
-    release.set()
-    rows = [list(stream)[-1] for stream in streams]
+    rows = run_together(batcher, [(p, s, seed, options.max_new_tokens) for p, s, seed in requests])  # one shared decode
     assert batcher.batches == 1
     for row, (prompt, setting, seed) in zip(rows, requests, strict=True):
         assert row.text == generate_tokens(lm, [prompt], [setting], [seed], options).texts[0]
