@@ -15,7 +15,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from sklearn.linear_model import LogisticRegression
 
 from lmswitch.core.hidden import TokenStates
 
@@ -42,6 +41,8 @@ def fit_judge(data: TokenStates) -> torch.Tensor | None:
     X, y = X[keep].double().numpy(), (y[keep] > 0).numpy()
     if min(int(y.sum()), int((~y).sum())) < MIN_UNITS:
         return None
+    from sklearn.linear_model import LogisticRegression  # ~1 s to import: only where a judge is fitted, not at every start
+
     mean, scale = X.mean(0), X.std(0) + 1e-6
     clf = LogisticRegression(C=JUDGE_C, max_iter=1000).fit((X - mean) / scale, y)
     w = clf.coef_[0] / scale
