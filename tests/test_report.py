@@ -21,7 +21,7 @@ def test_report_end_to_end_on_a_tiny_model(tmp_path, llama_lm, monkeypatch):
 
     tiny_style_data(tmp_path / "data")
     monkeypatch.setattr("lmswitch.harness.pretrained.SPECS", tuple(replace(s, train=replace(s.train, steps=10)) for s in SPECS))
-    build_pretrained(llama_lm, tmp_path / "switches", data_dir=tmp_path / "data", eval_prompts=0)
+    build_pretrained(llama_lm, tmp_path / "switches", data_dir=tmp_path / "data", eval_prompts=0, fluent=False)  # the calibrated build: test_pretrained
     assert (tmp_path / "switches" / "README.md").read_text(encoding="utf-8").count(".safetensors`") == 3
     report = run_report(llama_lm, tmp_path / "EVALUATION.md", figures=tmp_path / "fig", suite=QUICK, switch_dir=tmp_path / "switches",
                         command="python -m lmswitch eval --report EVALUATION.md --quick")
@@ -56,12 +56,16 @@ def test_transfer_report_section_is_written_and_replaced(tmp_path, llama_lm, mak
     random_switch(llama_lm, seed=5, name="sentiment").save(switches / "sentiment.safetensors")
     out = tmp_path / "EVAL.md"
     out.write_text("# Evaluation\n\n## Earlier section\n\nkept\n")
+    tiny_style_data(tmp_path / "data")  # the trained-on-target reference learns from these, not the shipped 1,491 pairs
     suite = TransferSuite(prompts=2, samples=1, multiples=(1.0,), direct_eps=(3.0,), min_anchors=20)
     with torch.random.fork_rng():
-        first = run_transfer_report(llama_lm, target, out, suite=suite, switch_dir=switches).to_dict()
-        run_transfer_report(llama_lm, target, out, suite=suite, switch_dir=switches)
+        report = run_transfer_report(llama_lm, target, out, suite=suite, switch_dir=switches, data_dir=tmp_path / "data")
+        run_transfer_report(llama_lm, target, out, suite=suite, switch_dir=switches, data_dir=tmp_path / "data")
     text = out.read_text()
     assert text.count("## Transfer: the sentiment switch on") == 1 and "## Earlier section\n\nkept" in text
+    data = report.direct_card["data"]
+    assert data["train_pairs"] + data["heldout_pairs"] == 20  # the reference trained on data_dir's pairs
+    first = report.to_dict()
     best = first["best_transfer"]
     assert first["met"] == (best is not None and best[1] > 0 and best[1] >= TRANSFER_KEEP * first["source_spread"])
     assert ("**met**" in text) == first["met"]

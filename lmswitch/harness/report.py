@@ -662,9 +662,10 @@ def _sweep_on(lm: LanguageModel, switch: Switch, eps: Sequence[float], prompts: 
 
 def run_transfer_report(source: LanguageModel, target: LanguageModel, out: str | Path = "EVALUATION.md", *,
                         suite: TransferSuite = TransferSuite(), switch_dir: str | Path = PRETRAINED_DIR, seed: int = 0,
-                        command: str = "", log: Log | None = None) -> TransferReport:
+                        command: str = "", data_dir: str | Path | None = None, log: Log | None = None) -> TransferReport:
     """Transfer the shipped sentiment switch to ``target``, evaluate it there against a switch trained on ``target``
-    directly with the same data, and write the table as a section of ``out``."""
+    directly with the same data (the style datasets in ``data_dir``, default the shipped ones), and write the table as
+    a section of ``out``."""
     say = log or _quiet
     start = time.perf_counter()
     sentiment = load_pretrained(source, switch_dir)["sentiment"]
@@ -676,7 +677,7 @@ def run_transfer_report(source: LanguageModel, target: LanguageModel, out: str |
     src = _sweep_on(source, sentiment, [-e, 0.0, e], prompts, protocol)
     moved_sweep = _sweep_on(target, moved, sorted({round(s * m * r, 3) for m in suite.multiples for s in (-1, 1)} | {0.0}), prompts, protocol)
     say("trained-on-target reference: training …")
-    direct = build_switch(target, get_spec("sentiment"), eval_prompts=0, seed=seed, log=say)
+    direct = build_switch(target, get_spec("sentiment"), data_dir=data_dir, eval_prompts=0, seed=seed, log=say)
     direct_sweep = _sweep_on(target, direct, sorted({s * x for x in suite.direct_eps for s in (-1, 1)} | {0.0}), prompts, protocol)
     report = TransferReport(source.name, target.name, suite, protocol, dict(moved.card), dict(direct.card), src, moved_sweep, direct_sweep,
                             time.perf_counter() - start)
