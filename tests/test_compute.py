@@ -264,9 +264,9 @@ def test_own_cores_keeps_every_other_threads_torch_ops_on_one_core():
         print(compute.run(torch.get_num_threads), seen["n"], seen["grew"])
     """)
 
-    def run(mode: str) -> list[str]:
-        return subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, check=True, timeout=120,
-                              cwd=Path(__file__).resolve().parents[1]).stdout.split()
-
-    assert run("own") == ["2", "1", "0"]
-    assert run("not") == ["2", "2", "1"]  # without it: the other thread's op starts a team of its own
+    runs = {mode: subprocess.Popen([sys.executable, "-c", code, mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   cwd=Path(__file__).resolve().parents[1]) for mode in ("own", "not")}  # side by side: counts, not times
+    out = {mode: p.communicate(timeout=120) for mode, p in runs.items()}
+    assert all(p.returncode == 0 for p in runs.values()), {mode: err[-2000:] for mode, (_, err) in out.items()}
+    assert out["own"][0].split() == ["2", "1", "0"]
+    assert out["not"][0].split() == ["2", "2", "1"]  # without it: the other thread's op starts a team of its own

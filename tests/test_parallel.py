@@ -67,10 +67,14 @@ ACCELERATE = ["-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2
 
 
 def one_and_two_processes(command: list[str], out_one: Path, out_two: Path) -> tuple[subprocess.CompletedProcess, ...]:
-    """``python COMMAND OUT_ONE`` in one process and under ``accelerate launch`` with two, one thread each; both must succeed."""
+    """``python COMMAND OUT_ONE`` in one process and under ``accelerate launch`` with two, one thread each; both must succeed.
+    The two runs go side by side (each process's results depend on its own thread count only), so their single-threaded
+    start-ups (imports, the model's load) overlap."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    runs = tuple(subprocess.run([sys.executable, *launcher, *command, str(out)], env=env, capture_output=True, text=True, cwd=ROOT)
-                 for launcher, out in (([], out_one), (ACCELERATE, out_two)))
+    started = [subprocess.Popen([sys.executable, *launcher, *command, str(out)], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, cwd=ROOT) for launcher, out in (([], out_one), (ACCELERATE, out_two))]
+    outputs = [p.communicate(timeout=600) for p in started]
+    runs = tuple(subprocess.CompletedProcess(p.args, p.returncode, *out) for p, out in zip(started, outputs, strict=True))
     assert all(r.returncode == 0 for r in runs), "".join(r.stderr[-2000:] for r in runs)
     return runs
 
