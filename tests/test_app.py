@@ -713,6 +713,33 @@ def test_a_closed_page_moves_its_switches_to_disk_and_a_session_gradio_drops_tak
         demo.close()
 
 
+def test_a_closed_clients_generation_is_told_to_stop(backend, monkeypatch):
+    """A launched app (in this process, on the tiny model): when a client goes away, the unload event sets its session's
+    generation stop flag, so a long guided or best-of decode it started stops at its next piece (what a set flag does is
+    tests/test_batcher.py's) instead of holding other users' compute to its end. Without a newer request, nothing else
+    sets it."""
+    from app_server import free_port
+    from gradio_client import Client
+
+    monkeypatch.setenv("GRADIO_HEARTBEAT_INTERVAL", "0.2")
+    flags: list[threading.Event] = []
+    real = Session.new_generation
+    monkeypatch.setattr(Session, "new_generation", lambda self: flags.append(real(self)) or flags[-1])
+    demo = app.build_app(backend)
+    port = free_port()
+    demo.queue().launch(server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        client = Client(f"http://127.0.0.1:{port}", verbose=False)
+        client.predict(prompt=PROMPT, switches="alpha=5", max_new_tokens=4, seed=2, api_name="/generate")
+        (flag,) = flags
+        time.sleep(1.0)  # heartbeats go on while the client is open: the flag stays clear
+        assert not flag.is_set()
+        client.close()
+        wait_for(flag.is_set, "the closed client's generation to be told to stop", timeout=30)
+    finally:
+        demo.close()
+
+
 def test_the_app_refuses_a_missing_switch_folder_or_spool_folder_before_starting(tmp_path):
     a_file = tmp_path / "file"
     a_file.write_text("x")

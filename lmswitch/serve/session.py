@@ -89,7 +89,8 @@ class Session:
     Names are unique across the session and the library. ``order`` is the stable
     order in which switches get sliders. A new generation stops the previous
     one (:meth:`new_generation`); training can be cancelled (:meth:`cancel_training`).
-    When its page closes, its unsaved switches can wait on disk (:meth:`spill`).
+    When its page closes, its generation stops (:meth:`stop_generation`) and its unsaved switches can wait on disk
+    (:meth:`spill`).
     """
 
     def __init__(self) -> None:
@@ -240,6 +241,13 @@ class Session:
                 self._generation.set()
             self._generation = threading.Event()
             return self._generation
+
+    def stop_generation(self) -> None:
+        """Stop the running generation at its next token (its page closed: nobody reads it, and others wait for the
+        compute it holds). A training run goes on: its switch is kept for the page's return (:meth:`spill`)."""
+        with self._lock:
+            if self._generation is not None:
+                self._generation.set()
 
     def start_training(self) -> threading.Event:
         with self._lock:

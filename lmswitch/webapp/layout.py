@@ -273,7 +273,9 @@ def build_app(backend: Backend) -> gr.Blocks:
 
 
 def _on_close(demo: gr.Blocks, state: gr.State, backend: Backend):
-    """The unload event: when a page or API client goes away, its unsaved switches move to disk (``Session.spill``).
+    """The unload event: when a page or API client goes away, its running generation stops (``Session.stop_generation``:
+    a guided or best-of decode would otherwise hold other users' compute to its end) and its unsaved switches move to
+    disk (``Session.spill``).
 
     Gradio keeps a closed session (the app's ``Session`` is never an event output, so it has no time to live) until
     its limit of sessions pushes it out, in case the same client comes back; the switches need not take memory
@@ -285,6 +287,7 @@ def _on_close(demo: gr.Blocks, state: gr.State, backend: Backend):
         states = demo.state_holder.session_data.get(request.session_hash)
         session = states.get(state._id) if states is not None else None
         if isinstance(session, Session):
+            session.stop_generation()
             session.spill(backend.spool_dir)
 
     return page_closed
