@@ -243,7 +243,7 @@ class Session:
             return self._generation
 
     def stop_generation(self) -> None:
-        """Stop the running generation at its next token (its page closed: nobody reads it, and others wait for the
+        """Stop the running generation at its next token or piece (its page closed: nobody reads it, and others wait for the
         compute it holds). A training run goes on: its switch is kept for the page's return (:meth:`spill`)."""
         with self._lock:
             if self._generation is not None:
