@@ -10,6 +10,7 @@ import atexit
 import hashlib
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -174,6 +175,17 @@ def real_model_threads():
     """Use in real-model test modules: ``pytestmark = pytest.mark.usefixtures("real_model_threads")``."""
     with all_threads():
         yield
+
+
+def side_by_side(commands: list[list[str]], timeout: float = 600, **popen) -> list[subprocess.CompletedProcess]:
+    """Run ``commands`` at once (text output captured) and wait for all: their single-threaded starts (imports, a model's
+    load) overlap on the cores. Only for results that do not depend on timing; each must succeed, or this fails with
+    the tails of their stderr."""
+    started = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen) for c in commands]
+    outputs = [p.communicate(timeout=timeout) for p in started]
+    runs = [subprocess.CompletedProcess(p.args, p.returncode, *out) for p, out in zip(started, outputs, strict=True)]
+    assert all(r.returncode == 0 for r in runs), "".join(r.stderr[-2000:] for r in runs)
+    return runs
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import textwrap
 import threading
@@ -10,7 +9,7 @@ import time
 from pathlib import Path
 
 import torch
-from conftest import random_ids
+from conftest import random_ids, side_by_side
 
 from lmswitch.core.pause import add_layer_pauses, pause_point
 from lmswitch.serve.compute import ComputeThread, Merged, until
@@ -264,9 +263,7 @@ def test_own_cores_keeps_every_other_threads_torch_ops_on_one_core():
         print(compute.run(torch.get_num_threads), seen["n"], seen["grew"])
     """)
 
-    runs = {mode: subprocess.Popen([sys.executable, "-c", code, mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   cwd=Path(__file__).resolve().parents[1]) for mode in ("own", "not")}  # side by side: counts, not times
-    out = {mode: p.communicate(timeout=120) for mode, p in runs.items()}
-    assert all(p.returncode == 0 for p in runs.values()), {mode: err[-2000:] for mode, (_, err) in out.items()}
-    assert out["own"][0].split() == ["2", "1", "0"]
-    assert out["not"][0].split() == ["2", "2", "1"]  # without it: the other thread's op starts a team of its own
+    own, other = side_by_side([[sys.executable, "-c", code, mode] for mode in ("own", "not")], timeout=120,
+                              cwd=Path(__file__).resolve().parents[1])  # counts, not times
+    assert own.stdout.split() == ["2", "1", "0"]
+    assert other.stdout.split() == ["2", "2", "1"]  # without it: the other thread's op starts a team of its own

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import EXAMPLES, lines, random_ids, random_switch
+from conftest import EXAMPLES, lines, random_ids, random_switch, side_by_side
 
 import lmswitch as ls
 from lmswitch.core.parallel import gather, mine
@@ -71,12 +71,8 @@ def one_and_two_processes(command: list[str], out_one: Path, out_two: Path) -> t
     The two runs go side by side (each process's results depend on its own thread count only), so their single-threaded
     start-ups (imports, the model's load) overlap."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    started = [subprocess.Popen([sys.executable, *launcher, *command, str(out)], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, cwd=ROOT) for launcher, out in (([], out_one), (ACCELERATE, out_two))]
-    outputs = [p.communicate(timeout=600) for p in started]
-    runs = tuple(subprocess.CompletedProcess(p.args, p.returncode, *out) for p, out in zip(started, outputs, strict=True))
-    assert all(r.returncode == 0 for r in runs), "".join(r.stderr[-2000:] for r in runs)
-    return runs
+    return tuple(side_by_side([[sys.executable, *launcher, *command, str(out)] for launcher, out in (([], out_one), (ACCELERATE, out_two))],
+                              env=env, cwd=ROOT))
 
 
 @pytest.mark.real_model
