@@ -19,6 +19,7 @@ from lmswitch.core.steering import steer, steer_rows, steering_matrix  # noqa: E
 from lmswitch.core.switch import Switch, SwitchFileError, load_switch  # noqa: E402
 from lmswitch.core.train import TrainingCancelled, train_events, train_switch  # noqa: E402
 from lmswitch.core.transfer import transfer  # noqa: E402
+from lmswitch.harness.frontier import calibrated_card  # noqa: E402
 from lmswitch.lenses.learned import Learned, what_was_learned  # noqa: E402
 from lmswitch.lenses.meter import measure  # noqa: E402
 from lmswitch.lenses.spans import best_spans, highlight, token_changes  # noqa: E402
@@ -37,6 +38,7 @@ __all__ = [
     "TrainingRecord",
     "best_spans",
     "cache_dir",
+    "calibrated_card",
     "generate",
     "highlight",
     "load_model",

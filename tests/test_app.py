@@ -343,7 +343,7 @@ def test_a_failed_summary_keeps_the_trained_switch(backend, monkeypatch):
 
 
 def test_a_failed_probe_keeps_the_trained_switch(backend, monkeypatch):
-    monkeypatch.setattr("lmswitch.webapp.train.calibrated_card", _out_of_memory)  # fault injection: the probe itself is tested for real
+    monkeypatch.setattr("lmswitch.webapp.backend.calibrated_card", _out_of_memory)  # fault injection: the probe itself is tested for real
     session = Session()
     last = run_training(backend, session, steps=5)[-1]
     assert last[0] == "Done." and "is ready" in last[2] and "probe failed (RuntimeError: out of memory)" in last[2]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -170,6 +171,12 @@ def test_transfer_a_switch_to_gemma_then_steer_it(app_server):
     out = c.predict(name="sentiment", target="gemma3-270m", api_name="/transfer")
     report, model = out[0], out[1]
     assert "'sentiment-to-gemma3-270m' steers gemma3-270m" in report and "R²" in report and model["value"] == "gemma3-270m"
+    # its strength probed on Gemma: the slider spans the fluent range, at a recommended ε inside it
+    fluent = re.search(r"Fluent ε on gemma3-270m \(its slider's range\): ([-+][\d.]+) … ([-+][\d.]+)", report)
+    recommended = float(re.search(r"its slider at ε ([-+][\d.]+)", report).group(1))
+    assert fluent and 0 < recommended <= float(fluent.group(2)), report
+    slider = next(u for u in out[3:] if isinstance(u, dict) and u.get("label", "").startswith("sentiment-to-gemma3-270m"))
+    assert (slider["minimum"], slider["maximum"], slider["value"]) == (float(fluent.group(1)), float(fluent.group(2)), recommended)
     res = c.predict(prompt=PROMPT, switches="sentiment-to-gemma3-270m=2", max_new_tokens=15, api_name="/generate")
     assert res["steered"] != res["unsteered"]
     with pytest.raises(AppError, match="no switch named 'sentiment-to-gemma3-270m'"):

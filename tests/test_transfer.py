@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from conftest import PAD_ID, SCALED_FAMILIES, all_threads, build_lm, random_switch
@@ -12,7 +14,7 @@ import lmswitch as ls
 from lmswitch.cli import main
 from lmswitch.core.switch import SwitchFileError
 from lmswitch.core.transfer import shared_anchors, transfer
-from lmswitch.harness.evaluate import load_prompts, sentiment_scores
+from lmswitch.harness.evaluate import PROTOCOL, evaluate_settings, load_prompts
 from lmswitch.io.resources import shipped_switch_path
 
 FEW = dict(min_anchors=20)  # the tiny vocabularies share 42 readable words
@@ -100,9 +102,17 @@ def test_cli_transfer_writes_a_loadable_switch(tmp_path, monkeypatch, capsys):
     code = main(["--model", str(folders["llama"]), "--dtype", "float32", "transfer", "--switch", str(src_file), "--to",
                  str(folders["gpt2"]), "--out", str(out), "--min-anchors", "20"])
     stdout = capsys.readouterr().out
-    assert code == 0 and "held-out R²" in stdout and "recommended ε" in stdout
-    moved = ls.load_switch(out, ls.load_model(str(folders["gpt2"]), dtype="float32"))
+    assert code == 0 and "held-out R²" in stdout and "fluent ε" in stdout
+    target = ls.load_model(str(folders["gpt2"]), dtype="float32")
+    moved = ls.load_switch(out, target)
     assert moved.W.shape == (48, 48) and moved.card["transfer"]["source_switch"] == "mood"
+    low, high = moved.card.fluent_eps  # probed on the target, and the recommended ε inside it
+    assert f"fluent ε {moved.card.fluent_text}" in stdout and (high <= 0 or 0 < moved.card.recommended_eps <= high)
+    assert main(["--model", str(folders["llama"]), "--dtype", "float32", "transfer", "--switch", str(src_file), "--to",
+                 str(folders["gpt2"]), "--out", str(out), "--min-anchors", "20", "--force", "--no-calibrate"]) == 0
+    unprobed = ls.load_switch(out, target)
+    assert "not probed" in capsys.readouterr().out and unprobed.card.fluent_eps is None
+    assert unprobed.card.recommended_eps == moved.card["transfer"]["scaled_eps"]  # the scaled ε, as the library gives it
     code = main(["--model", str(folders["gpt2"]), "--dtype", "float32", "transfer", "--switch", str(src_file), "--to",
                  str(folders["llama"]), "--out", str(tmp_path / "x.safetensors")])
     assert code != 0 and "made for" in capsys.readouterr().err  # the switch is not for the stated source
@@ -118,22 +128,23 @@ def gemma():
 
 
 @pytest.mark.real_model
-def test_sentiment_switch_transferred_to_gemma_moves_its_positivity(lm, gemma):
-    """The shipped sentiment switch of the embedded model, mapped to Gemma-3-270M, makes Gemma more positive at +ε than at −ε."""
-    source = ls.load_switch(shipped_switch_path("sentiment"), lm)
+def test_a_switch_transferred_to_gemma_is_probed_there_where_its_scaled_eps_reads_worse(lm, gemma):
+    """The shipped sentiment switch of the embedded model, mapped to Gemma-3-270M, makes Gemma more positive. The ε the
+    transfer scales from the source (+3.88) reads at over 1.5× Gemma's unsteered perplexity on test prompts; the probed
+    card recommends an ε inside Gemma's fluent range, which keeps that rule."""
+    moved = transfer(ls.load_switch(shipped_switch_path("sentiment"), lm), lm, gemma)
+    t = moved.card["transfer"]
+    assert t["anchors"] >= 3000 and t["heldout_top1"] > 0.8  # the two vocabularies share thousands of words
     with all_threads():
-        moved = transfer(source, lm, gemma)
-        t = moved.card["transfer"]
-        assert t["anchors"] >= 3000 and t["heldout_top1"] > 0.8  # the two vocabularies share thousands of words
-        # a clearly strong source strength (ε 12, where the source's own positivity moves most) mapped by the transfer's scale;
-        # the card's recommended ε is the source's fluent limit, too gentle to test direction on 12 samples
-        r = 12.0 * t["eps_scale"]
-        prompts = load_prompts("neutral")[-6:]
-        scores = {}
-        for eps in (-r, r):
-            texts = ls.generate(gemma, prompts, [(moved, eps)], seed=100, samples=2, max_new_tokens=20)
-            scores[eps] = sum(sentiment_scores(texts)) / len(texts)
-    assert scores[r] > scores[-r] + 0.2, scores
+        moved.card = ls.calibrated_card(gemma, moved)
+        r, scaled = moved.card.recommended_eps, moved.card["transfer"]["scaled_eps"]
+        assert 0 < r <= moved.card.fluent_eps[1] < scaled
+        protocol = replace(PROTOCOL, samples=2, max_new_tokens=25)
+        base, at_scaled, at_r = evaluate_settings(gemma, [[], [(moved, scaled)], [(moved, r)]],
+                                                  load_prompts("neutral", 8, split="test"), protocol)
+    ratios = at_scaled.perplexity / base.perplexity, at_r.perplexity / base.perplexity
+    assert ratios[0] > 1.5 >= ratios[1], ratios
+    assert at_r.positive_share > base.positive_share, (at_r.positive_share, base.positive_share)
 
 
 @pytest.mark.parametrize("family", ["llama", *SCALED_FAMILIES])

@@ -77,6 +77,21 @@ def _progress_bar(bar: tqdm) -> Callable[[int, int, float], None]:
     return show
 
 
+def _save_and_probe(args: argparse.Namespace, lm: LanguageModel, switch: Switch) -> str:
+    """Write ``switch`` to ``--out`` at once (an interrupted probe keeps it); unless ``--no-calibrate``, probe its fluent ε
+    range on ``lm``'s dev prompts and write it again with that range in its card. Returns the range as text ("" unprobed)."""
+    if is_main():  # under `accelerate launch` every process holds the same switch; one writes it
+        switch.save(args.out)
+    if not args.calibrate:
+        return ""
+    if not args.json:
+        log(f"probing the fluent ε range on {lm.name}'s dev prompts …")
+    switch.card = calibrated_card(lm, switch)
+    if is_main():
+        switch.save(args.out)
+    return switch.card.fluent_text
+
+
 def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
     positive = read_examples(args.positive, args.document)
     negative = read_examples(args.negative, args.document) if args.negative else None
@@ -87,16 +102,8 @@ def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
         switch = train_switch(lm, positive, negative, name=args.name, description=args.description,
                               positive_label=args.positive_label, negative_label=args.negative_label, config=config,
                               progress=_progress_bar(bar))
-    fluent = ""
-    if is_main():  # under `accelerate launch` every process holds the same switch; one writes it
-        switch.save(args.out)  # now, so an interrupted probe keeps the trained switch
-    if args.calibrate:
-        if not args.json:
-            log("probing the fluent ε range on a few dev prompts …")
-        switch.card = calibrated_card(lm, switch)
-        fluent = f"; fluent ε {switch.card.fluent_text}"
-        if is_main():
-            switch.save(args.out)  # with its fluent range in the card
+    fluent = _save_and_probe(args, lm, switch)
+    fluent = f"; fluent ε {fluent}" if fluent else ""
     card = _card_without_curves(switch)
     gain = card["heldout_gain"]
     advice = data_advice(card)  # whether the data sufficed, and any warning (a text in another language)
@@ -226,12 +233,14 @@ def cmd_export(args: argparse.Namespace, lm: LanguageModel) -> None:
 def cmd_transfer(args: argparse.Namespace, lm: LanguageModel) -> None:
     target = load_model(args.to, dtype=args.dtype)
     moved = transfer(open_switch(args.switch), lm, target, anchors=args.anchors, min_anchors=args.min_anchors)
-    path = moved.save(args.out)
+    fluent = _save_and_probe(args, target, moved)
     t = moved.card["transfer"]
-    emit(args, {"written": str(path), "card": dict(moved.card)},  # a Card is a read-only mapping
-         f"wrote {path}: '{moved.name}' for {target.name}; fit on {t['anchors']} shared words, held-out R² {t['heldout_r2']}, "
-         f"nearest-word accuracy {t['heldout_top1']:.0%}; recommended ε {moved.card['recommended_eps']:+g} "
-         f"(source {t['source_recommended_eps']:+g} × {t['eps_scale']})")
+    scaled = f"source {t['source_recommended_eps']:+g} × {t['eps_scale']}"
+    strength = (f"fluent ε {fluent}, recommended ε {moved.card.recommended_eps:+g} (scaled from the {scaled}: "
+                f"{t['scaled_eps']:+g})" if fluent else f"recommended ε {moved.card.recommended_eps:+g} ({scaled}; not probed)")
+    emit(args, {"written": args.out, "card": dict(moved.card)},  # a Card is a read-only mapping
+         f"wrote {args.out}: '{moved.name}' for {target.name}; fit on {t['anchors']} shared words, held-out R² "
+         f"{t['heldout_r2']}, nearest-word accuracy {t['heldout_top1']:.0%}; {strength}")
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, LanguageModel], None]] = {

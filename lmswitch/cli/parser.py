@@ -124,6 +124,12 @@ def _add_adaptive_options(p: argparse.ArgumentParser) -> None:
                         "switch from looping ('great great great'); 0 for the paper's plain steering (default %(default)s)")
 
 
+def _add_calibrate_option(p: argparse.ArgumentParser, after: str, prompts: str) -> None:
+    p.add_argument("--no-calibrate", dest="calibrate", action="store_false",
+                   help=f"skip the quick probe of the fluent ε range on {prompts} dev prompts after {after} (stored in the "
+                        "card as fluent_eps, with the recommended ε inside it)")
+
+
 def _add_text_options(p: argparse.ArgumentParser) -> None:
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--text", help="the text to analyse")
@@ -150,8 +156,7 @@ def _train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, default=TRAIN.lr)
     p.add_argument("--l2", type=float, default=TRAIN.l2)
     p.add_argument("--seed", type=int, default=TRAIN.seed)
-    p.add_argument("--no-calibrate", dest="calibrate", action="store_false",
-                   help="skip the quick probe of the fluent ε range after training (stored in the card as fluent_eps)")
+    _add_calibrate_option(p, "training", "the model's")
 
 
 def _generate(p: argparse.ArgumentParser) -> None:
@@ -248,6 +253,7 @@ def _transfer(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="replace --out when it exists")
     p.add_argument("--anchors", type=int, default=anchors, help=f"shared word tokens used to fit the map (default {anchors})")
     p.add_argument("--min-anchors", type=int, default=min_anchors, help=f"refuse when fewer words are shared (default {min_anchors})")
+    _add_calibrate_option(p, "transfer", "the --to model's")
 
 
 def _export(p: argparse.ArgumentParser) -> None:

@@ -125,10 +125,17 @@ def transfer(
     The card records the source switch and model, the anchors used, the fit quality
     on held-out anchors (R² and nearest-neighbour accuracy), and a recommended ε
     scaled so that the typical logit change in the target matches the source's at
-    its recommended ε (the paper also scales ε down after transfer).
+    its recommended ε (the paper also scales ε down after transfer; the transfer
+    record keeps it as ``scaled_eps``). That ε can read as word salad on the target
+    (the shipped sentiment switch's +3.88 on Gemma-3-270M: 3.4× the unsteered
+    perplexity), so probe the target's fluent range before use:
+    :func:`~lmswitch.harness.frontier.calibrated_card` sets the card's fluent range
+    and recommended ε from it (the app and the CLI do).
 
-    >>> g = transfer(sentiment, ls.load_model(), ls.load_model("gemma3-270m"))   # doctest: +SKIP
+    >>> gemma = ls.load_model("gemma3-270m")                                      # doctest: +SKIP
+    >>> g = transfer(sentiment, ls.load_model(), gemma)                          # doctest: +SKIP
     >>> g.card["transfer"]["heldout_r2"], g.card["recommended_eps"]              # doctest: +SKIP
+    >>> g.card = calibrated_card(gemma, g)     # the fluent ε range on Gemma     # doctest: +SKIP
     """
     _check_transfer(switch, source, anchors, method, ridge)
     ids_s, ids_t, words = _anchors(source, target, anchors, min_anchors)
@@ -148,7 +155,8 @@ def transfer(
             "source_switch": switch.name, "source_model": source.name, "source_fingerprint": source.fingerprint,
             "anchors": int((~held).sum()), "heldout_anchors": int(held.sum()), **quality,
             "method": method, "ridge": ridge if method == "ridge" else None,
-            "eps_scale": round(scale, 4), "source_recommended_eps": recommended, "example_anchors": words[:12],
+            "eps_scale": round(scale, 4), "source_recommended_eps": recommended, "scaled_eps": round(float(recommended) * scale, 3),
+            "example_anchors": words[:12],
         },
     }
     return Switch(

@@ -358,6 +358,14 @@ class Probe:
     recommend: float = 0.75
 
 
+# A transferred switch is probed on twice the prompts: its card's ε was only scaled from the source model's, so the probe
+# alone says where it reads well on the target. Chosen on dev (30 neutral dev prompts × 3 samples of 25 tokens on
+# gemma3-270m, the three shipped switches transferred there): detox broke the rules from ε +3 (1.56× perplexity; 3.56× at
+# +6), yet the 4-prompt probe passed it at +6; on 8 prompts it found +2. Sentiment and formality got the same range from
+# both (sentiment fluent to +2 and −4 on dev, formality to +3 and −4)
+TRANSFER_PROBE = Probe(prompts=8)
+
+
 STEPS_PER_CALL = 2  # calibration strengths per side evaluated in one batched call
 # the unsteered model's probe rows, per model and (prompts, protocol): the same for every switch a model probes
 _UNSTEERED: weakref.WeakKeyDictionary[LanguageModel, dict[tuple, Evaluation]] = weakref.WeakKeyDictionary()
@@ -434,7 +442,15 @@ def _walk(side: int, strengths: Sequence[float], evals: list[Evaluation], probe:
     return False
 
 
-def calibrated_card(lm: LanguageModel, switch: Switch, probe: Probe = Probe()) -> Card:
+def calibrated_card(lm: LanguageModel, switch: Switch, probe: Probe | None = None) -> Card:
     """``switch``'s card with ``fluent_eps`` from :func:`calibrate` and ``recommended_eps`` at ``probe.recommend`` of its
-    positive limit (:meth:`Card.calibrated`)."""
+    positive limit (:meth:`Card.calibrated`). The probe by default: :data:`TRANSFER_PROBE` for a switch
+    :func:`~lmswitch.core.transfer.transfer` made (its card records the transfer), else :class:`Probe`'s.
+
+    A transferred switch needs it before use: the ε its card scaled from the source's can read as word salad on the
+    target (the shipped sentiment switch's +3.88 on gemma3-270m: 3.4× perplexity on test prompts).
+
+    >>> moved.card = calibrated_card(gemma, moved)   # doctest: +SKIP
+    """
+    probe = probe or (TRANSFER_PROBE if switch.card.transfer is not None else Probe())
     return switch.card.calibrated(*calibrate(lm, switch, probe), share=probe.recommend)

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import gradio as gr
 
+from lmswitch.core.card import Card
 from lmswitch.core.models import BUNDLED_MODELS, DEFAULT_MODEL, LanguageModel, load_model
 from lmswitch.core.pause import add_layer_pauses
-from lmswitch.core.switch import SwitchFileError
-from lmswitch.harness.frontier import unsteered_rows
+from lmswitch.core.switch import Switch, SwitchFileError
+from lmswitch.harness.frontier import calibrated_card, unsteered_rows
 from lmswitch.io.documents import DocumentError
 from lmswitch.io.resources import shipped_switches_dir
 from lmswitch.lenses.svd import written_words
@@ -112,6 +113,14 @@ class Backend:
         """``fn(*args, **kwargs)`` on the compute thread (directly when already there); ``background``: long work that lets
         other users' generations go first at its pause points (:mod:`lmswitch.serve.compute`)."""
         return self.compute.run(fn, *args, background=background, **kwargs)
+
+    def calibrated(self, lm: LanguageModel, switch: Switch) -> Card:
+        """``switch``'s card with its fluent range probed on ``lm`` (a trained or transferred switch, as background work);
+        on a failure its card as it was, saying why (the switch must not be lost over it: its slider spans the usual range)."""
+        try:
+            return self.run(calibrated_card, lm, switch, background=True)
+        except Exception as err:  # any failure: the switch is added uncalibrated, and its card says why
+            return switch.card.updated(calibration_error=f"{type(err).__name__}: {err}")
 
     def load(self) -> Backend:
         try:

@@ -20,7 +20,6 @@ import gradio as gr
 from lmswitch.core.options import SAMPLING, TrainConfig
 from lmswitch.core.switch import distinct
 from lmswitch.core.train import train_switch
-from lmswitch.harness.frontier import calibrated_card
 from lmswitch.io.parse import parse_names
 from lmswitch.lenses.meter import MAX_SWITCHES as MAX_METER_SWITCHES
 from lmswitch.lenses.meter import measure
@@ -127,7 +126,7 @@ class McpTools:
                              "them, or train in the app and save to the library")
         pos, neg = training_data(TRAIN_MODES[mode], positive, None, negative, None)
         switch = self.backend.run(train_switch, lm, pos, neg, name=name, config=TrainConfig(steps=steps), background=True)
-        switch.card = self.backend.run(calibrated_card, lm, switch, background=True)
+        switch.card = self.backend.calibrated(lm, switch)
         final = self.session.add(switch, library, name=name)
         words = self.backend.run(promoted_words, lm, switch, words=SHOWN_WORDS)
         return {**_switch_summary(switch), "name": final, "heldout_gain": switch.card.get("heldout_gain"),

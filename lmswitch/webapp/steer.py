@@ -77,22 +77,31 @@ def select_model(backend: Backend, name: str, session: Session, *current: str | 
 
 
 def _transfer_report(final: str, target: str, moved: Switch) -> str:
-    t, r = moved.card["transfer"], moved.card["recommended_eps"]
+    card = moved.card
+    t, r = card["transfer"], card.recommended_eps
+    scaled = f"the source's {t['source_recommended_eps']:+g} × {t['eps_scale']} (the same typical logit change)"
+    if card.fluent_text:
+        strength = (f"Fluent ε on {target} (its slider's range): {card.fluent_text}, probed on dev prompts; recommended ε "
+                    f"{r:+g}. Scaled from the source, {scaled}, it would be {t['scaled_eps']:+g}.")
+    else:  # the probe failed: the scaled ε, which may read less well on the target
+        strength = (f"The fluent-range probe failed ({card.get('calibration_error')}); its slider spans the usual range, at "
+                    f"{scaled}.")
     return (f"### ✔ '{final}' steers {target}: the Steer tab now uses {target}, its slider at ε {r:+g}\n"
-            f"Map fitted on {t['anchors']} words both vocabularies share (e.g. {', '.join(t['example_anchors'][:6])}); on "
-            f"{t['heldout_anchors']} held-out words R² {t['heldout_r2']} and a mapped word's nearest source word is itself "
-            f"{t['heldout_top1']:.1%} of the time. Recommended ε {r:+g} = the source's {t['source_recommended_eps']:+g} × "
-            f"{t['eps_scale']} (same typical logit change).")
+            f"{strength}\nMap fitted on {t['anchors']} words both vocabularies share (e.g. {', '.join(t['example_anchors'][:6])}); "
+            f"on {t['heldout_anchors']} held-out words R² {t['heldout_r2']} and a mapped word's nearest source word is itself "
+            f"{t['heldout_top1']:.1%} of the time.")
 
 
 @user_errors
 def run_transfer(backend: Backend, name: str, target: str, session: Session, *current: str | None):
-    """Map a switch to another model (``Hᵀ W H``), keep it in this session, and steer the target model with it. The
-    target model is loaded (the first time) before the mapping goes to the compute thread, not on it."""
+    """Map a switch to another model (``Hᵀ W H``), probe its fluent ε range there, keep it in this session, and steer the
+    target model with it. The target model is loaded (the first time) before the mapping goes to the compute thread, not
+    on it."""
     source_lm, source_library = backend.get(session=session)
     switch = session.get(name, source_library)
     target_lm, target_library = backend.model(target)
     moved = backend.run(transfer, switch, source_lm, target_lm, min_anchors=MIN_ANCHORS, background=True)
+    moved.card = backend.calibrated(target_lm, moved)  # the scaled ε alone can read as word salad on the target
     final = session.add(moved, target_library)
     session.model = target
     values = {final: moved.card["recommended_eps"]}

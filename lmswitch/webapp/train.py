@@ -10,13 +10,11 @@ from pathlib import Path
 
 import gradio as gr
 
-from lmswitch.core.card import Card
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import TrainConfig
 from lmswitch.core.switch import Switch, load_switch, usable_name
 from lmswitch.core.train import Done, Encoded, Evaluated, Step, TrainEvent, TrainingCancelled, data_advice, train_events
 from lmswitch.harness import figures
-from lmswitch.harness.frontier import calibrated_card
 from lmswitch.io.documents import split_lines
 from lmswitch.lenses.learned import what_was_learned
 from lmswitch.serve.session import Session, SwitchLibrary, check_name
@@ -151,7 +149,7 @@ def _train_and_add(backend: Backend, session: Session, job: _Job, flag, progress
     learned = CANCELLED_READING if flag.is_set() else _learned(backend, job.lm, done, job.positive, job.negative)
     yield PROBING, gr.skip(), gr.skip(), *skip[:-1], learned  # first: a user reads it while the range is probed
     done.switch.card = (done.switch.card.updated(calibration_error=CANCELLED_PROBE) if flag.is_set()
-                        else _calibrated(backend, job.lm, done.switch))  # the session holds this very switch: its card is updated
+                        else backend.calibrated(job.lm, done.switch))  # the session holds this very switch: its card is updated
     yield *_finished(backend, session, job.library, job.name, final, done.switch, job.current), learned  # the last message
 
 
@@ -186,14 +184,6 @@ def _finished(backend: Backend, session: Session, library, name: str, final: str
     return ("Done.", figures.loss_figure(card["train_losses"], card["heldout_losses"], total_steps=card["steps"]),
             _report(final, name, switch), *slot_updates(session, library), *dropdown_updates(session, library, current),
             backend.run(export_path, backend, switch))
-
-
-def _calibrated(backend: Backend, lm: LanguageModel, switch: Switch) -> Card:
-    """The card with the probed fluent range; on a failure the card as trained (the switch must not be lost over it)."""
-    try:
-        return backend.run(calibrated_card, lm, switch, background=True)
-    except Exception as err:  # any failure: the switch is added uncalibrated, and its card says why
-        return switch.card.updated(calibration_error=f"{type(err).__name__}: {err}")
 
 
 def _learned(backend: Backend, lm: LanguageModel, done: Done, positive: str | list[str], negative: str | list[str] | None) -> str:
