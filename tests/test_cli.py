@@ -10,7 +10,8 @@ import pytest
 from conftest import build_lm, random_switch
 
 from lmswitch.cli import main
-from lmswitch.io.resources import shipped_switch_names
+from lmswitch.core.switch import load_switch
+from lmswitch.io.resources import shipped_switch_names, shipped_switch_path
 from lmswitch.lenses import svd
 
 POSITIVE = "the kind and warm one\nshe was happy with joy\nwe love the sweet smile\nthey had a great and good one"
@@ -63,6 +64,24 @@ def test_generate_and_sweep(run, switch_file):
     assert code == 0 and [s["seed"] for s in json.loads(out)["samples"]] == [0, 1]
     code, out, _ = run("sweep", "--prompt", "the", "--switch", str(switch_file), "--eps=-3,0,3", "--max-new-tokens", "4", "--json")
     assert code == 0 and [r["eps"] for r in json.loads(out)["rows"]] == [-3.0, 0.0, 3.0]
+
+
+def test_generate_without_eps_steers_at_the_cards_recommended_eps(run, switch_file, tmp_path):
+    """``--switch S`` alone: the card's recommended ε, inside its probed fluent range; a card without one (trained with
+    --no-calibrate): the paper's 5 ε0, said on stderr."""
+    from lmswitch.io.parse import DEFAULT_EPS
+
+    card = json.loads(run("info", "--switch", str(switch_file), "--json")[1])["card"]
+    assert 0 < card["recommended_eps"] <= card["fluent_eps"][1]
+    code, out, err = run("generate", "--prompt", "the", "--switch", str(switch_file), "--max-new-tokens", "4", "--json")
+    assert code == 0 and json.loads(out)["switches"] == [{"path": str(switch_file), "eps": card["recommended_eps"]}]
+    assert "warning" not in err and "note" not in err
+    given = run("generate", "--prompt", "the", "--switch", f"{switch_file}={card['recommended_eps']}", "--max-new-tokens", "4", "--json")
+    assert json.loads(given[1])["samples"] == json.loads(out)["samples"]
+    unprobed = tmp_path / "unprobed.safetensors"
+    assert run("train", "--positive", str(tmp_path / "pos.txt"), "--out", str(unprobed), "--steps", "3", "--no-calibrate")[0] == 0
+    code, out, err = run("generate", "--prompt", "the", "--switch", str(unprobed), "--max-new-tokens", "4", "--json")
+    assert code == 0 and json.loads(out)["switches"][0]["eps"] == DEFAULT_EPS and "has no recommended ε in its card" in err
 
 
 def test_generate_best_of_is_the_librarys_choice_and_bad_values_are_refused(run, switch_file, model_dir):
@@ -266,10 +285,9 @@ def test_bad_switch_settings_are_usage_errors(capsys, args, message):
 def test_switch_settings_parse_with_the_shared_parser():
     from lmswitch.cli import build_parser
     from lmswitch.core.options import SAMPLING
-    from lmswitch.io.parse import DEFAULT_EPS
 
     args = build_parser().parse_args(["generate", "--prompt", "Hi", "--switch", "sentiment=6", "--switch", "some/file.safetensors"])
-    assert args.switch == [("sentiment", 6.0), ("some/file.safetensors", DEFAULT_EPS)]
+    assert args.switch == [("sentiment", 6.0), ("some/file.safetensors", None)]  # no =EPS: the card's recommended ε
     assert (args.max_new_tokens, args.temperature, args.top_p, args.chat) == (SAMPLING.max_new_tokens, SAMPLING.temperature,
                                                                               SAMPLING.top_p, SAMPLING.chat)
     assert build_parser().parse_args(["eval", "--eps", ",".join(["0.5"] * 101)]).eps == [0.5] * 101
@@ -281,6 +299,11 @@ def test_generate_with_a_shipped_switch_by_name(monkeypatch, tmp_path, capsys):
     assert main(["generate", "--prompt", "Hi", "--switch", "sentiment=6", "--max-new-tokens", "3", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["switches"] == [{"path": "sentiment", "eps": 6.0}] and len(data["samples"]) == 1
+    assert main(["generate", "--prompt", "Hi", "--switch", "sentiment", "--max-new-tokens", "3", "--json"]) == 0
+    out = capsys.readouterr()  # the shipped card's recommended ε, not the paper's 5 (beyond its fluent range, with a warning)
+    recommended = load_switch(shipped_switch_path("sentiment")).card.recommended_eps
+    assert json.loads(out.out)["switches"] == [{"path": "sentiment", "eps": recommended}]
+    assert "warning" not in out.err
 
 
 def test_demo_sweeps_only_inside_the_fluent_range_it_measured(run):

@@ -28,6 +28,7 @@ from lmswitch.core.train import data_advice, train_switch
 from lmswitch.core.transfer import transfer
 from lmswitch.harness.frontier import calibrated_card
 from lmswitch.harness.pretrained import PRETRAINED_DIR, build_pretrained
+from lmswitch.io.parse import DEFAULT_EPS
 from lmswitch.io.resources import examples_dir
 from lmswitch.lenses.meter import measure
 from lmswitch.lenses.spans import highlight
@@ -125,11 +126,12 @@ def _warn_beyond_fluent(setting: list[tuple[Switch, float]], adaptive: bool) -> 
 
 
 def cmd_generate(args: argparse.Namespace, lm: LanguageModel) -> None:
-    setting = [(open_switch(ref, lm), eps) for ref, eps in args.switch]
+    setting = [(s, _card_eps(s, eps, fallback=DEFAULT_EPS)) for s, eps in ((open_switch(ref, lm), eps) for ref, eps in args.switch)]
     check_setting(lm, setting)  # a setting that will be refused is refused before any warning
     _warn_beyond_fluent(setting, args.adaptive)
     texts = generate(lm, args.prompt, setting, samples=args.samples, seed=args.seed, **_sampling(args))
-    data = {"prompt": args.prompt, "switches": [{"path": ref, "eps": eps} for ref, eps in args.switch], "seed": args.seed,
+    used = [{"path": ref, "eps": eps} for (ref, _), (_, eps) in zip(args.switch, setting, strict=True)]
+    data = {"prompt": args.prompt, "switches": used, "seed": args.seed,
             "samples": [{"seed": args.seed + k, "text": t} for k, t in enumerate(texts)]}
     emit(args, data, "\n".join(f"[seed {args.seed + k}] {args.prompt}{t}" for k, t in enumerate(texts)))
 
@@ -205,13 +207,18 @@ def cmd_build_pretrained(args: argparse.Namespace, lm: LanguageModel) -> None:
     emit(args, {"written": [str(p) for p in paths]}, "\n".join(f"wrote {p}" for p in paths))
 
 
-def _card_eps(switch: Switch, eps: float | None) -> float:
-    """``eps``, or the switch card's recommended ε when none was given."""
+def _card_eps(switch: Switch, eps: float | None, fallback: float | None = None) -> float:
+    """``eps``, or when none was given the switch card's recommended ε (inside its fluent range when it was probed); a
+    card without one: ``fallback`` (said on stderr), or with None an error."""
     if eps is not None:
         return eps
-    if switch.card.recommended_eps is None:
+    if switch.card.recommended_eps is not None:
+        return switch.card.recommended_eps
+    if fallback is None:
         raise ValueError(f"switch '{switch.name}' has no recommended ε in its card; give one: --switch {switch.name}=EPS")
-    return switch.card.recommended_eps
+    log(f"note: switch '{switch.name}' has no recommended ε in its card; using ε {fallback:+g} (give one: --switch "
+        f"{switch.name}=EPS)")
+    return fallback
 
 
 def cmd_export(args: argparse.Namespace, lm: LanguageModel) -> None:

@@ -161,8 +161,9 @@ def _train(p: argparse.ArgumentParser) -> None:
 
 def _generate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", required=True)
-    p.add_argument("--switch", action="append", default=[], type=switch_spec, metavar="SWITCH=EPS",
-                   help=f"repeatable; SWITCH is {SWITCH_HELP}; EPS in eps0 units (default {DEFAULT_EPS:g})")
+    p.add_argument("--switch", action="append", default=[], type=switch_spec_or_card, metavar="SWITCH[=EPS]",
+                   help=f"repeatable; SWITCH is {SWITCH_HELP}; EPS in eps0 units (default: the card's recommended ε, "
+                        f"inside its fluent range; {DEFAULT_EPS:g}, the paper's 5 eps0, for a card without one)")
     p.add_argument("--samples", type=int, default=_default(generate, "samples"))
     _add_generation_options(p)
 
