@@ -64,6 +64,10 @@ def test_generate_and_sweep(run, switch_file):
     assert code == 0 and [s["seed"] for s in json.loads(out)["samples"]] == [0, 1]
     code, out, _ = run("sweep", "--prompt", "the", "--switch", str(switch_file), "--eps=-3,0,3", "--max-new-tokens", "4", "--json")
     assert code == 0 and [r["eps"] for r in json.loads(out)["rows"]] == [-3.0, 0.0, 3.0]
+    low, high = json.loads(run("info", "--switch", str(switch_file), "--json")[1])["card"]["fluent_eps"]
+    code, out, _ = run("sweep", "--prompt", "the", "--switch", str(switch_file), "--max-new-tokens", "4", "--json")
+    shown = [r["eps"] for r in json.loads(out)["rows"]]  # no --eps: across the card's fluent range, never past it
+    assert code == 0 and 0.0 in shown and (min(shown), max(shown)) == (low, high) and len(shown) == len(set(shown)) >= 3
 
 
 def test_generate_without_eps_steers_at_the_cards_recommended_eps(run, switch_file, tmp_path):

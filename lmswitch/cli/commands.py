@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from lmswitch.cli.common import emit, log, open_switch, read_examples, text_arg
 from lmswitch.cli.evaluate import cmd_eval
-from lmswitch.cli.parser import DEMO_NEW_TOKENS
+from lmswitch.cli.parser import DEMO_NEW_TOKENS, SWEEP_EPS
 from lmswitch.core.export import export
 from lmswitch.core.generate import generate, sweep
 from lmswitch.core.models import LanguageModel, load_model
@@ -137,7 +137,8 @@ def cmd_generate(args: argparse.Namespace, lm: LanguageModel) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace, lm: LanguageModel) -> None:
-    rows = sweep(lm, args.prompt, open_switch(args.switch, lm), args.eps, seed=args.seed, **_sampling(args))
+    switch = open_switch(args.switch, lm)
+    rows = sweep(lm, args.prompt, switch, args.eps or switch.card.fluent_row or SWEEP_EPS, seed=args.seed, **_sampling(args))
     data = {"prompt": args.prompt, "switch": args.switch, "seed": args.seed, "rows": [{"eps": e, "text": t} for e, t in rows]}
     emit(args, data, "\n".join(f"eps {e:+6.2f} | {args.prompt}{t}" for e, t in rows))
 
@@ -151,10 +152,8 @@ def cmd_demo(args: argparse.Namespace, lm: LanguageModel) -> None:
     switch = train_switch(lm, pos, neg, name="sentiment", config=TrainConfig(steps=args.steps))
     log(f"trained in {switch.card['seconds']:.1f} s; probing its fluent ε range on a few dev prompts …")
     switch.card = calibrated_card(lm, switch)
-    low, high = switch.card.fluent_eps
-    shown = sorted({low, low / 2, 0.0, high / 2, high})
     print(f"fluent ε {switch.card.fluent_text}; the same prompt and seed across that range:\n")
-    for eps, text in sweep(lm, args.prompt, switch, shown, seed=0, max_new_tokens=DEMO_NEW_TOKENS):
+    for eps, text in sweep(lm, args.prompt, switch, switch.card.fluent_row, seed=0, max_new_tokens=DEMO_NEW_TOKENS):
         print(f"eps {eps:+5.1f} | {args.prompt}{text}")
 
 

@@ -39,7 +39,7 @@ from lmswitch.lenses.svd import svd_dimensions
 T = TypeVar("T")
 
 # CLI-only defaults, each named once
-SWEEP_EPS = [-5.0, -3.0, 0.0, 3.0, 5.0]
+SWEEP_EPS = [-5.0, -3.0, 0.0, 3.0, 5.0]  # a sweep of a switch whose card has no fluent range
 EVAL_EPS = [-10.0, -7.5, -5.0, -2.5, 0.0, 2.5, 5.0, 7.5, 10.0]
 EVAL_GRID_EPS = [-5.0, 0.0, 5.0]
 EVAL_MAX_EPS_VALUES = 101  # an offline sweep may be finer than an interactive one
@@ -171,7 +171,9 @@ def _generate(p: argparse.ArgumentParser) -> None:
 def _sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", required=True)
     p.add_argument("--switch", required=True, help=SWITCH_HELP)
-    p.add_argument("--eps", type=eps_list, default=SWEEP_EPS)
+    p.add_argument("--eps", type=eps_list, default=None,
+                   help="eps values (eps0 units); default: the card's fluent range, its ends, their halves and 0 "
+                        f"({','.join(f'{e:g}' for e in SWEEP_EPS)} for a switch without one)")
     _add_generation_options(p)
 
 

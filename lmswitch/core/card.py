@@ -124,6 +124,18 @@ class Card(Mapping):
         """The fluent ε range as people read it (``"-6 … +6"``), or ``""`` when the card has none."""
         return f"{self.fluent_eps[0]:+g} … {self.fluent_eps[1]:+g}" if self.fluent_eps is not None else ""
 
+    @property
+    def fluent_row(self) -> list[float]:
+        """A row of ε that stays fluent, for a sweep: the fluent range's ends, their halves and 0 (``[]`` without one).
+
+        >>> Card.from_dict({"fluent_eps": [-4, 2]}).fluent_row
+        [-4.0, -2.0, 0.0, 1.0, 2.0]
+        """
+        if self.fluent_eps is None:
+            return []
+        low, high = self.fluent_eps
+        return sorted({float(low), low / 2, 0.0, high / 2, float(high)})
+
     def calibrated(self, low: float, high: float, share: float = 1.0) -> Card:
         """This card with its measured fluent range ``[low, high]``, which also becomes its recommended range, and the
         recommended ε at ``share`` of the positive fluent limit (kept as it was when no positive ε was fluent)."""
