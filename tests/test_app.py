@@ -351,6 +351,18 @@ def test_a_failed_probe_keeps_the_trained_switch(backend, monkeypatch):
     assert switch.card.fluent_eps is None and switch.card["calibration_error"] == "RuntimeError: out of memory"
 
 
+def test_a_failed_probe_keeps_the_transferred_switch_at_its_scaled_eps(backend, llama_lm, make_lm, monkeypatch):
+    monkeypatch.setattr("lmswitch.webapp.steer.MIN_ANCHORS", 20)  # the tiny vocabularies share 42 words
+    monkeypatch.setattr("lmswitch.webapp.backend.calibrated_card", _out_of_memory)  # fault injection: the probe is tested for real
+    backend.add_model(make_lm("gpt2", hidden=24), "tiny-other")
+    session = Session()
+    report, _, _, *rest = app.run_transfer(backend, "alpha", "tiny-other", session, *[None] * 7)
+    moved = session.get(f"alpha-to-{backend.model('tiny-other')[0].name}", backend.model("tiny-other")[1])
+    assert "probe failed (RuntimeError: out of memory)" in report and moved.card.fluent_eps is None
+    shown = [u for u in rest[: app.MAX_SLOTS] if u.visible]
+    assert shown[0].value == moved.card.recommended_eps == moved.card["transfer"]["scaled_eps"]
+
+
 def test_a_page_closed_after_training_keeps_the_switch(backend):
     """The switch is in the session as soon as training ends, before its summary and probe."""
     session = Session()
@@ -597,7 +609,11 @@ def test_model_picker_and_transfer_steer_another_model(backend, llama_lm, make_l
     assert f"'{moved_name}' steers" in report and "R²" in report and pick.value == "tiny-other" and session.model == "tiny-other"
     shown = [u for u in rest[: app.MAX_SLOTS] if u.visible]
     moved = session.get(moved_name, backend.model("tiny-other")[1])
-    assert [u.label.split(":")[0] for u in shown] == [moved_name] and shown[0].value == moved.card["recommended_eps"]
+    assert [u.label.split(":")[0] for u in shown] == [moved_name]
+    # its fluent range probed on the target: the slider spans it, at the recommended ε (0 when no +ε read fluently)
+    assert moved.card.fluent_eps is not None and f"Fluent ε on {other.name} (its slider's range): {moved.card.fluent_text}" in report
+    assert (shown[0].minimum, shown[0].maximum) == moved.slider_range() and shown[0].minimum <= shown[0].value <= shown[0].maximum
+    assert shown[0].value == (moved.card.recommended_eps or 0.0) and f"its slider at ε {shown[0].value:+g}" in report
     steered = final(app.steer(backend, PROMPT, *gen_args(), session, 6.0))
     assert steered[0] == ls.generate(other, PROMPT, [(moved, 6.0)], **GEN)[0]
     assert steered[1] == ls.generate(other, PROMPT, [], **GEN)[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import signal
@@ -176,7 +177,8 @@ def test_transfer_a_switch_to_gemma_then_steer_it(app_server):
     recommended = float(re.search(r"its slider at ε ([-+][\d.]+)", report).group(1))
     assert fluent and 0 < recommended <= float(fluent.group(2)), report
     slider = next(u for u in out[3:] if isinstance(u, dict) and u.get("label", "").startswith("sentiment-to-gemma3-270m"))
-    assert (slider["minimum"], slider["maximum"], slider["value"]) == (float(fluent.group(1)), float(fluent.group(2)), recommended)
+    low, high = float(fluent.group(1)), float(fluent.group(2))  # the slider: whole ε inside it (Switch.slider_range)
+    assert (slider["minimum"], slider["maximum"], slider["value"]) == (math.ceil(low), math.floor(high), recommended)
     res = c.predict(prompt=PROMPT, switches="sentiment-to-gemma3-270m=2", max_new_tokens=15, api_name="/generate")
     assert res["steered"] != res["unsteered"]
     with pytest.raises(AppError, match="no switch named 'sentiment-to-gemma3-270m'"):

@@ -72,6 +72,8 @@ def test_calibration_sets_the_fluent_range_and_recommends_its_positive_end():
     assert card.calibrated(-6.0, 4.0, share=0.75).recommended_eps == 3.0  # recommended from inside a noisy limit
     with pytest.raises(ValueError, match="share must be in"):
         card.calibrated(-6.0, 4.0, share=0.0)
-    nothing_positive = card.calibrated(-2.0, 0.0)  # no +ε was fluent: the earlier recommendation stays
-    assert nothing_positive.recommended_eps == 12.0 and nothing_positive.fluent_eps == (-2.0, 0.0)
+    nothing_positive = card.calibrated(-2.0, 0.0)  # no +ε was fluent: no recommendation (12 lies outside the range)
+    assert nothing_positive.recommended_eps is None and nothing_positive.fluent_eps == (-2.0, 0.0)
+    assert "recommended_eps" not in nothing_positive.to_dict() and nothing_positive["note"] == "kept"
     assert Card().calibrated(-2.0, 0.0).recommended_eps is None
+    assert card.calibrated(-2.0, 2.0).fluent_row == [-2.0, -1.0, 0.0, 1.0, 2.0] and card.calibrated(0.0, 0.0).fluent_row == []

@@ -175,6 +175,21 @@ def test_calibration_stores_the_fluent_range_in_the_card(llama_lm):
     assert calibrated_card(llama_lm, zero, replace(probe, recommend=1.0)).recommended_eps == 8.0
 
 
+def test_a_transferred_switch_is_probed_on_more_prompts_than_a_trained_one(llama_lm, monkeypatch):
+    from lmswitch.core.transfer import transfer
+    from lmswitch.harness import frontier
+
+    used = []  # the probe each call gets (calibrate itself is tested above, for real)
+    monkeypatch.setattr(frontier, "calibrate", lambda lm, switch, probe: used.append(probe) or (-2.0, 2.0))
+    trained = random_switch(llama_lm, seed=2)
+    moved = transfer(trained, llama_lm, llama_lm, min_anchors=20)
+    assert frontier.calibrated_card(llama_lm, trained).recommended_eps == 1.5
+    assert frontier.calibrated_card(llama_lm, moved).fluent_eps == (-2.0, 2.0)
+    assert used == [frontier.Probe(), frontier.TRANSFER_PROBE] and frontier.TRANSFER_PROBE.prompts > frontier.Probe().prompts
+    frontier.calibrated_card(llama_lm, moved, frontier.Probe())  # a probe given is the probe used
+    assert used[-1] == frontier.Probe()
+
+
 def test_activation_addition_baseline_runs_on_the_switch_training_pairs(llama_lm, tmp_path):
     from lmswitch.harness.frontier import CAA_STRENGTHS
 

@@ -107,7 +107,7 @@ def test_cli_transfer_writes_a_loadable_switch(tmp_path, monkeypatch, capsys):
     moved = ls.load_switch(out, target)
     assert moved.W.shape == (48, 48) and moved.card["transfer"]["source_switch"] == "mood"
     low, high = moved.card.fluent_eps  # probed on the target, and the recommended ε inside it
-    assert f"fluent ε {moved.card.fluent_text}" in stdout and (high <= 0 or 0 < moved.card.recommended_eps <= high)
+    assert f"fluent ε on {target.name} {moved.card.fluent_text}" in stdout and 0 < moved.card.recommended_eps <= high
     assert main(["--model", str(folders["llama"]), "--dtype", "float32", "transfer", "--switch", str(src_file), "--to",
                  str(folders["gpt2"]), "--out", str(out), "--min-anchors", "20", "--force", "--no-calibrate"]) == 0
     unprobed = ls.load_switch(out, target)

@@ -207,12 +207,15 @@ def cmd_build_pretrained(args: argparse.Namespace, lm: LanguageModel) -> None:
 
 
 def _card_eps(switch: Switch, eps: float | None, fallback: float | None = None) -> float:
-    """``eps``, or when none was given the switch card's recommended ε (inside its fluent range when it was probed); a
-    card without one: ``fallback`` (said on stderr), or with None an error."""
+    """``eps``, or when none was given the switch card's recommended ε (inside its fluent range when it was probed); an
+    unprobed card without one: ``fallback`` (said on stderr), or with None an error."""
     if eps is not None:
         return eps
     if switch.card.recommended_eps is not None:
         return switch.card.recommended_eps
+    if switch.card.fluent_eps is not None:  # probed, and no +ε read fluently: nothing to recommend
+        raise ValueError(f"switch '{switch.name}' recommends no ε: no positive one read fluently when its range was probed "
+                         f"(fluent ε {switch.card.fluent_text}); give one: --switch {switch.name}=EPS")
     if fallback is None:
         raise ValueError(f"switch '{switch.name}' has no recommended ε in its card; give one: --switch {switch.name}=EPS")
     log(f"note: switch '{switch.name}' has no recommended ε in its card; using ε {fallback:+g} (give one: --switch "
@@ -240,10 +243,13 @@ def cmd_transfer(args: argparse.Namespace, lm: LanguageModel) -> None:
     target = load_model(args.to, dtype=args.dtype)
     moved = transfer(open_switch(args.switch), lm, target, anchors=args.anchors, min_anchors=args.min_anchors)
     fluent = _save_and_probe(args, target, moved)
-    t = moved.card["transfer"]
-    scaled = f"source {t['source_recommended_eps']:+g} × {t['eps_scale']}"
-    strength = (f"fluent ε {fluent}, recommended ε {moved.card.recommended_eps:+g} (scaled from the {scaled}: "
-                f"{t['scaled_eps']:+g})" if fluent else f"recommended ε {moved.card.recommended_eps:+g} ({scaled}; not probed)")
+    t, r = moved.card["transfer"], moved.card.recommended_eps
+    scaled = f"the source's {t['source_recommended_eps']:+g} × {t['eps_scale']} = {t['scaled_eps']:+g}"
+    if not fluent:
+        strength = f"recommended ε {scaled} (scaled by the typical logit change; not probed)"
+    else:
+        recommended = f"recommended ε {r:+g}" if r is not None else "no +ε read fluently, so none is recommended"
+        strength = f"fluent ε on {target.name} {fluent}, {recommended} (scaled from the source it would be {scaled})"
     emit(args, {"written": args.out, "card": dict(moved.card)},  # a Card is a read-only mapping
          f"wrote {args.out}: '{moved.name}' for {target.name}; fit on {t['anchors']} shared words, held-out R² "
          f"{t['heldout_r2']}, nearest-word accuracy {t['heldout_top1']:.0%}; {strength}")

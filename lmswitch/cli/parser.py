@@ -75,7 +75,6 @@ def _argument_type(parse: Callable[[str], T]) -> Callable[[str], T]:
     return convert
 
 
-switch_spec = _argument_type(parse_switch_spec)
 switch_spec_or_card = _argument_type(partial(parse_switch_spec, default_eps=None))  # no =EPS: the card's recommended ε
 eps_list = _argument_type(parse_eps_list)
 eval_eps_list = _argument_type(partial(parse_eps_list, max_values=EVAL_MAX_EPS_VALUES))

@@ -134,17 +134,17 @@ class Card(Mapping):
         if self.fluent_eps is None:
             return []
         low, high = self.fluent_eps
-        return sorted({float(low), low / 2, 0.0, high / 2, float(high)})
+        row = sorted({float(low), low / 2, 0.0, high / 2, float(high)})
+        return row if len(row) > 1 else []  # a range of 0 alone is no sweep
 
     def calibrated(self, low: float, high: float, share: float = 1.0) -> Card:
         """This card with its measured fluent range ``[low, high]``, which also becomes its recommended range, and the
-        recommended ε at ``share`` of the positive fluent limit (kept as it was when no positive ε was fluent)."""
+        recommended ε at ``share`` of the positive fluent limit; none when no positive ε was fluent (a recommendation from
+        before, e.g. the ε a transfer scaled, would lie outside the range just measured)."""
         if not 0 < share <= 1:
             raise ValueError(f"share must be in (0, 1]; got {share!r}")
-        changes: dict[str, Any] = {"fluent_eps": [low, high], "recommended_eps_range": [low, high]}
-        if high > 0:
-            changes["recommended_eps"] = round(share * high, 3)
-        return self.updated(**changes)
+        return self.updated(fluent_eps=[low, high], recommended_eps_range=[low, high],
+                            recommended_eps=round(share * high, 3) if high > 0 else None)
 
     def updated(self, **changes: Any) -> Card:
         """A new card with some flat keys set (typed parts are re-parsed)."""

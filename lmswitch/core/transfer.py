@@ -135,7 +135,7 @@ def transfer(
     >>> gemma = ls.load_model("gemma3-270m")                                      # doctest: +SKIP
     >>> g = transfer(sentiment, ls.load_model(), gemma)                          # doctest: +SKIP
     >>> g.card["transfer"]["heldout_r2"], g.card["recommended_eps"]              # doctest: +SKIP
-    >>> g.card = calibrated_card(gemma, g)     # the fluent ε range on Gemma     # doctest: +SKIP
+    >>> g.card = ls.calibrated_card(gemma, g)  # the fluent ε range on Gemma     # doctest: +SKIP
     """
     _check_transfer(switch, source, anchors, method, ridge)
     ids_s, ids_t, words = _anchors(source, target, anchors, min_anchors)
@@ -148,14 +148,15 @@ def transfer(
     W_t = H.T @ switch.W.double() @ H  # the same model: H is the identity up to the ridge, so W comes back
     scale = _strength(source, switch.W) / max(_strength(target, W_t.float()), 1e-12)
     recommended = switch.card.get("recommended_eps") or max(abs(x) for x in switch.eps_range) / 2
+    scaled = round(float(recommended) * scale, 3)
     card = {
         **{k: v for k, v in switch.card.items() if k in ("data", "dataset")},
-        "recommended_eps": round(float(recommended) * scale, 3),
+        "recommended_eps": scaled,
         "transfer": {
             "source_switch": switch.name, "source_model": source.name, "source_fingerprint": source.fingerprint,
             "anchors": int((~held).sum()), "heldout_anchors": int(held.sum()), **quality,
             "method": method, "ridge": ridge if method == "ridge" else None,
-            "eps_scale": round(scale, 4), "source_recommended_eps": recommended, "scaled_eps": round(float(recommended) * scale, 3),
+            "eps_scale": round(scale, 4), "source_recommended_eps": recommended, "scaled_eps": scaled,
             "example_anchors": words[:12],
         },
     }

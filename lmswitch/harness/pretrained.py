@@ -212,7 +212,7 @@ def _calibrated(lm: LanguageModel, switch: Switch, spec: Spec, protocol: Protoco
     low, high = calibrate(lm, switch, probe, protocol)
     say(f"[{spec.name}] fluent ε on {probe.prompts} dev prompts: {low:+g} … {high:+g}")
     if high <= 0:
-        say(f"[{spec.name}] ⚠ no probed +ε was fluent; the card keeps its recommended ε (or the spec's, {spec.recommended_eps:+g})")
+        say(f"[{spec.name}] ⚠ no probed +ε was fluent; the card recommends the spec's ε, {spec.recommended_eps:+g}")
     return switch.card.calibrated(low, high, share=probe.recommend)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-DEFAULT_EPS = 5.0  # ε of a ``--switch S`` given without ``=EPS`` (the paper's 5ε0)
+DEFAULT_EPS = 5.0  # the paper's 5ε0: ``generate --switch S`` without ``=EPS`` when S's card recommends no ε and was never probed
 MAX_EPS_VALUES = 15  # one interactive sweep or grid axis
 
 

@@ -147,7 +147,7 @@ def _inspect_tab(ui: SimpleNamespace, shipped: list[str]) -> None:
 def _transfer_tab(ui: SimpleNamespace, backend: Backend, shipped: list[str]) -> None:
     gr.Markdown("Map a switch to another model: a linear map between the two models' output embeddings, fitted on "
                 "the words both vocabularies share (`lmswitch.core.transfer`, paper §5.3). The transferred switch then "
-                "steers the target model in the Steer tab, its slider over the fluent ε range probed on the target.")
+                "steers the target model in the Steer tab; its fluent ε range is probed on the target first, and its slider spans it.")
     with gr.Row():
         ui.tr_switch = _picker(shipped, "switch (of the current model)")
         others = [m for m in backend.choices() if m != backend.model_name]

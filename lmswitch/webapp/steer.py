@@ -76,17 +76,18 @@ def select_model(backend: Backend, name: str, session: Session, *current: str | 
     return [model_status(backend, session), *slot_updates(session, library, reset=True), *dropdown_updates(session, library, current)]
 
 
-def _transfer_report(final: str, target: str, moved: Switch) -> str:
+def _transfer_report(final: str, target: str, moved: Switch, at: float) -> str:
     card = moved.card
-    t, r = card["transfer"], card.recommended_eps
-    scaled = f"the source's {t['source_recommended_eps']:+g} × {t['eps_scale']} (the same typical logit change)"
-    if card.fluent_text:
-        strength = (f"Fluent ε on {target} (its slider's range): {card.fluent_text}, probed on dev prompts; recommended ε "
-                    f"{r:+g}. Scaled from the source, {scaled}, it would be {t['scaled_eps']:+g}.")
-    else:  # the probe failed: the scaled ε, which may read less well on the target
-        strength = (f"The fluent-range probe failed ({card.get('calibration_error')}); its slider spans the usual range, at "
-                    f"{scaled}.")
-    return (f"### ✔ '{final}' steers {target}: the Steer tab now uses {target}, its slider at ε {r:+g}\n"
+    t = card["transfer"]
+    scaled = f"the source's {t['source_recommended_eps']:+g} × {t['eps_scale']} = {t['scaled_eps']:+g} (the same typical logit change)"
+    if not card.fluent_text:  # the probe failed: the scaled ε, which may read less well on the target
+        strength = f"The fluent-range probe failed ({card.get('calibration_error')}); its slider spans the usual range, at {scaled}."
+    else:
+        recommended = (f"recommended ε {card.recommended_eps:+g}" if card.recommended_eps is not None
+                       else "no +ε read fluently there, so none is recommended")
+        strength = (f"Fluent ε on {target} (its slider's range): {card.fluent_text}, probed on dev prompts; {recommended}. "
+                    f"Scaled from the source it would be {scaled}.")
+    return (f"### ✔ '{final}' steers {target}: the Steer tab now uses {target}, its slider at ε {at:+g}\n"
             f"{strength}\nMap fitted on {t['anchors']} words both vocabularies share (e.g. {', '.join(t['example_anchors'][:6])}); "
             f"on {t['heldout_anchors']} held-out words R² {t['heldout_r2']} and a mapped word's nearest source word is itself "
             f"{t['heldout_top1']:.1%} of the time.")
@@ -104,9 +105,10 @@ def run_transfer(backend: Backend, name: str, target: str, session: Session, *cu
     moved.card = backend.calibrated(target_lm, moved)  # the scaled ε alone can read as word salad on the target
     final = session.add(moved, target_library)
     session.model = target
-    values = {final: moved.card["recommended_eps"]}
-    return [_transfer_report(final, target_lm.name, moved), gr.Dropdown(choices=backend.choices(), value=target),
-            model_status(backend, session), *slot_updates(session, target_library, reset=True, values=values),
+    lo, hi = moved.slider_range(session.wide_sliders)  # (whole ε, so a recommendation inside a narrow range may lie past it)
+    at = min(max(moved.card.recommended_eps or 0.0, lo), hi)  # none when no +ε read fluently on the target: 0
+    return [_transfer_report(final, target_lm.name, moved, at), gr.Dropdown(choices=backend.choices(), value=target),
+            model_status(backend, session), *slot_updates(session, target_library, reset=True, values={final: at}),
             *dropdown_updates(session, target_library, current)]
 
 
