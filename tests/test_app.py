@@ -611,7 +611,7 @@ def test_model_picker_and_transfer_steer_another_model(backend, llama_lm, make_l
     moved = session.get(moved_name, backend.model("tiny-other")[1])
     assert [u.label.split(":")[0] for u in shown] == [moved_name]
     # its fluent range probed on the target: the slider spans it, at the recommended ε (0 when no +ε read fluently)
-    assert moved.card.fluent_eps is not None and f"Fluent ε on {other.name} (its slider's range): {moved.card.fluent_text}" in report
+    assert moved.card.fluent_eps is not None and f"Fluent ε on {other.name}: {moved.card.fluent_text}" in report
     assert (shown[0].minimum, shown[0].maximum) == moved.slider_range() and shown[0].minimum <= shown[0].value <= shown[0].maximum
     assert shown[0].value == (moved.card.recommended_eps or 0.0) and f"its slider at ε {shown[0].value:+g}" in report
     steered = final(app.steer(backend, PROMPT, *gen_args(), session, 6.0))

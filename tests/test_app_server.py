@@ -173,7 +173,7 @@ def test_transfer_a_switch_to_gemma_then_steer_it(app_server):
     report, model = out[0], out[1]
     assert "'sentiment-to-gemma3-270m' steers gemma3-270m" in report and "R²" in report and model["value"] == "gemma3-270m"
     # its strength probed on Gemma: the slider spans the fluent range, at a recommended ε inside it
-    fluent = re.search(r"Fluent ε on gemma3-270m \(its slider's range\): ([-+][\d.]+) … ([-+][\d.]+)", report)
+    fluent = re.search(r"Fluent ε on gemma3-270m: ([-+][\d.]+) … ([-+][\d.]+)", report)
     recommended = float(re.search(r"its slider at ε ([-+][\d.]+)", report).group(1))
     assert fluent and 0 < recommended <= float(fluent.group(2)), report
     slider = next(u for u in out[3:] if isinstance(u, dict) and u.get("label", "").startswith("sentiment-to-gemma3-270m"))

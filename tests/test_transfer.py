@@ -102,16 +102,16 @@ def test_cli_transfer_writes_a_loadable_switch(tmp_path, monkeypatch, capsys):
     code = main(["--model", str(folders["llama"]), "--dtype", "float32", "transfer", "--switch", str(src_file), "--to",
                  str(folders["gpt2"]), "--out", str(out), "--min-anchors", "20"])
     stdout = capsys.readouterr().out
-    assert code == 0 and "held-out R²" in stdout and "fluent ε" in stdout
+    assert code == 0 and "held-out R²" in stdout and "Fluent ε on" in stdout
     target = ls.load_model(str(folders["gpt2"]), dtype="float32")
     moved = ls.load_switch(out, target)
     assert moved.W.shape == (48, 48) and moved.card["transfer"]["source_switch"] == "mood"
     low, high = moved.card.fluent_eps  # probed on the target, and the recommended ε inside it
-    assert f"fluent ε on {target.name} {moved.card.fluent_text}" in stdout and 0 < moved.card.recommended_eps <= high
+    assert f"Fluent ε on {target.name}: {moved.card.fluent_text}" in stdout and 0 < moved.card.recommended_eps <= high
     assert main(["--model", str(folders["llama"]), "--dtype", "float32", "transfer", "--switch", str(src_file), "--to",
                  str(folders["gpt2"]), "--out", str(out), "--min-anchors", "20", "--force", "--no-calibrate"]) == 0
     unprobed = ls.load_switch(out, target)
-    assert "not probed" in capsys.readouterr().out and unprobed.card.fluent_eps is None
+    assert "not probed, so it may read less well" in capsys.readouterr().out and unprobed.card.fluent_eps is None
     assert unprobed.card.recommended_eps == moved.card["transfer"]["scaled_eps"]  # the scaled ε, as the library gives it
     code = main(["--model", str(folders["gpt2"]), "--dtype", "float32", "transfer", "--switch", str(src_file), "--to",
                  str(folders["llama"]), "--out", str(tmp_path / "x.safetensors")])

@@ -25,7 +25,7 @@ from lmswitch.core.solver import RECIPES
 from lmswitch.core.steering import check_setting
 from lmswitch.core.switch import Switch, check_name, switch_path, usable_name
 from lmswitch.core.train import data_advice, train_switch
-from lmswitch.core.transfer import transfer
+from lmswitch.core.transfer import strength_advice, transfer
 from lmswitch.harness.frontier import calibrated_card
 from lmswitch.harness.pretrained import PRETRAINED_DIR, build_pretrained
 from lmswitch.io.parse import DEFAULT_EPS
@@ -242,17 +242,11 @@ def cmd_export(args: argparse.Namespace, lm: LanguageModel) -> None:
 def cmd_transfer(args: argparse.Namespace, lm: LanguageModel) -> None:
     target = load_model(args.to, dtype=args.dtype)
     moved = transfer(open_switch(args.switch), lm, target, anchors=args.anchors, min_anchors=args.min_anchors)
-    fluent = _save_and_probe(args, target, moved)
-    t, r = moved.card["transfer"], moved.card.recommended_eps
-    scaled = f"the source's {t['source_recommended_eps']:+g} × {t['eps_scale']} = {t['scaled_eps']:+g}"
-    if not fluent:
-        strength = f"recommended ε {scaled} (scaled by the typical logit change; not probed)"
-    else:
-        recommended = f"recommended ε {r:+g}" if r is not None else "no +ε read fluently, so none is recommended"
-        strength = f"fluent ε on {target.name} {fluent}, {recommended} (scaled from the source it would be {scaled})"
+    _save_and_probe(args, target, moved)
+    t = moved.card["transfer"]
     emit(args, {"written": args.out, "card": dict(moved.card)},  # a Card is a read-only mapping
          f"wrote {args.out}: '{moved.name}' for {target.name}; fit on {t['anchors']} shared words, held-out R² "
-         f"{t['heldout_r2']}, nearest-word accuracy {t['heldout_top1']:.0%}; {strength}")
+         f"{t['heldout_r2']}, nearest-word accuracy {t['heldout_top1']:.0%}.\n{strength_advice(moved, target.name)}")
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, LanguageModel], None]] = {

@@ -172,3 +172,17 @@ def transfer(
         model_fingerprint=target.fingerprint,
         card=card,
     )
+
+
+def strength_advice(switch: Switch, target: str) -> str:
+    """One or two sentences on a transferred switch's strength on ``target`` (model name), for the CLI and the app: its
+    fluent range and recommended ε when probed (:func:`~lmswitch.harness.frontier.calibrated_card`), else the ε scaled
+    from the source, and why a probe failed when one did."""
+    card, t = switch.card, switch.card["transfer"]
+    scaled = f"the source's {t['source_recommended_eps']:+g} × {t['eps_scale']} = {t['scaled_eps']:+g} (the same typical logit change)"
+    if card.fluent_eps is None:
+        why = f"the fluent-range probe failed ({card['calibration_error']})" if card.get("calibration_error") else "not probed"
+        return f"Recommended ε {scaled}; {why}, so it may read less well on {target}."
+    recommended = (f"recommended ε {card.recommended_eps:+g}" if card.recommended_eps is not None
+                   else "no +ε read fluently, so none is recommended")
+    return f"Fluent ε on {target}: {card.fluent_text} (probed on its dev prompts), {recommended}; scaled from the source it would be {scaled}."

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import gradio as gr
 
 from lmswitch.core.switch import Switch
-from lmswitch.core.transfer import transfer
+from lmswitch.core.transfer import strength_advice, transfer
 from lmswitch.harness import figures
 from lmswitch.harness.evaluate import Protocol, evaluate_settings
 from lmswitch.io.parse import eps_grid, parse_eps_list, parse_setting
@@ -77,20 +77,11 @@ def select_model(backend: Backend, name: str, session: Session, *current: str | 
 
 
 def _transfer_report(final: str, target: str, moved: Switch, at: float) -> str:
-    card = moved.card
-    t = card["transfer"]
-    scaled = f"the source's {t['source_recommended_eps']:+g} × {t['eps_scale']} = {t['scaled_eps']:+g} (the same typical logit change)"
-    if not card.fluent_text:  # the probe failed: the scaled ε, which may read less well on the target
-        strength = f"The fluent-range probe failed ({card.get('calibration_error')}); its slider spans the usual range, at {scaled}."
-    else:
-        recommended = (f"recommended ε {card.recommended_eps:+g}" if card.recommended_eps is not None
-                       else "no +ε read fluently there, so none is recommended")
-        strength = (f"Fluent ε on {target} (its slider's range): {card.fluent_text}, probed on dev prompts; {recommended}. "
-                    f"Scaled from the source it would be {scaled}.")
+    t = moved.card["transfer"]
     return (f"### ✔ '{final}' steers {target}: the Steer tab now uses {target}, its slider at ε {at:+g}\n"
-            f"{strength}\nMap fitted on {t['anchors']} words both vocabularies share (e.g. {', '.join(t['example_anchors'][:6])}); "
-            f"on {t['heldout_anchors']} held-out words R² {t['heldout_r2']} and a mapped word's nearest source word is itself "
-            f"{t['heldout_top1']:.1%} of the time.")
+            f"{strength_advice(moved, target)}\nMap fitted on {t['anchors']} words both vocabularies share (e.g. "
+            f"{', '.join(t['example_anchors'][:6])}); on {t['heldout_anchors']} held-out words R² {t['heldout_r2']} and a mapped "
+            f"word's nearest source word is itself {t['heldout_top1']:.1%} of the time.")
 
 
 @user_errors
