@@ -88,6 +88,21 @@ def test_bad_transfers_are_refused_clearly(llama_lm, gpt2_lm):
         transfer(s, llama_lm, gpt2_lm, method="sgd", **FEW)
 
 
+def test_the_strength_advice_says_what_the_probe_found(llama_lm):
+    from lmswitch.core.transfer import strength_advice
+
+    moved = transfer(random_switch(llama_lm, seed=1), llama_lm, llama_lm, **FEW)
+    scaled = f"= {moved.card['transfer']['scaled_eps']:+g} (the same typical logit change)"
+    assert "not probed, so it may read less well on T" in strength_advice(moved, "T") and scaled in strength_advice(moved, "T")
+    probed = moved.card.calibrated(-4.0, 2.0, share=0.75)
+    moved.card = probed
+    assert strength_advice(moved, "T").startswith("Fluent ε on T: -4 … +2 (probed on its dev prompts), recommended ε +1.5;")
+    moved.card = probed.calibrated(-4.0, 0.0)
+    assert "no +ε read fluently, so none is recommended" in strength_advice(moved, "T")
+    moved.card = moved.card.updated(fluent_eps=None, calibration_error="RuntimeError: out of memory")
+    assert "the fluent-range probe failed (RuntimeError: out of memory)" in strength_advice(moved, "T")
+
+
 def test_cli_transfer_writes_a_loadable_switch(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("LMSWITCH_CACHE", str(tmp_path / "cache"))
     folders = {}
