@@ -356,7 +356,7 @@ def test_a_failed_probe_keeps_the_transferred_switch_at_its_scaled_eps(backend, 
     monkeypatch.setattr("lmswitch.webapp.backend.calibrated_card", _out_of_memory)  # fault injection: the probe is tested for real
     backend.add_model(make_lm("gpt2", hidden=24), "tiny-other")
     session = Session()
-    report, _, _, *rest = app.run_transfer(backend, "alpha", "tiny-other", session, *[None] * 7)
+    report, _, _, *rest = final(app.run_transfer(backend, "alpha", "tiny-other", session, *[None] * 7))
     moved = session.get(f"alpha-to-{backend.model('tiny-other')[0].name}", backend.model("tiny-other")[1])
     assert "probe failed (RuntimeError: out of memory)" in report and moved.card.fluent_eps is None
     shown = [u for u in rest[: app.MAX_SLOTS] if u.visible]
@@ -604,7 +604,9 @@ def test_model_picker_and_transfer_steer_another_model(backend, llama_lm, make_l
         app.generate_api(backend, PROMPT, "alpha=5", *gen_args(), session)
 
     app.select_model(backend, llama_lm.name, session, *[None] * 7)
-    report, pick, status, *rest = app.run_transfer(backend, "alpha", "tiny-other", session, *[None] * 7)
+    waiting, done = list(app.run_transfer(backend, "alpha", "tiny-other", session, *[None] * 7))
+    assert waiting[0].startswith("⏳ Mapping 'alpha' onto tiny-other") and len(waiting) == len(done)  # what the wait is for
+    report, pick, status, *rest = done
     moved_name = "alpha-to-" + other.name
     assert f"'{moved_name}' steers" in report and "R²" in report and pick.value == "tiny-other" and session.model == "tiny-other"
     shown = [u for u in rest[: app.MAX_SLOTS] if u.visible]

@@ -31,6 +31,8 @@ from lmswitch.webapp.widgets import (
 MAX_ROWS = 96  # generations in one sweep / composition-map call
 MIN_ANCHORS = 200  # shared words a transfer needs (lmswitch.core.transfer's default)
 STREAM_EVERY = 0.1  # seconds between streamed text updates (each costs the server and the browser a render)
+TRANSFERRING = ("⏳ Mapping '{name}' onto {target} (loaded the first time), then probing its fluent ε range on a few of "
+                "{target}'s dev prompts, which its slider will span: about half a minute on a CPU…")
 SWEEP_POINTS, GRID_POINTS = 7, 5  # ε values when the box is left empty: spread over the switch's range
 
 
@@ -79,7 +81,7 @@ def select_model(backend: Backend, name: str, session: Session, *current: str | 
 def _transfer_report(final: str, target: str, moved: Switch, at: float) -> str:
     t = moved.card["transfer"]
     return (f"### ✔ '{final}' steers {target}: the Steer tab now uses {target}, its slider at ε {at:+g}\n"
-            f"{strength_advice(moved, target)}\nMap fitted on {t['anchors']} words both vocabularies share (e.g. "
+            f"{strength_advice(moved, target)}\n\nMap fitted on {t['anchors']} words both vocabularies share (e.g. "
             f"{', '.join(t['example_anchors'][:6])}); on {t['heldout_anchors']} held-out words R² {t['heldout_r2']} and a mapped "
             f"word's nearest source word is itself {t['heldout_top1']:.1%} of the time.")
 
@@ -87,10 +89,11 @@ def _transfer_report(final: str, target: str, moved: Switch, at: float) -> str:
 @user_errors
 def run_transfer(backend: Backend, name: str, target: str, session: Session, *current: str | None):
     """Map a switch to another model (``Hᵀ W H``), probe its fluent ε range there, keep it in this session, and steer the
-    target model with it. The target model is loaded (the first time) before the mapping goes to the compute thread, not
-    on it."""
+    target model with it: first a line saying what the wait is for, then the report. The target model is loaded (the
+    first time) before the mapping goes to the compute thread, not on it."""
     source_lm, source_library = backend.get(session=session)
     switch = session.get(name, source_library)
+    yield [TRANSFERRING.format(name=name, target=target), *[gr.skip()] * (2 + MAX_SLOTS + len(current))]
     target_lm, target_library = backend.model(target)
     moved = backend.run(transfer, switch, source_lm, target_lm, min_anchors=MIN_ANCHORS, background=True)
     moved.card = backend.calibrated(target_lm, moved)  # the scaled ε alone can read as word salad on the target
@@ -98,7 +101,7 @@ def run_transfer(backend: Backend, name: str, target: str, session: Session, *cu
     session.model = target
     lo, hi = moved.slider_range(session.wide_sliders)  # (whole ε, so a recommendation inside a narrow range may lie past it)
     at = min(max(moved.card.recommended_eps or 0.0, lo), hi)  # none when no +ε read fluently on the target: 0
-    return [_transfer_report(final, target_lm.name, moved, at), gr.Dropdown(choices=backend.choices(), value=target),
+    yield [_transfer_report(final, target_lm.name, moved, at), gr.Dropdown(choices=backend.choices(), value=target),
             model_status(backend, session), *slot_updates(session, target_library, reset=True, values={final: at}),
             *dropdown_updates(session, target_library, current)]
 
