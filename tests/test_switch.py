@@ -292,6 +292,8 @@ def test_the_slider_range_stays_inside_a_fractional_fluent_range():
     assert s.slider_range() == (-2.0, 4.0) and s.slider_range(wide=True) == (-8.0, 8.0)
     narrow = Switch(torch.zeros(4, 4), card={"fluent_eps": [-0.5, 0.5]})
     assert narrow.slider_range() == (-0.5, 0.5)
+    # a value set on the slider (a recommended ε inside the fluent range may lie past its whole-ε end) goes to the nearest end
+    assert (s.on_slider(4.3), s.on_slider(-3.0), s.on_slider(1.5), s.on_slider(6.0, wide=True)) == (4.0, -2.0, 1.5, 6.0)
 
 
 def test_a_switch_shows_itself_in_one_short_line(switch):

@@ -133,6 +133,11 @@ class Switch:
             return -2 * reach, 2 * reach
         return lo, hi
 
+    def on_slider(self, eps: float, wide: bool = False) -> float:
+        """``eps`` moved into :meth:`slider_range` (the nearest end when outside it)."""
+        lo, hi = self.slider_range(wide)
+        return min(max(float(eps), lo), hi)
+
     # --- arithmetic -----------------------------------------------------------------
     def __mul__(self, k: float) -> Switch:
         k = float(k)

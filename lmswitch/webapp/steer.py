@@ -61,12 +61,8 @@ def widen_sliders(backend: Backend, wide: bool, session: Session, *values: float
     its calibrated fluent range again, a value outside it moved to the nearest end."""
     _, library = backend.get(session=session)
     session.wide_sliders = bool(wide)
-    names = session.available(library)[:MAX_SLOTS]
-    clamped = {}
-    for name, value in zip(names, values, strict=False):
-        lo, hi = session.get(name, library).slider_range(session.wide_sliders)
-        clamped[name] = min(max(float(value or 0.0), lo), hi)
-    return [gr.Markdown(WIDE_WARNING if wide else "", visible=bool(wide)), *slot_updates(session, library, values=clamped)]
+    kept = dict(zip(session.available(library)[:MAX_SLOTS], (float(v or 0.0) for v in values), strict=False))
+    return [gr.Markdown(WIDE_WARNING if wide else "", visible=bool(wide)), *slot_updates(session, library, values=kept)]
 
 
 @user_errors
@@ -99,8 +95,7 @@ def run_transfer(backend: Backend, name: str, target: str, session: Session, *cu
     moved.card = backend.calibrated(target_lm, moved)  # the scaled ε alone can read as word salad on the target
     final = session.add(moved, target_library)
     session.model = target
-    lo, hi = moved.slider_range(session.wide_sliders)  # (whole ε, so a recommendation inside a narrow range may lie past it)
-    at = min(max(moved.card.recommended_eps or 0.0, lo), hi)  # none when no +ε read fluently on the target: 0
+    at = moved.on_slider(moved.card.recommended_eps or 0.0, session.wide_sliders)  # none when no +ε read fluently: 0
     yield [_transfer_report(final, target_lm.name, moved, at), gr.Dropdown(choices=backend.choices(), value=target),
             model_status(backend, session), *slot_updates(session, target_library, reset=True, values={final: at}),
             *dropdown_updates(session, target_library, current)]

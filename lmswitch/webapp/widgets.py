@@ -101,7 +101,8 @@ def slider_label(switch: Switch) -> str:
 def slot_updates(session: Session, library: SwitchLibrary, *, reset: bool = False, values: dict[str, float] | None = None) -> list:
     """One update per slider slot: the session's switches for this model in their stable order, then hidden slots.
 
-    ``reset`` puts every slider back to 0 (another model's switches now fill the slots); ``values`` sets some.
+    ``reset`` puts every slider back to 0 (another model's switches now fill the slots); ``values`` sets some, each moved
+    into its slider's range.
     """
     names = session.available(library)[:MAX_SLOTS]
     values = values or {}
@@ -112,7 +113,7 @@ def slot_updates(session: Session, library: SwitchLibrary, *, reset: bool = Fals
             continue
         switch = session.get(names[i], library)
         lo, hi = switch.slider_range(session.wide_sliders)
-        extra = {"value": values.get(names[i], 0.0)} if reset or names[i] in values else {}
+        extra = {"value": switch.on_slider(values.get(names[i], 0.0), session.wide_sliders)} if reset or names[i] in values else {}
         updates.append(gr.Slider(minimum=lo, maximum=hi, label=slider_label(switch), visible=True, info=slider_info(switch) or None,
                                  **extra))
     return updates
