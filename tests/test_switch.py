@@ -95,9 +95,17 @@ def test_save_creates_missing_folders(switch, tmp_path):
 # --- corrupted files ----------------------------------------------------------------------------
 
 
-def test_missing_file(tmp_path):
-    with pytest.raises(SwitchFileError, match="not found"):
+def test_missing_file_names_the_shipped_switches(tmp_path):
+    with pytest.raises(SwitchFileError, match="no switch file .*nope.safetensors.* one of: detox, formality, sentiment"):
         load_switch(tmp_path / "nope.safetensors")
+
+
+def test_a_shipped_switch_loads_by_name_and_a_file_of_that_name_wins(saved, tmp_path, monkeypatch):
+    shipped = load_switch("detox")
+    assert shipped.name == "detox" and shipped.card.fluent_eps is not None
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "detox").write_bytes(saved.read_bytes())  # a file named like a shipped switch: the user's own wins
+    assert load_switch("detox").name == "sentiment"
 
 
 @pytest.mark.parametrize("keep", [0.5, 0.9, 0.99])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from lmswitch.cli.common import emit, log, open_switch, read_examples, text_arg
+from lmswitch.cli.common import emit, log, read_examples, text_arg
 from lmswitch.cli.evaluate import cmd_eval
 from lmswitch.cli.parser import DEMO_NEW_TOKENS, SWEEP_EPS
 from lmswitch.core.export import export
@@ -23,7 +23,7 @@ from lmswitch.core.options import SamplingOptions, TrainConfig
 from lmswitch.core.parallel import is_main
 from lmswitch.core.solver import RECIPES
 from lmswitch.core.steering import check_setting
-from lmswitch.core.switch import Switch, check_name, switch_path, usable_name
+from lmswitch.core.switch import Switch, check_name, load_switch, switch_path, usable_name
 from lmswitch.core.train import data_advice, train_switch
 from lmswitch.core.transfer import strength_advice, transfer
 from lmswitch.harness.frontier import calibrated_card
@@ -48,7 +48,7 @@ def _sampling(args: argparse.Namespace) -> dict:
 
 def cmd_switch_card(args: argparse.Namespace) -> None:
     """``info --switch``: a switch file's card; no model needed."""
-    s = open_switch(args.switch)
+    s = load_switch(args.switch)
     data = {"path": args.switch, **s.header(), "dim": s.dim}
     data["card"] = _card_without_curves(s)
     lines = [f"{s.name}: {s.description}", f"  made for {s.model_name} ({s.model_fingerprint}), d = {s.dim}"]
@@ -126,7 +126,7 @@ def _warn_beyond_fluent(setting: list[tuple[Switch, float]], adaptive: bool) -> 
 
 
 def cmd_generate(args: argparse.Namespace, lm: LanguageModel) -> None:
-    setting = [(s, _card_eps(s, eps, fallback=DEFAULT_EPS)) for s, eps in ((open_switch(ref, lm), eps) for ref, eps in args.switch)]
+    setting = [(s, _card_eps(s, eps, fallback=DEFAULT_EPS)) for s, eps in ((load_switch(ref, lm), eps) for ref, eps in args.switch)]
     check_setting(lm, setting)  # a setting that will be refused is refused before any warning
     _warn_beyond_fluent(setting, args.adaptive)
     texts = generate(lm, args.prompt, setting, samples=args.samples, seed=args.seed, **_sampling(args))
@@ -137,7 +137,7 @@ def cmd_generate(args: argparse.Namespace, lm: LanguageModel) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace, lm: LanguageModel) -> None:
-    switch = open_switch(args.switch, lm)
+    switch = load_switch(args.switch, lm)
     rows = sweep(lm, args.prompt, switch, args.eps or switch.card.fluent_row or SWEEP_EPS, seed=args.seed, **_sampling(args))
     data = {"prompt": args.prompt, "switch": args.switch, "seed": args.seed, "rows": [{"eps": e, "text": t} for e, t in rows]}
     emit(args, data, "\n".join(f"eps {e:+6.2f} | {args.prompt}{t}" for e, t in rows))
@@ -158,7 +158,7 @@ def cmd_demo(args: argparse.Namespace, lm: LanguageModel) -> None:
 
 
 def cmd_svd(args: argparse.Namespace, lm: LanguageModel) -> None:
-    switch = open_switch(args.switch, lm)
+    switch = load_switch(args.switch, lm)
     found = svd_dimensions(lm, switch, dims=args.dims, words=args.words)
     words = promoted_words(lm, switch, words=args.words)
     lines = [f"{switch.name}: +eps → {switch.positive_label}, -eps → {switch.negative_label}",
@@ -177,7 +177,7 @@ def cmd_svd(args: argparse.Namespace, lm: LanguageModel) -> None:
 
 
 def cmd_highlight(args: argparse.Namespace, lm: LanguageModel) -> None:
-    switch = open_switch(args.switch, lm)
+    switch = load_switch(args.switch, lm)
     h = highlight(lm, switch, text_arg(args), eps=args.eps, max_span=args.max_span, n_spans=args.spans).to_dict()
     marked = "".join(f"[[{piece}]]" if label else piece for piece, label in h["highlighted"])
     lines = [marked, ""] + [f"span {s['start']}:{s['end']}  Δ={s['score']:+.3f} nats  {s['text']!r}" for s in h["spans"]]
@@ -187,7 +187,7 @@ def cmd_highlight(args: argparse.Namespace, lm: LanguageModel) -> None:
 
 
 def cmd_measure(args: argparse.Namespace, lm: LanguageModel) -> None:
-    switches = [open_switch(ref, lm) for ref in args.switch]
+    switches = [load_switch(ref, lm) for ref in args.switch]
     r = measure(lm, switches, text_arg(args), points=args.points).to_dict()
     lines = [f"{r['scored_tokens']} tokens; log-likelihood {r['base_loglik']:.4f} nats/token at eps 0, "
              f"{r['best_loglik']:.4f} at the best eps (gain {r['gain']:+.4f})"]
@@ -224,7 +224,7 @@ def _card_eps(switch: Switch, eps: float | None, fallback: float | None = None) 
 
 
 def cmd_export(args: argparse.Namespace, lm: LanguageModel) -> None:
-    switches = [(open_switch(ref, lm), eps) for ref, eps in args.switch]
+    switches = [(load_switch(ref, lm), eps) for ref, eps in args.switch]
     setting = [(s, _card_eps(s, eps)) for s, eps in switches]
     check_setting(lm, setting)
     _warn_beyond_fluent(setting, adaptive=False)  # an exported adapter steers every token
@@ -241,7 +241,7 @@ def cmd_export(args: argparse.Namespace, lm: LanguageModel) -> None:
 
 def cmd_transfer(args: argparse.Namespace, lm: LanguageModel) -> None:
     target = load_model(args.to, dtype=args.dtype)
-    moved = transfer(open_switch(args.switch), lm, target, anchors=args.anchors, min_anchors=args.min_anchors)
+    moved = transfer(load_switch(args.switch), lm, target, anchors=args.anchors, min_anchors=args.min_anchors)
     _save_and_probe(args, target, moved)
     t = moved.card["transfer"]
     emit(args, {"written": args.out, "card": dict(moved.card)},  # a Card is a read-only mapping

@@ -6,11 +6,8 @@ import argparse
 import json
 import sys
 
-from lmswitch.core.models import LanguageModel
 from lmswitch.core.parallel import is_main
-from lmswitch.core.switch import Switch, load_switch
 from lmswitch.io.documents import read_document, read_lines
-from lmswitch.io.resources import resolve_switch_file
 
 
 def read_examples(path: str, document: bool) -> list[str]:
@@ -21,11 +18,6 @@ def read_examples(path: str, document: bool) -> list[str]:
 def text_arg(args: argparse.Namespace) -> str:
     """The text of ``--text``, or of the document named by ``--file``."""
     return read_document(args.file) if args.file else args.text
-
-
-def open_switch(ref: str, lm: LanguageModel | None = None) -> Switch:
-    """A switch from a file path or a shipped switch's name (``sentiment``); with ``lm``, checked against that model."""
-    return load_switch(resolve_switch_file(ref), lm)
 
 
 def log(msg: str) -> None:

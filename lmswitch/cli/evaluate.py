@@ -10,10 +10,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmswitch.cli.common import emit, log, open_switch
+from lmswitch.cli.common import emit, log
 from lmswitch.core.models import LanguageModel, load_model
 from lmswitch.core.parallel import is_main, world
-from lmswitch.core.switch import Switch
+from lmswitch.core.switch import Switch, load_switch
 from lmswitch.harness.evaluate import Evaluation, Protocol, evaluate_grid, evaluate_sweep, load_prompts
 from lmswitch.harness.pretrained import PRETRAINED_DIR
 from lmswitch.io.parse import parse_names
@@ -47,7 +47,7 @@ def _metrics(text: str) -> list[str]:
 def _grid(args: argparse.Namespace, lm: LanguageModel, switch: Switch, prompts: list[str], protocol: Protocol, metrics: list[str]) -> _Outcome:
     from lmswitch.harness.figures import grid_figure
 
-    other = open_switch(args.grid, lm)
+    other = load_switch(args.grid, lm)
     grid = evaluate_grid(lm, (switch, args.eps), (other, args.grid_eps), prompts, protocol, progress=_progress)
     data = {"switch": switch.name, "grid_switch": other.name, "eps": args.eps, "grid_eps": args.grid_eps,
             "grid": [[ev.summary() for ev in row] for row in grid]}
@@ -86,7 +86,7 @@ def _evaluate(args: argparse.Namespace, lm: LanguageModel) -> None:
     if not args.switch:
         raise ValueError("give --switch S.safetensors to evaluate (or --report EVALUATION.md for the full report)")
     metrics = _metrics(args.metrics)
-    switch = open_switch(args.switch, lm)
+    switch = load_switch(args.switch, lm)
     prompts = load_prompts(args.prompts, args.limit)
     protocol = Protocol(samples=args.samples, max_new_tokens=args.max_new_tokens, top_p=args.top_p, seed=args.seed,
                         adaptive=args.adaptive, kl_budget=args.kl_budget, generation_budget=args.generation_budget,
@@ -131,9 +131,9 @@ def _frontier(args: argparse.Namespace, lm: LanguageModel) -> None:
     methods = parse_names(args.methods)
     protocol = Protocol(samples=args.samples, max_new_tokens=args.max_new_tokens, top_p=args.top_p, seed=args.seed, kl_budget=args.kl_budget,
                         generation_budget=args.generation_budget, repeat_guard=args.repeat_guard)
-    frontiers = [run_frontier(lm, open_switch(name, lm), FrontierSpec.for_switch(name), methods=methods, protocol=protocol,
+    frontiers = [run_frontier(lm, load_switch(name, lm), FrontierSpec.for_switch(name), methods=methods, protocol=protocol,
                               dev_limit=args.limit, test_limit=args.limit, log=log) for name in args.frontier]
-    sliders = [check_sliders(lm, open_switch(name, lm), FrontierSpec.for_switch(name), protocol, args.limit)
+    sliders = [check_sliders(lm, load_switch(name, lm), FrontierSpec.for_switch(name), protocol, args.limit)
                for name in args.frontier] if args.sliders else []
     data = {"frontiers": [f.to_dict() for f in frontiers], "sliders": [c.to_dict() for c in sliders], "command": command_line()}
     if args.out:

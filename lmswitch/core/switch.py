@@ -21,6 +21,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from lmswitch.core.card import Card
+from lmswitch.io.resources import resolve_switch_file
 
 if TYPE_CHECKING:
     from lmswitch.core.models import LanguageModel
@@ -280,13 +281,17 @@ def check_switch(switch: object, lm: LanguageModel) -> Switch:
 
 
 def load_switch(path: str | os.PathLike, model: LanguageModel | None = None) -> Switch:
-    """Read and validate a switch file; with ``model``, also check it was made for that model.
+    """Read and validate a switch file, or a shipped switch by name (``"sentiment"``; a file of that name wins); with
+    ``model``, also check it was made for that model.
 
     Every failure is a :class:`SwitchFileError` whose message says what is wrong.
+
+    >>> detox = load_switch("detox", lm)   # doctest: +SKIP
     """
-    path = Path(path)
-    if not path.is_file():
-        raise SwitchFileError(f"switch file not found: {path}")
+    try:
+        path = resolve_switch_file(path)
+    except FileNotFoundError as err:
+        raise SwitchFileError(str(err)) from None
     size = path.stat().st_size
     if size > MAX_FILE_BYTES:
         raise SwitchFileError(f"{path.name} is {size / 1e9:.1f} GB, larger than any switch ({MAX_FILE_BYTES / 1e9:.0f} GB max)")
