@@ -112,14 +112,13 @@ def _report(args: argparse.Namespace, lm: LanguageModel) -> None:
 
 def _transfer_report(args: argparse.Namespace, lm: LanguageModel) -> None:
     """``--transfer-to MODEL``: the shipped sentiment switch transferred to MODEL, against one trained there."""
-    from lmswitch.harness.report import command_line, run_transfer_report
+    from lmswitch.harness.report import command_line
+    from lmswitch.harness.transfer_report import run_transfer_report, summary
 
     target = load_model(args.transfer_to, dtype=args.dtype)
     report = run_transfer_report(lm, target, args.report or "EVALUATION.md", switch_dir=args.switches or PRETRAINED_DIR,
                                  seed=args.seed, command=command_line(), log=log)
-    results = report.to_dict()
-    emit(args, results, f"{'met   ' if results['met'] else 'MISSED'}  transfer to {target.name}: best {results['best_transfer']}, "
-                        f"source spread {results['source_spread']:+.3f}; direct reference {results['best_direct']}")
+    emit(args, report.to_dict(), summary(report))
 
 
 def _frontier(args: argparse.Namespace, lm: LanguageModel) -> None:

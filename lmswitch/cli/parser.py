@@ -227,8 +227,9 @@ def _eval(p: argparse.ArgumentParser) -> None:
                         "--report FILE, write that section of FILE; with --out DIR, stance.json")
     p.add_argument("--stance-methods", default=",".join(STANCE_METHODS), help="with --stance: comma-separated methods (default %(default)s)")
     p.add_argument("--transfer-to", default=None, metavar="MODEL",
-                   help="transfer the shipped sentiment switch to MODEL, evaluate it there against a switch trained on MODEL "
-                        "directly, and write that section of the report file (default EVALUATION.md)")
+                   help="transfer the shipped sentiment switch to MODEL and compare it there with a switch trained on MODEL "
+                        "from the same data, each probed for its fluent range on dev prompts and scored on test prompts "
+                        "across it; write that section of the report file (default EVALUATION.md)")
 
 
 def _build_pretrained(p: argparse.ArgumentParser) -> None:

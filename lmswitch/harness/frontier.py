@@ -53,7 +53,7 @@ class FluencyRules:
         if ev.dist3 < self.dist3_ratio * base.dist3:
             out.append(f"Dist-3 {ev.dist3 / base.dist3:.2f}× < {self.dist3_ratio:g}×")
         if ev.repetition > self.max_repetition:
-            out.append(f"{ev.repetition:.0%} of samples loop")
+            out.append(f"{100 * ev.repetition:.3g}% of samples loop")  # 2 of 80 reads 2.5%, not the rule's 2%
         return out
 
 

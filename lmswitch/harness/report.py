@@ -3,9 +3,9 @@
 :func:`run_report` runs one step per section of the report (the sentiment, detox
 and formality sweeps, data efficiency, the composition grid); each step returns
 its evaluations with the :class:`Check` of each of its targets, and the whole is a
-:class:`Report`. :func:`run_transfer_report` does the same for the transfer of the
-sentiment switch to a second model (:class:`TransferReport`). ``to_dict()`` of
-either is the JSON that the CLI prints and the report saves.
+:class:`Report`, whose ``to_dict()`` is the JSON that the CLI prints and the report
+saves. The transfer of the sentiment switch to a second model has its own section
+(:mod:`lmswitch.harness.transfer_report`).
 
 >>> report = run_report(lm, "EVALUATION.md", suite=QUICK)        # doctest: +SKIP
 >>> missed = [check.target for check in report.checks if not check.met]   # doctest: +SKIP
@@ -29,7 +29,6 @@ from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SAMPLING, TrainConfig
 from lmswitch.core.switch import Switch
 from lmswitch.core.train import train_switch
-from lmswitch.core.transfer import transfer
 from lmswitch.harness.datasets import SOURCE_PATH, load_dataset
 from lmswitch.harness.evaluate import (
     POSITIVE,
@@ -39,12 +38,11 @@ from lmswitch.harness.evaluate import (
     Progress,
     Protocol,
     evaluate_grid,
-    evaluate_settings,
     evaluate_sweep,
     load_prompts,
 )
 from lmswitch.harness.figures import export, grid_figure, sweep_figure
-from lmswitch.harness.pretrained import PRETRAINED_DIR, build_switch, get_spec, load_pretrained
+from lmswitch.harness.pretrained import PRETRAINED_DIR, get_spec, load_pretrained
 
 Log = Callable[[str], None]
 FIGURES = "docs/evaluation"  # where the report's figures and JSON go, relative to the report (its links point there)
@@ -123,7 +121,7 @@ def frontier(evals: Sequence[Evaluation], switch: str, metric: str, side: int, w
             f"Dist-3 {best.dist3:.2f}")
 
 
-def _verdict(ok: bool) -> str:
+def verdict(ok: bool) -> str:
     return "**met**" if ok else "**missed**"
 
 
@@ -147,7 +145,7 @@ class Check:
 
     def row(self) -> str:
         """The check as a row of the report's targets table."""
-        return f"| {self.target} | {self.measured} | {_verdict(self.met)} |"
+        return f"| {self.target} | {self.measured} | {verdict(self.met)} |"
 
 
 @dataclass(frozen=True)
@@ -159,6 +157,10 @@ class Sweep:
 
     def at(self, eps: float) -> Evaluation:
         return _at(self.evals, self.switch, eps)
+
+    def eps(self, ev: Evaluation) -> float:
+        """The ε of one of its evaluations."""
+        return ev.setting.get(self.switch, 0.0)
 
     @property
     def base(self) -> Evaluation:
@@ -517,83 +519,6 @@ def command_line(argv: Sequence[str] | None = None) -> str:
     return "python -m lmswitch " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
 
 
-# --- transfer to a second model (issue 6) -------------------------------------------------------
-
-TRANSFER_BOUND = SENTIMENT_BOUND  # perplexity bound (× the target's unsteered) for the transfer proof
-TRANSFER_KEEP = 0.5  # share of the source's positive-minus-negative spread the transferred switch must keep
-
-
-@dataclass(frozen=True)
-class TransferSuite:
-    """How big the transfer evaluation is: neutral prompts, samples per prompt, and the ε values on each side."""
-
-    prompts: int = 20
-    samples: int = 4
-    source_eps: float = get_spec("sentiment").recommended_eps  # the shipped sentiment switch's recommended ε
-    multiples: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0)  # transferred ε = multiple × its recommended ε
-    direct_eps: tuple[float, ...] = (3.0, 6.0, 12.0)  # a switch trained on the target directly
-    min_anchors: int = 200
-
-
-def _best_spread(sweep: Sweep, bound: float) -> tuple[float, float] | None:
-    """The largest positive-share spread between +ε and −ε with both sides within ``bound`` × perplexity: (ε, spread)."""
-    best = None
-    for ev in sweep.evals:
-        eps = ev.setting.get(sweep.switch, 0.0)
-        if eps <= 0:
-            continue
-        neg = next((e for e in sweep.evals if abs(e.setting.get(sweep.switch, 0.0) + eps) < 1e-9), None)
-        if neg is None or max(ev.perplexity, neg.perplexity) > bound * sweep.base.perplexity:
-            continue
-        spread = ev.positive_share - neg.positive_share
-        if best is None or spread > best[1]:
-            best = (eps, spread)
-    return best
-
-
-@dataclass(frozen=True)
-class TransferReport:
-    """Everything :func:`run_transfer_report` measured; :meth:`to_dict` is the JSON the CLI prints and saves."""
-
-    source_model: str
-    target_model: str
-    suite: TransferSuite
-    protocol: Protocol
-    transfer_card: dict  # the transferred switch's card (flat form)
-    direct_card: dict  # the card of the switch trained on the target directly (flat form)
-    source: Sweep  # the shipped switch on the source model at −ε, 0, +ε (ε = suite.source_eps)
-    transferred: Sweep  # the transferred switch on the target
-    direct: Sweep  # the switch trained on the target directly
-    seconds: float
-
-    @property
-    def source_spread(self) -> float:
-        return self.source.evals[-1].positive_share - self.source.evals[0].positive_share
-
-    @property
-    def best_transfer(self) -> tuple[float, float] | None:
-        """(ε, spread) of the transferred switch's largest spread within :data:`TRANSFER_BOUND`, or None."""
-        return _best_spread(self.transferred, TRANSFER_BOUND)
-
-    @property
-    def best_direct(self) -> tuple[float, float] | None:
-        return _best_spread(self.direct, TRANSFER_BOUND)
-
-    @property
-    def met(self) -> bool:
-        best = self.best_transfer
-        return best is not None and best[1] > 0 and best[1] >= TRANSFER_KEEP * self.source_spread
-
-    def to_dict(self) -> dict:
-        return {"transfer_card": self.transfer_card, "met": self.met, "source_spread": self.source_spread,
-                "best_transfer": self.best_transfer, "best_direct": self.best_direct, "source": self.source.summaries(),
-                "transferred": self.transferred.summaries(), "direct": self.direct.summaries(), "seconds": round(self.seconds, 1)}
-
-
-def _share(spread: float, source_spread: float) -> str:
-    return f"{spread / source_spread:.0%}" if source_spread > 0 else "n/a (the source does not move)"
-
-
 def replace_section(path: Path, heading: str, body: str) -> None:
     """Put ``heading`` + ``body`` into ``path``, replacing an earlier section with the same heading."""
     text = path.read_text(encoding="utf-8") if path.exists() else ""
@@ -603,86 +528,5 @@ def replace_section(path: Path, heading: str, body: str) -> None:
         text = text.rstrip() + "\n\n" + section
     else:
         nxt = text.find("\n## ", start + len(heading))
-        text = text[:start] + section + (text[nxt + 1 :] if nxt >= 0 else "")
+        text = text[:start] + section + ("\n" + text[nxt + 1 :] if nxt >= 0 else "")
     path.write_text(text, encoding="utf-8")
-
-
-def _transfer_rows(report: TransferReport) -> list[str]:
-    """The transfer target's row and the trained-on-target reference row."""
-    src, moved, spread, best, direct = report.source.evals, report.transferred, report.source_spread, report.best_transfer, report.best_direct
-    return [
-        f"| same direction, ≥ {TRANSFER_KEEP:.0%} of the source's positive-minus-negative spread at perplexity ≤ {TRANSFER_BOUND}× "
-        f"the target's unsteered | source ±{report.suite.source_eps:g}: {src[0].positive_share:.3f} → {src[-1].positive_share:.3f} "
-        f"(spread {spread:+.3f}); "
-        + (f"transferred, best ε ±{best[0]:g}: spread {best[1]:+.3f} = {_share(best[1], spread)} of the source's "
-           f"(Dist-3 at +ε {moved.at(best[0]).dist3:.2f} vs {moved.base.dist3:.2f} unsteered)"
-           if best else "no transferred ε within the bound") + f" | {_verdict(report.met)} |",
-        f"| reference: a switch trained on `{report.target_model}` with the same data and settings | "
-        + (f"best ε ±{direct[0]:g}: spread {direct[1]:+.3f} = {_share(direct[1], spread)} of the source's" if direct
-           else "no ε within the bound") + " | |",
-    ]
-
-
-def _transfer_markdown(report: TransferReport, command: str) -> str:
-    suite, protocol, card = report.suite, report.protocol, report.transfer_card
-    t, moved = card["transfer"], report.transferred
-    lines = [
-        f"Reproduce with `{command or 'python -m lmswitch eval --transfer-to ' + report.target_model}` "
-        f"({suite.prompts} neutral prompts × {suite.samples} samples, {protocol.max_new_tokens} new tokens, p = {protocol.top_p}, "
-        f"seeds coupled across ε; {report.seconds / 60:.1f} min on this machine).",
-        "",
-        f"The shipped `sentiment` switch of `{report.source_model}` mapped to `{report.target_model}` with `lmswitch.core.transfer`: "
-        f"H fitted on {t['anchors']} shared words (held-out {t['heldout_anchors']}: R² {t['heldout_r2']}, nearest-word accuracy "
-        f"{t['heldout_top1']:.1%}); recommended ε {card['recommended_eps']:+g} (the source's {t['source_recommended_eps']:+g} × "
-        f"{t['eps_scale']}, matching the typical logit change).",
-        "",
-        "| target | measured | |",
-        "|---|---|---|",
-        *_transfer_rows(report),
-        "",
-        f"Source, `{report.source_model}` (perplexity relative to its unsteered):",
-        "",
-        table(report.source.evals, report.source.switch, report.source.base.perplexity),
-        f"Transferred switch on `{report.target_model}`:",
-        "",
-        table(moved.evals, moved.switch, moved.base.perplexity),
-        f"Trained on `{report.target_model}` directly (held-out gain {report.direct_card.get('heldout_gain', float('nan')):+.3f} nats/token):",
-        "",
-        table(report.direct.evals, report.direct.switch, report.direct.base.perplexity),
-        "Samples (prompt 1, sample 1): " + "; ".join(
-            f"ε {ev.setting.get(moved.switch, 0.0):+g}: “{ev.texts[0].text.strip()[:70]}”" for ev in (moved.evals[0], moved.base, moved.evals[-1])),
-    ]
-    return "\n".join(lines)
-
-
-def _sweep_on(lm: LanguageModel, switch: Switch, eps: Sequence[float], prompts: list[str], protocol: Protocol) -> Sweep:
-    """``switch`` at each ε on ``lm`` (ε = 0 as the unsteered model, with an empty setting)."""
-    return Sweep(switch.name, evaluate_settings(lm, [[(switch, x)] if x else [] for x in eps], prompts, protocol))
-
-
-def run_transfer_report(source: LanguageModel, target: LanguageModel, out: str | Path = "EVALUATION.md", *,
-                        suite: TransferSuite = TransferSuite(), switch_dir: str | Path = PRETRAINED_DIR, seed: int = 0,
-                        command: str = "", data_dir: str | Path | None = None, log: Log | None = None) -> TransferReport:
-    """Transfer the shipped sentiment switch to ``target``, evaluate it there against a switch trained on ``target``
-    directly with the same data (the style datasets in ``data_dir``, default the shipped ones), and write the table as
-    a section of ``out``."""
-    say = log or _quiet
-    start = time.perf_counter()
-    sentiment = load_pretrained(source, switch_dir)["sentiment"]
-    prompts = load_prompts("neutral", suite.prompts)
-    protocol = Protocol(samples=suite.samples, seed=seed)
-    moved = transfer(sentiment, source, target, min_anchors=suite.min_anchors)
-    say(f"transferred: {moved.card['transfer']}")
-    e, r = suite.source_eps, moved.card["recommended_eps"]
-    src = _sweep_on(source, sentiment, [-e, 0.0, e], prompts, protocol)
-    moved_sweep = _sweep_on(target, moved, sorted({round(s * m * r, 3) for m in suite.multiples for s in (-1, 1)} | {0.0}), prompts, protocol)
-    say("trained-on-target reference: training …")
-    direct = build_switch(target, get_spec("sentiment"), data_dir=data_dir, eval_prompts=0, seed=seed, log=say)
-    direct_sweep = _sweep_on(target, direct, sorted({s * x for x in suite.direct_eps for s in (-1, 1)} | {0.0}), prompts, protocol)
-    report = TransferReport(source.name, target.name, suite, protocol, dict(moved.card), dict(direct.card), src, moved_sweep, direct_sweep,
-                            time.perf_counter() - start)
-    replace_section(Path(out), f"## Transfer: the sentiment switch on {target.name}", _transfer_markdown(report, command))
-    json_path = Path(out).parent / FIGURES / f"transfer-{target.name}.json"
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(report.to_dict(), indent=1, default=str), encoding="utf-8")
-    return report
