@@ -87,6 +87,10 @@ SPECS: tuple[Spec, ...] = (
 Log = Callable[[str], None]
 
 
+def quiet(_msg: str) -> None:
+    """The :data:`Log` of a caller that wants no progress lines."""
+
+
 def get_spec(name: str) -> Spec:
     for spec in SPECS:
         if spec.name == name:
@@ -186,7 +190,7 @@ def build_switch(
     >>> switch = build_switch(lm, get_spec("sentiment"), eval_prompts=0)   # doctest: +SKIP
     >>> switch.save("sentiment.safetensors")                               # doctest: +SKIP
     """
-    say = log or (lambda _msg: None)
+    say = log or quiet
     start = time.perf_counter()
     data = load_dataset(spec.dataset, data_dir)
     switch = _train(lm, spec, data, seed, say)
@@ -225,7 +229,7 @@ def recalibrate_switch(lm: LanguageModel, switch: Switch, *, eval_prompts: int =
 
     >>> switch = recalibrate_switch(lm, load_switch("sentiment.safetensors"))   # doctest: +SKIP
     """
-    say = log or (lambda _msg: None)
+    say = log or quiet
     start = time.perf_counter()
     spec = get_spec(switch.name)
     switch.judge = shipped_judge(lm, spec, data_dir)

@@ -18,7 +18,7 @@ import platform
 import shlex
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import date
 from pathlib import Path
@@ -42,9 +42,8 @@ from lmswitch.harness.evaluate import (
     load_prompts,
 )
 from lmswitch.harness.figures import export, grid_figure, sweep_figure
-from lmswitch.harness.pretrained import PRETRAINED_DIR, get_spec, load_pretrained
+from lmswitch.harness.pretrained import PRETRAINED_DIR, Log, get_spec, load_pretrained, quiet
 
-Log = Callable[[str], None]
 FIGURES = "docs/evaluation"  # where the report's figures and JSON go, relative to the report (its links point there)
 
 
@@ -123,10 +122,6 @@ def frontier(evals: Sequence[Evaluation], switch: str, metric: str, side: int, w
 
 def verdict(ok: bool) -> str:
     return "**met**" if ok else "**missed**"
-
-
-def _quiet(_msg: str) -> None:
-    pass
 
 
 # --- typed results ------------------------------------------------------------------------------
@@ -498,7 +493,7 @@ def run_report(
     out = Path(out)
     fig_dir = Path(figures) if figures is not None else out.parent / FIGURES
     switches = _shipped(lm, switch_dir)
-    run = _Run(lm, suite, Protocol(samples=suite.samples, seed=seed, repeat_guard=repeat_guard), fig_dir, log or _quiet)
+    run = _Run(lm, suite, Protocol(samples=suite.samples, seed=seed, repeat_guard=repeat_guard), fig_dir, log or quiet)
     neutral = load_prompts("neutral", suite.prompts)
     provocative = load_prompts("provocative", suite.prompts)
     sentiment = _sentiment_sweep(run, switches["sentiment"], neutral)

@@ -29,7 +29,7 @@ from lmswitch.core.switch import Switch
 from lmswitch.core.transfer import strength_advice, transfer
 from lmswitch.harness.evaluate import Evaluation, Protocol, evaluate_settings, load_prompts
 from lmswitch.harness.frontier import TRANSFER_PROBE, FluencyRules, Probe, calibrated_card
-from lmswitch.harness.pretrained import PRETRAINED_DIR, Log, build_switch, get_spec, load_pretrained
+from lmswitch.harness.pretrained import PRETRAINED_DIR, Log, build_switch, get_spec, load_pretrained, quiet
 from lmswitch.harness.report import FIGURES, Sweep, replace_section, table, verdict
 
 TRANSFER_KEEP = 0.5  # share of the source switch's move (positive share, between its fluent ends) the transfer must keep
@@ -146,7 +146,7 @@ def run_transfer_report(source: LanguageModel, target: LanguageModel, out: str |
     """Transfer the shipped sentiment switch to ``target`` and compare it there with a switch trained on ``target`` from
     the same data (the style datasets in ``data_dir``, default the shipped ones), as the module says; write the section
     of ``out`` and its JSON next to the figures."""
-    say, start = log or (lambda _msg: None), time.perf_counter()
+    say, start = log or quiet, time.perf_counter()
     shipped = load_pretrained(source, switch_dir)["sentiment"]
     moved = _probed(target, transfer(shipped, source, target, min_anchors=suite.min_anchors), suite.probe)
     shipped = _probed(source, shipped, suite.probe)  # after the transfer, so it scales the shipped card's ε, as a user's does
