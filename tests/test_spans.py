@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import lmswitch as ls
 from lmswitch.core.hidden import encode_text
-from lmswitch.lenses.spans import Highlight, best_spans, highlight, token_changes
+from lmswitch.lenses.spans import Highlight, _char_span, best_spans, highlight, token_changes
 
 
 def brute_force(scores: list[float], max_span: int, n_spans: int) -> float:
@@ -123,6 +123,25 @@ def test_planted_switch_highlights_the_promoted_word(gpt2_lm):
     h = highlight(lm, switch, TEXT, eps=5.0, max_span=1)
     assert h.spans[0].text == "cruel"
     assert h.highlighted == [(TEXT[: TEXT.index("cruel")], None), ("cruel", "positive"), (TEXT[TEXT.index("cruel") + 5 :], None)]
+
+
+SHOWN = "Honestly, you are a pathetic idiot, but the meeting is at noon. Sh"
+PIECES = ["Honestly", ",", " you", " are", " a", " pathetic", " id", "iot", ",", " but", " the", " meeting", " is", " at",
+          " noon", ".", " Sh"]
+
+
+@pytest.mark.parametrize(("a", "b", "shown"), [
+    (1, 9, "you are a pathetic idiot"),  # the commas that join it to its neighbours stay outside
+    (7, 10, "idiot, but"),  # widened to the whole word; a comma inside is kept
+    (12, 16, "is at noon."),  # a span keeps its own full stop
+    (15, 17, "Sh"),  # and the full stop before it is shown outside
+    (8, 9, ","),  # a span of punctuation alone is shown as it is
+])
+def test_a_span_is_shown_without_the_punctuation_that_joins_it(a, b, shown):
+    bounds = [sum(map(len, PIECES[:i])) for i in range(len(PIECES) + 1)]
+    assert "".join(PIECES) == SHOWN
+    start, end = _char_span(SHOWN, bounds, a, b)
+    assert SHOWN[start:end] == shown
 
 
 TRICKY = [

@@ -179,13 +179,20 @@ def _token_deltas(lm: LanguageModel, enc: EncodedText, M: torch.Tensor | None) -
     return delta
 
 
+# punctuation that joins a span to its neighbours, not part of what it says: shown outside the span
+# (", you are an idiot" shows "you are an idiot"); a span still ends on its own ".", "!" or "?"
+LEADING_JOINERS = ",;:.!?"
+TRAILING_JOINERS = ",;:"
+
+
 def _char_span(text: str, bounds: list[int], a: int, b: int) -> tuple[int, int]:
     """Characters of tokens [a, b) for display: widened to whole words where a token splits a word
-    (``"Sh|ut up"`` shows ``"Shut up"``), without whitespace at the edges; always an exact substring."""
+    (``"Sh|ut up"`` shows ``"Shut up"``), without whitespace or joining punctuation at the edges
+    (:data:`LEADING_JOINERS`, :data:`TRAILING_JOINERS`); always an exact substring."""
     start, end = bounds[a], bounds[b]
-    while start < end and text[start].isspace():
+    while start < end and (text[start].isspace() or text[start] in LEADING_JOINERS):
         start += 1
-    while end > start and text[end - 1].isspace():
+    while end > start and (text[end - 1].isspace() or text[end - 1] in TRAILING_JOINERS):
         end -= 1
     if start == end:
         return bounds[a], bounds[b]
