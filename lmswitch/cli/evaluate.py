@@ -167,13 +167,33 @@ def _stance(args: argparse.Namespace, lm: LanguageModel) -> None:
     emit(args, data, markdown(report))
 
 
+def _highlight(args: argparse.Namespace, lm: LanguageModel) -> None:
+    """``--highlight``: how often the highlight lens finds a planted sentence of each shipped switch's style (dev → test)."""
+    from lmswitch.harness.highlight_report import DATASET_OF, markdown, run_highlight_report, to_dict
+    from lmswitch.harness.report import command_line, replace_section
+
+    folder = args.switches or PRETRAINED_DIR
+    results = run_highlight_report(lm, {name: load_switch(str(Path(folder) / f"{name}.safetensors"), lm) for name in DATASET_OF},
+                                   log=log)
+    data = {"highlight": to_dict(results), "command": command_line()}
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "highlight.json").write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
+    if args.report:
+        replace_section(Path(args.report), "## Highlighting (dev → test)", f"Command: `{command_line()}`\n\n{markdown(results)}")
+    emit(args, data, markdown(results))
+
+
 def cmd_eval(args: argparse.Namespace, lm: LanguageModel) -> None:
     """``eval``: the frontier, the stance evaluation, the transfer report, the full report, or a sweep/grid."""
-    if world()[1] > 1 and (args.stance or args.frontier or args.transfer_to or args.report):
-        raise ValueError("under accelerate launch, eval runs ε sweeps and grids (--switch); run --stance, --frontier, "
+    if world()[1] > 1 and (args.stance or args.highlight or args.frontier or args.transfer_to or args.report):
+        raise ValueError("under accelerate launch, eval runs ε sweeps and grids (--switch); run --stance, --highlight, --frontier, "
                          "--transfer-to and --report in one process")
     if args.stance:
         _stance(args, lm)
+    elif args.highlight:
+        _highlight(args, lm)
     elif args.frontier:
         _frontier(args, lm)
     elif args.transfer_to:

@@ -225,6 +225,10 @@ def _eval(p: argparse.ArgumentParser) -> None:
                    help="the stance evaluation (lmswitch/data/stance/): switches trained from opinion articles, per topic and "
                         "method (meter accuracy on held-out statements, lexicon shift at the ε chosen on dev topics); with "
                         "--report FILE, write that section of FILE; with --out DIR, stance.json")
+    p.add_argument("--highlight", action="store_true",
+                   help="how often the highlight lens finds a sentence of each shipped switch's style planted between two of the "
+                        "other side's (held-out pairs): |ε| and span length chosen on dev, hits reported on test; with --report "
+                        "FILE, write that section of FILE; with --out DIR, highlight.json")
     p.add_argument("--stance-methods", default=",".join(STANCE_METHODS), help="with --stance: comma-separated methods (default %(default)s)")
     p.add_argument("--transfer-to", default=None, metavar="MODEL",
                    help="transfer the shipped sentiment switch to MODEL and compare it there with a switch trained on MODEL "

@@ -10,6 +10,7 @@ import gradio as gr
 
 from lmswitch.core.options import GUIDE_TOKENS, MAX_BEST_OF, MAX_GUIDE, SAMPLING, TrainConfig
 from lmswitch.core.steering import MAX_ABS_EPS
+from lmswitch.lenses.spans import DEFAULT_EPS, DEFAULT_MAX_SPAN
 from lmswitch.lenses.svd import RARE_NOTE
 from lmswitch.serve.session import Session
 from lmswitch.webapp import lens, steer, train
@@ -163,11 +164,11 @@ def _highlight_tab(ui: SimpleNamespace, shipped: list[str]) -> None:
             ui.hl_file = gr.File(label="…or upload a document", file_types=DOCUMENT_TYPES, type="filepath")
         with gr.Column(scale=2):
             ui.hl_switch = _picker(shipped)
-            ui.hl_settings = [gr.Slider(-30, 30, value=-4, step=0.5, label="ε (negative: find the switch's negative side)"),
-                              gr.Slider(1, 20, value=5, step=1, label="max span (tokens)"),
+            ui.hl_settings = [gr.Slider(-30, 30, value=-DEFAULT_EPS, step=0.5, label="ε (negative: find the switch's negative side)"),
+                              gr.Slider(1, 20, value=DEFAULT_MAX_SPAN, step=1, label="max span (tokens)"),
                               gr.Slider(1, 5, value=1, step=1, label="number of spans")]
             ui.hl_go = gr.Button("Highlight", variant="primary", elem_id="highlight")
-    gr.Examples(lens.highlight_examples(), inputs=[ui.hl_text, ui.hl_switch, *ui.hl_settings], label="examples (toxic comments, mixed reviews)")
+    gr.Examples(lens.highlight_examples(), inputs=[ui.hl_text, ui.hl_switch, *ui.hl_settings], label="examples (toxic comments, a mixed review, mixed registers)")
     ui.hl_spans = gr.HighlightedText(label="most style-indicative span(s)", elem_id="hl-spans", show_legend=True)
     ui.hl_heat = gr.HighlightedText(label="per-token contribution (red: toward the chosen side)", elem_id="hl-heatmap")
     with gr.Row():

@@ -71,6 +71,6 @@ def run_highlight(backend: Backend, text: str, file: str | None, name: str, eps,
 
 
 def highlight_examples() -> list[list]:
-    """The Highlight tab's examples (toxic comments, mixed reviews) with the switch and settings that suit each."""
+    """The Highlight tab's examples (toxic comments, a mixed review, mixed registers) with the switch and settings that suit each."""
     items = json.loads((examples_dir() / "highlight.json").read_text(encoding="utf-8"))
     return [[x["text"], x["switch"], x["eps"], x["max_span"], x["n_spans"]] for x in items]

@@ -23,7 +23,7 @@ from lmswitch.core.train import train_switch
 from lmswitch.io.parse import parse_names
 from lmswitch.lenses.meter import MAX_SWITCHES as MAX_METER_SWITCHES
 from lmswitch.lenses.meter import measure
-from lmswitch.lenses.spans import highlight
+from lmswitch.lenses.spans import DEFAULT_EPS, highlight
 from lmswitch.lenses.svd import promoted_words
 from lmswitch.serve.session import MAX_SESSION_SWITCHES, Session, check_name
 from lmswitch.webapp.backend import Backend, user_errors
@@ -133,7 +133,7 @@ class McpTools:
         return {**_switch_summary(switch), "name": final, "heldout_gain": switch.card.get("heldout_gain"),
                 "promotes": [w.word for w in words.promoted], "demotes": [w.word for w in words.suppressed]}
 
-    def highlight_text(self, text: str, switch: str, eps: float = 6.0, spans: int = 1) -> dict:
+    def highlight_text(self, text: str, switch: str, eps: float = DEFAULT_EPS, spans: int = 1) -> dict:
         """Find the span(s) of a text that carry a switch's style most, e.g. the insult in a toxic comment (detox at negative ε).
 
         Args:
