@@ -9,54 +9,75 @@
 >>> ls.measure(lm, [s], "What a lovely evening!").switches[0].best_eps
 """
 
+import importlib
+from typing import TYPE_CHECKING
+
 __version__ = "0.1.0"
 
-from lmswitch.core.card import Card, TrainingRecord  # noqa: E402
-from lmswitch.core.generate import generate, stream_generate, stream_rows, sweep  # noqa: E402
-from lmswitch.core.models import DEFAULT_MODEL, LanguageModel, cache_dir, load_model, model_fingerprint, preferred_dtype  # noqa: E402
-from lmswitch.core.options import SamplingOptions, TrainConfig  # noqa: E402
-from lmswitch.core.steering import steer, steer_rows, steering_matrix  # noqa: E402
-from lmswitch.core.switch import Switch, SwitchFileError, load_switch  # noqa: E402
-from lmswitch.core.train import TrainingCancelled, train_events, train_switch  # noqa: E402
-from lmswitch.core.transfer import transfer  # noqa: E402
-from lmswitch.harness.frontier import calibrated_card  # noqa: E402
-from lmswitch.lenses.learned import Learned, what_was_learned  # noqa: E402
-from lmswitch.lenses.meter import measure  # noqa: E402
-from lmswitch.lenses.spans import best_spans, highlight, token_changes  # noqa: E402
-from lmswitch.lenses.svd import promoted_words, svd_dimensions  # noqa: E402
+# name → the module that defines it; imported on first use (PEP 562), so ``python -m lmswitch --help`` and other
+# light uses do not pay for torch and transformers (~4 s) before they need them
+_EXPORTS = {
+    "best_spans": "lmswitch.lenses.spans",
+    "cache_dir": "lmswitch.core.models",
+    "calibrated_card": "lmswitch.harness.frontier",
+    "Card": "lmswitch.core.card",
+    "DEFAULT_MODEL": "lmswitch.core.models",
+    "generate": "lmswitch.core.generate",
+    "highlight": "lmswitch.lenses.spans",
+    "LanguageModel": "lmswitch.core.models",
+    "Learned": "lmswitch.lenses.learned",
+    "load_model": "lmswitch.core.models",
+    "load_switch": "lmswitch.core.switch",
+    "measure": "lmswitch.lenses.meter",
+    "model_fingerprint": "lmswitch.core.models",
+    "preferred_dtype": "lmswitch.core.models",
+    "promoted_words": "lmswitch.lenses.svd",
+    "SamplingOptions": "lmswitch.core.options",
+    "steer": "lmswitch.core.steering",
+    "steer_rows": "lmswitch.core.steering",
+    "steering_matrix": "lmswitch.core.steering",
+    "stream_generate": "lmswitch.core.generate",
+    "stream_rows": "lmswitch.core.generate",
+    "svd_dimensions": "lmswitch.lenses.svd",
+    "sweep": "lmswitch.core.generate",
+    "Switch": "lmswitch.core.switch",
+    "SwitchFileError": "lmswitch.core.switch",
+    "token_changes": "lmswitch.lenses.spans",
+    "train_events": "lmswitch.core.train",
+    "train_switch": "lmswitch.core.train",
+    "TrainConfig": "lmswitch.core.options",
+    "TrainingCancelled": "lmswitch.core.train",
+    "TrainingRecord": "lmswitch.core.card",
+    "transfer": "lmswitch.core.transfer",
+    "what_was_learned": "lmswitch.lenses.learned",
+}
 
-__all__ = [
-    "DEFAULT_MODEL",
-    "Card",
-    "LanguageModel",
-    "Learned",
-    "SamplingOptions",
-    "Switch",
-    "SwitchFileError",
-    "TrainConfig",
-    "TrainingCancelled",
-    "TrainingRecord",
-    "best_spans",
-    "cache_dir",
-    "calibrated_card",
-    "generate",
-    "highlight",
-    "load_model",
-    "load_switch",
-    "measure",
-    "model_fingerprint",
-    "preferred_dtype",
-    "promoted_words",
-    "steer",
-    "steer_rows",
-    "steering_matrix",
-    "stream_generate",
-    "stream_rows",
-    "svd_dimensions",
-    "sweep",
-    "token_changes",
-    "train_events",
-    "train_switch",
-    "transfer",
-    "what_was_learned",
-]
+if TYPE_CHECKING:  # what static analysers and IDEs see
+    from lmswitch.core.card import Card, TrainingRecord  # noqa: F401
+    from lmswitch.core.generate import generate, stream_generate, stream_rows, sweep  # noqa: F401
+    from lmswitch.core.models import DEFAULT_MODEL, LanguageModel, cache_dir, load_model, model_fingerprint, preferred_dtype  # noqa: F401
+    from lmswitch.core.options import SamplingOptions, TrainConfig  # noqa: F401
+    from lmswitch.core.steering import steer, steer_rows, steering_matrix  # noqa: F401
+    from lmswitch.core.switch import Switch, SwitchFileError, load_switch  # noqa: F401
+    from lmswitch.core.train import TrainingCancelled, train_events, train_switch  # noqa: F401
+    from lmswitch.core.transfer import transfer  # noqa: F401
+    from lmswitch.harness.frontier import calibrated_card  # noqa: F401
+    from lmswitch.lenses.learned import Learned, what_was_learned  # noqa: F401
+    from lmswitch.lenses.meter import measure  # noqa: F401
+    from lmswitch.lenses.spans import best_spans, highlight, token_changes  # noqa: F401
+    from lmswitch.lenses.svd import promoted_words, svd_dimensions  # noqa: F401
+
+
+def __getattr__(name: str) -> object:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'lmswitch' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+__all__ = sorted(_EXPORTS)

@@ -297,6 +297,36 @@ def test_switch_settings_parse_with_the_shared_parser():
     assert build_parser().parse_args(["eval", "--eps", ",".join(["0.5"] * 101)]).eps == [0.5] * 101
 
 
+COMMAND_LINES = [
+    ["generate", "--prompt", "Hi", "--switch", "sentiment=6"],
+    ["--model", "generate", "--dtype", "float32", "info", "--switch", "detox"],  # a model named like a subcommand
+    ["--model=x", "--json", "highlight", "--switch", "detox", "--text", "hi", "--eps=-1"],
+    ["eval", "--highlight", "--out", "folder"],
+    ["train", "--positive", "p.txt", "--out", "s.safetensors", "--steps", "5"],
+    ["export", "--switch", "detox=2", "--out", "folder", "--format", "merged"],
+]
+
+
+@pytest.mark.parametrize("argv", COMMAND_LINES)
+def test_a_parser_with_only_the_named_subcommand_parses_alike(argv):
+    from lmswitch.cli import build_parser
+
+    assert build_parser(argv).parse_args(argv) == build_parser().parse_args(argv)
+
+
+def test_help_and_a_mistyped_command_do_not_import_the_library():
+    """Only the subcommand named gets its arguments (their defaults import torch), so these answer in well under a second."""
+    import subprocess
+    import sys
+
+    script = ("import sys\nfrom lmswitch.cli import main\nfor argv in (['--help'], ['generat'], ['info', '--help']):\n"
+              "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+              "print(sorted(m for m in ('torch', 'transformers', 'gradio') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr
+    assert "invalid choice: 'generat'" in done.stderr
+
+
 @pytest.mark.real_model
 def test_generate_with_a_shipped_switch_by_name(monkeypatch, tmp_path, capsys):
     monkeypatch.chdir(tmp_path)

@@ -125,3 +125,23 @@ def test_installed_command_runs_from_the_installed_package(wheel, tmp_path):
     path = Path(str(info.get("path", "")))
     if path.is_absolute():
         assert path.resolve().is_relative_to(fresh_root), path
+
+
+def test_the_package_exports_load_on_first_use():
+    """``import lmswitch`` is light (no torch); each name of ``__all__`` comes from the module ``_EXPORTS`` names, the
+    same one its ``TYPE_CHECKING`` import (what IDEs read) names; an unknown name is an AttributeError."""
+    import ast
+    import importlib
+
+    import lmswitch
+
+    script = "import sys, lmswitch; print('torch' in sys.modules, 'transformers' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60).stdout.split() == ["False", "False"]
+    for name, module in lmswitch._EXPORTS.items():
+        assert getattr(lmswitch, name) is getattr(importlib.import_module(module), name)
+    assert set(lmswitch.__all__) == set(lmswitch._EXPORTS) and set(lmswitch.__all__) <= set(dir(lmswitch))
+    tree = ast.parse(Path(lmswitch.__file__).read_text(encoding="utf-8"))
+    checking = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
+    assert {a.name: imp.module for imp in checking.body for a in imp.names} == lmswitch._EXPORTS
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        lmswitch.nope  # noqa: B018

@@ -12,17 +12,19 @@ from __future__ import annotations
 import sys
 import warnings
 
-from lmswitch.cli.commands import COMMANDS, run
 from lmswitch.cli.parser import build_parser
 
-__all__ = ["COMMANDS", "build_parser", "main", "run"]
+__all__ = ["build_parser", "main"]
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default: ``sys.argv[1:]``) and run it; returns the exit code: 0, 2 for bad input, 130 when interrupted."""
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
     warnings.simplefilter("ignore", FutureWarning)
     from transformers.utils import logging as hf_logging
+
+    from lmswitch.cli.commands import run  # the library (torch, transformers): only once the command line is good
 
     hf_logging.disable_progress_bar()  # "Loading weights" bars are noise on a command line
     try:

@@ -22,19 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
-from lmswitch.core.export import FORMATS as EXPORT_FORMATS
-from lmswitch.core.generate import generate
-from lmswitch.core.options import GUIDE_TOKENS, OPTIMIZERS, SAMPLING, TrainConfig
-from lmswitch.core.train import train_switch
-from lmswitch.core.transfer import transfer
-from lmswitch.harness.evaluate import PROTOCOL
-from lmswitch.harness.frontier import METHODS as FRONTIER_METHODS
-from lmswitch.harness.pretrained import build_pretrained
-from lmswitch.harness.stance import METHODS as STANCE_METHODS
 from lmswitch.io.parse import DEFAULT_EPS, parse_eps_list, parse_switch_spec
-from lmswitch.lenses.meter import measure
-from lmswitch.lenses.spans import highlight
-from lmswitch.lenses.svd import svd_dimensions
 
 T = TypeVar("T")
 
@@ -49,7 +37,6 @@ EVAL_METRICS = "positive_share,toxicity_prob"
 DEMO_PROMPT = "My weekend was"
 DEMO_STEPS = 100
 DEMO_NEW_TOKENS = 30
-TRAIN = TrainConfig()
 
 
 def _help(cls: type, name: str) -> str:
@@ -82,19 +69,23 @@ eval_eps_list = _argument_type(partial(parse_eps_list, max_values=EVAL_MAX_EPS_V
 SWITCH_HELP = "a .safetensors switch file or the name of a shipped switch (e.g. sentiment)"
 
 
-def _add_common_options(p: argparse.ArgumentParser, defaults: bool) -> None:
-    """--model/--dtype/--device-map/--offload-folder/--json, accepted before or after the subcommand (the subcommand's value wins)."""
+def _add_common_options(p: argparse.ArgumentParser, defaults: bool) -> list[argparse.Action]:
+    """--model/--dtype/--device-map/--offload-folder/--json, accepted before or after the subcommand (the subcommand's
+    value wins); returns their actions."""
     d = (lambda value: value) if defaults else (lambda value: argparse.SUPPRESS)
-    p.add_argument("--model", default=d(None), help="model alias, local folder, .gguf file or cached hub id (default: embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--dtype", default=d("auto"), choices=["auto", "float32", "bfloat16", "float16"],
-                   help="model weights dtype (auto: bfloat16 where the hardware is fast at it)")
-    p.add_argument("--device-map", default=d(None), metavar="auto",
-                   help="spread a big model over GPUs, then CPU RAM, then --offload-folder (accelerate's device_map, e.g. auto)")
-    p.add_argument("--offload-folder", default=d(None), metavar="DIR", help="with --device-map: where weights that fit nowhere else go")
-    p.add_argument("--json", action="store_true", default=d(False), help="print machine-readable JSON")
+    return [p.add_argument("--model", default=d(None), help="model alias, local folder, .gguf file or cached hub id (default: embedded SmolLM2-135M-Instruct)"),
+            p.add_argument("--dtype", default=d("auto"), choices=["auto", "float32", "bfloat16", "float16"],
+                           help="model weights dtype (auto: bfloat16 where the hardware is fast at it)"),
+            p.add_argument("--device-map", default=d(None), metavar="auto",
+                           help="spread a big model over GPUs, then CPU RAM, then --offload-folder (accelerate's device_map, e.g. auto)"),
+            p.add_argument("--offload-folder", default=d(None), metavar="DIR", help="with --device-map: where weights that fit nowhere else go"),
+            p.add_argument("--json", action="store_true", default=d(False), help="print machine-readable JSON")]
 
 
 def _add_generation_options(p: argparse.ArgumentParser) -> None:
+    from lmswitch.core.generate import generate
+    from lmswitch.core.options import SAMPLING
+
     p.add_argument("--max-new-tokens", type=int, default=SAMPLING.max_new_tokens)
     p.add_argument("--temperature", type=float, default=SAMPLING.temperature, help="0 for greedy decoding")
     p.add_argument("--top-p", type=float, default=SAMPLING.top_p)
@@ -104,6 +95,8 @@ def _add_generation_options(p: argparse.ArgumentParser) -> None:
 
 
 def _add_adaptive_options(p: argparse.ArgumentParser) -> None:
+    from lmswitch.core.options import GUIDE_TOKENS, SAMPLING
+
     p.add_argument("--adaptive", action="store_true",
                    help="adaptive strength: steer each generation only until the switch has changed its sampled tokens by "
                         "--generation-budget nats (then the model writes on unsteered: no word loops at strong ε)")
@@ -140,6 +133,10 @@ def _info(p: argparse.ArgumentParser) -> None:
 
 
 def _train(p: argparse.ArgumentParser) -> None:
+    from lmswitch.core.options import OPTIMIZERS, TrainConfig
+    from lmswitch.core.train import train_switch
+
+    train = TrainConfig()
     p.add_argument("--positive", required=True, help="a .txt/.md/.html/.pdf/.docx file: one example per line (or one document with --document)")
     p.add_argument("--negative", help="a file of contrasting examples (same formats)")
     p.add_argument("--document", action="store_true", help="treat each file as one whole document")
@@ -149,16 +146,18 @@ def _train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--description", default=_default(train_switch, "description"))
     p.add_argument("--positive-label", default=_default(train_switch, "positive_label"), help="what +eps moves toward (e.g. non-toxic)")
     p.add_argument("--negative-label", default=_default(train_switch, "negative_label"), help="what -eps moves toward (e.g. toxic)")
-    p.add_argument("--optimizer", choices=OPTIMIZERS, default=TRAIN.optimizer, help=_help(TrainConfig, "optimizer"))
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default=train.optimizer, help=_help(TrainConfig, "optimizer"))
     p.add_argument("--self-contrast", action="store_true", help=_help(TrainConfig, "self_contrast"))
-    p.add_argument("--steps", type=int, default=TRAIN.steps, help=_help(TrainConfig, "steps"))
-    p.add_argument("--lr", type=float, default=TRAIN.lr)
-    p.add_argument("--l2", type=float, default=TRAIN.l2)
-    p.add_argument("--seed", type=int, default=TRAIN.seed)
+    p.add_argument("--steps", type=int, default=train.steps, help=_help(TrainConfig, "steps"))
+    p.add_argument("--lr", type=float, default=train.lr)
+    p.add_argument("--l2", type=float, default=train.l2)
+    p.add_argument("--seed", type=int, default=train.seed)
     _add_calibrate_option(p, "training", "the model's")
 
 
 def _generate(p: argparse.ArgumentParser) -> None:
+    from lmswitch.core.generate import generate
+
     p.add_argument("--prompt", required=True)
     p.add_argument("--switch", action="append", default=[], type=switch_spec_or_card, metavar="SWITCH[=EPS]",
                    help=f"repeatable; SWITCH is {SWITCH_HELP}; EPS in eps0 units (default: the card's recommended ε, "
@@ -177,12 +176,16 @@ def _sweep(p: argparse.ArgumentParser) -> None:
 
 
 def _svd(p: argparse.ArgumentParser) -> None:
+    from lmswitch.lenses.svd import svd_dimensions
+
     p.add_argument("--switch", required=True, help=SWITCH_HELP)
     p.add_argument("--dims", type=int, default=_default(svd_dimensions, "dims"))
     p.add_argument("--words", type=int, default=_default(svd_dimensions, "words"))
 
 
 def _highlight(p: argparse.ArgumentParser) -> None:
+    from lmswitch.lenses.spans import highlight
+
     p.add_argument("--switch", required=True, help=SWITCH_HELP)
     _add_text_options(p)
     p.add_argument("--eps", type=float, default=_default(highlight, "eps"), help="eps in eps0 units; negative finds the switch's negative side")
@@ -191,12 +194,18 @@ def _highlight(p: argparse.ArgumentParser) -> None:
 
 
 def _measure(p: argparse.ArgumentParser) -> None:
+    from lmswitch.lenses.meter import measure
+
     p.add_argument("--switch", action="append", required=True, help=f"repeatable; {SWITCH_HELP}")
     _add_text_options(p)
     p.add_argument("--points", type=int, default=_default(measure, "points"), help="grid points per switch over its recommended range")
 
 
 def _eval(p: argparse.ArgumentParser) -> None:
+    from lmswitch.harness.evaluate import PROTOCOL
+    from lmswitch.harness.frontier import METHODS as FRONTIER_METHODS
+    from lmswitch.harness.stance import METHODS as STANCE_METHODS
+
     p.add_argument("--switch", help=f"switch to sweep: {SWITCH_HELP}")
     p.add_argument("--eps", type=eval_eps_list, default=EVAL_EPS, help="eps values (eps0 units)")
     p.add_argument("--grid", help="a second switch: evaluate the 2-D grid of --eps × --grid-eps instead of a sweep")
@@ -237,6 +246,8 @@ def _eval(p: argparse.ArgumentParser) -> None:
 
 
 def _build_pretrained(p: argparse.ArgumentParser) -> None:
+    from lmswitch.harness.pretrained import build_pretrained
+
     p.add_argument("--out", default=None, help="folder to write (default: the shipped switches, lmswitch/data/switches/)")
     p.add_argument("--only", action="append", default=None, help="build only this switch (repeatable)")
     p.add_argument("--data", default=None, help="dataset folder (default: the shipped datasets, lmswitch/data/styles/)")
@@ -252,6 +263,8 @@ def _build_pretrained(p: argparse.ArgumentParser) -> None:
 
 
 def _transfer(p: argparse.ArgumentParser) -> None:
+    from lmswitch.core.transfer import transfer
+
     anchors, min_anchors = _default(transfer, "anchors"), _default(transfer, "min_anchors")
     p.add_argument("--switch", required=True, help=f"the switch made for --model (the source model): {SWITCH_HELP}")
     p.add_argument("--to", required=True, help="target model: alias (gemma3-270m), folder, .gguf or cached hub id")
@@ -264,6 +277,8 @@ def _transfer(p: argparse.ArgumentParser) -> None:
 
 
 def _export(p: argparse.ArgumentParser) -> None:
+    from lmswitch.core.export import FORMATS as EXPORT_FORMATS
+
     p.add_argument("--switch", action="append", required=True, type=switch_spec_or_card, metavar="SWITCH[=EPS]",
                    help=f"repeatable (exported together, as they compose); SWITCH is {SWITCH_HELP}; EPS in eps0 units "
                         "(default: the card's recommended ε)")
@@ -299,14 +314,32 @@ SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = 
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole command line: common options, then one subparser per entry of :data:`SUBCOMMANDS`."""
+def _named_command(argv: list[str], common: list[argparse.Action]) -> str | None:
+    """The subcommand ``argv`` names: its first word that is not an option or an option's value (None when there is none)."""
+    takes_value = {name for action in common if action.nargs != 0 for name in action.option_strings}
+    words = iter(argv)
+    for word in words:
+        if word in takes_value:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The whole command line: common options, then one subparser per entry of :data:`SUBCOMMANDS`.
+
+    Given the ``argv`` it will parse, only the subcommand that ``argv`` names gets its arguments: their defaults come from
+    the library, which imports torch and transformers (seconds), so ``--help`` and a mistyped command answer at once.
+    """
     prog = "lmswitch" if Path(sys.argv[0]).name == "lmswitch" else "python -m lmswitch"  # the console script, or the module
     parser = argparse.ArgumentParser(prog=prog, description="Steer language models with LM-Switch switches.")
-    _add_common_options(parser, defaults=True)
+    common = _add_common_options(parser, defaults=True)
+    wanted = _named_command(argv, common) if argv is not None else None
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_text, add_arguments) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text)
         _add_common_options(p, defaults=False)
-        add_arguments(p)
+        if argv is None or name == wanted:
+            add_arguments(p)
     return parser
