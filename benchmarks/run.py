@@ -232,8 +232,9 @@ def _median_time(fn, repeats: int) -> float:
 def bench_lens(lm: ls.LanguageModel, switch: ls.Switch, repeats: int) -> dict:
     """Highlight a 500-token text (ours: one body pass + two heads; naive: two full forward passes),
     the style meter on the same text, and the SVD word lists (first call in the process, then warm)."""
+    from lmswitch.lenses import svd, vocab
     from lmswitch.lenses.meter import measure
-    from lmswitch.lenses.spans import best_spans, highlight
+    from lmswitch.lenses.spans import DEFAULT_EPS, DEFAULT_MAX_SPAN, best_spans, highlight
     from lmswitch.lenses.svd import promoted_words, svd_dimensions
 
     article = (ROOT / "benchmarks" / "data" / "article.txt").read_text()
@@ -245,11 +246,11 @@ def bench_lens(lm: ls.LanguageModel, switch: ls.Switch, repeats: int) -> dict:
         x = torch.tensor([ids])
         with torch.no_grad():
             base = torch.log_softmax(lm.model(x).logits.float(), -1)
-            with ls.steer(lm, [(switch, 5.0)]):
+            with ls.steer(lm, [(switch, DEFAULT_EPS)]):
                 steered = torch.log_softmax(lm.model(x).logits.float(), -1)
         tgt = x[0, 1:, None]
         delta = (steered[0, :-1].gather(1, tgt) - base[0, :-1].gather(1, tgt))[:, 0]
-        best_spans(delta.tolist(), 5, 1)
+        best_spans(delta.tolist(), DEFAULT_MAX_SPAN, 1)
 
     def words() -> None:
         svd_dimensions(lm, switch, dims=10, words=20)
@@ -257,17 +258,17 @@ def bench_lens(lm: ls.LanguageModel, switch: ls.Switch, repeats: int) -> dict:
 
     def first_call(lens_cache: Path | None) -> float:
         """One call with the in-memory caches cleared; ``lens_cache`` replaces the on-disk lens cache."""
-        ls.interpret._REFERENCE_CACHE.clear()
-        ls.words._COMPLETE.clear()
-        saved = ls.interpret.cache_dir, ls.words.cache_dir
+        svd._REFERENCE_CACHE.clear()
+        vocab._COMPLETE.clear()
+        saved = svd.cache_dir, vocab.cache_dir
         if lens_cache is not None:
-            ls.interpret.cache_dir = ls.words.cache_dir = lambda: lens_cache
+            svd.cache_dir = vocab.cache_dir = lambda: lens_cache
         try:
             start = time.perf_counter()
             words()
             return time.perf_counter() - start
         finally:
-            ls.interpret.cache_dir, ls.words.cache_dir = saved
+            svd.cache_dir, vocab.cache_dir = saved
 
     with tempfile.TemporaryDirectory() as empty:
         never = first_call(Path(empty))
@@ -275,7 +276,7 @@ def bench_lens(lm: ls.LanguageModel, switch: ls.Switch, repeats: int) -> dict:
     new_process = first_call(None)
     return {
         "highlight_tokens": n_tokens,
-        "highlight_s": round(_median_time(lambda: highlight(lm, switch, text, eps=5.0), repeats), 3),
+        "highlight_s": round(_median_time(lambda: highlight(lm, switch, text), repeats), 3),
         "naive_two_forward_s": round(_median_time(naive, repeats), 3),
         "measure_s": round(_median_time(lambda: measure(lm, switch, text), repeats), 3),
         "svd_words_first_use_on_machine_s": round(never, 3),

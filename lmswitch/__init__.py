@@ -4,7 +4,7 @@
 >>> lm = ls.load_model()                                           # embedded SmolLM2-135M-Instruct
 >>> s = ls.train_switch(lm, happy_sentences, sad_sentences, name="sentiment")
 >>> ls.generate(lm, "The food was", [(s, 5)], seed=0)
->>> ls.highlight(lm, s, "The soup was cold and the waiter rude.", eps=-5).spans
+>>> ls.highlight(lm, s, "The soup was cold and the waiter rude.", eps=-1).spans
 >>> ls.svd_dimensions(lm, s).dimensions[0].promoted
 >>> ls.measure(lm, [s], "What a lovely evening!").switches[0].best_eps
 """

@@ -23,6 +23,7 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page, expect, sync_playwright
 
 from lmswitch.io.resources import examples_dir
+from lmswitch.webapp.lens import highlight_examples
 
 pytestmark = [pytest.mark.browser, pytest.mark.real_model, pytest.mark.slow]  # chromium against app.py on the embedded model
 
@@ -239,7 +240,7 @@ def test_highlight_finds_the_insult_of_the_first_example(ui):
         panel.get_by_test_id("dataset-cell-0-0").click()
         expect(page.locator("#hl-text textarea")).to_have_value(re.compile("pathetic idiot"))
         expect(panel.get_by_label("switch", exact=True)).to_have_value("detox")
-        expect(panel.locator("input[type=number]").first).to_have_value("-4")
+        expect(panel.locator("input[type=number]").first).to_have_value(f"{highlight_examples()[0][2]:g}")  # its ε
         page.locator("#highlight").click()
         span = page.locator("#hl-spans .token.highlighted")
         expect(span.first).to_be_visible(timeout=GENERATE_TIMEOUT)

@@ -96,7 +96,7 @@ def test_highlight_finds_the_insult(lm, detox):
     until then: 6, where the random switch gets 5)."""
     hits = []
     for text, insult in INSULTS.items():
-        span = highlight(lm, detox, text, eps=-5.0).spans[0]
+        span = highlight(lm, detox, text, eps=-5.0, max_span=5).spans[0]  # the setting the chance bound was worked out for
         hits.append(any(word in span.text.lower() for word in insult))
     assert sum(hits) >= 13, list(zip(INSULTS, hits, strict=True))
 

@@ -222,7 +222,7 @@ def _eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--png", action="store_true", help="also export the figure as PNG (needs Chromium)")
     p.add_argument("--report", metavar="EVALUATION.md", help="run the full evaluation of the shipped switches and write this report")
     p.add_argument("--quick", action="store_true", help="with --report: a tiny suite, for a smoke test")
-    p.add_argument("--switches", default=None, help="with --report: folder of shipped switches (default: the shipped switches, lmswitch/data/switches/)")
+    p.add_argument("--switches", default=None, help="with --report, --highlight or --transfer-to: folder of shipped switches (default: the shipped switches, lmswitch/data/switches/)")
     p.add_argument("--frontier", nargs="+", metavar="SWITCH", help="the fluent frontier of shipped switches (sentiment, detox, "
                    "formality): sweep each method on the dev prompts, report its strongest fluent setting on the test prompts; "
                    "with --report FILE, write that section of FILE; with --out DIR, JSON and figures")

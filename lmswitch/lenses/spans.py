@@ -260,9 +260,9 @@ def highlight(
     ``text`` may be an :class:`~lmswitch.core.hidden.EncodedText` (:func:`encode_text`'s
     result): its head inputs are reused instead of running the model again.
 
-    >>> h = highlight(lm, detox, "You are a complete idiot and everyone knows it.", eps=-5)  # doctest: +SKIP
+    >>> h = highlight(lm, detox, "You are a complete idiot and everyone knows it.", eps=-1)  # doctest: +SKIP
     >>> h.spans[0].text                                                                     # doctest: +SKIP
-    'a complete idiot'
+    'a complete idiot and everyone'
     """
     check_highlight_args(eps, max_span, n_spans)  # before the model pass: fail fast
     setting = [(switch, float(eps))]
