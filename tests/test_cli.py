@@ -427,3 +427,25 @@ def test_a_broken_model_is_refused_with_a_message(tmp_path, monkeypatch, capsys)
         assert main(["--model", str(model), "info"]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error:") and said in err, err
+
+
+def test_eval_highlight_and_stance_write_their_json_and_report_section(run, tmp_path, monkeypatch):
+    """Both evaluations publish alike: DIR/NAME.json with the command, their section of the report file, the text."""
+    from lmswitch.harness import highlight_report, stance
+
+    rate = highlight_report.HitRate(1.0, 8, 0.9, 0.8, 0.85, 0.33, 6)
+    fake = [highlight_report.SwitchHitRates("detox", [rate], rate, rate, rate, rate)]
+    monkeypatch.setattr(highlight_report, "run_highlight_report", lambda lm, switches, log: fake)
+    monkeypatch.setattr("lmswitch.cli.evaluate.load_switch", lambda path, lm: None)  # the shipped ones fit no tiny model
+    monkeypatch.setattr(stance, "run_stance", lambda lm, methods, log: stance.StanceReport([], [], {"plain": 4.0}))
+    report = tmp_path / "EVAL.md"
+    report.write_text("# Evaluation\n\n## Other\n\nkept\n", encoding="utf-8")
+    for flag, name, heading in (("--highlight", "highlight", "## Highlighting (dev → test)"),
+                                ("--stance", "stance", "## Stance from documents (dev → test)")):
+        code, _, err = run("eval", flag, "--out", str(tmp_path / "out"), "--report", str(report))
+        assert code == 0, err
+        data = json.loads((tmp_path / "out" / f"{name}.json").read_text(encoding="utf-8"))
+        assert set(data) == {name, "command"} and data["command"].startswith("python -m lmswitch")
+        text = report.read_text(encoding="utf-8")
+        assert f"{heading}\n\nCommand: `" in text and "## Other\n\nkept" in text
+    assert "detox: chosen on dev" in report.read_text(encoding="utf-8")

@@ -153,36 +153,35 @@ def _frontier(args: argparse.Namespace, lm: LanguageModel) -> None:
 
 def _stance(args: argparse.Namespace, lm: LanguageModel) -> None:
     """``--stance``: switches from opinion articles, per topic and method (dev sweep, then test); JSON and report section."""
-    from lmswitch.harness.report import command_line, replace_section
     from lmswitch.harness.stance import markdown, run_stance
 
     report = run_stance(lm, parse_names(args.stance_methods), log=log)
-    data = {"stance": report.to_dict(), "command": command_line()}
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "stance.json").write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
-    if args.report:
-        replace_section(Path(args.report), "## Stance from documents (dev → test)", f"Command: `{command_line()}`\n\n{markdown(report)}")
-    emit(args, data, markdown(report))
+    _publish(args, "stance", report.to_dict(), "## Stance from documents (dev → test)", markdown(report))
 
 
 def _highlight(args: argparse.Namespace, lm: LanguageModel) -> None:
     """``--highlight``: how often the highlight lens finds a planted sentence of each shipped switch's style (dev → test)."""
     from lmswitch.harness.highlight_report import DATASET_OF, markdown, run_highlight_report, to_dict
-    from lmswitch.harness.report import command_line, replace_section
 
     folder = args.switches or PRETRAINED_DIR
     results = run_highlight_report(lm, {name: load_switch(str(Path(folder) / f"{name}.safetensors"), lm) for name in DATASET_OF},
                                    log=log)
-    data = {"highlight": to_dict(results), "command": command_line()}
+    _publish(args, "highlight", to_dict(results), "## Highlighting (dev → test)", markdown(results))
+
+
+def _publish(args: argparse.Namespace, name: str, results: object, heading: str, body: str) -> None:
+    """An evaluation's results: ``--out DIR`` gets ``name``.json, ``--report FILE`` its section under ``heading``, the
+    terminal ``body`` (or the JSON with ``--json``)."""
+    from lmswitch.harness.report import command_line, replace_section
+
+    data = {name: results, "command": command_line()}
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "highlight.json").write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
+        (out / f"{name}.json").write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
     if args.report:
-        replace_section(Path(args.report), "## Highlighting (dev → test)", f"Command: `{command_line()}`\n\n{markdown(results)}")
-    emit(args, data, markdown(results))
+        replace_section(Path(args.report), heading, f"Command: `{command_line()}`\n\n{body}")
+    emit(args, data, body)
 
 
 def cmd_eval(args: argparse.Namespace, lm: LanguageModel) -> None:
