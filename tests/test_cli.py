@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from pathlib import Path
 
 import pytest
 from conftest import build_lm, random_switch
@@ -14,6 +15,7 @@ from lmswitch.core.switch import load_switch
 from lmswitch.io.resources import shipped_switch_names, shipped_switch_path
 from lmswitch.lenses import svd
 
+ROOT = Path(__file__).resolve().parents[1]
 POSITIVE = "the kind and warm one\nshe was happy with joy\nwe love the sweet smile\nthey had a great and good one"
 NEGATIVE = "the cruel and cold one\nshe was sad with grief\nwe hate the bitter frown\nthey had an awful and bad one"
 
@@ -304,6 +306,10 @@ COMMAND_LINES = [
     ["eval", "--highlight", "--out", "folder"],
     ["train", "--positive", "p.txt", "--out", "s.safetensors", "--steps", "5"],
     ["export", "--switch", "detox=2", "--out", "folder", "--format", "merged"],
+    ["--mod", "x", "generate", "--prompt", "Hi"],  # argparse takes a prefix that names one option
+    ["--dt", "float32", "--j", "info"],
+    ["--mod", "generate", "info", "--switch", "detox"],
+    ["--offload", "d", "--device-map", "auto", "sweep", "--prompt", "Hi", "--switch", "detox"],
 ]
 
 
@@ -322,8 +328,8 @@ def test_help_and_a_mistyped_command_do_not_import_the_library():
     script = ("import sys\nfrom lmswitch.cli import main\nfor argv in (['--help'], ['generat'], ['info', '--help']):\n"
               "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
               "print(sorted(m for m in ('torch', 'transformers', 'gradio') if m in sys.modules))")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
-    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.stdout.strip().splitlines()[-1:] == ["[]"], done.stdout + done.stderr
     assert "invalid choice: 'generat'" in done.stderr
 
 
@@ -442,10 +448,11 @@ def test_eval_highlight_and_stance_write_their_json_and_report_section(run, tmp_
     report.write_text("# Evaluation\n\n## Other\n\nkept\n", encoding="utf-8")
     for flag, name, heading in (("--highlight", "highlight", "## Highlighting (dev → test)"),
                                 ("--stance", "stance", "## Stance from documents (dev → test)")):
-        code, _, err = run("eval", flag, "--out", str(tmp_path / "out"), "--report", str(report))
+        code, out, err = run("eval", flag, "--out", str(tmp_path / "out"), "--report", str(report))
         assert code == 0, err
         data = json.loads((tmp_path / "out" / f"{name}.json").read_text(encoding="utf-8"))
-        assert set(data) == {name, "command"} and data["command"].startswith("python -m lmswitch")
+        assert set(data) == {name, "command"}
         text = report.read_text(encoding="utf-8")
         assert f"{heading}\n\nCommand: `" in text and "## Other\n\nkept" in text
+        assert out.strip() and out.strip() in text  # the terminal gets the section's body
     assert "detox: chosen on dev" in report.read_text(encoding="utf-8")

@@ -136,7 +136,8 @@ def test_the_package_exports_load_on_first_use():
     import lmswitch
 
     script = "import sys, lmswitch; print('torch' in sys.modules, 'transformers' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60).stdout.split() == ["False", "False"]
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.stdout.split() == ["False", "False"], done.stderr
     for name, module in lmswitch._EXPORTS.items():
         assert getattr(lmswitch, name) is getattr(importlib.import_module(module), name)
     assert set(lmswitch.__all__) == set(lmswitch._EXPORTS) and set(lmswitch.__all__) <= set(dir(lmswitch))

@@ -315,14 +315,19 @@ SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = 
 
 
 def _named_command(argv: list[str], common: list[argparse.Action]) -> str | None:
-    """The subcommand ``argv`` names: its first word that is not an option or an option's value (None when there is none)."""
-    takes_value = {name for action in common if action.nargs != 0 for name in action.option_strings}
+    """The subcommand ``argv`` names: its first word that is not an option or an option's value (None when there is none).
+
+    An option may be shortened to any prefix that names only one, as argparse allows (``--mod X`` for ``--model X``).
+    """
     words = iter(argv)
     for word in words:
-        if word in takes_value:
-            next(words, None)
-        elif not word.startswith("-"):
+        if not word.startswith("-"):
             return word
+        if "=" in word:
+            continue
+        named = [a for a in common if any(name.startswith(word) for name in a.option_strings)]
+        if len(named) == 1 and named[0].nargs != 0:  # its value is the next word
+            next(words, None)
     return None
 
 
