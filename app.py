@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import faulthandler
 import gc
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -44,6 +42,7 @@ from lmswitch.webapp.lens import inspect_switch, run_highlight  # noqa: E402
 from lmswitch.webapp.mcp_tools import McpTools  # noqa: E402
 from lmswitch.webapp.openai_api import OpenAIApi  # noqa: E402
 from lmswitch.webapp.steer import generate_api, on_load, run_grid, run_sweep, run_transfer, select_model, steer  # noqa: E402
+from lmswitch.webapp.stopping import quiet, stop_on_signals  # noqa: E402
 from lmswitch.webapp.train import MODES, cancel_training, import_switch, save_switch, train  # noqa: E402
 from lmswitch.webapp.widgets import MAX_SLOTS, PENDING, dropdown_updates, slot_updates  # noqa: E402
 
@@ -62,32 +61,6 @@ def freeze_when_loaded(backend: Backend) -> None:
     backend.ready.wait()
     gc.collect()
     gc.freeze()
-
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl+C; a service manager's stop; a closed terminal
-SHUTDOWN_LIMIT = 60  # seconds a shutdown may take before the process prints its threads' stacks and exits with 1
-
-
-def stop_once(signum: int, frame) -> None:
-    """The first stop signal stops the server; later ones are ignored, so they cannot break into the shutdown
-    (stopping ``make app``'s process group with SIGTERM sends two, a moment apart: the stopper's and the one make passes
-    on). Ignored by the OS, not by a Python handler, which the interpreter drops while it exits (a late SIGTERM then
-    killed it), and with no lock here (a second signal can run this handler inside the first: a lock held there
-    deadlocked the server). A closed terminal's output would fail (EIO) and stop the shutdown: it goes to /dev/null."""
-    quiet()
-    if signum == signal.SIGHUP:
-        null = os.open(os.devnull, os.O_WRONLY)
-        for fd in (1, 2):
-            if os.isatty(fd):
-                os.dup2(null, fd)
-    raise KeyboardInterrupt
-
-
-def quiet() -> None:
-    """From now on the stop signals do nothing, and a shutdown that hangs ends itself after :data:`SHUTDOWN_LIMIT`."""
-    for stop in STOP_SIGNALS:
-        signal.signal(stop, signal.SIG_IGN)
-    faulthandler.dump_traceback_later(SHUTDOWN_LIMIT, exit=True)
 
 
 def hours(text: str) -> float:
@@ -133,9 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"switch folder {args.switches} does not exist; create it or pass --switches DIR")
     if args.spool_dir and not (Path(args.spool_dir).is_dir() and os.access(args.spool_dir, os.W_OK | os.X_OK)):
         raise SystemExit(f"--spool-dir {args.spool_dir} is not a folder this user can write to; create it or pass another")
-    for stop in STOP_SIGNALS:  # each ends the server, so the exit handlers remove its temporary folders
-        if signal.getsignal(stop) is not signal.SIG_IGN:  # unless ignored from the start (nohup, a background job)
-            signal.signal(stop, stop_once)
+    stop_on_signals()
     try:
         serve(args).block_thread()  # from here on a stop closes the server, then block_thread returns
     except KeyboardInterrupt:  # stopped while starting
