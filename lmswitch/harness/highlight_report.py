@@ -29,7 +29,7 @@ from lmswitch.core.models import LanguageModel
 from lmswitch.core.switch import Switch
 from lmswitch.harness.datasets import load_dataset
 from lmswitch.harness.evaluate import formality_scores, sentiment_scores, toxicity_scores
-from lmswitch.lenses.spans import DEFAULT_EPS, DEFAULT_MAX_SPAN, highlight
+from lmswitch.lenses.spans import DEFAULT_EPS, DEFAULT_MAX_SPAN, highlight_changes, token_deltas
 
 DATASET_OF = {"sentiment": "sentiment", "detox": "toxicity", "formality": "formality"}  # shipped switch → its dataset
 # the baseline a user would pick instead: the project's scorer of that style over every window of words, and which way
@@ -105,12 +105,15 @@ def _preference(hits: float, eps: float, max_span: int) -> tuple:
 
 
 def _score(lm: LanguageModel, switch: Switch, texts: Sequence[tuple[PlantedText, EncodedText]], eps: float,
-           max_span: int) -> HitRate:
-    shares = {+1: [], -1: []}
+           max_spans: Sequence[int]) -> list[HitRate]:
+    """Hit rates at ``eps`` for each span length, from one Δ per text."""
+    shares = {span: {+1: [], -1: []} for span in max_spans}
     for planted, enc in texts:
-        span = highlight(lm, switch, enc, eps=planted.side * eps, max_span=max_span).spans[0]
-        shares[planted.side].append(planted.inside(span.start, span.end))
-    return _rate(eps, max_span, shares, [p for p, _ in texts])
+        delta = token_deltas(lm, switch, enc, planted.side * eps)
+        for span in max_spans:
+            found = highlight_changes(switch, enc, delta, eps=planted.side * eps, max_span=span).spans[0]
+            shares[span][planted.side].append(planted.inside(found.start, found.end))
+    return [_rate(eps, span, shares[span], [p for p, _ in texts]) for span in max_spans]
 
 
 def _windows(text: str, max_words: int) -> list[tuple[int, int]]:
@@ -155,14 +158,14 @@ def evaluate_switch(lm: LanguageModel, name: str, switch: Switch, *, data_dir: s
     default, the one before it and the scorer baseline."""
     data = load_dataset(DATASET_OF[name], data_dir)
     split = {part: [(p, encode_text(lm, p.text)) for p in planted_texts(*data.heldout(part))] for part in ("dev", "test")}
-    dev = [_score(lm, switch, split["dev"], eps, span) for eps in STRENGTHS for span in SPAN_LENGTHS]
+    dev = [rate for eps in STRENGTHS for rate in _score(lm, switch, split["dev"], eps, SPAN_LENGTHS)]
     best = max(dev, key=lambda r: _preference(r.hits, r.eps, r.max_span))
     log(f"{name}: chose |ε| {best.eps:g}, max span {best.max_span} on dev ({best.hits:.0%} hits)")
     planted = {part: [p for p, _ in texts] for part, texts in split.items()}
     words = max(SPAN_LENGTHS, key=lambda n: _preference(scorer_hits(name, planted["dev"], n).hits, 0.0, n))
 
     def test(eps: float, span: int) -> HitRate:
-        return _score(lm, switch, split["test"], eps, span)
+        return _score(lm, switch, split["test"], eps, [span])[0]
 
     return SwitchHitRates(name, dev, test(best.eps, best.max_span), test(abs(DEFAULT_EPS), DEFAULT_MAX_SPAN),
                           test(*PREVIOUS_DEFAULT), scorer_hits(name, planted["test"], words))

@@ -265,11 +265,16 @@ def highlight(
     'a complete idiot and everyone'
     """
     check_highlight_args(eps, max_span, n_spans)  # before the model pass: fail fast
+    enc = text if isinstance(text, EncodedText) else encode_text(lm, text)
+    return highlight_changes(switch, enc, token_deltas(lm, switch, enc, eps), eps=eps, max_span=max_span, n_spans=n_spans)
+
+
+def token_deltas(lm: LanguageModel, switch: Switch, enc: EncodedText, eps: float) -> np.ndarray:
+    """Δ_i per token of an encoded text for ``switch`` at ``eps`` (0 for an unscored first token): what
+    :func:`highlight_changes` takes, for a caller that reads the spans of several lengths from one Δ."""
     setting = [(switch, float(eps))]
     check_setting(lm, setting)
-    enc = text if isinstance(text, EncodedText) else encode_text(lm, text)
-    return highlight_changes(switch, enc, _token_deltas(lm, enc, steering_matrix(setting)), eps=eps, max_span=max_span,
-                             n_spans=n_spans)
+    return _token_deltas(lm, enc, steering_matrix(setting))
 
 
 def check_highlight_args(eps: object, max_span: object, n_spans: object) -> None:
