@@ -435,7 +435,7 @@ def test_a_broken_model_is_refused_with_a_message(tmp_path, monkeypatch, capsys)
         assert err.startswith("error:") and said in err, err
 
 
-def test_eval_highlight_and_stance_write_their_json_and_report_section(run, tmp_path, monkeypatch):
+def test_eval_highlight_and_stance_write_their_json_and_report_section(run, model_dir, tmp_path, monkeypatch):
     """Both evaluations publish alike: DIR/NAME.json with the command, their section of the report file, the text."""
     from lmswitch.harness import highlight_report, stance
 
@@ -451,8 +451,10 @@ def test_eval_highlight_and_stance_write_their_json_and_report_section(run, tmp_
         code, out, err = run("eval", flag, "--out", str(tmp_path / "out"), "--report", str(report))
         assert code == 0, err
         data = json.loads((tmp_path / "out" / f"{name}.json").read_text(encoding="utf-8"))
-        assert set(data) == {name, "command"}
+        command = (f"python -m lmswitch --model {model_dir} --dtype float32 eval {flag} --out {tmp_path / 'out'} "
+                   f"--report {report}")  # main's own arguments, not pytest's
+        assert data == {name: data[name], "command": command}
         text = report.read_text(encoding="utf-8")
-        assert f"{heading}\n\nCommand: `" in text and "## Other\n\nkept" in text
+        assert f"{heading}\n\nCommand: `{command}`" in text and "## Other\n\nkept" in text
         assert out.strip() and out.strip() in text  # the terminal gets the section's body
     assert "detox: chosen on dev" in report.read_text(encoding="utf-8")

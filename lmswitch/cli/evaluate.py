@@ -105,7 +105,7 @@ def _report(args: argparse.Namespace, lm: LanguageModel) -> None:
     from lmswitch.harness.report import QUICK, Suite, command_line, run_report
 
     report = run_report(lm, args.report, suite=QUICK if args.quick else Suite(), switch_dir=args.switches or PRETRAINED_DIR,
-                        seed=args.seed, repeat_guard=args.repeat_guard, command=command_line(), log=log)
+                        seed=args.seed, repeat_guard=args.repeat_guard, command=command_line(args.argv), log=log)
     results = report.to_dict()
     emit(args, results, "\n".join(f"{'met   ' if c['met'] else 'MISSED'}  {c['target']}: {c['measured']}" for c in results["checks"]))
 
@@ -117,7 +117,7 @@ def _transfer_report(args: argparse.Namespace, lm: LanguageModel) -> None:
 
     target = load_model(args.transfer_to, dtype=args.dtype)
     report = run_transfer_report(lm, target, args.report or "EVALUATION.md", switch_dir=args.switches or PRETRAINED_DIR,
-                                 seed=args.seed, command=command_line(), log=log)
+                                 seed=args.seed, command=command_line(args.argv), log=log)
     emit(args, report.to_dict(), summary(report))
 
 
@@ -134,7 +134,7 @@ def _frontier(args: argparse.Namespace, lm: LanguageModel) -> None:
                               dev_limit=args.limit, test_limit=args.limit, log=log) for name in args.frontier]
     sliders = [check_sliders(lm, load_switch(name, lm), FrontierSpec.for_switch(name), protocol, args.limit)
                for name in args.frontier] if args.sliders else []
-    data = {"frontiers": [f.to_dict() for f in frontiers], "sliders": [c.to_dict() for c in sliders], "command": command_line()}
+    data = {"frontiers": [f.to_dict() for f in frontiers], "sliders": [c.to_dict() for c in sliders], "command": command_line(args.argv)}
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
@@ -142,7 +142,7 @@ def _frontier(args: argparse.Namespace, lm: LanguageModel) -> None:
         for f in frontiers:
             export(frontier_figure(f), out / f"frontier-{f.spec.switch}.html")
     if args.report:
-        body = f"Command: `{command_line()}`\n\n" + "\n".join(markdown(f) for f in frontiers)
+        body = f"Command: `{command_line(args.argv)}`\n\n" + "\n".join(markdown(f) for f in frontiers)
         if sliders:
             body += "\n### The app's default slider ranges on the test prompts\n\n" + "".join(c.markdown() for c in sliders)
         replace_section(Path(args.report), "## Fluent frontier (dev → test)", body)
@@ -174,13 +174,13 @@ def _publish(args: argparse.Namespace, name: str, results: object, heading: str,
     terminal ``body`` (or the JSON with ``--json``)."""
     from lmswitch.harness.report import command_line, replace_section
 
-    data = {name: results, "command": command_line()}
+    data = {name: results, "command": command_line(args.argv)}
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / f"{name}.json").write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
     if args.report:
-        replace_section(Path(args.report), heading, f"Command: `{command_line()}`\n\n{body}")
+        replace_section(Path(args.report), heading, f"Command: `{command_line(args.argv)}`\n\n{body}")
     emit(args, data, body)
 
 

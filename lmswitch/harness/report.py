@@ -511,6 +511,7 @@ def run_report(
 
 
 def command_line(argv: Sequence[str] | None = None) -> str:
+    """The shell command that runs ``python -m lmswitch`` with ``argv`` (default: this process's own arguments)."""
     return "python -m lmswitch " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
 
 
