@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from lmswitch.core.options import GENERATION_BUDGET as GENERATION_BUDGET  # defined there, torch-free, for the CLI
+
 if TYPE_CHECKING:
     from lmswitch.core.models import LanguageModel
-
-GENERATION_BUDGET = 4.0  # nats of steering per generation (dev frontier, EVALUATION.md "a steering budget per generation")
 
 
 class Budget:

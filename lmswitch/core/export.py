@@ -42,9 +42,10 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from lmswitch.core.models import LanguageModel
+from lmswitch.core.options import EXPORT_FORMAT
+from lmswitch.core.options import EXPORT_FORMATS as FORMATS
 from lmswitch.core.steering import Setting, check_setting, steering_matrix
 
-FORMATS = ("peft", "merged", "gguf", "gguf-lora")  # the last two: lmswitch/core/export_gguf.py
 ADAPTER_FILE = "adapter_model.safetensors"
 CONFIG_FILE = "adapter_config.json"
 MERGED_MARKER = "lmswitch_setting.json"  # marks a merged export (a folder an export may replace)
@@ -277,7 +278,7 @@ def export_merged(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *
     return ExportReport(str(out), "merged", full, full, 1.0, *errors, target, setting_names(setting), notes)
 
 
-def export(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *, format: str = "peft", rank: int | None = None,
+def export(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *, format: str = EXPORT_FORMAT, rank: int | None = None,
            force: bool = False) -> ExportReport:
     """Export ``setting`` in ``format`` (:data:`FORMATS`) to the folder ``out``."""
     if format == "peft":

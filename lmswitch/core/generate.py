@@ -29,7 +29,7 @@ from lmswitch.core.budget import Budget, RowBudgets
 from lmswitch.core.checks import is_whole
 from lmswitch.core.guard import RepeatGuard
 from lmswitch.core.models import LanguageModel
-from lmswitch.core.options import SAMPLING, SamplingOptions
+from lmswitch.core.options import SAMPLES, SAMPLING, SEED, SamplingOptions
 from lmswitch.core.steering import Setting, steer_rows
 from lmswitch.core.switch import Switch
 
@@ -405,8 +405,8 @@ def generate(
     max_new_tokens: int = SAMPLING.max_new_tokens,
     temperature: float = SAMPLING.temperature,
     top_p: float = SAMPLING.top_p,
-    seed: int = 0,
-    samples: int = 1,
+    seed: int = SEED,
+    samples: int = SAMPLES,
     chat: bool = SAMPLING.chat,
     adaptive: bool = SAMPLING.adaptive,
     kl_budget: float | None = SAMPLING.kl_budget,
@@ -447,7 +447,7 @@ def sweep(
     prompt: str,
     switch: Switch,
     eps_values: Sequence[float],
-    seed: int = 0,
+    seed: int = SEED,
     *,
     others: Setting = (),
     max_new_tokens: int = SAMPLING.max_new_tokens,
@@ -484,7 +484,7 @@ def stream_rows(
     prompt: str,
     settings: Sequence[Setting],
     *,
-    seed: int = 0,
+    seed: int = SEED,
     max_new_tokens: int = SAMPLING.max_new_tokens,
     temperature: float = SAMPLING.temperature,
     top_p: float = SAMPLING.top_p,

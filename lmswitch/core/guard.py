@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from lmswitch.core.options import MAX_REPEAT_GUARD as MAX_REPEAT_GUARD  # defined there, torch-free, for the CLI
+from lmswitch.core.options import REPEAT_GUARD as REPEAT_GUARD
+
 if TYPE_CHECKING:
     from lmswitch.core.models import LanguageModel
-
-REPEAT_GUARD = 4  # tokens per row whose logits steering may not raise (0: off); the dev choice, EVALUATION.md
-MAX_REPEAT_GUARD = 64
 
 
 class RepeatGuard:

@@ -1,7 +1,10 @@
 """Typed options, each default written once: decoding (:class:`SamplingOptions`) and training (:class:`TrainConfig`).
 
 The CLI, the app, the benchmarks and the report read their defaults from these
-classes (``TrainConfig().steps``, ``SAMPLING.top_p``) instead of repeating numbers.
+classes (``TrainConfig().steps``, ``SAMPLING.top_p``) instead of repeating numbers;
+the constants below are the defaults of the engine's other calls (``generate``'s
+seed, ``transfer``'s anchors, ...), which those calls' signatures read too. No torch
+here: ``lmswitch generate --help`` shows these without loading the library.
 
 >>> cfg = TrainConfig(steps=300, rank=16)     # doctest: +SKIP
 >>> train_switch(lm, pos, neg, config=cfg)    # doctest: +SKIP
@@ -12,24 +15,36 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING
 
-import torch
-
-from lmswitch.core.adaptive import KL_BUDGET
-from lmswitch.core.budget import GENERATION_BUDGET
 from lmswitch.core.checks import is_number as _finite
 from lmswitch.core.checks import is_whole as _whole
 from lmswitch.core.checks import plain
-from lmswitch.core.guard import MAX_REPEAT_GUARD, REPEAT_GUARD
-from lmswitch.core.solver import RECIPES
 
 if TYPE_CHECKING:
+    import torch
+
     from lmswitch.core.models import LanguageModel
 
 MAX_STEPS = 100_000
 MAX_BEST_OF = 16  # candidates per generation
 MAX_GUIDE = 8  # candidates per piece of guided decoding
 GUIDE_TOKENS = 5  # guided decoding chooses among its candidates every this many tokens
-OPTIMIZERS = (*RECIPES, "adam")  # the L-BFGS recipes, then the paper's Adam steps
+KL_BUDGET = 1.0  # nats per token; the issue's measurement: Dist-3 0.99 with 74% positive at 1.24× perplexity (core/adaptive.py)
+GENERATION_BUDGET = 4.0  # nats of steering per generation (dev frontier, EVALUATION.md "a steering budget per generation")
+REPEAT_GUARD = 4  # tokens per row whose logits steering may not raise (0: off); the dev choice, EVALUATION.md (core/guard.py)
+MAX_REPEAT_GUARD = 64
+RECIPE_NAMES = ("lbfgs-sampled", "lbfgs")  # the L-BFGS recipes of lmswitch.core.solver (its RECIPES maps each to its settings)
+OPTIMIZERS = (*RECIPE_NAMES, "adam")  # the L-BFGS recipes, then the paper's Adam steps
+
+# the defaults of the engine's calls that take their settings one by one
+SEED = 0  # generate's and sweep's first seed (sample k of a prompt uses SEED + k)
+SAMPLES = 1  # generate's texts per prompt
+DESCRIPTION = ""  # train_switch's description of the switch
+POSITIVE_LABEL = "positive"  # train_switch: what +ε moves toward
+NEGATIVE_LABEL = "negative"  # train_switch: what -ε moves toward
+ANCHORS = 4000  # transfer: shared word tokens the map is fitted on (at most)
+MIN_ANCHORS = 200  # transfer: fewer shared words than this and no map is fitted
+EXPORT_FORMAT = "peft"  # export's default: a LoRA adapter on the output head
+EXPORT_FORMATS = (EXPORT_FORMAT, "merged", "gguf", "gguf-lora")  # the last two: lmswitch/core/export_gguf.py
 
 
 def _plain_fields(options: object) -> None:

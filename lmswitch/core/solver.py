@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import torch
 
 from lmswitch.core.models import LanguageModel, preferred_dtype
+from lmswitch.core.options import RECIPE_NAMES
 from lmswitch.core.packed import mm_t
 from lmswitch.core.pause import pause_point
 
@@ -68,6 +69,7 @@ class Recipe:
 SAMPLED = Recipe(tail_samples=16, evaluations=10, scaled=True)
 BOUND = Recipe(tail_samples=None, evaluations=15, scaled=False)  # the first release; the shipped sentiment switch's
 RECIPES = {"lbfgs-sampled": SAMPLED, "lbfgs": BOUND}  # TrainConfig.optimizer → recipe (a name keeps its recipe)
+assert tuple(RECIPES) == RECIPE_NAMES, "name each recipe in lmswitch.core.options.RECIPE_NAMES too (the CLI reads them there)"
 
 
 @dataclass(frozen=True)

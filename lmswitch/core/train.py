@@ -29,7 +29,7 @@ from lmswitch.core.card import Card, TrainingRecord
 from lmswitch.core.hidden import READ_CHARS, EncodedText, TokenStates, check_text, encode_texts
 from lmswitch.core.judge import fit_judge
 from lmswitch.core.models import LanguageModel, preferred_dtype
-from lmswitch.core.options import TrainConfig
+from lmswitch.core.options import DESCRIPTION, NEGATIVE_LABEL, POSITIVE_LABEL, TrainConfig
 from lmswitch.core.pause import pause_point
 from lmswitch.core.switch import Switch
 
@@ -478,9 +478,9 @@ def train_events(
     *,
     labels: Sequence[float] | None = None,
     name: str = "switch",
-    description: str = "",
-    positive_label: str = "positive",
-    negative_label: str = "negative",
+    description: str = DESCRIPTION,
+    positive_label: str = POSITIVE_LABEL,
+    negative_label: str = NEGATIVE_LABEL,
     config: TrainConfig = DEFAULT_CONFIG,
     cancel: threading.Event | Callable[[], bool] | None = None,
 ) -> Iterator[TrainEvent]:
@@ -540,9 +540,9 @@ def train_switch(
     *,
     labels: Sequence[float] | None = None,
     name: str = "switch",
-    description: str = "",
-    positive_label: str = "positive",
-    negative_label: str = "negative",
+    description: str = DESCRIPTION,
+    positive_label: str = POSITIVE_LABEL,
+    negative_label: str = NEGATIVE_LABEL,
     config: TrainConfig = DEFAULT_CONFIG,
     progress: ProgressCallback | None = None,
     cancel: threading.Event | Callable[[], bool] | None = None,

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from lmswitch.core.models import LanguageModel
+from lmswitch.core.options import ANCHORS, MIN_ANCHORS
 from lmswitch.core.switch import MAX_EPS_RANGE, Switch, check_switch, usable_name
 from lmswitch.lenses.svd import reference_hidden
 from lmswitch.lenses.vocab import token_words
@@ -109,8 +110,8 @@ def transfer(
     source: LanguageModel,
     target: LanguageModel,
     *,
-    anchors: int = 4000,
-    min_anchors: int = 200,
+    anchors: int = ANCHORS,
+    min_anchors: int = MIN_ANCHORS,
     method: str = "procrustes",
     ridge: float = 1e-6,
 ) -> Switch:

@@ -20,7 +20,8 @@ so settings are compared on coupled samples) and the continuations are scored:
   formal (probability > 0.5); there is no offline formality scorer to install.
 
 Every default is written once: the thresholds below, and the sampling settings in
-:class:`Protocol` (:data:`PROTOCOL` holds its defaults).
+:class:`Protocol` (:data:`PROTOCOL` holds its defaults; both are defined in the
+torch-free :mod:`lmswitch.harness.options`, which the command line's help reads).
 """
 
 from __future__ import annotations
@@ -40,10 +41,11 @@ from lmswitch.core.generate import Generated, encode_prompts, generate_tokens, p
 from lmswitch.core.guided import loops as repeated_word
 from lmswitch.core.hidden import EncodedText, encode_continuations, target_logprobs
 from lmswitch.core.models import LanguageModel
-from lmswitch.core.options import SAMPLING, SamplingOptions
+from lmswitch.core.options import SamplingOptions
 from lmswitch.core.parallel import gather, mine
 from lmswitch.core.steering import Setting, check_setting
 from lmswitch.core.switch import Switch
+from lmswitch.harness.options import PROTOCOL, Protocol
 from lmswitch.io.resources import prompts_dir
 
 PROMPT_SETS = {"neutral": "neutral.txt", "provocative": "provocative.txt"}
@@ -82,48 +84,6 @@ def load_prompts(which: str | Path, limit: int | None = None, split: str | None 
             raise ValueError(f"the prompt limit must be a positive integer; got {limit!r}")
         prompts = prompts[:limit]
     return prompts
-
-
-@dataclass(frozen=True)
-class Protocol:
-    """Sampling settings of one evaluation (the paper: 25 samples, 20 new tokens, p = 0.9)."""
-
-    samples: int = 5
-    max_new_tokens: int = 25
-    top_p: float = SAMPLING.top_p
-    temperature: float = SAMPLING.temperature
-    seed: int = 0
-    batch_size: int = 128
-    adaptive: bool = SAMPLING.adaptive  # per-token KL cap on the steering (lmswitch.core.adaptive)
-    kl_budget: float | None = SAMPLING.kl_budget
-    generation_budget: float | None = SAMPLING.generation_budget  # with adaptive: steering per generation (lmswitch.core.budget)
-    best_of: int = SAMPLING.best_of  # candidates per sample; the likeliest under the steered model is kept
-    guide: int = SAMPLING.guide  # guided decoding's candidates per piece (lmswitch.core.guided)
-    repeat_guard: int = SAMPLING.repeat_guard  # steering may not raise each text's last this many tokens (lmswitch.core.guard)
-    # score a row from the head inputs its decode recorded where those are the unsteered model's (one head pass); False:
-    # every row by a second body pass over prompt and text, as rows that cannot be scored so are (instructed, best of
-    # n, guided, activation addition), so that a comparison with such rows scores all of them alike
-    score_from_decode: bool = True
-
-    def sampling(self) -> SamplingOptions:
-        """The decoding options of this protocol's generations."""
-        return SamplingOptions(self.max_new_tokens, self.temperature, self.top_p, adaptive=self.adaptive, kl_budget=self.kl_budget,
-                               generation_budget=self.generation_budget, best_of=self.best_of, guide=self.guide,
-                               repeat_guard=self.repeat_guard)
-
-    def validate(self) -> None:
-        if not isinstance(self.samples, int) or not 1 <= self.samples <= 100:
-            raise ValueError(f"samples must be an integer from 1 to 100; got {self.samples!r}")
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer; got {self.batch_size!r}")
-        if not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed must be a non-negative integer; got {self.seed!r}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-PROTOCOL = Protocol()  # the defaults, for signatures and help texts that take the fields one by one
 
 
 # ---------------------------------------------------------------- metrics on texts

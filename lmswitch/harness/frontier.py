@@ -35,6 +35,7 @@ from lmswitch.core.switch import Switch
 from lmswitch.harness.baselines import ActivationAddition, added, fit_activation_addition
 from lmswitch.harness.datasets import load_dataset
 from lmswitch.harness.evaluate import PROTOCOL, Evaluation, Protocol, evaluate_settings, load_prompts
+from lmswitch.harness.options import BEST_OF, FRONTIER_METHODS, GUIDES
 
 
 @dataclass(frozen=True)
@@ -129,13 +130,12 @@ def _caa(lm: LanguageModel, switch: Switch, side: int, prompts: Sequence[str], p
     return out
 
 
-BEST_OF = 4  # candidates per sample of the best-of method
-GUIDES = (4, 8)  # candidates per piece of the guided methods
 METHODS: dict[str, Method] = {"switch": _switch(), "switch-unguarded": _switch(repeat_guard=0),
                               "switch+adaptive": _switch(adaptive=True),
                               f"switch+best-of-{BEST_OF}": _switch(best_of=BEST_OF),
                               **{f"switch+guided-{n}": _switch(guide=n) for n in GUIDES},
                               "prompting": _prompting, "caa": _caa}
+assert tuple(METHODS) == FRONTIER_METHODS, "name each method in lmswitch.harness.options.FRONTIER_METHODS too (the CLI reads them there)"
 DECODE_SCORED = ("switch", "switch-unguarded", "switch+adaptive")  # methods whose rows are scored from their decode (Protocol.score_from_decode)
 LEVELS = tuple(float(k) for k in range(1, len(INSTRUCTIONS) + 1))  # the prompting baseline's strengths
 CAA_STRENGTHS = (0.5, 1.0, 2.0, 3.0, 4.0, 6.0)  # |α| swept for activation addition, multiples of its mean-difference vector

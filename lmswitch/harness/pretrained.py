@@ -27,6 +27,7 @@ from lmswitch.core.train import train_switch
 from lmswitch.harness.datasets import DATASETS, HELDOUT_EVERY, SOURCE_PATH, StyleData, load_dataset
 from lmswitch.harness.evaluate import Protocol, evaluate_sweep, load_prompts
 from lmswitch.harness.frontier import FrontierSpec, Probe, calibrate
+from lmswitch.harness.options import BUILD_SEED, CARD_PROMPTS, CARD_SAMPLES
 from lmswitch.io.resources import shipped_switches_dir
 from lmswitch.lenses.meter import style_slope
 
@@ -35,8 +36,6 @@ SHIPPED_TRAINING = TrainConfig(optimizer="adam", lr=3e-3, steps=300, rank=16)  #
 # the first L-BFGS recipe, full rank: on the grown data it beat the Adam switch on the dev frontier, plain and guided
 # (EVALUATION.md); named, not the default, so a rebuild stays bit for bit when the default changes
 SENTIMENT_TRAINING = TrainConfig(optimizer="lbfgs")
-CARD_PROMPTS = 20  # prompts of the card's short evaluation (the first ones of the spec's set)
-CARD_SAMPLES = 4  # samples per prompt in the card's short evaluation
 
 
 @dataclass(frozen=True)
@@ -178,7 +177,7 @@ def build_switch(
     data_dir: str | Path | None = None,
     eval_prompts: int = CARD_PROMPTS,
     samples: int = CARD_SAMPLES,
-    seed: int = 0,
+    seed: int = BUILD_SEED,
     fluent: bool = True,
     log: Log | None = None,
 ) -> Switch:
@@ -221,7 +220,7 @@ def _calibrated(lm: LanguageModel, switch: Switch, spec: Spec, protocol: Protoco
 
 
 def recalibrate_switch(lm: LanguageModel, switch: Switch, *, eval_prompts: int = CARD_PROMPTS, samples: int = CARD_SAMPLES,
-                       seed: int = 0, data_dir: str | Path | None = None, log: Log | None = None) -> Switch:
+                       seed: int = BUILD_SEED, data_dir: str | Path | None = None, log: Log | None = None) -> Switch:
     """A shipped switch with its weights kept and its card measured again: the fluent ε range on the dev prompts
     (:data:`CALIBRATION`, the frontier's rules), the recommended ε moved to its limit, and the card's short
     evaluation at ±that ε; its judge (guided decoding's classifier) is fitted again on its training pairs. What the
@@ -253,7 +252,7 @@ def build_pretrained(
     data_dir: str | Path | None = None,
     eval_prompts: int = CARD_PROMPTS,
     samples: int = CARD_SAMPLES,
-    seed: int = 0,
+    seed: int = BUILD_SEED,
     fluent: bool = True,
     recalibrate: bool = False,
     log: Log | None = None,

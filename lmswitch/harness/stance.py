@@ -25,18 +25,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 from lmswitch.core.models import LanguageModel
-from lmswitch.core.options import TrainConfig
 from lmswitch.core.switch import Switch
 from lmswitch.core.train import train_switch
 from lmswitch.harness.evaluate import PROTOCOL, Evaluation, Protocol, evaluate_settings
 from lmswitch.harness.frontier import FluencyRules
+from lmswitch.harness.options import STANCE_METHODS as METHODS
 from lmswitch.io.documents import split_lines
 from lmswitch.io.resources import data_path
 from lmswitch.lenses.meter import style_slope
 
 STANCE_DIR = data_path("stance")
 PER_TOKENS = 25  # lexicon hits are counted per this many tokens of continuation
-METHODS = {"plain": TrainConfig(), "self-contrast": TrainConfig(self_contrast=True)}
 STRENGTHS = (2.0, 4.0, 8.0)  # ε swept on dev topics for the A-vs-B lexicon shift
 STANCE_PROTOCOL = replace(PROTOCOL, samples=2, max_new_tokens=25)
 RULES = FluencyRules()

@@ -23,6 +23,7 @@ from lmswitch.core.hidden import HEAD_CHUNK, EncodedText, encode_text
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.pause import pause_point
 from lmswitch.core.switch import Switch, check_switch
+from lmswitch.lenses.options import DEFAULT_POINTS
 
 MAX_SWITCHES = 8
 MAX_GRID = 201
@@ -331,7 +332,7 @@ def measure(
     text: str | EncodedText,
     *,
     grid: Sequence[float] | None = None,
-    points: int = 21,
+    points: int = DEFAULT_POINTS,
     bound: float | None = None,
 ) -> Measurement:
     """Log-likelihood of ``text`` as a function of each switch's ε, and the ε that explains it best.

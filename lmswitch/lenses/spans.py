@@ -21,12 +21,8 @@ from lmswitch.core.hidden import EncodedText, encode_text, target_logprobs
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.steering import Setting, check_setting, steering_matrix
 from lmswitch.core.switch import Switch
+from lmswitch.lenses.options import DEFAULT_EPS, DEFAULT_MAX_SPAN, DEFAULT_SPANS
 
-# the steering a highlight compares with the unsteered model (ε0 units) and the tokens per span, unless told: the
-# setting with the best mean hit rate over the shipped switches on dev (eval --highlight, EVALUATION.md "Highlighting");
-# a weak ε reads the switch's direction, a strong one what the steered model would rather have written instead
-DEFAULT_EPS = 1.0
-DEFAULT_MAX_SPAN = 8
 # best_spans costs O(tokens × spans × span length) in Python: these keep one call on a 100,000-character text to seconds
 MAX_SPAN_TOKENS = 64
 MAX_SPANS = 50
@@ -131,7 +127,7 @@ def _check_span_args(max_span: object, n_spans: object) -> None:
         raise ValueError(f"n_spans must be an integer from 1 to {MAX_SPANS}; got {n_spans!r}")
 
 
-def best_spans(scores: Sequence[float], max_span: int = DEFAULT_MAX_SPAN, n_spans: int = 1) -> list[tuple[int, int, float]]:
+def best_spans(scores: Sequence[float], max_span: int = DEFAULT_MAX_SPAN, n_spans: int = DEFAULT_SPANS) -> list[tuple[int, int, float]]:
     """The ``n_spans`` non-overlapping runs of ≤ ``max_span`` items with the largest total score.
 
     Exact O(n · n_spans · max_span) dynamic programming. Exactly
@@ -240,7 +236,7 @@ def highlight(
     *,
     eps: float = DEFAULT_EPS,
     max_span: int = DEFAULT_MAX_SPAN,
-    n_spans: int = 1,
+    n_spans: int = DEFAULT_SPANS,
 ) -> Highlight:
     """The most style-indicative span(s) of ``text`` for ``switch`` at ``eps`` (ε0 units).
 
@@ -285,7 +281,7 @@ def check_highlight_args(eps: object, max_span: object, n_spans: object) -> None
 
 
 def highlight_changes(switch: Switch, enc: EncodedText, delta: np.ndarray, *, eps: float, max_span: int = DEFAULT_MAX_SPAN,
-                      n_spans: int = 1) -> Highlight:
+                      n_spans: int = DEFAULT_SPANS) -> Highlight:
     """:func:`highlight` of an encoded text whose per-token changes ``delta`` at ``eps`` are already known (the style
     meter's :func:`~lmswitch.lenses.meter.reading` gives them from its own cached logits)."""
     check_highlight_args(eps, max_span, n_spans)

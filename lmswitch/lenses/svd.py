@@ -35,6 +35,7 @@ from lmswitch.core.models import LanguageModel, cache_dir
 from lmswitch.core.pause import pause_point
 from lmswitch.core.switch import Switch, check_switch
 from lmswitch.io.resources import read_data_text
+from lmswitch.lenses.options import DEFAULT_DIMS, DEFAULT_WORDS
 from lmswitch.lenses.vocab import complete_words, token_words
 
 MAX_DIMS = 100
@@ -333,7 +334,7 @@ def _directions(lm: LanguageModel, switch: Switch, k: int, reference: list[str] 
 
 
 @torch.no_grad()
-def svd_dimensions(lm: LanguageModel, switch: Switch, *, dims: int = 10, words: int = 20, reference: list[str] | None = None) -> Dimensions:
+def svd_dimensions(lm: LanguageModel, switch: Switch, *, dims: int = DEFAULT_DIMS, words: int = DEFAULT_WORDS, reference: list[str] | None = None) -> Dimensions:
     """The switch's top ``dims`` singular directions, each with ``words`` words at each pole.
 
     Every :class:`Dimension` is oriented so that ``promoted`` lists the words it
@@ -373,7 +374,7 @@ def svd_dimensions(lm: LanguageModel, switch: Switch, *, dims: int = 10, words: 
 
 
 @torch.no_grad()
-def promoted_words(lm: LanguageModel, switch: Switch, *, words: int = 20, reference: list[str] | None = None) -> WordChanges:
+def promoted_words(lm: LanguageModel, switch: Switch, *, words: int = DEFAULT_WORDS, reference: list[str] | None = None) -> WordChanges:
     """The words whose logits the switch raises and lowers most at positive ε, on average over contexts.
 
     The mean logit change over reference contexts is ``ε · e_vᵀ W c̄`` (linear in
