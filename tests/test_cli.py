@@ -320,17 +320,56 @@ def test_a_parser_with_only_the_named_subcommand_parses_alike(argv):
     assert build_parser(argv).parse_args(argv) == build_parser().parse_args(argv)
 
 
+def test_the_command_line_defaults_are_the_librarys():
+    """The parser reads the constants the library's signatures read: the two cannot drift apart."""
+    import inspect
+
+    from lmswitch.cli import build_parser
+    from lmswitch.core.export import export
+    from lmswitch.core.generate import generate, sweep
+    from lmswitch.core.train import train_switch
+    from lmswitch.core.transfer import transfer
+    from lmswitch.harness.frontier import METHODS as FRONTIER_METHODS
+    from lmswitch.harness.pretrained import build_pretrained
+    from lmswitch.harness.stance import METHODS as STANCE_METHODS
+    from lmswitch.lenses.meter import measure
+    from lmswitch.lenses.spans import highlight
+    from lmswitch.lenses.svd import svd_dimensions
+
+    text = ["--switch", "s", "--text", "t"]
+    cases = [(["generate", "--prompt", "x"], generate, {"seed": "seed", "samples": "samples"}),
+             (["sweep", "--prompt", "x", "--switch", "s"], sweep, {"seed": "seed"}),
+             (["train", "--positive", "p", "--out", "o"], train_switch,
+              {"description": "description", "positive_label": "positive_label", "negative_label": "negative_label"}),
+             (["svd", "--switch", "s"], svd_dimensions, {"dims": "dims", "words": "words"}),
+             (["highlight", *text], highlight, {"eps": "eps", "max_span": "max_span", "spans": "n_spans"}),
+             (["measure", *text], measure, {"points": "points"}),
+             (["build-pretrained"], build_pretrained, {"eval_prompts": "eval_prompts", "samples": "samples", "seed": "seed"}),
+             (["transfer", "--switch", "s", "--to", "m", "--out", "o"], transfer, {"anchors": "anchors", "min_anchors": "min_anchors"}),
+             (["export", "--switch", "s", "--out", "o"], export, {"format": "format"})]
+    for argv, fn, names in cases:
+        args, params = build_parser().parse_args(argv), inspect.signature(fn).parameters
+        assert {dest: getattr(args, dest) for dest in names} == {dest: params[p].default for dest, p in names.items()}, argv
+    evaluation = build_parser().parse_args(["eval"])
+    assert (evaluation.methods, evaluation.stance_methods) == (",".join(FRONTIER_METHODS), ",".join(STANCE_METHODS))
+
+
 def test_help_and_a_mistyped_command_do_not_import_the_library():
-    """Only the subcommand named gets its arguments (their defaults import torch), so these answer in well under a second."""
+    """Every subcommand's defaults come from torch-free option modules, so its --help (like the top --help and a mistyped
+    command) answers in well under a second."""
     import subprocess
     import sys
 
-    script = ("import sys\nfrom lmswitch.cli import main\nfor argv in (['--help'], ['generat'], ['info', '--help']):\n"
+    from lmswitch.cli.parser import SUBCOMMANDS
+
+    argvs = [["--help"], ["generat"], *([name, "--help"] for name in SUBCOMMANDS)]
+    script = (f"import sys\nfrom lmswitch.cli import main\nfor argv in {argvs!r}:\n"
               "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
               "print(sorted(m for m in ('torch', 'transformers', 'gradio') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.stdout.strip().splitlines()[-1:] == ["[]"], done.stdout + done.stderr
     assert "invalid choice: 'generat'" in done.stderr
+    assert all(f"usage: python -m lmswitch {name} " in done.stdout for name in SUBCOMMANDS), done.stdout
 
 
 @pytest.mark.real_model

@@ -3,9 +3,11 @@
 Every default that the library already has is read from it, never restated:
 decoding from :data:`~lmswitch.core.options.SAMPLING`, training from
 :class:`~lmswitch.core.options.TrainConfig`, evaluation from
-:class:`~lmswitch.harness.evaluate.Protocol`, the rest from the signature of the
-function the subcommand calls. Switch settings and ε lists go through the one
-parser in :mod:`lmswitch.io.parse`.
+:class:`~lmswitch.harness.options.Protocol`, the rest from the constants that the
+signature of the function the subcommand calls reads too. All of them live in
+torch-free modules (``core/options.py``, ``lenses/options.py``,
+``harness/options.py``), so a subcommand's ``--help`` loads no model library.
+Switch settings and ε lists go through the one parser in :mod:`lmswitch.io.parse`.
 
 >>> build_parser().parse_args(["generate", "--prompt", "Hi", "--switch", "sentiment=4"]).switch   # doctest: +SKIP
 [('sentiment', 4.0)]
@@ -14,7 +16,6 @@ parser in :mod:`lmswitch.io.parse`.
 from __future__ import annotations
 
 import argparse
-import inspect
 import sys
 from collections.abc import Callable
 from dataclasses import fields
@@ -22,7 +23,24 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
+from lmswitch.core.options import (
+    ANCHORS,
+    DESCRIPTION,
+    EXPORT_FORMAT,
+    EXPORT_FORMATS,
+    GUIDE_TOKENS,
+    MIN_ANCHORS,
+    NEGATIVE_LABEL,
+    OPTIMIZERS,
+    POSITIVE_LABEL,
+    SAMPLES,
+    SAMPLING,
+    SEED,
+    TrainConfig,
+)
+from lmswitch.harness.options import BUILD_SEED, CARD_PROMPTS, CARD_SAMPLES, FRONTIER_METHODS, PROTOCOL, STANCE_METHODS
 from lmswitch.io.parse import DEFAULT_EPS, parse_eps_list, parse_switch_spec
+from lmswitch.lenses import options as lens
 
 T = TypeVar("T")
 
@@ -42,11 +60,6 @@ DEMO_NEW_TOKENS = 30
 def _help(cls: type, name: str) -> str:
     """The help text a dataclass field carries in its metadata (written once, on the option class)."""
     return next(f.metadata["help"] for f in fields(cls) if f.name == name).replace("%", "%%")
-
-
-def _default(fn: Callable, name: str) -> object:
-    """``fn``'s own default for parameter ``name``: the CLI shows and uses the library's default."""
-    return inspect.signature(fn).parameters[name].default
 
 
 def _argument_type(parse: Callable[[str], T]) -> Callable[[str], T]:
@@ -83,20 +96,15 @@ def _add_common_options(p: argparse.ArgumentParser, defaults: bool) -> list[argp
 
 
 def _add_generation_options(p: argparse.ArgumentParser) -> None:
-    from lmswitch.core.generate import generate
-    from lmswitch.core.options import SAMPLING
-
     p.add_argument("--max-new-tokens", type=int, default=SAMPLING.max_new_tokens)
     p.add_argument("--temperature", type=float, default=SAMPLING.temperature, help="0 for greedy decoding")
     p.add_argument("--top-p", type=float, default=SAMPLING.top_p)
-    p.add_argument("--seed", type=int, default=_default(generate, "seed"))
+    p.add_argument("--seed", type=int, default=SEED)
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     _add_adaptive_options(p)
 
 
 def _add_adaptive_options(p: argparse.ArgumentParser) -> None:
-    from lmswitch.core.options import GUIDE_TOKENS, SAMPLING
-
     p.add_argument("--adaptive", action="store_true",
                    help="adaptive strength: steer each generation only until the switch has changed its sampled tokens by "
                         "--generation-budget nats (then the model writes on unsteered: no word loops at strong ε)")
@@ -133,9 +141,6 @@ def _info(p: argparse.ArgumentParser) -> None:
 
 
 def _train(p: argparse.ArgumentParser) -> None:
-    from lmswitch.core.options import OPTIMIZERS, TrainConfig
-    from lmswitch.core.train import train_switch
-
     train = TrainConfig()
     p.add_argument("--positive", required=True, help="a .txt/.md/.html/.pdf/.docx file: one example per line (or one document with --document)")
     p.add_argument("--negative", help="a file of contrasting examples (same formats)")
@@ -143,9 +148,9 @@ def _train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="output .safetensors path (an existing file is kept unless --force)")
     p.add_argument("--force", action="store_true", help="replace --out when it exists")
     p.add_argument("--name", default=None, help="the switch's name (default: --out's file name); 1–48 letters, digits, _ . + -")
-    p.add_argument("--description", default=_default(train_switch, "description"))
-    p.add_argument("--positive-label", default=_default(train_switch, "positive_label"), help="what +eps moves toward (e.g. non-toxic)")
-    p.add_argument("--negative-label", default=_default(train_switch, "negative_label"), help="what -eps moves toward (e.g. toxic)")
+    p.add_argument("--description", default=DESCRIPTION)
+    p.add_argument("--positive-label", default=POSITIVE_LABEL, help="what +eps moves toward (e.g. non-toxic)")
+    p.add_argument("--negative-label", default=NEGATIVE_LABEL, help="what -eps moves toward (e.g. toxic)")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default=train.optimizer, help=_help(TrainConfig, "optimizer"))
     p.add_argument("--self-contrast", action="store_true", help=_help(TrainConfig, "self_contrast"))
     p.add_argument("--steps", type=int, default=train.steps, help=_help(TrainConfig, "steps"))
@@ -156,13 +161,11 @@ def _train(p: argparse.ArgumentParser) -> None:
 
 
 def _generate(p: argparse.ArgumentParser) -> None:
-    from lmswitch.core.generate import generate
-
     p.add_argument("--prompt", required=True)
     p.add_argument("--switch", action="append", default=[], type=switch_spec_or_card, metavar="SWITCH[=EPS]",
                    help=f"repeatable; SWITCH is {SWITCH_HELP}; EPS in eps0 units (default: the card's recommended ε, "
                         f"inside its fluent range; {DEFAULT_EPS:g}, the paper's 5 eps0, for a card without one)")
-    p.add_argument("--samples", type=int, default=_default(generate, "samples"))
+    p.add_argument("--samples", type=int, default=SAMPLES)
     _add_generation_options(p)
 
 
@@ -176,36 +179,26 @@ def _sweep(p: argparse.ArgumentParser) -> None:
 
 
 def _svd(p: argparse.ArgumentParser) -> None:
-    from lmswitch.lenses.svd import svd_dimensions
-
     p.add_argument("--switch", required=True, help=SWITCH_HELP)
-    p.add_argument("--dims", type=int, default=_default(svd_dimensions, "dims"))
-    p.add_argument("--words", type=int, default=_default(svd_dimensions, "words"))
+    p.add_argument("--dims", type=int, default=lens.DEFAULT_DIMS)
+    p.add_argument("--words", type=int, default=lens.DEFAULT_WORDS)
 
 
 def _highlight(p: argparse.ArgumentParser) -> None:
-    from lmswitch.lenses.spans import highlight
-
     p.add_argument("--switch", required=True, help=SWITCH_HELP)
     _add_text_options(p)
-    p.add_argument("--eps", type=float, default=_default(highlight, "eps"), help="eps in eps0 units; negative finds the switch's negative side")
-    p.add_argument("--max-span", type=int, default=_default(highlight, "max_span"), help="tokens per span")
-    p.add_argument("--spans", type=int, default=_default(highlight, "n_spans"), help="number of non-overlapping spans")
+    p.add_argument("--eps", type=float, default=lens.DEFAULT_EPS, help="eps in eps0 units; negative finds the switch's negative side")
+    p.add_argument("--max-span", type=int, default=lens.DEFAULT_MAX_SPAN, help="tokens per span")
+    p.add_argument("--spans", type=int, default=lens.DEFAULT_SPANS, help="number of non-overlapping spans")
 
 
 def _measure(p: argparse.ArgumentParser) -> None:
-    from lmswitch.lenses.meter import measure
-
     p.add_argument("--switch", action="append", required=True, help=f"repeatable; {SWITCH_HELP}")
     _add_text_options(p)
-    p.add_argument("--points", type=int, default=_default(measure, "points"), help="grid points per switch over its recommended range")
+    p.add_argument("--points", type=int, default=lens.DEFAULT_POINTS, help="grid points per switch over its recommended range")
 
 
 def _eval(p: argparse.ArgumentParser) -> None:
-    from lmswitch.harness.evaluate import PROTOCOL
-    from lmswitch.harness.frontier import METHODS as FRONTIER_METHODS
-    from lmswitch.harness.stance import METHODS as STANCE_METHODS
-
     p.add_argument("--switch", help=f"switch to sweep: {SWITCH_HELP}")
     p.add_argument("--eps", type=eval_eps_list, default=EVAL_EPS, help="eps values (eps0 units)")
     p.add_argument("--grid", help="a second switch: evaluate the 2-D grid of --eps × --grid-eps instead of a sweep")
@@ -246,14 +239,12 @@ def _eval(p: argparse.ArgumentParser) -> None:
 
 
 def _build_pretrained(p: argparse.ArgumentParser) -> None:
-    from lmswitch.harness.pretrained import build_pretrained
-
     p.add_argument("--out", default=None, help="folder to write (default: the shipped switches, lmswitch/data/switches/)")
     p.add_argument("--only", action="append", default=None, help="build only this switch (repeatable)")
     p.add_argument("--data", default=None, help="dataset folder (default: the shipped datasets, lmswitch/data/styles/)")
-    p.add_argument("--eval-prompts", type=int, default=_default(build_pretrained, "eval_prompts"), help="prompts for the card's quick evaluation (0 to skip)")
-    p.add_argument("--samples", type=int, default=_default(build_pretrained, "samples"))
-    p.add_argument("--seed", type=int, default=_default(build_pretrained, "seed"))
+    p.add_argument("--eval-prompts", type=int, default=CARD_PROMPTS, help="prompts for the card's quick evaluation (0 to skip)")
+    p.add_argument("--samples", type=int, default=CARD_SAMPLES)
+    p.add_argument("--seed", type=int, default=BUILD_SEED)
     p.add_argument("--no-calibrate", action="store_true",
                    help="skip probing each switch's fluent ε range on the dev prompts (the card then recommends the spec's ε)")
     p.add_argument("--recalibrate", action="store_true",
@@ -263,26 +254,21 @@ def _build_pretrained(p: argparse.ArgumentParser) -> None:
 
 
 def _transfer(p: argparse.ArgumentParser) -> None:
-    from lmswitch.core.transfer import transfer
-
-    anchors, min_anchors = _default(transfer, "anchors"), _default(transfer, "min_anchors")
     p.add_argument("--switch", required=True, help=f"the switch made for --model (the source model): {SWITCH_HELP}")
     p.add_argument("--to", required=True, help="target model: alias (gemma3-270m), folder, .gguf or cached hub id")
     p.add_argument("--out", required=True, help="where to write the transferred switch (.safetensors; an existing file is kept "
                                                 "unless --force)")
     p.add_argument("--force", action="store_true", help="replace --out when it exists")
-    p.add_argument("--anchors", type=int, default=anchors, help=f"shared word tokens used to fit the map (default {anchors})")
-    p.add_argument("--min-anchors", type=int, default=min_anchors, help=f"refuse when fewer words are shared (default {min_anchors})")
+    p.add_argument("--anchors", type=int, default=ANCHORS, help=f"shared word tokens used to fit the map (default {ANCHORS})")
+    p.add_argument("--min-anchors", type=int, default=MIN_ANCHORS, help=f"refuse when fewer words are shared (default {MIN_ANCHORS})")
     _add_calibrate_option(p, "transfer", "the --to model's")
 
 
 def _export(p: argparse.ArgumentParser) -> None:
-    from lmswitch.core.export import FORMATS as EXPORT_FORMATS
-
     p.add_argument("--switch", action="append", required=True, type=switch_spec_or_card, metavar="SWITCH[=EPS]",
                    help=f"repeatable (exported together, as they compose); SWITCH is {SWITCH_HELP}; EPS in eps0 units "
                         "(default: the card's recommended ε)")
-    p.add_argument("--format", default="peft", choices=EXPORT_FORMATS,
+    p.add_argument("--format", default=EXPORT_FORMAT, choices=EXPORT_FORMATS,
                    help="peft: a LoRA adapter on the output head (transformers + peft, vLLM); merged: a full model folder with "
                         "the steered head baked in (any from_pretrained); gguf: the model's GGUF with the steered head (llama.cpp, "
                         "Ollama); gguf-lora: a llama.cpp LoRA adapter (plus base.gguf with an untied head when the model ties it); "
@@ -334,8 +320,9 @@ def _named_command(argv: list[str], common: list[argparse.Action]) -> str | None
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The whole command line: common options, then one subparser per entry of :data:`SUBCOMMANDS`.
 
-    Given the ``argv`` it will parse, only the subcommand that ``argv`` names gets its arguments: their defaults come from
-    the library, which imports torch and transformers (seconds), so ``--help`` and a mistyped command answer at once.
+    Given the ``argv`` it will parse, only the subcommand that ``argv`` names gets its arguments. Their defaults come from
+    the torch-free option modules, never from the library itself (torch and transformers take seconds to import), so
+    ``--help``, a subcommand's ``--help`` and a mistyped command answer at once.
     """
     prog = "lmswitch" if Path(sys.argv[0]).name == "lmswitch" else "python -m lmswitch"  # the console script, or the module
     parser = argparse.ArgumentParser(prog=prog, description="Steer language models with LM-Switch switches.")
