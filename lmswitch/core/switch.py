@@ -21,6 +21,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from lmswitch.core.card import Card
+from lmswitch.core.options import DESCRIPTION, NEGATIVE_LABEL, POSITIVE_LABEL
 from lmswitch.io.resources import resolve_switch_file
 
 if TYPE_CHECKING:
@@ -61,11 +62,11 @@ class Switch:
 
     W: torch.Tensor  # (d, d), float32, acts as c ↦ W c on the head input c
     name: str = "switch"
-    description: str = ""
+    description: str = DESCRIPTION
     eps0: float = 1e-3
     eps_range: tuple[float, float] = (-10.0, 10.0)  # the meter's search range, in eps0 units (the slider: slider_range)
-    positive_label: str = "positive"  # what +eps moves toward
-    negative_label: str = "negative"  # what -eps moves toward
+    positive_label: str = POSITIVE_LABEL  # what +eps moves toward
+    negative_label: str = NEGATIVE_LABEL  # what -eps moves toward
     model_name: str = ""
     model_fingerprint: str = ""
     card: Card = field(default_factory=Card)  # what it is and how it was made (a plain dict is parsed into a Card)

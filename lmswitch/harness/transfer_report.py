@@ -24,7 +24,7 @@ from pathlib import Path
 
 from lmswitch.core.card import Card
 from lmswitch.core.models import LanguageModel
-from lmswitch.core.options import TrainConfig
+from lmswitch.core.options import MIN_ANCHORS, TrainConfig
 from lmswitch.core.switch import Switch
 from lmswitch.core.transfer import strength_advice, transfer
 from lmswitch.harness.evaluate import Evaluation, Protocol, evaluate_settings, load_prompts
@@ -43,7 +43,7 @@ class TransferSuite:
     samples: int = 4
     probe: Probe = TRANSFER_PROBE  # every switch's fluent range, on dev prompts; its rules also judge the test rows
     training: TrainConfig = TrainConfig()  # the trained-on-target reference: what `train` does by default
-    min_anchors: int = 200
+    min_anchors: int = MIN_ANCHORS  # transfer's own refusal threshold
 
 
 def eps_key(eps: float) -> float:

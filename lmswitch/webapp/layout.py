@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from lmswitch.core.options import GUIDE_TOKENS, MAX_BEST_OF, MAX_GUIDE, SAMPLING, TrainConfig
+from lmswitch.core.options import GUIDE_TOKENS, MAX_BEST_OF, MAX_GUIDE, NEGATIVE_LABEL, POSITIVE_LABEL, SAMPLING, TrainConfig
 from lmswitch.core.steering import MAX_ABS_EPS
 from lmswitch.lenses.spans import DEFAULT_EPS, DEFAULT_MAX_SPAN
 from lmswitch.lenses.svd import RARE_NOTE
@@ -94,8 +94,8 @@ def _train_inputs(ui: SimpleNamespace) -> None:
     with gr.Row():
         ui.mode = gr.Radio(list(train.MODES), value=train.MODES[2], label="what to learn from")
         ui.new_name = gr.Textbox(label="name", value="my-switch", max_lines=1)
-        ui.pos_label = gr.Textbox(label="positive label (+ε)", value="positive", max_lines=1)
-        ui.neg_label = gr.Textbox(label="negative label (−ε)", value="negative", max_lines=1)
+        ui.pos_label = gr.Textbox(label="positive label (+ε)", value=POSITIVE_LABEL, max_lines=1)
+        ui.neg_label = gr.Textbox(label="negative label (−ε)", value=NEGATIVE_LABEL, max_lines=1)
     upload = "…or upload .txt .md .html .pdf .docx (20 MB max)"
     with gr.Row():
         with gr.Column():
