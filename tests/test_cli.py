@@ -372,6 +372,23 @@ def test_help_and_a_mistyped_command_do_not_import_the_library():
     assert all(f"usage: python -m lmswitch {name} " in done.stdout for name in SUBCOMMANDS), done.stdout
 
 
+def test_a_switch_card_and_a_refused_combination_do_not_import_the_model_libraries():
+    """``info --switch`` needs no model, and options refused before loading one are refused at once: neither imports
+    transformers (seconds), only torch (a switch is a tensor)."""
+    import subprocess
+    import sys
+
+    script = ("import json, sys\nfrom lmswitch.cli import main\n"
+              "code = main(['info', '--switch', 'sentiment', '--json'])\n"
+              "refused = main(['--offload-folder', 'd', 'generate', '--prompt', 'Hi'])\n"
+              "print(json.dumps([code, refused, sorted(m for m in ('transformers', 'gradio') if m in sys.modules)]))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    *card, last = done.stdout.strip().splitlines()
+    assert json.loads(last) == [0, 2, []], done.stdout + done.stderr
+    assert json.loads("\n".join(card))["name"] == "sentiment"
+    assert "add --device-map auto" in done.stderr
+
+
 @pytest.mark.real_model
 def test_generate_with_a_shipped_switch_by_name(monkeypatch, tmp_path, capsys):
     monkeypatch.chdir(tmp_path)

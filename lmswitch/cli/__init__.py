@@ -9,6 +9,7 @@ one function per subcommand, :mod:`~lmswitch.cli.evaluate` the ``eval`` subcomma
 
 from __future__ import annotations
 
+import argparse
 import sys
 import warnings
 
@@ -22,14 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv).parse_args(argv)
     args.argv = list(argv)  # what a report records as its command (main may be called from a script, not the shell)
-    warnings.simplefilter("ignore", FutureWarning)
-    from transformers.utils import logging as hf_logging
-
-    from lmswitch.cli.commands import run  # the library (torch, transformers): only once the command line is good
-
-    hf_logging.disable_progress_bar()  # "Loading weights" bars are noise on a command line
     try:
-        return run(args)
+        return _run(args)
     except (ValueError, FileNotFoundError) as err:  # SwitchFileError is a ValueError
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -42,3 +37,22 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:  # a file or folder the system refused (permissions, a full disk, a path through a file)
         print(f"error: {err.strerror or err}" + (f": {err.filename}" if err.filename else ""), file=sys.stderr)
         return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Check ``args``, then run the command. The model libraries (transformers: seconds) are imported only by a command
+    that loads a model, so a bad combination of options and ``info --switch`` answer without them."""
+    from lmswitch.cli.card import checked_before_loading, cmd_switch_card
+
+    checked_before_loading(args)
+    if args.command == "info" and args.switch:
+        cmd_switch_card(args)
+        return 0
+    warnings.simplefilter("ignore", FutureWarning)
+    from transformers.utils import logging as hf_logging
+
+    from lmswitch.cli.commands import run
+
+    hf_logging.disable_progress_bar()  # "Loading weights" bars are noise on a command line
+    run(args)
+    return 0

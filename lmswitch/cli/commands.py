@@ -1,7 +1,7 @@
-"""One function per subcommand: parsed arguments (and the loaded model) → library call → printed text or JSON.
+"""One function per subcommand: parsed arguments and the loaded model → library call → printed text or JSON.
 
-:data:`COMMANDS` maps each subcommand's name to its function; ``info --switch`` is
-the one command that needs no model (:func:`cmd_switch_card`).
+:data:`COMMANDS` maps each subcommand's name to its function; ``info --switch``, the
+one command that needs no model, is :func:`lmswitch.cli.card.cmd_switch_card`.
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 from tqdm import tqdm
 
+from lmswitch.cli.card import card_without_curves
 from lmswitch.cli.common import emit, log, read_examples, text_arg
 from lmswitch.cli.evaluate import cmd_eval
 from lmswitch.cli.parser import DEMO_NEW_TOKENS, SWEEP_EPS
@@ -23,7 +23,7 @@ from lmswitch.core.options import SamplingOptions, TrainConfig
 from lmswitch.core.parallel import is_main
 from lmswitch.core.solver import RECIPES
 from lmswitch.core.steering import check_setting
-from lmswitch.core.switch import Switch, check_name, load_switch, switch_path, usable_name
+from lmswitch.core.switch import Switch, load_switch
 from lmswitch.core.train import data_advice, train_switch
 from lmswitch.core.transfer import strength_advice, transfer
 from lmswitch.harness.frontier import calibrated_card
@@ -35,29 +35,10 @@ from lmswitch.lenses.spans import highlight
 from lmswitch.lenses.svd import RARE_NOTE, promoted_words, svd_dimensions
 
 
-def _card_without_curves(switch: Switch) -> dict:
-    """The card minus its per-step loss curves (too long to print)."""
-    return {k: v for k, v in switch.card.items() if "losses" not in k}
-
-
 def _sampling(args: argparse.Namespace) -> dict:
     """The decoding options of ``generate``/``sweep`` as keyword arguments."""
     return SamplingOptions(args.max_new_tokens, args.temperature, args.top_p, args.chat, args.adaptive, args.kl_budget,
                            args.generation_budget, args.best_of, args.guide, args.repeat_guard).to_dict()
-
-
-def cmd_switch_card(args: argparse.Namespace) -> None:
-    """``info --switch``: a switch file's card; no model needed."""
-    s = load_switch(args.switch)
-    data = {"path": args.switch, **s.header(), "dim": s.dim}
-    data["card"] = _card_without_curves(s)
-    lines = [f"{s.name}: {s.description}", f"  made for {s.model_name} ({s.model_fingerprint}), d = {s.dim}"]
-    lo, hi = s.slider_range()
-    recommended = f"recommended eps {s.card.recommended_eps:+g}; " if s.card.recommended_eps is not None else ""
-    lines.append(f"  +eps → {s.positive_label}, -eps → {s.negative_label}; {recommended}"
-                 + (f"fluent eps {s.card.fluent_text}" if s.card.fluent_text else f"slider range {lo:g} … {hi:g}") + f" (× {s.eps0:g})")
-    lines += [f"  {k}: {v}" for k, v in data["card"].items()]
-    emit(args, data, "\n".join(lines))
 
 
 def cmd_info(args: argparse.Namespace, lm: LanguageModel) -> None:
@@ -105,7 +86,7 @@ def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
                               progress=_progress_bar(bar))
     fluent = _save_and_probe(args, lm, switch)
     fluent = f"; fluent ε {fluent}" if fluent else ""
-    card = _card_without_curves(switch)
+    card = card_without_curves(switch)
     gain = card["heldout_gain"]
     advice = data_advice(card)  # whether the data sufficed, and any warning (a text in another language)
     emit(args, {"out": args.out, "card": card, "advice": advice},
@@ -265,38 +246,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, LanguageModel], None]] = {
 }
 
 
-CONFLICTS = {  # subcommand → [(a bad combination of options, what to do instead)], checked before the model loads
-    "eval": [(lambda a: a.sliders and not a.frontier, "--sliders scores the slider ranges of --frontier switches; add --frontier NAME")],
-    "build-pretrained": [(lambda a: a.recalibrate and a.no_calibrate, "--recalibrate measures the fluent range; drop --no-calibrate")],
-}
-
-
-def _checked_before_loading(args: argparse.Namespace) -> None:
-    """Refuse what can be refused without the model (bad combinations, where a switch goes, its name, a switch given
-    twice), so no work is lost to it; fills in ``args.out`` (``~`` expanded) and ``train``'s default name."""
-    if getattr(args, "offload_folder", None) and not getattr(args, "device_map", None):
-        raise ValueError("--offload-folder is where --device-map puts weights that fit nowhere else; add --device-map auto")
-    for bad, message in CONFLICTS.get(args.command, []):
-        if bad(args):
-            raise ValueError(message)
-    if args.command in ("train", "transfer"):
-        args.out = str(switch_path(args.out, overwrite=args.force))
-    if args.command == "train":
-        args.name = check_name(args.name) if args.name else usable_name(Path(args.out).stem)  # (a file's name may be freer)
-    given = getattr(args, "switch", None)
-    if isinstance(given, list):  # generate, measure, export take several: one given twice is a typo
-        refs = [g[0] if isinstance(g, tuple) else g for g in given]
-        twice = next((r for r in refs if refs.count(r) > 1), None)
-        if twice is not None:
-            raise ValueError(f"--switch {twice} is given twice; give each switch once")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run the parsed command line; returns the exit code (errors are raised, for :func:`~lmswitch.cli.main`)."""
-    _checked_before_loading(args)
-    if args.command == "info" and args.switch:
-        cmd_switch_card(args)
-    else:
-        lm = load_model(args.model, dtype=args.dtype, device_map=args.device_map, offload_folder=args.offload_folder)
-        COMMANDS[args.command](args, lm)
-    return 0
+def run(args: argparse.Namespace) -> None:
+    """Load the model and run the parsed command line (checked by :func:`~lmswitch.cli.card.checked_before_loading`;
+    errors are raised, for :func:`~lmswitch.cli.main`)."""
+    lm = load_model(args.model, dtype=args.dtype, device_map=args.device_map, offload_folder=args.offload_folder)
+    COMMANDS[args.command](args, lm)

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 import torch
 
 from lmswitch.core.models import LanguageModel
+from lmswitch.core.options import MAX_TEXT_CHARS as MAX_TEXT_CHARS  # defined there, torch-free, for io.documents
 from lmswitch.core.parallel import gather, mine
 
-MAX_TEXT_CHARS = 2_000_000  # ~500k tokens; beyond this a text is almost surely not meant for one call
 WINDOW_TOKENS = 1024  # body-pass window for long texts (bounded memory on a CPU)
 READ_CHARS = 4_000  # ~700 words: what a lens reads of a document (a body pass and a few vocabulary-wide heads per token)
 HEAD_CHUNK = 256  # rows per head matmul: (256, V) float32 logits at a time

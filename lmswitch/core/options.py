@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from lmswitch.core.models import LanguageModel
 
 MAX_STEPS = 100_000
+MAX_TEXT_CHARS = 2_000_000  # ~500k tokens; beyond this a text is almost surely not meant for one call
 MAX_BEST_OF = 16  # candidates per generation
 MAX_GUIDE = 8  # candidates per piece of guided decoding
 GUIDE_TOKENS = 5  # guided decoding chooses among its candidates every this many tokens

@@ -7,7 +7,7 @@ import re
 import zipfile
 from pathlib import Path
 
-from lmswitch.core.hidden import MAX_TEXT_CHARS
+from lmswitch.core.options import MAX_TEXT_CHARS
 
 MAX_DOCUMENT_BYTES = 20 * 1024 * 1024
 SUPPORTED = (".txt", ".md", ".markdown", ".html", ".htm", ".pdf", ".docx")

@@ -1,0 +1,58 @@
+"""What the command line does before it loads a model: refuse what can be refused without one, and ``info --switch``,
+the one command that needs none. Only torch comes in here (a switch is a tensor), not the model libraries, so these
+answer in about a second.
+
+>>> main(["info", "--switch", "detox"])   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lmswitch.cli.common import emit
+from lmswitch.core.switch import Switch, check_name, load_switch, switch_path, usable_name
+
+CONFLICTS = {  # subcommand → [(a bad combination of options, what to do instead)], checked before the model loads
+    "eval": [(lambda a: a.sliders and not a.frontier, "--sliders scores the slider ranges of --frontier switches; add --frontier NAME")],
+    "build-pretrained": [(lambda a: a.recalibrate and a.no_calibrate, "--recalibrate measures the fluent range; drop --no-calibrate")],
+}
+
+
+def checked_before_loading(args: argparse.Namespace) -> None:
+    """Refuse what can be refused without the model (bad combinations, where a switch goes, its name, a switch given
+    twice), so no work is lost to it; fills in ``args.out`` (``~`` expanded) and ``train``'s default name."""
+    if getattr(args, "offload_folder", None) and not getattr(args, "device_map", None):
+        raise ValueError("--offload-folder is where --device-map puts weights that fit nowhere else; add --device-map auto")
+    for bad, message in CONFLICTS.get(args.command, []):
+        if bad(args):
+            raise ValueError(message)
+    if args.command in ("train", "transfer"):
+        args.out = str(switch_path(args.out, overwrite=args.force))
+    if args.command == "train":
+        args.name = check_name(args.name) if args.name else usable_name(Path(args.out).stem)  # (a file's name may be freer)
+    given = getattr(args, "switch", None)
+    if isinstance(given, list):  # generate, measure, export take several: one given twice is a typo
+        refs = [g[0] if isinstance(g, tuple) else g for g in given]
+        twice = next((r for r in refs if refs.count(r) > 1), None)
+        if twice is not None:
+            raise ValueError(f"--switch {twice} is given twice; give each switch once")
+
+
+def card_without_curves(switch: Switch) -> dict:
+    """The card minus its per-step loss curves (too long to print)."""
+    return {k: v for k, v in switch.card.items() if "losses" not in k}
+
+
+def cmd_switch_card(args: argparse.Namespace) -> None:
+    """``info --switch``: a switch file's card; no model needed."""
+    s = load_switch(args.switch)
+    data = {"path": args.switch, **s.header(), "dim": s.dim}
+    data["card"] = card_without_curves(s)
+    lines = [f"{s.name}: {s.description}", f"  made for {s.model_name} ({s.model_fingerprint}), d = {s.dim}"]
+    lo, hi = s.slider_range()
+    recommended = f"recommended eps {s.card.recommended_eps:+g}; " if s.card.recommended_eps is not None else ""
+    lines.append(f"  +eps → {s.positive_label}, -eps → {s.negative_label}; {recommended}"
+                 + (f"fluent eps {s.card.fluent_text}" if s.card.fluent_text else f"slider range {lo:g} … {hi:g}") + f" (× {s.eps0:g})")
+    lines += [f"  {k}: {v}" for k, v in data["card"].items()]
+    emit(args, data, "\n".join(lines))
