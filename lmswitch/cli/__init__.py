@@ -1,7 +1,8 @@
 """``python -m lmswitch`` (or ``lmswitch``): info, train, generate, sweep, svd, highlight, measure, eval, build-pretrained, transfer, demo.
 
-:mod:`~lmswitch.cli.parser` holds the argparse tree, :mod:`~lmswitch.cli.commands`
-one function per subcommand, :mod:`~lmswitch.cli.evaluate` the ``eval`` subcommand.
+:mod:`~lmswitch.cli.parser` holds the argparse tree, :mod:`~lmswitch.cli.preflight` the
+checks made before a model loads (and ``info --switch``, which needs none), :mod:`~lmswitch.cli.commands` one function
+per subcommand, :mod:`~lmswitch.cli.evaluate` the ``eval`` subcommand.
 
 >>> main(["info", "--switch", "sentiment", "--json"])   # doctest: +SKIP
 0
@@ -42,13 +43,13 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     """Check ``args``, then run the command. The model libraries (transformers: seconds) are imported only by a command
     that loads a model, so a bad combination of options and ``info --switch`` answer without them."""
-    from lmswitch.cli.card import checked_before_loading, cmd_switch_card
+    warnings.simplefilter("ignore", FutureWarning)
+    from lmswitch.cli.preflight import checked_before_loading, cmd_switch_card
 
     checked_before_loading(args)
     if args.command == "info" and args.switch:
         cmd_switch_card(args)
         return 0
-    warnings.simplefilter("ignore", FutureWarning)
     from transformers.utils import logging as hf_logging
 
     from lmswitch.cli.commands import run

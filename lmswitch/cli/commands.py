@@ -1,7 +1,7 @@
 """One function per subcommand: parsed arguments and the loaded model → library call → printed text or JSON.
 
 :data:`COMMANDS` maps each subcommand's name to its function; ``info --switch``, the
-one command that needs no model, is :func:`lmswitch.cli.card.cmd_switch_card`.
+one command that needs no model, is :func:`lmswitch.cli.preflight.cmd_switch_card`.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from collections.abc import Callable
 
 from tqdm import tqdm
 
-from lmswitch.cli.card import card_without_curves
 from lmswitch.cli.common import emit, log, read_examples, text_arg
 from lmswitch.cli.evaluate import cmd_eval
 from lmswitch.cli.parser import DEMO_NEW_TOKENS, SWEEP_EPS
+from lmswitch.cli.preflight import card_without_curves
 from lmswitch.core.export import export
 from lmswitch.core.generate import generate, sweep
 from lmswitch.core.models import LanguageModel, load_model
@@ -134,7 +134,7 @@ def cmd_demo(args: argparse.Namespace, lm: LanguageModel) -> None:
     log(f"trained in {switch.card['seconds']:.1f} s; probing its fluent ε range on a few dev prompts …")
     switch.card = calibrated_card(lm, switch)
     print(f"fluent ε {switch.card.fluent_text}; the same prompt and seed across that range:\n")
-    for eps, text in sweep(lm, args.prompt, switch, switch.card.fluent_row, seed=0, max_new_tokens=DEMO_NEW_TOKENS):
+    for eps, text in sweep(lm, args.prompt, switch, switch.card.fluent_row, max_new_tokens=DEMO_NEW_TOKENS):
         print(f"eps {eps:+5.1f} | {args.prompt}{text}")
 
 
@@ -247,7 +247,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, LanguageModel], None]] = {
 
 
 def run(args: argparse.Namespace) -> None:
-    """Load the model and run the parsed command line (checked by :func:`~lmswitch.cli.card.checked_before_loading`;
+    """Load the model and run the parsed command line (checked by :func:`~lmswitch.cli.preflight.checked_before_loading`;
     errors are raised, for :func:`~lmswitch.cli.main`)."""
     lm = load_model(args.model, dtype=args.dtype, device_map=args.device_map, offload_folder=args.offload_folder)
     COMMANDS[args.command](args, lm)

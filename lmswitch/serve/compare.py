@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from lmswitch.core.generate import stream_rows
 from lmswitch.core.hidden import encoded_continuation
 from lmswitch.core.models import LanguageModel
-from lmswitch.core.options import SAMPLING, SamplingOptions
+from lmswitch.core.options import SAMPLING, SEED, SamplingOptions
 from lmswitch.core.steering import Setting
 from lmswitch.harness.evaluate import TextScores, text_scores
 from lmswitch.lenses.spans import TokenChange, token_changes
@@ -140,7 +140,7 @@ def compare(
     prompt: str,
     setting: Sequence[tuple],
     *,
-    seed: int = 0,
+    seed: int = SEED,
     options: SamplingOptions = SAMPLING,
     cache: ComparisonCache | None = None,
     compute: ComputeThread | None = None,

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from lmswitch.core.options import GUIDE_TOKENS, MAX_BEST_OF, MAX_GUIDE, NEGATIVE_LABEL, POSITIVE_LABEL, SAMPLING, TrainConfig
+from lmswitch.core.options import GUIDE_TOKENS, MAX_BEST_OF, MAX_GUIDE, NEGATIVE_LABEL, POSITIVE_LABEL, SAMPLING, SEED, TrainConfig
 from lmswitch.core.steering import MAX_ABS_EPS
-from lmswitch.lenses.spans import DEFAULT_EPS, DEFAULT_MAX_SPAN
+from lmswitch.lenses.options import DEFAULT_EPS, DEFAULT_MAX_SPAN, DEFAULT_SPANS
 from lmswitch.lenses.svd import RARE_NOTE
 from lmswitch.serve.session import Session
 from lmswitch.webapp import lens, steer, train
@@ -39,7 +39,7 @@ def _steer_tab(ui: SimpleNamespace, backend: Backend) -> None:
                 ui.gen = [gr.Slider(1, 200, value=SAMPLING.max_new_tokens, step=1, label="max new tokens"),
                           gr.Slider(0, 2, value=SAMPLING.temperature, step=0.05, label="temperature", info="0 = greedy"),
                           gr.Slider(0.05, 1.0, value=SAMPLING.top_p, step=0.05, label="top-p"),
-                          gr.Number(value=0, precision=0, minimum=0, label="seed"),
+                          gr.Number(value=SEED, precision=0, minimum=0, label="seed"),
                           gr.Checkbox(value=SAMPLING.chat, label="chat template")]
                 ui.adaptive = gr.Checkbox(value=SAMPLING.adaptive, label="adaptive strength",
                                           info=f"steer each generation until the switch has changed it by {SAMPLING.generation_budget:g} "
@@ -166,7 +166,7 @@ def _highlight_tab(ui: SimpleNamespace, shipped: list[str]) -> None:
             ui.hl_switch = _picker(shipped)
             ui.hl_settings = [gr.Slider(-30, 30, value=-DEFAULT_EPS, step=0.5, label="ε (negative: find the switch's negative side)"),
                               gr.Slider(1, 20, value=DEFAULT_MAX_SPAN, step=1, label="max span (tokens)"),
-                              gr.Slider(1, 5, value=1, step=1, label="number of spans")]
+                              gr.Slider(1, 5, value=DEFAULT_SPANS, step=1, label="number of spans")]
             ui.hl_go = gr.Button("Highlight", variant="primary", elem_id="highlight")
     gr.Examples(lens.highlight_examples(), inputs=[ui.hl_text, ui.hl_switch, *ui.hl_settings], label="examples (toxic comments, a mixed review, mixed registers)")
     ui.hl_spans = gr.HighlightedText(label="most style-indicative span(s)", elem_id="hl-spans", show_legend=True)

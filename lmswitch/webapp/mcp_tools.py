@@ -17,13 +17,14 @@ from collections.abc import Callable
 
 import gradio as gr
 
-from lmswitch.core.options import SAMPLING, TrainConfig
+from lmswitch.core.options import SAMPLING, SEED, TrainConfig
 from lmswitch.core.switch import distinct
 from lmswitch.core.train import train_switch
 from lmswitch.io.parse import parse_names
 from lmswitch.lenses.meter import MAX_SWITCHES as MAX_METER_SWITCHES
 from lmswitch.lenses.meter import measure
-from lmswitch.lenses.spans import DEFAULT_EPS, highlight
+from lmswitch.lenses.options import DEFAULT_EPS, DEFAULT_SPANS
+from lmswitch.lenses.spans import highlight
 from lmswitch.lenses.svd import promoted_words
 from lmswitch.serve.session import MAX_SESSION_SWITCHES, Session, check_name
 from lmswitch.webapp.backend import Backend, user_errors
@@ -88,7 +89,7 @@ class McpTools:
         names = self.session.available(library)
         return {"model": lm.name, "switches": [_switch_summary(self.session.get(n, library)) for n in names]}
 
-    def steer_text(self, prompt: str, switches: str = "", max_new_tokens: int = SAMPLING.max_new_tokens, seed: int = 0,
+    def steer_text(self, prompt: str, switches: str = "", max_new_tokens: int = SAMPLING.max_new_tokens, seed: int = SEED,
                    adaptive: bool = False) -> dict:
         """Continue a prompt with switches at the given strengths, next to the unsteered continuation with the same seed.
 
@@ -133,7 +134,7 @@ class McpTools:
         return {**_switch_summary(switch), "name": final, "heldout_gain": switch.card.get("heldout_gain"),
                 "promotes": [w.word for w in words.promoted], "demotes": [w.word for w in words.suppressed]}
 
-    def highlight_text(self, text: str, switch: str, eps: float = DEFAULT_EPS, spans: int = 1) -> dict:
+    def highlight_text(self, text: str, switch: str, eps: float = DEFAULT_EPS, spans: int = DEFAULT_SPANS) -> dict:
         """Find the span(s) of a text that carry a switch's style most, e.g. the insult in a toxic comment (detox at negative ε).
 
         Args:

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 
 import gradio as gr
 
+from lmswitch.core.options import MIN_ANCHORS as MIN_ANCHORS  # (a module attribute the app's tests can lower)
+from lmswitch.core.options import SAMPLING
 from lmswitch.core.switch import Switch
 from lmswitch.core.transfer import strength_advice, transfer
 from lmswitch.harness import figures
@@ -29,7 +31,6 @@ from lmswitch.webapp.widgets import (
 )
 
 MAX_ROWS = 96  # generations in one sweep / composition-map call
-MIN_ANCHORS = 200  # shared words a transfer needs (lmswitch.core.transfer's default)
 STREAM_EVERY = 0.1  # seconds between streamed text updates (each costs the server and the browser a render)
 TRANSFERRING = ("⏳ Mapping '{name}' onto {target} (loaded the first time), then probing its fluent ε range on a few of "
                 "{target}'s dev prompts, which its slider will span: about half a minute on a CPU…")
@@ -137,7 +138,7 @@ def steer(backend: Backend, prompt: str, max_new_tokens, temperature, top_p, see
 
 @user_errors
 def generate_api(backend: Backend, prompt: str, switches: str, max_new_tokens, temperature, top_p, seed, chat, session: Session,
-                 adaptive: bool = False, best_of=1, guide=1, repeat_guard: bool = True) -> dict:
+                 adaptive: bool = False, best_of=SAMPLING.best_of, guide=SAMPLING.guide, repeat_guard: bool = True) -> dict:
     """Scripting endpoint: ``switches`` as ``"sentiment=5, detox=-2"``; returns both outputs and their scores.
     ``adaptive`` steers each generation until its steering budget is spent, so strong settings stay fluent;
     ``best_of`` keeps the likeliest of that many candidates of each output; ``guide`` decodes guided by the switches'
@@ -171,7 +172,7 @@ def _eps_values(text: str | None, switch: Switch, count: int) -> list[float]:
 @user_errors
 @computed
 def run_sweep(backend: Backend, name: str, eps_text: str, samples, prompt: str, max_new_tokens, temperature, top_p, seed, chat,
-              session: Session, adaptive: bool = False, best_of=1, guide=1, repeat_guard: bool = True):
+              session: Session, adaptive: bool = False, best_of=SAMPLING.best_of, guide=SAMPLING.guide, repeat_guard: bool = True):
     """One batched call: the prompt at a row of ε values of one switch, scored; a plotly chart and the texts."""
     lm, library = backend.get(session=session)
     switch = session.get(name, library)
@@ -186,7 +187,7 @@ def run_sweep(backend: Backend, name: str, eps_text: str, samples, prompt: str, 
 @user_errors
 @computed
 def run_grid(backend: Backend, first: str, second: str, eps_a_text: str, eps_b_text: str, samples, prompt: str, max_new_tokens,
-             temperature, top_p, seed, chat, session: Session, adaptive: bool = False, best_of=1, guide=1,
+             temperature, top_p, seed, chat, session: Session, adaptive: bool = False, best_of=SAMPLING.best_of, guide=SAMPLING.guide,
              repeat_guard: bool = True):
     """Composition map: two switches over a 2-D grid of ε → heatmaps of the scores; hover a cell for a sample text."""
     lm, library = backend.get(session=session)

@@ -11,7 +11,7 @@ from pathlib import Path
 import gradio as gr
 
 from lmswitch.core.models import LanguageModel
-from lmswitch.core.options import TrainConfig
+from lmswitch.core.options import DESCRIPTION, NEGATIVE_LABEL, POSITIVE_LABEL, TrainConfig
 from lmswitch.core.switch import Switch, load_switch, usable_name
 from lmswitch.core.train import Done, Encoded, Evaluated, Step, TrainEvent, TrainingCancelled, data_advice, train_events
 from lmswitch.harness import figures
@@ -110,10 +110,10 @@ def train(backend: Backend, mode: str, name: str, positive_label: str, negative_
     name = check_name(name)
     positive, negative = training_data(mode, text_a, file_a, text_b, file_b)
     config = train_config(steps, lr, eps0, rank, seed)
-    labels = [optional_text(label, f"the {side} label", MAX_LABEL_CHARS).strip() or side
-              for label, side in ((positive_label, "positive"), (negative_label, "negative"))]
+    labels = [optional_text(label, f"the {side} label", MAX_LABEL_CHARS).strip() or default
+              for label, side, default in ((positive_label, "positive", POSITIVE_LABEL), (negative_label, "negative", NEGATIVE_LABEL))]
     current = [sweep_pick, grid_a_pick, grid_b_pick, manage_pick, inspect_pick, highlight_pick, transfer_pick]
-    job = _Job(lm, library, name, DESCRIPTIONS.get(mode, ""), positive, negative, config, labels, current)
+    job = _Job(lm, library, name, DESCRIPTIONS.get(mode, DESCRIPTION), positive, negative, config, labels, current)
     flag = session.start_training()
     try:  # the run lasts until the card is written: a closed page's session is moved to disk only after that (Session.spill)
         yield from _train_and_add(backend, session, job, flag, progress)

@@ -39,7 +39,7 @@ def number(value, label: str, kind: type = float):
     return kind(value)
 
 
-def sampling(max_new_tokens, temperature, top_p, seed, chat, adaptive=False, best_of=1, guide=1,
+def sampling(max_new_tokens, temperature, top_p, seed, chat, adaptive=False, best_of=SAMPLING.best_of, guide=SAMPLING.guide,
              repeat_guard=True) -> tuple[SamplingOptions, int]:
     """Widget values → (decoding options, seed); the library validates the ranges."""
     seed = number(seed, "seed", int)

@@ -2,7 +2,8 @@
 the one command that needs none. Only torch comes in here (a switch is a tensor), not the model libraries, so these
 answer in about a second.
 
->>> main(["info", "--switch", "detox"])   # doctest: +SKIP
+>>> from lmswitch.cli import main
+>>> main(["info", "--switch", "detox"])   # this module's cmd_switch_card   # doctest: +SKIP
 """
 
 from __future__ import annotations
