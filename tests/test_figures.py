@@ -64,6 +64,7 @@ def test_word_map_figure():
         points=[
             WordPoint(word="love", x=1.0, y=0.1, group="promoted 1"),
             WordPoint(word="joy", x=0.8, y=0.0, group="promoted 1"),
+            WordPoint(word="lovely", x=0.99, y=0.1, group="promoted 1"),  # its label would cover "love"'s
             WordPoint(word="hate", x=-1.0, y=0.2, group="suppressed 1"),
             WordPoint(word="cold", x=0.1, y=-0.9, group="suppressed 2"),
         ],
@@ -71,7 +72,9 @@ def test_word_map_figure():
     )
     fig = word_map_figure(data)
     assert [t.name for t in fig.data] == ["promoted 1", "suppressed 1", "suppressed 2"]  # empty groups get no trace
-    assert list(fig.data[0].x) == [1.0, 0.8] and list(fig.data[0].y) == [0.1, 0.0] and list(fig.data[0].text) == ["love", "joy"]
+    assert list(fig.data[0].x) == [1.0, 0.8, 0.99] and list(fig.data[0].y) == [0.1, 0.0, 0.1]
+    assert list(fig.data[0].text) == ["love", "joy", ""]  # the crowded word is left to its marker's hover
+    assert list(fig.data[0].customdata) == ["love", "joy", "lovely"] and "customdata" in fig.data[0].hovertemplate
     assert list(fig.data[2].text) == ["cold"] and "text" in fig.data[0].mode
     assert fig.layout.xaxis.title.text == "direction 1 (σ=12.3)" and fig.layout.yaxis.title.text == "direction 2 (σ=0.5)"
 

@@ -17,7 +17,7 @@ from lmswitch.harness.evaluate import Evaluation
 if TYPE_CHECKING:  # the lenses pull in scipy and the SVD code; the figures only read their results
     from lmswitch.harness.frontier import Frontier
     from lmswitch.lenses.meter import Measurement
-    from lmswitch.lenses.svd import WordMap
+    from lmswitch.lenses.svd import WordMap, WordPoint
 
 # metric key -> (axis title, range or None)
 METRICS: dict[str, tuple[str, tuple[float, float] | None]] = {
@@ -137,16 +137,33 @@ def spectrum_figure(singular_values: Sequence[float], top: int = 40) -> go.Figur
 WORD_GROUP_COLORS = {"promoted 1": "#2ca02c", "suppressed 1": "#d62728", "promoted 2": "#1f77b4", "suppressed 2": "#ff7f0e"}
 
 
+def _uncrowded(points: list[WordPoint], chars_across: float = 70, lines_up: float = 22) -> set[int]:
+    """The ``id`` of each point whose word can be written above it without covering a label already placed, the points
+    taken in order (a word map lists each group's strongest words first); the others keep their marker and hover. A
+    label is taken to be ``1 / chars_across`` of the x range wide per character and ``1 / lines_up`` of the y range high."""
+    xs, ys = [p.x for p in points], [p.y for p in points]
+    char = (max(xs, default=0) - min(xs, default=0)) / chars_across or 1.0
+    line = (max(ys, default=0) - min(ys, default=0)) / lines_up or 1.0
+    placed: list = []
+    for p in points:
+        if all(abs(p.x - q.x) > char * (len(p.word) + len(q.word)) / 2 or abs(p.y - q.y) > line for q in placed):
+            placed.append(p)
+    return {id(p) for p in placed}
+
+
 def word_map_figure(data: WordMap) -> go.Figure:
-    """Scatter of a :func:`~lmswitch.lenses.svd.word_map`'s points, one trace per non-empty group, labelled with the words."""
+    """Scatter of a :func:`~lmswitch.lenses.svd.word_map`'s points, one trace per non-empty group, labelled with the words
+    where a label does not cover another (:func:`_uncrowded`); every point names its word on hover."""
     fig = go.Figure()
+    labelled = _uncrowded(list(data.points))
     for group, color in WORD_GROUP_COLORS.items():
         points = [p for p in data.points if p.group == group]
         if points:
             fig.add_trace(go.Scatter(
-                x=[p.x for p in points], y=[p.y for p in points], text=[p.word for p in points], mode="markers+text",
-                textposition="top center", name=group, marker={"color": color, "size": 7},
-                hovertemplate="%{text}<br>x=%{x:.3f}<br>y=%{y:.3f}<extra>" + group + "</extra>",
+                x=[p.x for p in points], y=[p.y for p in points], text=[p.word if id(p) in labelled else "" for p in points],
+                customdata=[p.word for p in points], mode="markers+text", textposition="top center", name=group,
+                marker={"color": color, "size": 7},
+                hovertemplate="%{customdata}<br>x=%{x:.3f}<br>y=%{y:.3f}<extra>" + group + "</extra>",
             ))
     sigma = [ax.singular_value for ax in data.axes]
     fig.add_hline(y=0, line={"color": "lightgray", "width": 1})
