@@ -137,10 +137,11 @@ def spectrum_figure(singular_values: Sequence[float], top: int = 40) -> go.Figur
 WORD_GROUP_COLORS = {"promoted 1": "#2ca02c", "suppressed 1": "#d62728", "promoted 2": "#1f77b4", "suppressed 2": "#ff7f0e"}
 
 
-def _uncrowded(points: list[WordPoint], chars_across: float = 70, lines_up: float = 22) -> set[int]:
+def _uncrowded(points: list[WordPoint], chars_across: float = 50, lines_up: float = 14) -> set[int]:
     """The ``id`` of each point whose word can be written above it without covering a label already placed, the points
     taken in order (a word map lists each group's strongest words first); the others keep their marker and hover. A
-    label is taken to be ``1 / chars_across`` of the x range wide per character and ``1 / lines_up`` of the y range high."""
+    label is taken to be ``1 / chars_across`` of the x range wide per character and ``1 / lines_up`` of the y range high
+    (the app's Inspect tab draws the map about 420 × 200 pixels)."""
     xs, ys = [p.x for p in points], [p.y for p in points]
     char = (max(xs, default=0) - min(xs, default=0)) / chars_across or 1.0
     line = (max(ys, default=0) - min(ys, default=0)) / lines_up or 1.0
