@@ -299,27 +299,6 @@ def test_switch_settings_parse_with_the_shared_parser():
     assert build_parser().parse_args(["eval", "--eps", ",".join(["0.5"] * 101)]).eps == [0.5] * 101
 
 
-COMMAND_LINES = [
-    ["generate", "--prompt", "Hi", "--switch", "sentiment=6"],
-    ["--model", "generate", "--dtype", "float32", "info", "--switch", "detox"],  # a model named like a subcommand
-    ["--model=x", "--json", "highlight", "--switch", "detox", "--text", "hi", "--eps=-1"],
-    ["eval", "--highlight", "--out", "folder"],
-    ["train", "--positive", "p.txt", "--out", "s.safetensors", "--steps", "5"],
-    ["export", "--switch", "detox=2", "--out", "folder", "--format", "merged"],
-    ["--mod", "x", "generate", "--prompt", "Hi"],  # argparse takes a prefix that names one option
-    ["--dt", "float32", "--j", "info"],
-    ["--mod", "generate", "info", "--switch", "detox"],
-    ["--offload", "d", "--device-map", "auto", "sweep", "--prompt", "Hi", "--switch", "detox"],
-]
-
-
-@pytest.mark.parametrize("argv", COMMAND_LINES)
-def test_a_parser_with_only_the_named_subcommand_parses_alike(argv):
-    from lmswitch.cli import build_parser
-
-    assert build_parser(argv).parse_args(argv) == build_parser().parse_args(argv)
-
-
 def test_the_command_line_defaults_are_the_librarys():
     """The parser reads the constants the library's signatures read: the two cannot drift apart."""
     import inspect

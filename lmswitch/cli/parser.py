@@ -82,17 +82,17 @@ eval_eps_list = _argument_type(partial(parse_eps_list, max_values=EVAL_MAX_EPS_V
 SWITCH_HELP = "a .safetensors switch file or the name of a shipped switch (e.g. sentiment)"
 
 
-def _add_common_options(p: argparse.ArgumentParser, defaults: bool) -> list[argparse.Action]:
+def _add_common_options(p: argparse.ArgumentParser, defaults: bool) -> None:
     """--model/--dtype/--device-map/--offload-folder/--json, accepted before or after the subcommand (the subcommand's
-    value wins); returns their actions."""
+    value wins)."""
     d = (lambda value: value) if defaults else (lambda value: argparse.SUPPRESS)
-    return [p.add_argument("--model", default=d(None), help="model alias, local folder, .gguf file or cached hub id (default: embedded SmolLM2-135M-Instruct)"),
-            p.add_argument("--dtype", default=d("auto"), choices=["auto", "float32", "bfloat16", "float16"],
-                           help="model weights dtype (auto: bfloat16 where the hardware is fast at it)"),
-            p.add_argument("--device-map", default=d(None), metavar="auto",
-                           help="spread a big model over GPUs, then CPU RAM, then --offload-folder (accelerate's device_map, e.g. auto)"),
-            p.add_argument("--offload-folder", default=d(None), metavar="DIR", help="with --device-map: where weights that fit nowhere else go"),
-            p.add_argument("--json", action="store_true", default=d(False), help="print machine-readable JSON")]
+    p.add_argument("--model", default=d(None), help="model alias, local folder, .gguf file or cached hub id (default: embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--dtype", default=d("auto"), choices=["auto", "float32", "bfloat16", "float16"],
+                   help="model weights dtype (auto: bfloat16 where the hardware is fast at it)")
+    p.add_argument("--device-map", default=d(None), metavar="auto",
+                   help="spread a big model over GPUs, then CPU RAM, then --offload-folder (accelerate's device_map, e.g. auto)")
+    p.add_argument("--offload-folder", default=d(None), metavar="DIR", help="with --device-map: where weights that fit nowhere else go")
+    p.add_argument("--json", action="store_true", default=d(False), help="print machine-readable JSON")
 
 
 def _add_generation_options(p: argparse.ArgumentParser) -> None:
@@ -300,38 +300,18 @@ SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = 
 }
 
 
-def _named_command(argv: list[str], common: list[argparse.Action]) -> str | None:
-    """The subcommand ``argv`` names: its first word that is not an option or an option's value (None when there is none).
-
-    An option may be shortened to any prefix that names only one, as argparse allows (``--mod X`` for ``--model X``).
-    """
-    words = iter(argv)
-    for word in words:
-        if not word.startswith("-"):
-            return word
-        if "=" in word:
-            continue
-        named = [a for a in common if any(name.startswith(word) for name in a.option_strings)]
-        if len(named) == 1 and named[0].nargs != 0:  # its value is the next word
-            next(words, None)
-    return None
-
-
-def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     """The whole command line: common options, then one subparser per entry of :data:`SUBCOMMANDS`.
 
-    Given the ``argv`` it will parse, only the subcommand that ``argv`` names gets its arguments. Their defaults come from
-    the torch-free option modules, never from the library itself (torch and transformers take seconds to import), so
-    ``--help``, a subcommand's ``--help`` and a mistyped command answer at once.
+    The defaults come from the torch-free option modules, never from the library itself (torch and transformers take
+    seconds to import), so ``--help``, a subcommand's ``--help`` and a mistyped command answer at once.
     """
     prog = "lmswitch" if Path(sys.argv[0]).name == "lmswitch" else "python -m lmswitch"  # the console script, or the module
     parser = argparse.ArgumentParser(prog=prog, description="Steer language models with LM-Switch switches.")
-    common = _add_common_options(parser, defaults=True)
-    wanted = _named_command(argv, common) if argv is not None else None
+    _add_common_options(parser, defaults=True)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_text, add_arguments) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text)
         _add_common_options(p, defaults=False)
-        if argv is None or name == wanted:
-            add_arguments(p)
+        add_arguments(p)
     return parser
