@@ -128,7 +128,7 @@ def test_frontier_figure_has_a_curve_per_method_and_side_with_fluent_points_fill
     prompts = tmp_path / "p.txt"
     prompts.write_text("the happy one was\nthe sad one was\nshe was\nhe was\n")
     spec = FrontierSpec("s", str(prompts), "positive_share", (+1, -1), +1, FluencyRules(perplexity_ratio=1e9, dist3_ratio=0.0,
-                        max_repetition=1.0), strengths=(1.0, 2.0))
+                        max_repetition=1.0, max_sprinkle_rise=1.0), strengths=(1.0, 2.0))
     frontier = run_frontier(llama_lm, random_switch(llama_lm, seed=2, name="s"), spec, methods=("switch",),
                             protocol=replace(PROTOCOL, samples=1, max_new_tokens=3))
     fig = frontier_figure(frontier)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import random_switch
 
-from lmswitch.harness.evaluate import PROTOCOL, Evaluation, load_prompts, loops, repetition_share
+from lmswitch.harness.evaluate import PICTOGRAPH, PROTOCOL, Evaluation, load_prompts, loops, repetition_share, sprinkle_share, sprinkled
 from lmswitch.harness.frontier import FluencyRules, Frontier, FrontierSpec, _best, markdown, run_frontier, target_checks
 
 
@@ -22,6 +22,26 @@ def evaluation(**kw) -> Evaluation:
 def test_loops_and_repetition_share():
     assert loops("great great great") and loops("Cramped, cramped, CRAMPED!") and not loops("great great. fine great")
     assert repetition_share(["a a a", "a b c", "", "x y x y"]) == 0.25 and repetition_share([]) == 0.0
+
+
+def test_a_sprinkled_token_is_a_content_token_written_three_times():
+    assert sprinkled("a mission's 7-day-long expedition's test in 24 hours's") == ["'s"]
+    assert sprinkled("Dogs, dogs and more DOGS; cats, cats") == ["dogs"]
+    assert sprinkled("My weekend was a huge success! 🌼️🌺 🌍 and more") == [PICTOGRAPH]  # different emoji are one thing strung
+    assert sprinkled("it's fine, that's it, he's here") == []  # contractions, not possessives
+    assert sprinkled("you know you can, you will, and the the the") == []  # stop words
+    assert sprinkled("I I I a a a 3 3 3 ... !!!") == []  # single letters, digits, punctuation
+    assert sprinkle_share(["x's y's z's", "a calm day", "", "rain, rain and rain"]) == 0.5 and sprinkle_share([]) == 0.0
+
+
+def test_fluency_rules_see_a_sprinkled_word_beyond_the_unsteered_rate():
+    rules, base = FluencyRules(), evaluation(prompts=50, samples=2, sprinkle=0.1)
+    assert rules.problems(evaluation(prompts=50, samples=2, sprinkle=0.14), base) == []  # +4 points: within the rule
+    assert rules.problems(evaluation(prompts=50, samples=2, sprinkle=0.16), base) == [
+        "16% of samples sprinkle one word (unsteered 10%; at most +5 points)"]
+    small = evaluation(prompts=4, samples=2)  # the app's probe: 8 samples, one of them is noise, two are not
+    assert rules.problems(evaluation(prompts=4, samples=2, sprinkle=0.125), small) == []
+    assert len(rules.problems(evaluation(prompts=4, samples=2, sprinkle=0.25), small)) == 1
 
 
 def test_fluency_rules_name_what_breaks():
@@ -55,7 +75,7 @@ def test_frontier_chooses_on_dev_and_reports_on_test(llama_lm, tmp_path):
     prompts.write_text("\n".join(["the happy one was", "she was kind and", "the sad one was", "he was cruel and"] * 2))
     switch = random_switch(llama_lm, seed=3, scale=30.0, name="s")
     spec = FrontierSpec("s", str(prompts), "positive_share", (+1, -1), +1, FluencyRules(perplexity_ratio=100.0, dist3_ratio=0.0,
-                        max_repetition=1.0), strengths=(1.0, 3.0))
+                        max_repetition=1.0, max_sprinkle_rise=1.0), strengths=(1.0, 3.0))
     protocol = replace(PROTOCOL, samples=1, max_new_tokens=4)
     frontier = run_frontier(llama_lm, switch, spec, methods=("switch", "switch+adaptive"), protocol=protocol)
     assert frontier.dev_prompts == frontier.test_prompts == 4
@@ -197,7 +217,7 @@ def test_activation_addition_baseline_runs_on_the_switch_training_pairs(llama_lm
     prompts.write_text("\n".join(["the happy one was", "she was kind and", "the sad one was", "he was cruel and"]))
     switch = random_switch(llama_lm, seed=3, name="sentiment")  # named like the shipped switch: CAA fits on its dataset
     spec = replace(FrontierSpec.for_switch("sentiment"), prompts=str(prompts), rules=FluencyRules(perplexity_ratio=1e9, dist3_ratio=0.0,
-                                                                                                  max_repetition=1.0))
+                                                                                                  max_repetition=1.0, max_sprinkle_rise=1.0))
     frontier = run_frontier(llama_lm, switch, spec, methods=("caa",), protocol=replace(PROTOCOL, samples=1, max_new_tokens=4))
     assert [(r.method, r.side) for r in frontier.rows] == [("caa", 1), ("caa", -1)]
     assert not frontier.protocol.score_from_decode  # a body changed while sampling: every row, unsteered too, by a body pass

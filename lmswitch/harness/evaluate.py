@@ -15,6 +15,10 @@ so settings are compared on coupled samples) and the continuations are scored:
   *unsteered* model, ``exp(total NLL / total tokens)``;
 - **diversity**: Dist-n, distinct word n-grams over all n-grams among a
   prompt's samples (words split on whitespace), averaged over prompts;
+- **sprinkle**: share of continuations that write one content token three times
+  or more (a word that is not a stop word, a possessive "'s", an emoji): a
+  switch that sprinkles one token ("a mission's expedition's hours's") reads
+  worse than its perplexity says;
 - **formality**: share of continuations a character n-gram logistic regression
   (scikit-learn), fitted on the training pairs of the formality dataset, calls
   formal (probability > 0.5); there is no offline formality scorer to install.
@@ -27,7 +31,10 @@ torch-free :mod:`lmswitch.harness.options`, which the command line's help reads)
 from __future__ import annotations
 
 import math
+import re
 import time
+import unicodedata
+from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
@@ -108,6 +115,48 @@ def loops(text: str, repeats: int = LOOP_REPEATS) -> bool:
 def repetition_share(texts: Sequence[str]) -> float:
     """Share of ``texts`` that loop (see :func:`loops`); 0 for no texts."""
     return sum(map(loops, texts)) / len(texts) if texts else 0.0
+
+
+SPRINKLE_COUNT = 3  # one content token this many times in a sample marks it as sprinkled
+_TOKEN = re.compile(r"['’]s\b|[^\W\d_]+|[^\w\s]")  # a possessive "'s", a word, or one other character
+PICTOGRAPH = "<emoji>"  # what content_tokens writes for any emoji or other pictograph
+_CONTRACTED = re.compile(r"\b(?:it|he|she|that|what|there|here|who|let|where|how|when|why)['’]s\b", re.IGNORECASE)
+
+
+@lru_cache(maxsize=1)
+def _stop_words() -> frozenset[str]:
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+    return ENGLISH_STOP_WORDS
+
+
+def content_tokens(text: str) -> list[str]:
+    """The tokens of ``text`` that carry content, lower-cased: words of two letters or more that are not English stop
+    words (scikit-learn's list), the possessive "'s" ("it's", "that's" and the like are contractions, not counted),
+    and emoji and other pictographs (Unicode "So"), all counted as one token, :data:`PICTOGRAPH` (a string of
+    different emoji is one thing sprinkled); not punctuation or digits."""
+    out = []
+    for token in _TOKEN.findall(_CONTRACTED.sub(" ", text)):
+        token = token.lower().replace("’", "'")
+        if unicodedata.category(token[0]) == "So":
+            out.append(PICTOGRAPH)
+        elif token == "'s" or (token.isalpha() and len(token) > 1 and token not in _stop_words()):
+            out.append(token)
+    return out
+
+
+def sprinkled(text: str, count: int = SPRINKLE_COUNT) -> list[str]:
+    """The content tokens (:func:`content_tokens`) ``text`` writes ``count`` times or more, most frequent first.
+
+    >>> sprinkled("a mission's 7-day-long expedition's test in 24 hours's")
+    ["'s"]
+    """
+    return [t for t, n in Counter(content_tokens(text)).most_common() if n >= count]
+
+
+def sprinkle_share(texts: Sequence[str]) -> float:
+    """Share of ``texts`` with a sprinkled token (see :func:`sprinkled`); 0 for no texts."""
+    return sum(bool(sprinkled(t)) for t in texts) / len(texts) if texts else 0.0
 
 
 @lru_cache(maxsize=1)
@@ -300,6 +349,7 @@ class Evaluation:
     formal_share: float
     repetition: float  # share of samples with a word three times in a row
     seconds: float
+    sprinkle: float = 0.0  # share of samples that write one content token three times or more (:func:`sprinkled`)
     texts: list[Sample] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -350,6 +400,7 @@ def _summarise(
         formal_share=sum(x > FORMAL for x in formal) / len(formal),
         repetition=repetition_share(texts),
         seconds=round(seconds, 2),
+        sprinkle=sprinkle_share(texts),
         texts=[
             Sample(p, t, round(a, 4), round(b, 4), round(f, 4))
             for (p, _), t, a, b, f in zip(rows, texts, sent, tox, formal, strict=True)

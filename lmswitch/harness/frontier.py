@@ -45,6 +45,17 @@ class FluencyRules:
     perplexity_ratio: float = 1.5  # at most this × the unsteered perplexity
     dist3_ratio: float = 0.95  # at least this × the unsteered Dist-3
     max_repetition: float = 0.02  # at most this share of samples with a word three times in a row
+    # at most this share of samples more than unsteered that write one content token three times or more (the
+    # formality switch's "a mission's expedition's hours's" at its casual end, which perplexity does not see), and never
+    # fewer than two extra samples: one is noise on a short probe. Chosen on dev (30 prompts × 5 × 25 tokens): sentiment
+    # and detox stay within +0.7 points at every whole ε of their sliders; formality rises +8 at −4, +17 at −6
+    max_sprinkle_rise: float = 0.05
+
+    @property
+    def text(self) -> str:
+        """The rules as people read them, against the unsteered rows."""
+        return (f"perplexity ≤ {self.perplexity_ratio:g}×, Dist-3 ≥ {self.dist3_ratio:g}×, ≤ {self.max_repetition:.0%} looping "
+                f"samples, ≤ +{100 * self.max_sprinkle_rise:g} points of samples sprinkling one word")
 
     def problems(self, ev: Evaluation, base: Evaluation) -> list[str]:
         """What keeps ``ev`` from being fluent (empty when it is)."""
@@ -55,6 +66,10 @@ class FluencyRules:
             out.append(f"Dist-3 {ev.dist3 / base.dist3:.2f}× < {self.dist3_ratio:g}×")
         if ev.repetition > self.max_repetition:
             out.append(f"{100 * ev.repetition:.3g}% of samples loop")  # 2 of 80 reads 2.5%, not the rule's 2%
+        extra = ev.sprinkle - base.sprinkle
+        if extra > self.max_sprinkle_rise and extra * ev.prompts * ev.samples > 1.5:
+            out.append(f"{100 * ev.sprinkle:.3g}% of samples sprinkle one word (unsteered {100 * base.sprinkle:.3g}%; "
+                       f"at most +{100 * self.max_sprinkle_rise:g} points)")
         return out
 
 
@@ -157,7 +172,8 @@ class FrontierRow:
     def to_dict(self, metric: str) -> dict:
         def point(s: float, ev: Evaluation, base: Evaluation) -> dict:
             return {"strength": s, metric: getattr(ev, metric), "perplexity_ratio": ev.perplexity / base.perplexity,
-                    "dist3_ratio": ev.dist3 / base.dist3 if base.dist3 else None, "repetition": ev.repetition}
+                    "dist3_ratio": ev.dist3 / base.dist3 if base.dist3 else None, "repetition": ev.repetition,
+                    "sprinkle": ev.sprinkle}
 
         return {"method": self.method, "side": self.side, "choice": self.choice,
                 "dev": [point(s, ev, self.dev_base) for s, ev in self.dev],
@@ -255,7 +271,7 @@ class SliderCheck:
 
     def to_dict(self) -> dict:
         return {"switch": self.switch, "range": [self.low, self.high], "looping": self.looping(),
-                "points": [{"eps": eps, "repetition": ev.repetition, "perplexity_ratio": ev.perplexity / self.base.perplexity,
+                "points": [{"eps": eps, "repetition": ev.repetition, "sprinkle": ev.sprinkle, "perplexity_ratio": ev.perplexity / self.base.perplexity,
                             "problems": self.rules.problems(ev, self.base)} for eps, ev in self.points]}
 
     def markdown(self) -> str:
@@ -328,8 +344,7 @@ def markdown(frontier: Frontier) -> str:
     """The table of one switch's frontier: per method and side, the dev choice and its test numbers."""
     spec = frontier.spec
     head = (f"### {spec.switch} ({spec.metric}, {spec.prompts} prompts: {frontier.dev_prompts} dev / {frontier.test_prompts} test, "
-            f"{frontier.protocol.samples} samples each; fluent = perplexity ≤ {spec.rules.perplexity_ratio:g}×, "
-            f"Dist-3 ≥ {spec.rules.dist3_ratio:g}×, ≤ {spec.rules.max_repetition:.0%} looping samples)\n\n"
+            f"{frontier.protocol.samples} samples each; fluent = {spec.rules.text})\n\n"
             f"| method | side | chosen on dev | {spec.metric} on test | perplexity | Dist-3 | looping | on test |\n|---|---|---|---|---|---|---|---|")
     lines = [head] + [f"| {r.method} | {'+' if r.side > 0 else '−'} | " + " | ".join(_cell(r, spec)) + " |" for r in frontier.rows]
     lines += ["", *(f"- {'**met**' if met else '**missed**'} {target}: {shown}" for target, shown, met in target_checks(frontier))]

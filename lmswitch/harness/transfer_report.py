@@ -10,7 +10,7 @@ from the source's, which the probe replaces; shown, never counted).
 The target (issue 6, with the fluency rules since): between the ends of its range chosen on dev, the transferred
 switch moves the positive share on test the same way by at least :data:`TRANSFER_KEEP` of the source switch's move
 between its ends, and both ends keep the fluency rules on test (:class:`~lmswitch.harness.frontier.FluencyRules`:
-perplexity, Dist-3, looping samples), so a move reached through word loops is a miss.
+perplexity, Dist-3, looping samples, samples sprinkling one word), so a move reached through word loops is a miss.
 
 >>> report = run_transfer_report(lm, ls.load_model("gemma3-270m"), "EVALUATION.md")   # doctest: +SKIP
 """
@@ -228,8 +228,7 @@ def markdown(report: TransferReport, command: str) -> str:
         f"trained on `{report.target_model}` from the same data (`train`'s default recipe; held-out gain "
         f"{cards['direct'].get('heldout_gain', float('nan')):+.3f} nats/token): {cards['direct'].fluent_text or 'none'}.",
         "",
-        f"Fluent = perplexity ≤ {rules.perplexity_ratio:g}× and Dist-3 ≥ {rules.dist3_ratio:g}× the same model's unsteered "
-        f"rows, ≤ {rules.max_repetition:.0%} of samples looping.",
+        f"Fluent, against the same model's unsteered rows: {rules.text}.",
         "",
         *_target_rows(report),
         "",
