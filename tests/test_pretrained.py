@@ -109,3 +109,7 @@ def test_each_shipped_switch_moves_its_own_scorer_inside_its_fluent_range(lm, sp
     # at the very ends of the range a stray looping sample is sampling noise (the old recommended ε looped in 56% of samples);
     # the fluency rules themselves are checked on the test prompts by `eval --frontier … --sliders` (EVALUATION.md)
     assert all(ev.repetition <= 1 / 12 for ev in evals.values()), {e: ev.repetition for e, ev in evals.items()}
+    # nor does one word come back three times in a sample much more often than unsteered (the formality switch's old −6
+    # end sprinkled "'s" and emoji: +13 points on the test prompts at 25 tokens)
+    rise = {e: ev.sprinkle - evals[0.0].sprinkle for e, ev in evals.items()}
+    assert all(r <= 0.08 for r in rise.values()), rise
