@@ -75,7 +75,7 @@ def test_generate_and_sweep(run, switch_file):
 def test_generate_without_eps_steers_at_the_cards_recommended_eps(run, switch_file, tmp_path):
     """``--switch S`` alone: the card's recommended ε, inside its probed fluent range; a card without one (trained with
     --no-calibrate): the paper's 5 ε0, said on stderr."""
-    from lmswitch.io.parse import DEFAULT_EPS
+    from lmswitch.io.parse import FALLBACK_EPS
 
     card = json.loads(run("info", "--switch", str(switch_file), "--json")[1])["card"]
     assert 0 < card["recommended_eps"] <= card["fluent_eps"][1]
@@ -87,7 +87,7 @@ def test_generate_without_eps_steers_at_the_cards_recommended_eps(run, switch_fi
     unprobed = tmp_path / "unprobed.safetensors"
     assert run("train", "--positive", str(tmp_path / "pos.txt"), "--out", str(unprobed), "--steps", "3", "--no-calibrate")[0] == 0
     code, out, err = run("generate", "--prompt", "the", "--switch", str(unprobed), "--max-new-tokens", "4", "--json")
-    assert code == 0 and json.loads(out)["switches"][0]["eps"] == DEFAULT_EPS and "has no recommended ε in its card" in err
+    assert code == 0 and json.loads(out)["switches"][0]["eps"] == FALLBACK_EPS and "has no recommended ε in its card" in err
 
 
 def test_generate_best_of_is_the_librarys_choice_and_bad_values_are_refused(run, switch_file, model_dir):

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lmswitch.io.parse import DEFAULT_EPS, eps_grid, parse_eps, parse_eps_list, parse_setting, parse_switch_spec
+from lmswitch.io.parse import FALLBACK_EPS, eps_grid, parse_eps, parse_eps_list, parse_setting, parse_switch_spec
 
 
 def test_settings_from_text_and_mappings():
@@ -40,7 +40,7 @@ def test_bad_settings_get_a_clear_error(value, match):
 def test_switch_specs_take_the_last_equals_sign():
     assert parse_switch_spec("sentiment=6") == ("sentiment", 6.0)
     assert parse_switch_spec("dir/a=b.safetensors=-3") == ("dir/a=b.safetensors", -3.0)
-    assert parse_switch_spec("sentiment") == ("sentiment", DEFAULT_EPS)
+    assert parse_switch_spec("sentiment") == ("sentiment", FALLBACK_EPS)
     for bad in ("", "=3", "s=x"):
         with pytest.raises(ValueError):
             parse_switch_spec(bad)

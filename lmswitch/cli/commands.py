@@ -28,7 +28,7 @@ from lmswitch.core.train import data_advice, train_switch
 from lmswitch.core.transfer import strength_advice, transfer
 from lmswitch.harness.frontier import calibrated_card
 from lmswitch.harness.pretrained import PRETRAINED_DIR, build_pretrained
-from lmswitch.io.parse import DEFAULT_EPS
+from lmswitch.io.parse import FALLBACK_EPS
 from lmswitch.io.resources import examples_dir
 from lmswitch.lenses.meter import measure
 from lmswitch.lenses.spans import highlight
@@ -107,7 +107,7 @@ def _warn_beyond_fluent(setting: list[tuple[Switch, float]], adaptive: bool) -> 
 
 
 def cmd_generate(args: argparse.Namespace, lm: LanguageModel) -> None:
-    setting = [(s, _card_eps(s, eps, fallback=DEFAULT_EPS)) for s, eps in ((load_switch(ref, lm), eps) for ref, eps in args.switch)]
+    setting = [(s, _card_eps(s, eps, fallback=FALLBACK_EPS)) for s, eps in ((load_switch(ref, lm), eps) for ref, eps in args.switch)]
     check_setting(lm, setting)  # a setting that will be refused is refused before any warning
     _warn_beyond_fluent(setting, args.adaptive)
     texts = generate(lm, args.prompt, setting, samples=args.samples, seed=args.seed, **_sampling(args))

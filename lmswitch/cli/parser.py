@@ -39,7 +39,7 @@ from lmswitch.core.options import (
     TrainConfig,
 )
 from lmswitch.harness.options import BUILD_SEED, CARD_PROMPTS, CARD_SAMPLES, FRONTIER_METHODS, PROTOCOL, STANCE_METHODS
-from lmswitch.io.parse import DEFAULT_EPS, parse_eps_list, parse_switch_spec
+from lmswitch.io.parse import FALLBACK_EPS, parse_eps_list, parse_switch_spec
 from lmswitch.lenses import options as lens
 
 T = TypeVar("T")
@@ -164,7 +164,7 @@ def _generate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", required=True)
     p.add_argument("--switch", action="append", default=[], type=switch_spec_or_card, metavar="SWITCH[=EPS]",
                    help=f"repeatable; SWITCH is {SWITCH_HELP}; EPS in eps0 units (default: the card's recommended ε, "
-                        f"inside its fluent range; {DEFAULT_EPS:g}, the paper's 5 eps0, for a card without one)")
+                        f"inside its fluent range; {FALLBACK_EPS:g}, the paper's 5 eps0, for a card without one)")
     p.add_argument("--samples", type=int, default=SAMPLES)
     _add_generation_options(p)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-DEFAULT_EPS = 5.0  # the paper's 5ε0: ``generate --switch S`` without ``=EPS`` when S's card recommends no ε and was never probed
+FALLBACK_EPS = 5.0  # the paper's 5ε0: ``generate --switch S`` without ``=EPS`` when S's card recommends no ε and was never probed
 MAX_EPS_VALUES = 15  # one interactive sweep or grid axis
 
 
@@ -30,7 +30,7 @@ def parse_eps(value: object, name: str = "switch") -> float:
     return eps
 
 
-def parse_switch_spec(value: str, default_eps: float | None = DEFAULT_EPS) -> tuple[str, float | None]:
+def parse_switch_spec(value: str, default_eps: float | None = FALLBACK_EPS) -> tuple[str, float | None]:
     """``"NAME_OR_PATH=EPS"`` → (name or path, ε); without ``=EPS`` the ε is ``default_eps`` (``None``: the caller decides).
 
     The last ``=`` splits, so paths that contain ``=`` still work when an ε is given.
