@@ -248,6 +248,19 @@ def test_overwrite_replaces_the_file_and_leaves_no_temp_files(tmp_path, saved, s
     assert (loaded.positive_label, loaded.negative_label) == ("sad", "happy")
 
 
+def test_a_loaded_switch_is_its_own_copy_when_the_file_is_rewritten_in_place(tmp_path, saved, switch):
+    """A `cp` over a switch file rewrites the same inode: a loaded switch must not see it (it read the old file's memory
+    map until 2026-11-29, so its matrix shifted with the new header's length)."""
+    loaded, before = load_switch(saved), switch.W.clone()
+    other = -switch
+    other.card = other.card.updated(note="x" * 1000)  # a longer header: the tensor data move
+    replacement = other.save(tmp_path / "other.safetensors").read_bytes()
+    with open(saved, "r+b") as f:  # in place, as `cp` writes
+        f.write(replacement)
+        f.truncate()
+    assert torch.equal(loaded.W, before) and torch.equal(load_switch(saved).W, -before)
+
+
 # --- constructor ------------------------------------------------------------------------------
 
 

@@ -305,7 +305,7 @@ def load_switch(path: str | os.PathLike, model: LanguageModel | None = None) -> 
             if "W" not in keys or not keys <= set(TENSORS):
                 raise SwitchFileError(f"{path.name} should hold the tensor 'W' and at most a 'judge'; it holds {sorted(keys)}")
             W = f.get_tensor("W")
-            judge = f.get_tensor("judge").float() if "judge" in keys else None
+            judge = f.get_tensor("judge") if "judge" in keys else None
     except SafetensorError as err:
         raise SwitchFileError(f"{path.name} is not a valid safetensors file ({err}); it may be truncated or corrupted") from None
     except (OSError, UnicodeDecodeError) as err:
@@ -318,9 +318,13 @@ def load_switch(path: str | os.PathLike, model: LanguageModel | None = None) -> 
         raise SwitchFileError(f"{path.name} has an unreadable switch header ({err})") from None
     if W.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
         raise SwitchFileError(f"{path.name}: W has dtype {W.dtype}; expected a floating-point matrix")
+    # copies, not views of the file's memory map: a file rewritten in place (a `cp` over it) must not change a loaded
+    # switch, nor a shorter one crash the process when its pages are read
+    W = W.to(torch.float32, copy=True)
+    judge = judge.to(torch.float32, copy=True) if judge is not None else None
     known = {f for f in Switch.__dataclass_fields__ if f not in TENSORS}
     try:
-        switch = Switch(W=W.float(), judge=judge, **{k: v for k, v in header.items() if k in known})
+        switch = Switch(W=W, judge=judge, **{k: v for k, v in header.items() if k in known})
     except SwitchFileError as err:
         raise SwitchFileError(f"{path.name}: {err}") from None
     except TypeError as err:
