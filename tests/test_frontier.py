@@ -29,6 +29,7 @@ def test_a_sprinkled_token_is_a_content_token_written_three_times():
     assert sprinkled("Dogs, dogs and more DOGS; cats, cats") == ["dogs"]
     assert sprinkled("My weekend was a huge success! 🌼️🌺 🌍 and more") == [PICTOGRAPH]  # different emoji are one thing strung
     assert sprinkled("it's fine, that's it, he's here") == []  # contractions, not possessives
+    assert sprinkled("I've seen, I've heard, I've done; don't, don't, DON'T") == []  # contractions are function words
     assert sprinkled("you know you can, you will, and the the the") == []  # stop words
     assert sprinkled("I I I a a a 3 3 3 ... !!!") == []  # single letters, digits, punctuation
     assert sprinkle_share(["x's y's z's", "a calm day", "", "rain, rain and rain"]) == 0.5 and sprinkle_share([]) == 0.0

@@ -118,7 +118,8 @@ def repetition_share(texts: Sequence[str]) -> float:
 
 
 SPRINKLE_COUNT = 3  # one content token this many times in a sample marks it as sprinkled
-_TOKEN = re.compile(r"['’]s\b|[^\W\d_]+|[^\w\s]")  # a possessive "'s", a word, or one other character
+# a contraction ("I've", "don't"), a possessive "'s", a word, or one other character
+_TOKEN = re.compile(r"[^\W\d_]+['’](?:ve|re|ll|d|t|m)\b|['’]s\b|[^\W\d_]+|[^\w\s]", re.IGNORECASE)
 PICTOGRAPH = "<emoji>"  # what content_tokens writes for any emoji or other pictograph
 _CONTRACTED = re.compile(r"\b(?:it|he|she|that|what|there|here|who|let|where|how|when|why)['’]s\b", re.IGNORECASE)
 
@@ -131,16 +132,16 @@ def _stop_words() -> frozenset[str]:
 
 
 def content_tokens(text: str) -> list[str]:
-    """The tokens of ``text`` that carry content, lower-cased: words of two letters or more that are not English stop
-    words (scikit-learn's list), the possessive "'s" ("it's", "that's" and the like are contractions, not counted),
-    and emoji and other pictographs (Unicode "So"), all counted as one token, :data:`PICTOGRAPH` (a string of
-    different emoji is one thing sprinkled); not punctuation or digits."""
+    """The tokens of ``text`` that carry content, lower-cased: words of two letters or more that are neither English
+    stop words (scikit-learn's list) nor contractions ("I've", "don't"); the possessive "'s" ("it's", "that's" and
+    the like are contractions, not counted); and emoji and other pictographs (Unicode "So"), all counted as one token,
+    :data:`PICTOGRAPH` (a string of different emoji is one thing sprinkled). Not punctuation or digits."""
     out = []
     for token in _TOKEN.findall(_CONTRACTED.sub(" ", text)):
         token = token.lower().replace("’", "'")
         if unicodedata.category(token[0]) == "So":
             out.append(PICTOGRAPH)
-        elif token == "'s" or (token.isalpha() and len(token) > 1 and token not in _stop_words()):
+        elif token == "'s" or (token.isalpha() and len(token) > 1 and token not in _stop_words()):  # not "I've", "don't"
             out.append(token)
     return out
 
