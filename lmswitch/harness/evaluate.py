@@ -118,10 +118,10 @@ def repetition_share(texts: Sequence[str]) -> float:
 
 
 SPRINKLE_COUNT = 3  # one content token this many times in a sample marks it as sprinkled
-# a contraction ("I've", "don't"), a possessive "'s", a word, or one other character
-_TOKEN = re.compile(r"[^\W\d_]+['’](?:ve|re|ll|d|t|m)\b|['’]s\b|[^\W\d_]+|[^\w\s]", re.IGNORECASE)
+# a contraction ("it's", "I've", "don't"), a possessive "'s", a word, or one other character
+_TOKEN = re.compile(r"\b(?:it|he|she|that|what|there|here|who|let|where|how|when|why)['’]s\b|[^\W\d_]+['’](?:ve|re|ll|d|t|m)\b"
+                    r"|['’]s\b|[^\W\d_]+|[^\w\s]", re.IGNORECASE)
 PICTOGRAPH = "<emoji>"  # what content_tokens writes for any emoji or other pictograph
-_CONTRACTED = re.compile(r"\b(?:it|he|she|that|what|there|here|who|let|where|how|when|why)['’]s\b", re.IGNORECASE)
 
 
 @lru_cache(maxsize=1)
@@ -137,11 +137,11 @@ def content_tokens(text: str) -> list[str]:
     the like are contractions, not counted); and emoji and other pictographs (Unicode "So"), all counted as one token,
     :data:`PICTOGRAPH` (a string of different emoji is one thing sprinkled). Not punctuation or digits."""
     out = []
-    for token in _TOKEN.findall(_CONTRACTED.sub(" ", text)):
+    for token in _TOKEN.findall(text):
         token = token.lower().replace("’", "'")
         if unicodedata.category(token[0]) == "So":
             out.append(PICTOGRAPH)
-        elif token == "'s" or (token.isalpha() and len(token) > 1 and token not in _stop_words()):  # not "I've", "don't"
+        elif token == "'s" or (token.isalpha() and len(token) > 1 and token not in _stop_words()):  # not "it's", "I've"
             out.append(token)
     return out
 
