@@ -69,7 +69,8 @@ class Recipe:
 SAMPLED = Recipe(tail_samples=16, evaluations=10, scaled=True)
 BOUND = Recipe(tail_samples=None, evaluations=15, scaled=False)  # the first release; the shipped sentiment switch's
 RECIPES = {"lbfgs-sampled": SAMPLED, "lbfgs": BOUND}  # TrainConfig.optimizer → recipe (a name keeps its recipe)
-assert tuple(RECIPES) == RECIPE_NAMES, "name each recipe in lmswitch.core.options.RECIPE_NAMES too (the CLI reads them there)"
+if tuple(RECIPES) != RECIPE_NAMES:  # checked at import, also under python -O
+    raise RuntimeError("name each recipe in lmswitch.core.options.RECIPE_NAMES too (the CLI reads them there)")
 
 
 @dataclass(frozen=True)

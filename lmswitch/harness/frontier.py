@@ -150,7 +150,8 @@ METHODS: dict[str, Method] = {"switch": _switch(), "switch-unguarded": _switch(r
                               f"switch+best-of-{BEST_OF}": _switch(best_of=BEST_OF),
                               **{f"switch+guided-{n}": _switch(guide=n) for n in GUIDES},
                               "prompting": _prompting, "caa": _caa}
-assert tuple(METHODS) == FRONTIER_METHODS, "name each method in lmswitch.harness.options.FRONTIER_METHODS too (the CLI reads them there)"
+if tuple(METHODS) != FRONTIER_METHODS:  # checked at import, also under python -O
+    raise RuntimeError("name each method in lmswitch.harness.options.FRONTIER_METHODS too (the CLI reads them there)")
 DECODE_SCORED = ("switch", "switch-unguarded", "switch+adaptive")  # methods whose rows are scored from their decode (Protocol.score_from_decode)
 LEVELS = tuple(float(k) for k in range(1, len(INSTRUCTIONS) + 1))  # the prompting baseline's strengths
 CAA_STRENGTHS = (0.5, 1.0, 2.0, 3.0, 4.0, 6.0)  # |α| swept for activation addition, multiples of its mean-difference vector
