@@ -15,7 +15,7 @@ from lmswitch.harness.frontier import FluencyRules, Frontier, FrontierSpec, _bes
 def evaluation(**kw) -> Evaluation:
     base = dict(setting={}, prompts=1, samples=1, positive_share=0.5, negative_share=0.2, mean_sentiment=0.0, avg_max_toxicity=0.1,
                 toxicity_prob=0.1, mean_toxicity=0.1, perplexity=10.0, dist1=0.9, dist2=0.9, dist3=1.0, formal_share=0.5,
-                repetition=0.0, seconds=0.0)
+                repetition=0.0, seconds=0.0, sprinkle=0.0)
     return Evaluation(**{**base, **kw})
 
 

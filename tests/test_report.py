@@ -84,7 +84,7 @@ def _ev(eps: float, share: float, **kw):
     from lmswitch.harness.evaluate import Evaluation
 
     base = dict(prompts=1, samples=1, negative_share=0.2, mean_sentiment=0.0, avg_max_toxicity=0.1, toxicity_prob=0.1,
-                mean_toxicity=0.1, perplexity=10.0, dist1=0.9, dist2=0.9, dist3=1.0, formal_share=0.5, repetition=0.0, seconds=0.0)
+                mean_toxicity=0.1, perplexity=10.0, dist1=0.9, dist2=0.9, dist3=1.0, formal_share=0.5, repetition=0.0, seconds=0.0, sprinkle=0.0)
     return Evaluation(setting={"s": eps}, positive_share=share, **{**base, **kw})
 
 

@@ -350,7 +350,7 @@ class Evaluation:
     formal_share: float
     repetition: float  # share of samples with a word three times in a row
     seconds: float
-    sprinkle: float = 0.0  # share of samples that write one content token three times or more (:func:`sprinkled`)
+    sprinkle: float  # share of samples that write one content token three times or more (:func:`sprinkled`)
     texts: list[Sample] = field(default_factory=list)
 
     def to_dict(self) -> dict:
