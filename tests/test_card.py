@@ -77,3 +77,12 @@ def test_calibration_sets_the_fluent_range_and_recommends_its_positive_end():
     assert "recommended_eps" not in nothing_positive.to_dict() and nothing_positive["note"] == "kept"
     assert Card().calibrated(-2.0, 0.0).recommended_eps is None
     assert card.calibrated(-2.0, 2.0).fluent_row == [-2.0, -1.0, 0.0, 1.0, 2.0] and card.calibrated(0.0, 0.0).fluent_row == []
+
+
+def test_a_card_keeps_what_its_fluent_range_was_measured_on_and_drops_a_stale_record():
+    probe = {"prompt_set": "neutral", "split": "dev", "prompts": 50, "samples": 5, "max_new_tokens": 40}
+    measured = Card.from_dict({"note": "kept"}).calibrated(-2.0, 3.0, probe=probe)
+    assert measured["fluent_eps_probe"] == probe and measured["note"] == "kept"
+    assert Card.from_dict(measured.to_dict())["fluent_eps_probe"] == probe  # survives the flat form
+    again = measured.calibrated(-1.0, 1.0)  # measured again by something that did not say how: no stale record
+    assert "fluent_eps_probe" not in again and again.fluent_eps == (-1.0, 1.0)

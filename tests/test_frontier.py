@@ -24,14 +24,15 @@ def test_loops_and_repetition_share():
     assert repetition_share(["a a a", "a b c", "", "x y x y"]) == 0.25 and repetition_share([]) == 0.0
 
 
-def test_a_sprinkled_token_is_a_content_token_written_three_times():
+def test_a_sprinkled_token_is_a_content_token_or_uncommon_mark_written_three_times():
     assert sprinkled("a mission's 7-day-long expedition's test in 24 hours's") == ["'s"]
     assert sprinkled("Dogs, dogs and more DOGS; cats, cats") == ["dogs"]
     assert sprinkled("My weekend was a huge success! 🌼️🌺 🌍 and more") == [PICTOGRAPH]  # different emoji are one thing strung
     assert sprinkled("it's fine, that's it, he's here") == []  # contractions, not possessives
     assert sprinkled("I've seen, I've heard, I've done; don't, don't, DON'T") == []  # contractions are function words
     assert sprinkled("you know you can, you will, and the the the") == []  # stop words
-    assert sprinkled("I I I a a a 3 3 3 ... !!!") == []  # single letters, digits, punctuation
+    assert sprinkled("I I I a a a 3 3 3 ... !!! Why? How? When? - -- —, \"'") == []  # single letters, digits, prose's marks
+    assert sprinkled("so; but to do so would be immoral; so imagine; would they") == [";"]  # a mark prose rarely strings
     assert sprinkle_share(["x's y's z's", "a calm day", "", "rain, rain and rain"]) == 0.5 and sprinkle_share([]) == 0.0
 
 
@@ -39,7 +40,7 @@ def test_fluency_rules_see_a_sprinkled_word_beyond_the_unsteered_rate():
     rules, base = FluencyRules(), evaluation(prompts=50, samples=2, sprinkle=0.1)
     assert rules.problems(evaluation(prompts=50, samples=2, sprinkle=0.14), base) == []  # +4 points: within the rule
     assert rules.problems(evaluation(prompts=50, samples=2, sprinkle=0.16), base) == [
-        "16% of samples sprinkle one word (unsteered 10%; at most +5 points)"]
+        "16% of samples sprinkle one word or mark (unsteered 10%; at most +5 points)"]
     small = evaluation(prompts=4, samples=2)  # the app's probe: 8 samples, one of them is noise, two are not
     assert rules.problems(evaluation(prompts=4, samples=2, sprinkle=0.125), small) == []
     assert len(rules.problems(evaluation(prompts=4, samples=2, sprinkle=0.25), small)) == 1
@@ -193,6 +194,7 @@ def test_calibration_stores_the_fluent_range_in_the_card(llama_lm):
     assert low <= 0 <= high and (low, high) != (-8.0, 8.0)  # a wild switch breaks the rules somewhere
     card = calibrated_card(llama_lm, zero, probe)
     assert card.fluent_eps == (-8.0, 8.0) and card.recommended_eps == 6.0  # recommended from inside the probe's limit (3/4)
+    assert card["fluent_eps_probe"] == {"prompt_set": "neutral", "split": "dev", "prompts": 2, "samples": 1, "max_new_tokens": 6}
     assert calibrated_card(llama_lm, zero, replace(probe, recommend=1.0)).recommended_eps == 8.0
 
 

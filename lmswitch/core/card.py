@@ -137,14 +137,18 @@ class Card(Mapping):
         row = sorted({float(low), low / 2, 0.0, high / 2, float(high)})
         return row if len(row) > 1 else []  # a range of 0 alone is no sweep
 
-    def calibrated(self, low: float, high: float, share: float = 1.0) -> Card:
+    def calibrated(self, low: float, high: float, share: float = 1.0, probe: Mapping[str, Any] | None = None) -> Card:
         """This card with its measured fluent range ``[low, high]``, which also becomes its recommended range, and the
         recommended ε at ``share`` of the positive fluent limit; none when no positive ε was fluent (a recommendation from
-        before, e.g. the ε a transfer scaled, would lie outside the range just measured)."""
+        before, e.g. the ε a transfer scaled, would lie outside the range just measured). ``probe``: what the range
+        was measured on (prompts, samples, tokens), kept as ``fluent_eps_probe``; a card measured again without it
+        drops the old one."""
         if not 0 < share <= 1:
             raise ValueError(f"share must be in (0, 1]; got {share!r}")
-        return self.updated(fluent_eps=[low, high], recommended_eps_range=[low, high],
-                            recommended_eps=round(share * high, 3) if high > 0 else None)
+        flat = {k: v for k, v in self.to_dict().items() if k != "fluent_eps_probe"}
+        flat |= {"fluent_eps": [low, high], "recommended_eps_range": [low, high],
+                 "recommended_eps": round(share * high, 3) if high > 0 else None}
+        return Card.from_dict(flat | ({"fluent_eps_probe": dict(probe)} if probe is not None else {}))
 
     def updated(self, **changes: Any) -> Card:
         """A new card with some flat keys set (typed parts are re-parsed)."""

@@ -16,8 +16,9 @@ so settings are compared on coupled samples) and the continuations are scored:
 - **diversity**: Dist-n, distinct word n-grams over all n-grams among a
   prompt's samples (words split on whitespace), averaged over prompts;
 - **sprinkle**: share of continuations that write one content token three times
-  or more (a word that is not a stop word, a possessive "'s", an emoji): a
-  switch that sprinkles one token ("a mission's expedition's hours's") reads
+  or more (a word that is not a stop word, a possessive "'s", an emoji, a mark
+  such as ";" that prose does not write often): a switch that sprinkles one
+  token ("a mission's expedition's hours's", "so; but; would they;") reads
   worse than its perplexity says;
 - **formality**: share of continuations a character n-gram logistic regression
   (scikit-learn), fitted on the training pairs of the formality dataset, calls
@@ -122,6 +123,9 @@ SPRINKLE_COUNT = 3  # one content token this many times in a sample marks it as 
 _TOKEN = re.compile(r"\b(?:it|he|she|that|what|there|here|who|let|where|how|when|why)['’]s\b|[^\W\d_]+['’](?:ve|re|ll|d|t|m)\b"
                     r"|['’]s\b|[^\W\d_]+|[^\w\s]", re.IGNORECASE)
 PICTOGRAPH = "<emoji>"  # what content_tokens writes for any emoji or other pictograph
+# punctuation that prose writes often, not counted as content: sentence ends, commas, quotes, apostrophes, hyphens and
+# dashes, ellipses. Any other mark is ("a; b; c;", the detox switch's semicolons at +4, "%", "#")
+ORDINARY_MARKS = frozenset(".,!?'\"‘’“”-‐–—…")
 
 
 @lru_cache(maxsize=1)
@@ -134,14 +138,18 @@ def _stop_words() -> frozenset[str]:
 def content_tokens(text: str) -> list[str]:
     """The tokens of ``text`` that carry content, lower-cased: words of two letters or more that are neither English
     stop words (scikit-learn's list) nor contractions ("I've", "don't"); the possessive "'s" ("it's", "that's" and
-    the like are contractions, not counted); and emoji and other pictographs (Unicode "So"), all counted as one token,
-    :data:`PICTOGRAPH` (a string of different emoji is one thing sprinkled). Not punctuation or digits."""
+    the like are contractions, not counted); emoji and other pictographs (Unicode "So"), all counted as one token,
+    :data:`PICTOGRAPH` (a string of different emoji is one thing sprinkled); and punctuation and symbols other than
+    :data:`ORDINARY_MARKS` (";", ":", "%", "#"). Not digits."""
     out = []
     for token in _TOKEN.findall(text):
         token = token.lower().replace("’", "'")
-        if unicodedata.category(token[0]) == "So":
+        kind = unicodedata.category(token[0])
+        if kind == "So":
             out.append(PICTOGRAPH)
         elif token == "'s" or (token.isalpha() and len(token) > 1 and token not in _stop_words()):  # not "it's", "I've"
+            out.append(token)
+        elif kind[0] in "PS" and token not in ORDINARY_MARKS:
             out.append(token)
     return out
 

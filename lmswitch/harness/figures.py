@@ -31,7 +31,7 @@ METRICS: dict[str, tuple[str, tuple[float, float] | None]] = {
     "perplexity": ("perplexity (unsteered model)", None),
     "dist3": ("Dist-3", (0, 1)),
     "repetition": ("share of looping samples", (0, 1)),
-    "sprinkle": ("share of samples sprinkling one word", (0, 1)),
+    "sprinkle": ("share of samples sprinkling one word or mark", (0, 1)),
 }
 METHOD_COLORS = {"switch": "#1f77b4", "switch+adaptive": "#2ca02c", "prompting": "#ff7f0e"}
 

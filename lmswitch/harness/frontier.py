@@ -46,16 +46,18 @@ class FluencyRules:
     dist3_ratio: float = 0.95  # at least this × the unsteered Dist-3
     max_repetition: float = 0.02  # at most this share of samples with a word three times in a row
     # at most this share of samples more than unsteered that write one content token three times or more (the
-    # formality switch's "a mission's expedition's hours's" at its casual end, which perplexity does not see), and never
-    # fewer than two extra samples: one is noise on a short probe. Chosen on dev (30 prompts × 5 × 25 tokens): sentiment
-    # and detox stay within +0.7 points at every whole ε of their sliders; formality rises +8 at −4, +17 at −6
+    # formality switch's "a mission's expedition's hours's" at its casual end, detox's "so; but; would they;" at +4,
+    # which perplexity does not see), and never fewer than two extra samples: one is noise on a short probe. Chosen on
+    # dev (30 prompts × 5, every whole ε of the sliders of 2026-11-28): at 25 tokens sentiment stays within +1.3 points,
+    # detox within +4.0 (at +4), formality rises +8.7 at −4 and +18 at −6; at 40 tokens (the app's length, the unsteered
+    # model at 8–11% itself) sentiment stays within +2.0, detox rises +14.7 at +4 (";"), formality +8.0 at −3
     max_sprinkle_rise: float = 0.05
 
     @property
     def text(self) -> str:
         """The rules as people read them, against the unsteered rows."""
         return (f"perplexity ≤ {self.perplexity_ratio:g}×, Dist-3 ≥ {self.dist3_ratio:g}×, ≤ {self.max_repetition:.0%} looping "
-                f"samples, ≤ +{100 * self.max_sprinkle_rise:g} points of samples sprinkling one word")
+                f"samples, ≤ +{100 * self.max_sprinkle_rise:g} points of samples sprinkling one word or mark")
 
     def problems(self, ev: Evaluation, base: Evaluation) -> list[str]:
         """What keeps ``ev`` from being fluent (empty when it is)."""
@@ -68,7 +70,7 @@ class FluencyRules:
             out.append(f"{100 * ev.repetition:.3g}% of samples loop")  # 2 of 80 reads 2.5%, not the rule's 2%
         extra = ev.sprinkle - base.sprinkle
         if extra > self.max_sprinkle_rise and extra * ev.prompts * ev.samples > 1.5:
-            out.append(f"{100 * ev.sprinkle:.3g}% of samples sprinkle one word (unsteered {100 * base.sprinkle:.3g}%; "
+            out.append(f"{100 * ev.sprinkle:.3g}% of samples sprinkle one word or mark (unsteered {100 * base.sprinkle:.3g}%; "
                        f"at most +{100 * self.max_sprinkle_rise:g} points)")
         return out
 
@@ -355,6 +357,9 @@ def markdown(frontier: Frontier) -> str:
 # --- calibrated strength: the fluent range of a freshly trained switch ------------------------------------------
 
 
+PROBE_SPLIT = "dev"  # a fluency probe never reads the test prompts, which reports are made on
+
+
 @dataclass(frozen=True)
 class Probe:
     """A quick fluency probe at the end of training: a few dev prompts, short samples, a coarse ε grid."""
@@ -372,6 +377,12 @@ class Probe:
     # inside (chosen on dev: the 30 + 30 sentence sentiment switch's probe limit +2 reads 1.46× perplexity on the 50 dev
     # prompts × 5, at the rule's edge; +1.5 reads 1.24×)
     recommend: float = 0.75
+
+    @property
+    def record(self) -> dict:
+        """What a card keeps of the probe that measured its fluent range (:meth:`Card.calibrated`)."""
+        return {"prompt_set": self.prompt_set, "split": PROBE_SPLIT, "prompts": self.prompts, "samples": self.samples,
+                "max_new_tokens": self.max_new_tokens}
 
 
 # A transferred switch is probed on twice the prompts: its card's ε was only scaled from the source model's, so the probe
@@ -422,7 +433,7 @@ def calibrate(lm: LanguageModel, switch: Switch, probe: Probe = Probe(), protoco
 def _probe_rows(lm: LanguageModel, probe: Probe, protocol: Protocol) -> tuple[list[str], Protocol, dict, tuple]:
     """The prompts and the sampling protocol of ``probe``'s rows, and where ``lm``'s unsteered rows of them are kept (the
     model's dict and their key in it)."""
-    prompts = load_prompts(probe.prompt_set, probe.prompts, split="dev")
+    prompts = load_prompts(probe.prompt_set, probe.prompts, split=PROBE_SPLIT)
     protocol = replace(protocol, samples=probe.samples, max_new_tokens=probe.max_new_tokens)
     return prompts, protocol, _UNSTEERED.setdefault(lm, {}), (tuple(prompts), protocol)
 
@@ -469,4 +480,4 @@ def calibrated_card(lm: LanguageModel, switch: Switch, probe: Probe | None = Non
     >>> moved.card = calibrated_card(gemma, moved)   # doctest: +SKIP
     """
     probe = probe or (TRANSFER_PROBE if switch.card.transfer is not None else Probe())
-    return switch.card.calibrated(*calibrate(lm, switch, probe), share=probe.recommend)
+    return switch.card.calibrated(*calibrate(lm, switch, probe), share=probe.recommend, probe=probe.record)

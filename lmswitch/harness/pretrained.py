@@ -21,7 +21,7 @@ from lmswitch.core.card import Card
 from lmswitch.core.hidden import encode_texts
 from lmswitch.core.judge import fit_judge
 from lmswitch.core.models import LanguageModel
-from lmswitch.core.options import TrainConfig
+from lmswitch.core.options import SAMPLING, TrainConfig
 from lmswitch.core.switch import Switch, load_switch
 from lmswitch.core.train import train_switch
 from lmswitch.harness.datasets import DATASETS, HELDOUT_EVERY, SOURCE_PATH, StyleData, load_dataset
@@ -165,8 +165,8 @@ def _measured(lm: LanguageModel, switch: Switch, spec: Spec, eval_prompts: int, 
     by_eps = _card_evaluation(lm, switch, spec, prompts, protocol, say)
     switch.eps_range = (-2 * r, 2 * r)
     out = {"recommended_eps": r, "recommended_eps_range": [-2 * r, 2 * r]}
-    if card is not None:
-        out.update(fluent_eps=list(card.fluent_eps), recommended_eps_range=list(card.fluent_eps))
+    if card is not None:  # the range, and what it was measured on
+        out.update({k: card[k] for k in ("fluent_eps", "recommended_eps_range", "fluent_eps_probe")})
     return {**out, "evaluation": _evaluation_record(spec, eval_prompts, protocol, by_eps)}
 
 
@@ -204,8 +204,10 @@ def build_switch(
 
 
 # the shipped switches' fluent range: the full protocol's dev split (250 samples, so one looping sample is 0.4%), measured
-# well enough to recommend its limit
-CALIBRATION = Probe(prompts=50, samples=5, max_new_tokens=25, recommend=1.0)
+# well enough to recommend its limit, at the length the app and the command line write by default (25 tokens before:
+# detox +4 passed there, yet strung semicolons in 15% more of its 40-token dev samples than unsteered), every whole ε
+CALIBRATION = Probe(prompts=50, samples=5, max_new_tokens=SAMPLING.max_new_tokens, recommend=1.0,
+                    strengths=(1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0), inner=(0.5,))
 
 
 def _calibrated(lm: LanguageModel, switch: Switch, spec: Spec, protocol: Protocol, say: Log) -> Card:
@@ -216,7 +218,7 @@ def _calibrated(lm: LanguageModel, switch: Switch, spec: Spec, protocol: Protoco
     say(f"[{spec.name}] fluent ε on {probe.prompts} dev prompts: {low:+g} … {high:+g}")
     if high <= 0:
         say(f"[{spec.name}] ⚠ no probed +ε was fluent; the card recommends the spec's ε, {spec.recommended_eps:+g}")
-    return switch.card.calibrated(low, high, share=probe.recommend)
+    return switch.card.calibrated(low, high, share=probe.recommend, probe=probe.record)
 
 
 def recalibrate_switch(lm: LanguageModel, switch: Switch, *, eval_prompts: int = CARD_PROMPTS, samples: int = CARD_SAMPLES,

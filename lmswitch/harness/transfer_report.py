@@ -10,7 +10,7 @@ from the source's, which the probe replaces; shown, never counted).
 The target (issue 6, with the fluency rules since): between the ends of its range chosen on dev, the transferred
 switch moves the positive share on test the same way by at least :data:`TRANSFER_KEEP` of the source switch's move
 between its ends, and both ends keep the fluency rules on test (:class:`~lmswitch.harness.frontier.FluencyRules`:
-perplexity, Dist-3, looping samples, samples sprinkling one word), so a move reached through word loops is a miss.
+perplexity, Dist-3, looping samples, samples sprinkling one word or mark), so a move reached through word loops is a miss.
 
 >>> report = run_transfer_report(lm, ls.load_model("gemma3-270m"), "EVALUATION.md")   # doctest: +SKIP
 """

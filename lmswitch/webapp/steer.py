@@ -52,7 +52,7 @@ def on_load(backend: Backend, session: Session, *current: str | None):
 
 
 WIDE_WARNING = ("⚠ **Sliders beyond the fluent range.** Past a switch's calibrated fluent ε, steered text reads less well: it "
-                "drifts from one style word to the next, strings one word through a sentence (\"a mission's expedition's hours's\") "
+                "drifts from one style word to the next, strings one word or mark through a sentence (\"a mission's expedition's hours's\", \"so; but; would they;\") "
                 "and, with the *repeat guard* off, repeats words (\"great great great\"); "
                 "tick *adaptive strength* to stop the steering once it has changed a text enough (fluent, at the cost of a weaker "
                 "effect for styles that need a push on every word, such as casual).")
