@@ -8,6 +8,7 @@ import pytest
 import torch
 from conftest import tiny_style_data
 
+from lmswitch.core.options import SAMPLING
 from lmswitch.core.switch import load_switch
 from lmswitch.harness.evaluate import Protocol, evaluate_sweep, load_prompts
 from lmswitch.harness.pretrained import CALIBRATION, PRETRAINED_DIR, SPECS, build_pretrained, get_spec, load_pretrained
@@ -83,6 +84,9 @@ def test_shipped_files_match_the_embedded_model(lm):
         assert set(card["evaluation"]["by_eps"]) == {f"{-r:+g}", "+0", f"{r:+g}"}
         low, high = card.fluent_eps  # calibrated on the dev prompts; the recommended strength lies inside it
         assert low <= 0 < r <= high
+        # at the length the app and the command line write: a tic that shows at 40 tokens passed at 25 (detox's ";")
+        assert card["fluent_eps_probe"] == CALIBRATION.record | {"prompt_set": spec.prompts}
+        assert card["fluent_eps_probe"]["max_new_tokens"] == SAMPLING.max_new_tokens
     assert (PRETRAINED_DIR / "README.md").is_file()
 
 

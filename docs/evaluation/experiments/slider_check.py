@@ -7,7 +7,9 @@ For each switch (default: the three shipped ones) and each length in ``--tokens`
 the app's and the CLI's), the 50 test prompts of its frontier set × the protocol's 5 samples, the unsteered model in the
 same call with the same seeds, bfloat16 unless ``--dtype``. Writes ``sliders-<tokens>.json`` (each position's metrics
 and the rules it breaks) and prints a markdown table per length: metric / perplexity × unsteered / looping samples /
-samples sprinkling one word (``Evaluation.sprinkle``).
+samples sprinkling one word or mark (``Evaluation.sprinkle``). ``--past``: also the whole ε one step past each end of
+each slider (its own call, the unsteered model again first), the positions the calibration dropped, with the token
+their sprinkling samples string most.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
 import lmswitch as ls
-from lmswitch.harness.evaluate import PROTOCOL
+from lmswitch.harness.evaluate import PROTOCOL, evaluate_settings, load_prompts, sprinkled
 from lmswitch.harness.frontier import FrontierSpec, check_sliders
 from lmswitch.io.resources import shipped_switch_path
 
@@ -29,6 +32,22 @@ def cell(ev, base, metric: str) -> str:
             f"{ev.sprinkle:.1%}")
 
 
+def past_rows(lm, switch, spec, protocol, limit) -> list[dict]:
+    """The whole ε one step past each end of ``switch``'s slider, scored against unsteered by the rules."""
+    low, high = switch.slider_range()
+    eps = [low - 1, high + 1]
+    base, *evals = evaluate_settings(lm, [[]] + [[(switch, e)] for e in eps], load_prompts(spec.prompts, limit, split="test"),
+                                     protocol)
+    rows = []
+    for e, ev in zip(eps, evals, strict=True):
+        strung = Counter(sprinkled(s.text)[0] for s in ev.texts if sprinkled(s.text)).most_common(1)
+        rows.append({"eps": e, "cell": cell(ev, base, spec.metric), "strung_most": strung,
+                     "problems": spec.rules.problems(ev, base)})
+        print(f"| {e:+g} (past the range) | {rows[-1]['cell']} | {'; '.join(rows[-1]['problems']) or 'fluent'} "
+              f"| most strung: {strung} |")
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--switches", default="sentiment,detox,formality")
@@ -36,22 +55,27 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="test prompts per switch (default: all 50)")
     ap.add_argument("--dtype", default=None, help="the model's dtype (default: the app's)")
     ap.add_argument("--out", type=Path, required=True, help="folder for sliders-<tokens>.json")
+    ap.add_argument("--past", action="store_true", help="also one whole ε past each end of each slider")
     args = ap.parse_args()
     lm = ls.load_model(dtype=args.dtype or "auto")
     args.out.mkdir(parents=True, exist_ok=True)
     for tokens in (int(t) for t in args.tokens.split(",")):
         protocol = replace(PROTOCOL, max_new_tokens=tokens)
-        checks, started = [], time.perf_counter()
+        checks, past, started = [], {}, time.perf_counter()
         for name in args.switches.split(","):
             spec = FrontierSpec.for_switch(name)
-            check = check_sliders(lm, ls.load_switch(shipped_switch_path(name), lm), spec, protocol, args.limit)
+            switch = ls.load_switch(shipped_switch_path(name), lm)
+            check = check_sliders(lm, switch, spec, protocol, args.limit)
             checks.append(check)
             print(f"\n#### {name} at {tokens} tokens, unsteered {getattr(check.base, spec.metric):.3g} {spec.metric}, "
                   f"{check.base.sprinkle:.1%} sprinkling\n\n| ε | {spec.metric} / perplexity / looping / sprinkling | rules broken |\n|---|---|---|")
             for eps, ev in check.points:
                 print(f"| {eps:+g} | {cell(ev, check.base, spec.metric)} | {'; '.join(check.rules.problems(ev, check.base)) or 'fluent'} |")
+            if args.past:
+                past[name] = past_rows(lm, switch, spec, protocol, args.limit)
         data = {"model": lm.name, "protocol": protocol.to_dict(), "seconds": round(time.perf_counter() - started, 1),
-                "sliders": [c.to_dict() | {"unsteered_sprinkle": c.base.sprinkle} for c in checks]}
+                "sliders": [c.to_dict() | {"unsteered_sprinkle": c.base.sprinkle} | ({"past": past[c.switch]} if past else {})
+                            for c in checks]}
         (args.out / f"sliders-{tokens}.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
 
