@@ -31,6 +31,7 @@ from functools import lru_cache, partial
 
 from lmswitch.core.card import Card
 from lmswitch.core.models import LanguageModel
+from lmswitch.core.options import SAMPLING
 from lmswitch.core.switch import Switch
 from lmswitch.harness.baselines import ActivationAddition, added, fit_activation_addition
 from lmswitch.harness.datasets import load_dataset
@@ -366,7 +367,9 @@ class Probe:
 
     prompts: int = 4
     samples: int = 2
-    max_new_tokens: int = 16
+    # the length the app and the command line write (16 before: a 30 + 30 sentence sentiment switch probed fluent to −4,
+    # which reads 1.75× perplexity in 40-token samples on the test prompts; at 40 tokens the probe finds −2, as test does)
+    max_new_tokens: int = SAMPLING.max_new_tokens
     strengths: tuple[float, ...] = (2.0, 4.0, 6.0, 9.0, 12.0, 16.0)
     # where a side breaks the rules at the first strength, these are probed on it instead (a strong switch, e.g. one
     # trained on thousands of tokens at a weak ridge, can be fluent at ε 1 and not at 2: its slider still gets that side)
@@ -389,8 +392,9 @@ class Probe:
 # alone says where it reads well on the target. Chosen on dev (30 neutral dev prompts × 3 samples of 25 tokens on
 # gemma3-270m, the three shipped switches transferred there): detox broke the rules from ε +3 (1.56× perplexity; 3.56× at
 # +6), yet the 4-prompt probe passed it at +6; on 8 prompts it found +2. Sentiment and formality got the same range from
-# both (sentiment fluent to +2 and −4 on dev, formality to +3 and −4)
-TRANSFER_PROBE = Probe(prompts=8)
+# both (sentiment fluent to +2 and −4 on dev, formality to +3 and −4). Still 16 tokens: at 40 the shipped sentiment
+# switch on gemma3-270m probed no fluent +ε at all, not yet checked on dev (EVALUATION.md, *The quick probe at 40 tokens*)
+TRANSFER_PROBE = Probe(prompts=8, max_new_tokens=16)
 
 
 STEPS_PER_CALL = 2  # calibration strengths per side evaluated in one batched call
