@@ -40,7 +40,7 @@ def past_rows(lm, switch, spec, protocol, limit) -> list[dict]:
                                      protocol)
     rows = []
     for e, ev in zip(eps, evals, strict=True):
-        strung = Counter(sprinkled(s.text)[0] for s in ev.texts if sprinkled(s.text)).most_common(1)
+        strung = Counter(tokens[0] for s in ev.texts if (tokens := sprinkled(s.text))).most_common(1)
         rows.append({"eps": e, "cell": cell(ev, base, spec.metric), "strung_most": strung,
                      "problems": spec.rules.problems(ev, base)})
         print(f"| {e:+g} (past the range) | {rows[-1]['cell']} | {'; '.join(rows[-1]['problems']) or 'fluent'} "
