@@ -363,7 +363,8 @@ PROBE_SPLIT = "dev"  # a fluency probe never reads the test prompts, which repor
 
 @dataclass(frozen=True)
 class Probe:
-    """A quick fluency probe at the end of training: a few dev prompts, short samples, a coarse ε grid."""
+    """A quick fluency probe at the end of training: a few dev prompts, samples as long as the app writes, a coarse ε
+    grid."""
 
     prompts: int = 4
     samples: int = 2

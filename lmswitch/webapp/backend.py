@@ -35,7 +35,7 @@ USER_ERRORS = (ValueError, TypeError, SwitchFileError, DocumentError, Busy)
 def _read_ahead(lm: LanguageModel) -> None:
     """What every user's work on a model needs, read once in the background as it is served: the words it writes
     (``written_words``, ~0.5 s, for a first "what it learned" or word list) and the unsteered rows a new switch's
-    fluency probe compares with (``unsteered_rows``, ~0.3 s of the first training). A failure here only means they
+    fluency probe compares with (``unsteered_rows``, ~1.8 s of the first training at the probe's 40 tokens). A failure here only means they
     are read when first needed, where the error is shown."""
     for read in (written_words, unsteered_rows):
         try:
