@@ -33,6 +33,9 @@ def test_a_sprinkled_token_is_a_content_token_or_uncommon_mark_written_three_tim
     assert sprinkled("you know you can, you will, and the the the") == []  # stop words
     assert sprinkled("I I I a a a 3 3 3 ... !!! Why? How? When? - -- —, \"'") == []  # single letters, digits, prose's marks
     assert sprinkled("so; but to do so would be immoral; so imagine; would they") == [";"]  # a mark prose rarely strings
+    # HTML tags are markup, not words or marks of the text (Gemma wraps words in <em> and <strong>)
+    assert sprinkled("<em>Sun</em> and <strong>sea</strong>, <h3>Tips</h3> and <a href='x'>one</a>") == []
+    assert sprinkled("<em>Sun</em>; sun; <b>SUN</b>; sand") == ["sun", ";"]
     assert sprinkle_share(["x's y's z's", "a calm day", "", "rain, rain and rain"]) == 0.5 and sprinkle_share([]) == 0.0
 
 
