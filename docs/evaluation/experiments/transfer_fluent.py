@@ -1,10 +1,12 @@
 """A transferred switch's strength on the target: the ε scaled from the source against the fluent range probed there.
 
     PYTHONPATH=. python docs/evaluation/experiments/transfer_fluent.py [--target gemma3-270m] [--prompts 20] [--samples 3]
-    PYTHONPATH=. python docs/evaluation/experiments/transfer_fluent.py --dev     # how TRANSFER_PROBE was chosen
+    PYTHONPATH=. python docs/evaluation/experiments/transfer_fluent.py --dev [--tokens 40]   # how TRANSFER_PROBE was chosen
+    PYTHONPATH=. python docs/evaluation/experiments/transfer_fluent.py --sprinkled [--tokens 40]
 
-``--dev``: on 30 neutral dev prompts × 3 samples of 25 tokens, each transferred switch's perplexity at a row of ε, and
-the range three probe sizes find (training's 4 prompts, 8 prompts, 8 prompts × 3 samples of 20 tokens).
+``--dev``: on 30 neutral dev prompts × 3 samples of ``--tokens`` (40, the app's length; TRANSFER_PROBE was chosen at
+25), each transferred switch judged by the probe's rules at a row of ε, the range walking out through that row gives,
+and the ranges five probe designs find. ``--sprinkled``: what the sprinkle rule counts on a few of those rows.
 
 Each shipped switch of the embedded model is transferred to the target (``ls.transfer``) and its fluent range probed
 there (``ls.calibrated_card``: a transferred switch gets ``TRANSFER_PROBE``, 8 dev prompts). Then, on the *test*
@@ -19,29 +21,74 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections import Counter
 from dataclasses import replace
 
 import lmswitch as ls
-from lmswitch.harness.evaluate import PROTOCOL, evaluate_settings, load_prompts
+from lmswitch.harness.evaluate import PROTOCOL, evaluate_settings, load_prompts, sprinkled
 from lmswitch.harness.frontier import SPECS, FluencyRules, Probe, calibrate
 from lmswitch.io.resources import shipped_switches_dir
 
-DEV_STRENGTHS = (1.5, 2.0, 3.0, 4.0, 6.0)
-DEV_PROBES = (Probe(), Probe(prompts=8), Probe(prompts=8, samples=3, max_new_tokens=20))
+DEV_STRENGTHS = (0.5, 1.0, 2.0, 3.0, 4.0, 6.0)
 
 
-def dev(source: ls.LanguageModel, target: ls.LanguageModel) -> None:
-    """The dev table: perplexity relative to unsteered along a row of ε, and the ranges three probe sizes find."""
+def dev_probes(tokens: int) -> tuple[Probe, ...]:
+    """The probe designs compared on dev, sampling ``tokens`` each (the third is the 25-token check's longer probe)."""
+    return (Probe(max_new_tokens=tokens), Probe(prompts=8, max_new_tokens=tokens), Probe(prompts=8, samples=3, max_new_tokens=20),
+            Probe(prompts=8, max_new_tokens=16), Probe(prompts=12, max_new_tokens=tokens))
+
+
+def walked(eps_problems: dict[float, list[str]], side: int) -> float:
+    """The fluent limit on ``side`` walking out from 0 through the dev row, stopping at the first setting that breaks."""
+    reached = 0.0
+    for s in DEV_STRENGTHS:
+        if eps_problems[side * s]:
+            break
+        reached = side * s
+    return reached
+
+
+def dev(source: ls.LanguageModel, target: ls.LanguageModel, tokens: int) -> None:
+    """The dev table: each setting of a row of ε judged by the probe's rules against the unsteered rows (30 neutral dev
+    prompts × 3 samples of ``tokens``), the range walking out through it gives, and the ranges the probe designs find."""
     prompts = load_prompts("neutral", 30, split="dev")
-    protocol = replace(PROTOCOL, samples=3, max_new_tokens=25)
+    protocol = replace(PROTOCOL, samples=3, max_new_tokens=tokens)
     base = evaluate_settings(target, [[]], prompts, protocol)[0]
+    rules = FluencyRules()
     for name in SPECS:
         moved = ls.transfer(ls.load_switch(shipped_switches_dir() / f"{name}.safetensors", source), source, target)
-        ranges = [calibrate(target, moved, probe) for probe in DEV_PROBES]
         eps = [side * s for side in (1, -1) for s in DEV_STRENGTHS]
         evals = evaluate_settings(target, [[(moved, e)] for e in eps], prompts, protocol)
-        row = ", ".join(f"{e:+g}: {ev.perplexity / base.perplexity:.2f}×" for e, ev in zip(eps, evals, strict=True))
-        print(f"{name}: {row}; probes {ranges}", flush=True)
+        problems = {e: rules.problems(ev, base) for e, ev in zip(eps, evals, strict=True)}
+        for e, ev in zip(eps, evals, strict=True):
+            print(f"{name} {e:+g}: {ev.perplexity / base.perplexity:.2f}× {'; '.join(problems[e]) or 'fluent'}", flush=True)
+        ranges = []
+        for probe in dev_probes(tokens):
+            start = time.perf_counter()
+            ranges.append(f"{probe.prompts}×{probe.samples}×{probe.max_new_tokens}: {calibrate(target, moved, probe)} "
+                          f"in {time.perf_counter() - start:.1f} s")
+        print(f"{name}: on dev {walked(problems, -1):+g} … {walked(problems, +1):+g}; probes {'; '.join(ranges)}", flush=True)
+
+
+SPRINKLED_ROWS = (("sentiment", 1.0), ("sentiment", 2.0), ("detox", -2.0), ("formality", -1.0), ("formality", -4.0))
+
+
+def what_sprinkles(source: ls.LanguageModel, target: ls.LanguageModel, tokens: int) -> None:
+    """What the sprinkle rule counts on the dev rows (30 neutral dev prompts × 3 samples of ``tokens``): per setting,
+    the share of samples that sprinkle, how many of them also sprinkle unsteered (same prompt and seed), the word or
+    mark each sprinkles most, counted over samples, and a few of them."""
+    prompts = load_prompts("neutral", 30, split="dev")
+    protocol = replace(PROTOCOL, samples=3, max_new_tokens=tokens)
+    moved = {name: ls.transfer(ls.load_switch(shipped_switches_dir() / f"{name}.safetensors", source), source, target)
+             for name in {name for name, _ in SPRINKLED_ROWS}}
+    rows = [("unsteered", [])] + [(f"{name} {eps:+g}", [(moved[name], eps)]) for name, eps in SPRINKLED_ROWS]
+    evals = evaluate_settings(target, [setting for _, setting in rows], prompts, protocol)
+    for (label, _), ev in zip(rows, evals, strict=True):
+        strung = Counter(tokens[0] for s in ev.texts if (tokens := sprinkled(s.text)))
+        both = sum(bool(sprinkled(s.text)) and bool(sprinkled(b.text)) for s, b in zip(ev.texts, evals[0].texts, strict=True))
+        print(f"{label}: {ev.sprinkle:.1%} sprinkle, {both} of them also unsteered; {strung.most_common(8)}", flush=True)
+        for text in [s.text for s in ev.texts if sprinkled(s.text)][:3]:
+            print(f"    {text[:160]!r}")
 
 
 def main() -> None:
@@ -50,10 +97,14 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=20)
     ap.add_argument("--samples", type=int, default=3)
     ap.add_argument("--dev", action="store_true", help="the dev table instead (how TRANSFER_PROBE was chosen)")
+    ap.add_argument("--sprinkled", action="store_true", help="what the sprinkle rule counts on a few dev rows instead")
+    ap.add_argument("--tokens", type=int, default=40, help="--dev: tokens per sample (40: the app's length)")
     args = ap.parse_args()
     source, target = ls.load_model(), ls.load_model(args.target)
     if args.dev:
-        return dev(source, target)
+        return dev(source, target, args.tokens)
+    if args.sprinkled:
+        return what_sprinkles(source, target, args.tokens)
     protocol = replace(PROTOCOL, samples=args.samples, max_new_tokens=25)
     print(f"{source.name} → {target.name}; test prompts × {args.samples} samples of 25 tokens, same seeds per row\n")
     print("| switch | setting | ε | perplexity | Dist-3 | looping | its metric |\n|---|---|---|---|---|---|---|")
