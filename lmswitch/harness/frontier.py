@@ -393,8 +393,10 @@ class Probe:
 # alone says where it reads well on the target. Chosen on dev (30 neutral dev prompts × 3 samples of 25 tokens on
 # gemma3-270m, the three shipped switches transferred there): detox broke the rules from ε +3 (1.56× perplexity; 3.56× at
 # +6), yet the 4-prompt probe passed it at +6; on 8 prompts it found +2. Sentiment and formality got the same range from
-# both (sentiment fluent to +2 and −4 on dev, formality to +3 and −4). Still 16 tokens: at 40 the shipped sentiment
-# switch on gemma3-270m probed no fluent +ε at all, not yet checked on dev (EVALUATION.md, *The quick probe at 40 tokens*)
+# both (sentiment fluent to +2 and −4 on dev, formality to +3 and −4). Still 16 tokens, checked on dev at 40 (30 × 3):
+# there the unsteered model sprinkles a topic noun in 13% of samples, and probes of 8–12 prompts × 2 scatter by up to
+# four steps (detox's negative end 0 … −4 across slices of the same prompts), while this one is one step too wide where
+# the sprinkle rule speaks (formality −6 strings "really"). EVALUATION.md, *The sprinkle rule and markup*
 TRANSFER_PROBE = Probe(prompts=8, max_new_tokens=16)
 
 
