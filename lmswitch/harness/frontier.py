@@ -395,8 +395,8 @@ class Probe:
 # +6), yet the 4-prompt probe passed it at +6; on 8 prompts it found +2. Sentiment and formality got the same range from
 # both (sentiment fluent to +2 and −4 on dev, formality to +3 and −4). Still 16 tokens, checked on dev at 40 (30 × 3):
 # there the unsteered model sprinkles a topic noun in 13% of samples, and probes of 8–12 prompts × 2 scatter by up to
-# four steps (detox's negative end 0 … −4 across slices of the same prompts), while this one is one step too wide where
-# the sprinkle rule speaks (formality −6 strings "really"). EVALUATION.md, *The sprinkle rule and markup*
+# four steps (detox's negative end 0 … −4 across slices of the same prompts), while this one is too wide where the
+# sprinkle rule speaks (formality −6 strings "really"; dev stops at −3). EVALUATION.md, *The sprinkle rule and markup*
 TRANSFER_PROBE = Probe(prompts=8, max_new_tokens=16)
 
 
