@@ -59,6 +59,15 @@ def sample(which: str, out: str) -> None:
                    for (label, p, k), t, x, c in zip(keys, texts, nll, counts, strict=True)], f)
 
 
+def kept(path: str) -> dict[str, list[dict]]:
+    """The kept rows of ``path`` by setting label."""
+    by = defaultdict(list)
+    with open(path) as f:
+        for r in json.load(f):
+            by[r["label"]].append(r)
+    return by
+
+
 def evaluation(rows: list[dict], prompts: int, samples: int):
     """The rules' :class:`Evaluation` of the first ``prompts`` × ``samples`` of one setting's kept rows (no scorers)."""
     order = list(dict.fromkeys(r["prompt"] for r in rows))[:prompts]
@@ -80,10 +89,7 @@ def per_token(ev, base) -> str | None:
 
 def rules(path: str, prompts: int, samples: int) -> None:
     """Each kept setting judged by the rules with no sprinkle rule, the project's, and the per-token one."""
-    by = defaultdict(list)
-    with open(path) as f:
-        for r in json.load(f):
-            by[r["label"]].append(r)
+    by = kept(path)
     base = evaluation(by.pop("unsteered"), prompts, samples)
     print(f"{path}: {prompts} prompts × {samples} samples; unsteered sprinkle {base.sprinkle:.1%}")
     for label, rows in by.items():
@@ -120,10 +126,7 @@ def probes(path: str) -> None:
     """Each kept switch's range walking through every kept ε on all the kept rows, then the ranges of
     ``TRANSFER_PROBE``'s walk (2, 4, 6, then 0.5, 1) on each disjoint slice of the prompts of 4, 8 and 12 prompts × 2
     samples and 8 × 3: how much a probe of that size scatters."""
-    by = defaultdict(list)
-    with open(path) as f:
-        for r in json.load(f):
-            by[r["label"]].append(r)
+    by = kept(path)
     prompts = list(dict.fromkeys(r["prompt"] for r in by["unsteered"]))
     for name in NAMES:
         print(f"{name}: all kept rows {_walk(by, name, prompts, 3, GEMMA_STRENGTHS, ())}")
