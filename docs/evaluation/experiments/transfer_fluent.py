@@ -32,6 +32,11 @@ from lmswitch.io.resources import shipped_switches_dir
 DEV_STRENGTHS = (0.5, 1.0, 2.0, 3.0, 4.0, 6.0)
 
 
+def moved_switch(name: str, source: ls.LanguageModel, target: ls.LanguageModel) -> ls.Switch:
+    """The shipped switch ``name`` of ``source`` transferred to ``target``."""
+    return ls.transfer(ls.load_switch(shipped_switches_dir() / f"{name}.safetensors", source), source, target)
+
+
 def dev_probes(tokens: int) -> tuple[Probe, ...]:
     """The probe designs compared on dev, sampling ``tokens`` each (the third is the 25-token check's longer probe)."""
     return (Probe(max_new_tokens=tokens), Probe(prompts=8, max_new_tokens=tokens), Probe(prompts=8, samples=3, max_new_tokens=20),
@@ -56,7 +61,7 @@ def dev(source: ls.LanguageModel, target: ls.LanguageModel, tokens: int) -> None
     base = evaluate_settings(target, [[]], prompts, protocol)[0]
     rules = FluencyRules()
     for name in SPECS:
-        moved = ls.transfer(ls.load_switch(shipped_switches_dir() / f"{name}.safetensors", source), source, target)
+        moved = moved_switch(name, source, target)
         eps = [side * s for side in (1, -1) for s in DEV_STRENGTHS]
         evals = evaluate_settings(target, [[(moved, e)] for e in eps], prompts, protocol)
         problems = {e: rules.problems(ev, base) for e, ev in zip(eps, evals, strict=True)}
@@ -79,12 +84,11 @@ def what_sprinkles(source: ls.LanguageModel, target: ls.LanguageModel, tokens: i
     mark each sprinkles most, counted over samples, and a few of them."""
     prompts = load_prompts("neutral", 30, split="dev")
     protocol = replace(PROTOCOL, samples=3, max_new_tokens=tokens)
-    moved = {name: ls.transfer(ls.load_switch(shipped_switches_dir() / f"{name}.safetensors", source), source, target)
-             for name in {name for name, _ in SPRINKLED_ROWS}}
+    moved = {name: moved_switch(name, source, target) for name in dict.fromkeys(name for name, _ in SPRINKLED_ROWS)}
     rows = [("unsteered", [])] + [(f"{name} {eps:+g}", [(moved[name], eps)]) for name, eps in SPRINKLED_ROWS]
     evals = evaluate_settings(target, [setting for _, setting in rows], prompts, protocol)
     for (label, _), ev in zip(rows, evals, strict=True):
-        strung = Counter(tokens[0] for s in ev.texts if (tokens := sprinkled(s.text)))
+        strung = Counter(found[0] for s in ev.texts if (found := sprinkled(s.text)))
         both = sum(bool(sprinkled(s.text)) and bool(sprinkled(b.text)) for s, b in zip(ev.texts, evals[0].texts, strict=True))
         print(f"{label}: {ev.sprinkle:.1%} sprinkle, {both} of them also unsteered; {strung.most_common(8)}", flush=True)
         for text in [s.text for s in ev.texts if sprinkled(s.text)][:3]:
@@ -98,7 +102,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=3)
     ap.add_argument("--dev", action="store_true", help="the dev table instead (how TRANSFER_PROBE was chosen)")
     ap.add_argument("--sprinkled", action="store_true", help="what the sprinkle rule counts on a few dev rows instead")
-    ap.add_argument("--tokens", type=int, default=40, help="--dev: tokens per sample (40: the app's length)")
+    ap.add_argument("--tokens", type=int, default=40, help="--dev and --sprinkled: tokens per sample (40: the app's length)")
     args = ap.parse_args()
     source, target = ls.load_model(), ls.load_model(args.target)
     if args.dev:
@@ -109,8 +113,7 @@ def main() -> None:
     print(f"{source.name} → {target.name}; test prompts × {args.samples} samples of 25 tokens, same seeds per row\n")
     print("| switch | setting | ε | perplexity | Dist-3 | looping | its metric |\n|---|---|---|---|---|---|---|")
     for name, spec in SPECS.items():
-        switch = ls.load_switch(shipped_switches_dir() / f"{name}.safetensors", source)
-        moved = ls.transfer(switch, source, target)
+        moved = moved_switch(name, source, target)
         start = time.perf_counter()
         moved.card = ls.calibrated_card(target, moved)
         probe_s = time.perf_counter() - start
