@@ -201,7 +201,9 @@ def pct(values: list[float], q: float) -> float:
 
 
 def measure(way: Way, server: AppServer, counts: list[int], args: argparse.Namespace, quantum: str) -> list[tuple]:
-    way.request(way.client(), 10**9, args.tokens)  # warm-up
+    client = way.client()
+    for k in range(len(PROMPTS)):  # warm-up: every prompt once, and past the ~3 s of work the app reads ahead as it starts
+        way.request(client, 10**9 + k, args.tokens)
     rows, start_k = [], 0
     for n in counts:
         results, errors, done = run_clients(way, server, n, args.seconds, args.tokens, start_k, args.busy, args.guided)
