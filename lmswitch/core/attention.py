@@ -66,6 +66,8 @@ def attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: 
     scaling = scaling if scaling is not None else D**-0.5
     mask = _four_d(attention_mask)
     rows = max(1, MAX_SCORES // (H * T * key.shape[2]))  # rows at a time: a row's result does not depend on how many
+    if rows >= len(query):  # all at once (every decode step): no slices, no copy
+        return _float64(query, key, value, mask, scaling), None
     return torch.cat([_float64(query[b : b + rows], key[b : b + rows], value[b : b + rows],
                                mask[b : b + rows] if mask is not None and mask.shape[0] > 1 else mask, scaling)
                       for b in range(0, len(query), rows)]), None
