@@ -298,11 +298,18 @@ def test_training_from_one_document_and_two_documents(backend, tmp_path):
     doc = tmp_path / "doc.html"
     doc.write_text("<html><body><p>" + " ".join(POSITIVE) + "</p><script>bad()</script></body></html>")
     session = Session()
-    one = run_training(backend, session, mode=app.MODES[0], name="doc", text_a="", file_a=str(doc), text_b="", steps=5)
+    one = run_training(backend, session, mode=app.MODES[0], name="doc", pos="", neg=" ", text_a="", file_a=str(doc), text_b="", steps=5)
     assert "'doc'" in one[-1][2]
-    two = run_training(backend, session, mode=app.MODES[1], name="ab", text_a=" ".join(POSITIVE), text_b=" ".join(NEGATIVE), steps=5)
+    two = run_training(backend, session, mode=app.MODES[1], name="ab", pos="", neg="", text_a=" ".join(POSITIVE),
+                       text_b=" ".join(NEGATIVE), steps=5)
     assert "'ab'" in two[-1][2]
     assert session.get("doc", backend.library).card["n_negative"] == 0
+    # blank labels are the data's, as the boxes' placeholders say for the mode
+    for name, mode in (("doc", app.MODES[0]), ("ab", app.MODES[1])):
+        switch, (side_b, pos, neg) = session.get(name, backend.library), app_train.mode_changed(mode)
+        assert (switch.positive_label, switch.negative_label) == (pos.placeholder, neg.placeholder)
+        assert side_b.visible == (mode != app.MODES[0])
+    assert [session.get(n, backend.library).negative_label for n in ("doc", "ab")] == ["unlike the document", "document B"]
     first = two[0]  # the second run's first message clears the first run's report and what it learned
     assert first[0] == "Encoding the text…" and first[2] == "" and first[-1] == "" and all(u == gr.skip() for u in first[3:-1])
 

@@ -188,6 +188,13 @@ def test_train_from_pasted_sentences_adds_a_slider(ui):
     with ui.view("train", screenshot=False) as page:
         panel = ui.tab("Train")
         expect(panel.get_by_label("labelled sentences")).to_be_checked()
+        negative_label = panel.get_by_label("negative label (−ε)", exact=True)
+        expect(negative_label).to_have_attribute("placeholder", "negative")  # what a blank label becomes, by the mode's data
+        panel.get_by_label("one document", exact=True).check()
+        expect(negative_label).to_have_attribute("placeholder", "unlike the document")
+        expect(page.locator("#text-b textarea")).to_be_hidden()
+        panel.get_by_label("labelled sentences", exact=True).check()
+        expect(negative_label).to_have_attribute("placeholder", "negative")
         panel.get_by_label("name", exact=True).fill(NEW_SWITCH)
         page.locator("#text-a textarea").fill("\n".join(positive))
         page.locator("#text-b textarea").fill("\n".join(negative))

@@ -183,6 +183,17 @@ def test_train_from_docx_and_highlight_html(run, tmp_path):
     assert "".join(t["text"] for t in json.loads(stdout)["tokens"]) == "she was happy but the cruel one was cold"
 
 
+def test_a_document_switch_is_labelled_by_its_data_unless_labels_are_given(run, tmp_path):
+    (tmp_path / "doc.txt").write_text(" ".join(POSITIVE.splitlines() * 3))
+    out = tmp_path / "doc.safetensors"
+    for extra, labels in (([], "+eps → like the document, -eps → unlike the document"), (["--negative-label", "plain"],
+                                                                                          "+eps → like the document, -eps → plain")):
+        code, _, err = run("train", "--positive", str(tmp_path / "doc.txt"), "--document", "--out", str(out), "--force", "--steps", "3",
+                           "--no-calibrate", *extra)
+        assert code == 0, err
+        assert labels in run("info", "--switch", str(out))[1]
+
+
 def test_measure_several_switches(run, switch_file, tmp_path, model_dir):
     other = random_switch(build_lm("llama"), seed=1, name="other").save(tmp_path / "o.safetensors")
     code, out, _ = run("measure", "--switch", str(switch_file), "--switch", str(other), "--text", "she was happy with joy", "--points", "5", "--json")

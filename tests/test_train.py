@@ -275,6 +275,20 @@ def test_done_gives_the_documents_read_but_not_sentences_or_own_continuations(sm
     assert documents(doc_a) == []
 
 
+def test_a_switch_is_named_by_its_data_unless_its_caller_names_it(small_lm, small_data):
+    rng = random.Random(4)
+    doc_a, doc_b = sample_texts(rng, WORDS_A, 1, length=80)[0], sample_texts(rng, WORDS_B, 1, length=80)[0]
+
+    def named(*sides, **kw):
+        s = train_switch(small_lm, *sides, config=TrainConfig(steps=3), **kw)
+        return s.positive_label, s.negative_label, s.description
+
+    assert named(doc_a) == ("like the document", "unlike the document", "learned from one document")
+    assert named(doc_a, doc_b) == ("document A", "document B", "document A (+) vs document B (−)")
+    assert named(*small_data) == named(doc_a, small_data[1]) == ("positive", "negative", "")  # lists, or a document against them
+    assert named(doc_a, positive_label="kind", description="") == ("kind", "unlike the document", "")  # each given one kept
+
+
 def test_graded_labels(small_lm, small_data):
     pos, neg = small_data
     labels = [1.0] * 10 + [0.5] * 10 + [-0.5] * 10 + [-1.0] * 10

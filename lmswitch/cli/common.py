@@ -10,9 +10,10 @@ from lmswitch.core.parallel import is_main
 from lmswitch.io.documents import read_document, read_lines
 
 
-def read_examples(path: str, document: bool) -> list[str]:
-    """One example per non-empty line, or the whole file as one document (.txt, .md, .html, .pdf, .docx)."""
-    return [read_document(path)] if document else read_lines(path)
+def read_examples(path: str, document: bool) -> str | list[str]:
+    """One example per non-empty line, or the whole file as one document string, as ``train_switch`` takes one (.txt,
+    .md, .html, .pdf, .docx)."""
+    return read_document(path) if document else read_lines(path)
 
 
 def text_arg(args: argparse.Namespace) -> str:

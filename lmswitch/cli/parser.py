@@ -25,14 +25,12 @@ from typing import TypeVar
 
 from lmswitch.core.options import (
     ANCHORS,
-    DESCRIPTION,
     EXPORT_FORMAT,
     EXPORT_FORMATS,
     GUIDE_TOKENS,
     MIN_ANCHORS,
-    NEGATIVE_LABEL,
+    NAMINGS,
     OPTIMIZERS,
-    POSITIVE_LABEL,
     SAMPLES,
     SAMPLING,
     SEED,
@@ -140,6 +138,11 @@ def _info(p: argparse.ArgumentParser) -> None:
     p.add_argument("--switch", help=f"{SWITCH_HELP} to describe")
 
 
+def _named(field: str) -> str:
+    """One field of each data shape's :data:`~lmswitch.core.options.NAMINGS`, for a help text."""
+    return "; ".join(f"{kind}, {getattr(named, field)!r}" for kind, named in NAMINGS.items())
+
+
 def _train(p: argparse.ArgumentParser) -> None:
     train = TrainConfig()
     p.add_argument("--positive", required=True, help="a .txt/.md/.html/.pdf/.docx file: one example per line (or one document with --document)")
@@ -148,9 +151,9 @@ def _train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="output .safetensors path (an existing file is kept unless --force)")
     p.add_argument("--force", action="store_true", help="replace --out when it exists")
     p.add_argument("--name", default=None, help="the switch's name (default: --out's file name); 1–48 letters, digits, _ . + -")
-    p.add_argument("--description", default=DESCRIPTION)
-    p.add_argument("--positive-label", default=POSITIVE_LABEL, help="what +eps moves toward (e.g. non-toxic)")
-    p.add_argument("--negative-label", default=NEGATIVE_LABEL, help="what -eps moves toward (e.g. toxic)")
+    p.add_argument("--description", default=None, help=f"what the switch is (default by the data: {_named('description')})")
+    p.add_argument("--positive-label", default=None, help=f"what +eps moves toward, e.g. non-toxic (default by the data: {_named('positive_label')})")
+    p.add_argument("--negative-label", default=None, help=f"what -eps moves toward, e.g. toxic (default by the data: {_named('negative_label')})")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default=train.optimizer, help=_help(TrainConfig, "optimizer"))
     p.add_argument("--self-contrast", action="store_true", help=_help(TrainConfig, "self_contrast"))
     p.add_argument("--steps", type=int, default=train.steps, help=_help(TrainConfig, "steps"))

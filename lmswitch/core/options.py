@@ -42,6 +42,21 @@ SAMPLES = 1  # generate's texts per prompt
 DESCRIPTION = ""  # train_switch's description of the switch
 POSITIVE_LABEL = "positive"  # train_switch: what +ε moves toward
 NEGATIVE_LABEL = "negative"  # train_switch: what -ε moves toward
+
+
+@dataclass(frozen=True)
+class Naming:
+    """What a trained switch is called where its caller names nothing: its two directions and its description."""
+
+    positive_label: str = POSITIVE_LABEL
+    negative_label: str = NEGATIVE_LABEL
+    description: str = DESCRIPTION
+
+
+# train_switch's naming by the shape of its data: example lists, one document alone, two documents (A vs B)
+NAMINGS = {"examples": Naming(),
+           "one document": Naming("like the document", "unlike the document", "learned from one document"),
+           "two documents": Naming("document A", "document B", "document A (+) vs document B (−)")}
 ANCHORS = 4000  # transfer: shared word tokens the map is fitted on (at most)
 MIN_ANCHORS = 200  # transfer: fewer shared words than this and no map is fitted
 EXPORT_FORMAT = "peft"  # export's default: a LoRA adapter on the output head

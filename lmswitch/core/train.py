@@ -29,7 +29,7 @@ from lmswitch.core.card import Card, TrainingRecord
 from lmswitch.core.hidden import READ_CHARS, EncodedText, TokenStates, check_text, encode_texts
 from lmswitch.core.judge import fit_judge
 from lmswitch.core.models import LanguageModel, preferred_dtype
-from lmswitch.core.options import DESCRIPTION, NEGATIVE_LABEL, POSITIVE_LABEL, TrainConfig
+from lmswitch.core.options import NAMINGS, Naming, TrainConfig
 from lmswitch.core.pause import pause_point
 from lmswitch.core.switch import Switch
 
@@ -222,6 +222,24 @@ def _examples(positive: str | Sequence[str], negative: str | Sequence[str] | Non
     if bad:
         raise ValueError(f"labels must be finite numbers in [-1, 1]; got {bad[:3]}")
     return _Examples(texts, values, len(pos), len(neg), True)
+
+
+def data_kind(positive: str | Sequence[str], negative: str | Sequence[str] | None) -> str:
+    """The shape of a switch's training data, a key of :data:`~lmswitch.core.options.NAMINGS`: "one document" (a
+    document string alone), "two documents" (two strings) or "examples" (anything else)."""
+    if isinstance(positive, str) and negative is None:
+        return "one document"
+    return "two documents" if isinstance(positive, str) and isinstance(negative, str) else "examples"
+
+
+def naming(positive: str | Sequence[str], negative: str | Sequence[str] | None, positive_label: str | None = None,
+           negative_label: str | None = None, description: str | None = None) -> Naming:
+    """The labels and description a switch trained on this data gets: each one given, else its data shape's
+    (:func:`data_kind`): a one-document switch moves "like the document" at +ε and "unlike the document" at −ε."""
+    default = NAMINGS[data_kind(positive, negative)]
+    return Naming(default.positive_label if positive_label is None else positive_label,
+                  default.negative_label if negative_label is None else negative_label,
+                  default.description if description is None else description)
 
 
 def _with_self_contrast(lm: LanguageModel, ex: _Examples, seed: int) -> _Examples:
@@ -478,9 +496,9 @@ def train_events(
     *,
     labels: Sequence[float] | None = None,
     name: str = "switch",
-    description: str = DESCRIPTION,
-    positive_label: str = POSITIVE_LABEL,
-    negative_label: str = NEGATIVE_LABEL,
+    description: str | None = None,
+    positive_label: str | None = None,
+    negative_label: str | None = None,
     config: TrainConfig = DEFAULT_CONFIG,
     cancel: threading.Event | Callable[[], bool] | None = None,
 ) -> Iterator[TrainEvent]:
@@ -489,7 +507,8 @@ def train_events(
 
     Each ``next()`` does a bounded piece of work, so a server can interleave other
     work between steps; closing the iterator, or setting ``cancel``, stops training
-    (the latter raises :class:`TrainingCancelled`).
+    (the latter raises :class:`TrainingCancelled`). A label or description not given
+    follows the data's shape (:func:`naming`).
 
     >>> for event in train_events(lm, pos, neg, config=TrainConfig(steps=50)):   # doctest: +SKIP
     ...     if isinstance(event, Done): switch = event.switch
@@ -528,8 +547,10 @@ def train_events(
         card = _card(ex, obj, config, run, best_step, (hidden_seconds, time.perf_counter() - start), negatives,
                      held_with=held_best if config.rank is None else None)  # a truncated W is scored again
         card = card.updated(warnings=[warning]) if warning else card
-    yield Done(Switch(W=run.W.detach().cpu(), name=name, description=description, eps0=config.eps0, positive_label=positive_label,
-                      negative_label=negative_label, model_name=lm.name, model_fingerprint=lm.fingerprint, card=card,
+    named = naming(positive, negative, positive_label, negative_label, description)
+    yield Done(Switch(W=run.W.detach().cpu(), name=name, description=named.description, eps0=config.eps0,
+                      positive_label=named.positive_label, negative_label=named.negative_label, model_name=lm.name,
+                      model_fingerprint=lm.fingerprint, card=card,
                       judge=fit_judge(data)), documents=tuple(data.texts[i] for i in documents if i in data.texts))
 
 
@@ -540,9 +561,9 @@ def train_switch(
     *,
     labels: Sequence[float] | None = None,
     name: str = "switch",
-    description: str = DESCRIPTION,
-    positive_label: str = POSITIVE_LABEL,
-    negative_label: str = NEGATIVE_LABEL,
+    description: str | None = None,
+    positive_label: str | None = None,
+    negative_label: str | None = None,
     config: TrainConfig = DEFAULT_CONFIG,
     progress: ProgressCallback | None = None,
     cancel: threading.Event | Callable[[], bool] | None = None,
@@ -554,7 +575,8 @@ def train_switch(
     for every text, positives first then negatives. ``config`` holds the
     optimisation settings (:class:`~lmswitch.core.options.TrainConfig`): steps, lr,
     held-out fraction, early stopping, rank truncation. ``progress(step, total, loss)``
-    is called after every step.
+    is called after every step. A label or description not given follows the data's
+    shape (:func:`naming`): "like the document" / "unlike the document" for one document.
 
     Early stopping: after ``config.warmup`` steps (default: half of ``steps``) training
     stops once the held-out loss has not improved for ``patience`` evaluations, and the

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from lmswitch.core.options import GUIDE_TOKENS, MAX_BEST_OF, MAX_GUIDE, NEGATIVE_LABEL, POSITIVE_LABEL, SAMPLING, SEED, TrainConfig
+from lmswitch.core.options import GUIDE_TOKENS, MAX_BEST_OF, MAX_GUIDE, NAMINGS, SAMPLING, SEED, TrainConfig
 from lmswitch.core.steering import MAX_ABS_EPS
 from lmswitch.lenses.options import DEFAULT_EPS, DEFAULT_MAX_SPAN, DEFAULT_SPANS
 from lmswitch.lenses.svd import RARE_NOTE
@@ -92,10 +92,12 @@ def _sweep_and_map(ui: SimpleNamespace, shipped: list[str]) -> None:
 
 def _train_inputs(ui: SimpleNamespace) -> None:
     with gr.Row():
-        ui.mode = gr.Radio(list(train.MODES), value=train.MODES[2], label="what to learn from")
+        mode = train.MODES[2]
+        ui.mode = gr.Radio(list(train.MODES), value=mode, label="what to learn from")
         ui.new_name = gr.Textbox(label="name", value="my-switch", max_lines=1)
-        ui.pos_label = gr.Textbox(label="positive label (+ε)", value=POSITIVE_LABEL, max_lines=1)
-        ui.neg_label = gr.Textbox(label="negative label (−ε)", value=NEGATIVE_LABEL, max_lines=1)
+        named = NAMINGS[train.KINDS[mode]]  # a blank label is the data's; the placeholders follow the mode (train.mode_changed)
+        ui.pos_label = gr.Textbox("", label="positive label (+ε)", placeholder=named.positive_label, max_lines=1)
+        ui.neg_label = gr.Textbox("", label="negative label (−ε)", placeholder=named.negative_label, max_lines=1)
     upload = "…or upload .txt .md .html .pdf .docx (20 MB max)"
     with gr.Row():
         with gr.Column():
@@ -214,7 +216,7 @@ def _wire_steer(ui: SimpleNamespace, backend: Backend, demo: gr.Blocks) -> None:
 
 def _wire_train_and_lenses(ui: SimpleNamespace, backend: Backend) -> None:
     bind = functools.partial
-    ui.mode.change(lambda m: gr.Column(visible=m != train.MODES[0]), ui.mode, ui.side_b, api_visibility="private", queue=False)
+    ui.mode.change(train.mode_changed, ui.mode, [ui.side_b, ui.pos_label, ui.neg_label], api_visibility="private", queue=False)
     ui.train_go.click(bind(train.train, backend), [ui.mode, ui.new_name, ui.pos_label, ui.neg_label, ui.text_a, ui.file_a, ui.text_b,
                                                    ui.file_b, *ui.train_settings, ui.session, *ui.pickers],
                       [ui.train_status, ui.loss_plot, ui.train_report, *ui.sliders, *ui.pickers, ui.download, ui.train_learned],

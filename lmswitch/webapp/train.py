@@ -11,7 +11,7 @@ from pathlib import Path
 import gradio as gr
 
 from lmswitch.core.models import LanguageModel
-from lmswitch.core.options import DESCRIPTION, NEGATIVE_LABEL, POSITIVE_LABEL, TrainConfig
+from lmswitch.core.options import NAMINGS, TrainConfig
 from lmswitch.core.switch import Switch, load_switch, usable_name
 from lmswitch.core.train import Done, Encoded, Evaluated, Step, TrainEvent, TrainingCancelled, data_advice, train_events
 from lmswitch.harness import figures
@@ -22,7 +22,7 @@ from lmswitch.webapp.backend import USER_ERRORS, Backend, computed, user_errors
 from lmswitch.webapp.widgets import MAX_SLOTS, dropdown_updates, number, optional_text, read_input, slot_updates, uploaded
 
 MODES = ("one document", "two documents (A vs B)", "labelled sentences")
-DESCRIPTIONS = {MODES[0]: "learned from one document", MODES[1]: "document A (+) vs document B (−)", MODES[2]: ""}
+KINDS = dict(zip(MODES, ("one document", "two documents", "examples"), strict=True))  # each mode's data shape (train.data_kind)
 MAX_TRAIN_CHARS = 400_000  # ~100k tokens: trains in minutes on a CPU; bigger corpora belong to `python -m lmswitch train`
 MAX_LABEL_CHARS = 80  # a side's label (shown on the slider, stored in the card)
 UPDATE_EVERY = 0.3  # seconds between progress updates of the loss curve
@@ -45,6 +45,14 @@ def _training_data(mode: str, text_a, file_a, text_b, file_b) -> tuple[str | lis
                              "20+ each works much better")
         return pos, neg
     raise ValueError(f"unknown training mode {mode!r}; choose one of {', '.join(MODES)}")
+
+
+def mode_changed(mode: str) -> tuple:
+    """A new training mode: document B's side shown for two documents and sentences, and the labels' placeholders
+    (what a blank label becomes) for the mode's data."""
+    named = NAMINGS[KINDS[mode]] if mode in KINDS else NAMINGS["examples"]
+    return (gr.Column(visible=mode != MODES[0]), gr.Textbox(placeholder=named.positive_label),
+            gr.Textbox(placeholder=named.negative_label))
 
 
 def training_data(mode: str, text_a, file_a, text_b, file_b) -> tuple[str | list[str], str | list[str] | None]:
@@ -110,10 +118,11 @@ def train(backend: Backend, mode: str, name: str, positive_label: str, negative_
     name = check_name(name)
     positive, negative = training_data(mode, text_a, file_a, text_b, file_b)
     config = train_config(steps, lr, eps0, rank, seed)
-    labels = [optional_text(label, f"the {side} label", MAX_LABEL_CHARS).strip() or default
-              for label, side, default in ((positive_label, "positive", POSITIVE_LABEL), (negative_label, "negative", NEGATIVE_LABEL))]
+    # a label left blank is the library's for the data (the boxes show it as their placeholder: mode_changed)
+    labels = [optional_text(label, f"the {side} label", MAX_LABEL_CHARS).strip() or None
+              for label, side in ((positive_label, "positive"), (negative_label, "negative"))]
     current = [sweep_pick, grid_a_pick, grid_b_pick, manage_pick, inspect_pick, highlight_pick, transfer_pick]
-    job = _Job(lm, library, name, DESCRIPTIONS.get(mode, DESCRIPTION), positive, negative, config, labels, current)
+    job = _Job(lm, library, name, positive, negative, config, labels, current)
     flag = session.start_training()
     try:  # the run lasts until the card is written: a closed page's session is moved to disk only after that (Session.spill)
         yield from _train_and_add(backend, session, job, flag, progress)
@@ -128,11 +137,10 @@ class _Job:
     lm: LanguageModel
     library: SwitchLibrary
     name: str
-    description: str
     positive: str | list[str]
     negative: str | list[str] | None
     config: TrainConfig
-    labels: list[str]
+    labels: list[str | None]  # None: the library's label for the data
     current: list
 
 
@@ -157,7 +165,7 @@ def _trained(backend: Backend, job: _Job, flag, progress, skip: list) -> Generat
     """The training run's progress messages; returns its ``Done`` (None when cancelled, after saying so)."""
     losses: list[float] = []
     events = backend.compute.stepped(train_events(
-        job.lm, job.positive, job.negative, name=job.name, description=job.description, config=job.config, cancel=flag,
+        job.lm, job.positive, job.negative, name=job.name, config=job.config, cancel=flag,
         positive_label=job.labels[0], negative_label=job.labels[1]))
     try:
         progress(0, desc="encoding the text")
