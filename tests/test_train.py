@@ -329,6 +329,10 @@ def card(**kw) -> dict:
         (dict(tokens_heldout=0, heldout_gain=None), ["No held-out split", "2,000 training tokens", "held-out fraction"]),
         (dict(tokens_train=120, heldout_gain=-0.2), ["Very little text", "120 training tokens", "-0.200 nats/token", "Add more examples"]),
         (dict(tokens_train=120, tokens_heldout=0, heldout_gain=None), ["Very little text", "120 training tokens"]),
+        # what more to give follows the data: one document (with or without its self-contrast negatives), or two
+        (dict(tokens_train=256, n_positive=1, n_negative=0, negatives="none"), ["Very little text", "a longer document"]),
+        (dict(tokens_train=256, n_positive=1, n_negative=12, negatives="self-contrast"), ["a longer document"]),
+        (dict(tokens_train=256, n_positive=1, n_negative=1, negatives="given"), ["longer documents (a few thousand tokens each)"]),
         (
             dict(heldout_gain=-0.0421, heldout_nll_reversed_switch=3.2),  # reversing changes nothing: memorised
             [

@@ -626,6 +626,17 @@ def _reversal(card: Mapping) -> float | None:
     return float(reversed_w) - float(with_w) if known else None
 
 
+def _more_text(card: Mapping) -> str:
+    """What more to train on, for the card's kind of data: a document (with or without self-contrast negatives), two
+    documents, or example lists."""
+    given_negatives = card.get("n_negative") if card.get("negatives") != "self-contrast" else 0
+    if card.get("n_positive") == 1 and not given_negatives:
+        return "Train on a longer document (a few thousand tokens, several pages)"
+    if card.get("n_positive") == 1 and given_negatives == 1:
+        return "Train on longer documents (a few thousand tokens each)"
+    return "Add more examples (a few thousand tokens, say 30+ sentences per side)"
+
+
 def _advice(card: Mapping) -> str:
     n = int(card["tokens_train"])
     held = int(card.get("tokens_heldout") or 0)
@@ -635,7 +646,7 @@ def _advice(card: Mapping) -> str:
     if n < LITTLE_TEXT_TOKENS:
         return (
             f"Very little text: {n:,} training tokens{measured}, so the switch mostly memorises these examples. "
-            f"Add more examples (a few thousand tokens, say 30+ sentences per side) for a reliable switch."
+            f"{_more_text(card)} for a reliable switch."
         )
     if gain is None:
         return (
