@@ -7,6 +7,7 @@ import copy
 import json
 import math
 import os
+import stat
 
 import pytest
 import torch
@@ -90,6 +91,19 @@ def test_save_requires_safetensors_suffix(switch, tmp_path):
 def test_save_creates_missing_folders(switch, tmp_path):
     path = switch.save(tmp_path / "a" / "b" / "s.safetensors")
     assert torch.equal(load_switch(path).W, switch.W)
+
+
+def test_a_new_file_gets_the_umasks_permissions_and_a_replaced_one_keeps_its_own(switch, tmp_path):
+    old = os.umask(0o022)
+    try:
+        path = switch.save(tmp_path / "s.safetensors")
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644  # readable by a team, as any new file (not a temp file's 0600)
+        path.chmod(0o640)
+        switch.save(path)
+        assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    finally:
+        os.umask(old)
+    assert [p.name for p in tmp_path.iterdir()] == ["s.safetensors"]  # no temporary file left beside it
 
 
 # --- corrupted files ----------------------------------------------------------------------------
