@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import stat
 
 import pytest
 import torch
@@ -138,6 +140,22 @@ def test_an_earlier_export_is_replaced_whole(llama_lm, tmp_path):
     export_merged(llama_lm, [(s, 2.0)], tmp_path / "merged")
     export_merged(llama_lm, [(s, 3.0)], tmp_path / "merged")
     assert json.loads((tmp_path / "merged" / "lmswitch_setting.json").read_text())["setting"] == [[s.name, 3.0]]
+
+
+def test_an_export_is_readable_to_other_users_as_any_new_folder(llama_lm, tmp_path):
+    """A server running as another user (vLLM, a container) must read it: the umask's modes, not a temporary folder's
+    0700 or the 0600 safetensors gives its files."""
+    s = random_switch(llama_lm, seed=1, scale=20.0)
+    old = os.umask(0o022)
+    try:
+        export_peft(llama_lm, [(s, 2.0)], tmp_path / "adapter")
+        export_merged(llama_lm, [(s, 2.0)], tmp_path / "merged")
+    finally:
+        os.umask(old)
+    for folder in (tmp_path / "adapter", tmp_path / "merged"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o755
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in folder.iterdir()}
+        assert any(name.endswith(".safetensors") for name in modes) and set(modes.values()) == {0o644}, modes
 
 
 def test_cli_export_writes_an_adapter_and_prints_its_fidelity(llama_lm, tmp_path, monkeypatch, capsys):
