@@ -31,9 +31,7 @@ from __future__ import annotations
 import copy
 import json
 import os
-import secrets
 import shutil
-import stat
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -46,6 +44,7 @@ from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import EXPORT_FORMAT
 from lmswitch.core.options import EXPORT_FORMATS as FORMATS
 from lmswitch.core.steering import Setting, check_setting, steering_matrix
+from lmswitch.io.atomic import as_new_files, new_folder_beside
 
 ADAPTER_FILE = "adapter_model.safetensors"
 CONFIG_FILE = "adapter_config.json"
@@ -191,37 +190,16 @@ def _publish(tmp: Path, folder: Path, force: bool) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _new_folder_beside(folder: Path) -> Path:
-    """A new empty folder beside ``folder``, made as ``mkdir`` makes one: mode 0777 less the umask (``mkdtemp``'s 0700
-    would keep the export from a server that runs as another user, e.g. vLLM loading the adapter)."""
-    while True:
-        tmp = folder.with_name(f".{folder.name}.{secrets.token_hex(6)}")
-        try:
-            tmp.mkdir(mode=0o777)
-            return tmp
-        except FileExistsError:  # 48 random bits: another writer's name, drawn again
-            continue
-
-
-def _as_new_files(tmp: Path) -> None:
-    """Give each file written into ``tmp`` the mode a new file gets (0666 less the umask, read from ``tmp``'s own mode):
-    safetensors writes its files 0600 (safetensors issue 782), the other writers as ``open`` does."""
-    mode = 0o666 & stat.S_IMODE(tmp.stat().st_mode)
-    for path in tmp.iterdir():
-        if path.is_file():
-            path.chmod(mode)
-
-
 def write_folder(folder: Path, ours: Callable[[Path], bool], force: bool, write: Callable[[Path], None],
                  model_files: tuple[str, ...] = ()) -> None:
     """Write an export into ``folder`` through a temporary folder beside it (see :func:`_check_out` for what is refused)."""
     folder = folder.resolve()
     _check_out(folder, ours, force, model_files)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _new_folder_beside(folder)
+    tmp = new_folder_beside(folder)
     try:
         write(tmp)
-        _as_new_files(tmp)
+        as_new_files(tmp)
         _publish(tmp, folder, force)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

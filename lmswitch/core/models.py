@@ -13,7 +13,6 @@ import importlib.util
 import os
 import shutil
 import struct
-import tempfile
 import time
 from collections.abc import Iterator
 from contextvars import ContextVar
@@ -25,6 +24,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from transformers.cache_utils import Cache
 
 from lmswitch.core.packed import PackedLinear, contiguous_input, cpu_has_fast_bf16, pack_linears
+from lmswitch.io.atomic import as_new_files, new_folder_beside
 
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -348,10 +348,11 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
         gguf.parent, gguf_file=gguf.name, quantization_config=GgufConfig(dequantize=True), dtype=torch.float32
     )
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
+    tmp = new_folder_beside(target)  # readable as any new folder: an export's base model, shared by a team's cache
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        as_new_files(tmp)
         if target.exists():  # another process finished first
             shutil.rmtree(tmp)
         else:
@@ -362,8 +363,10 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
 
 
 def _cached_gguf_folder(gguf: Path, key: str) -> Path:
+    """The converted folder of ``gguf`` in the cache, made on first use. Its key is the file's path, size, inode and
+    modification time: a file replaced or changed in place, even at the same size, is converted again."""
     stat = gguf.stat()
-    tag = hashlib.sha256(f"{gguf.resolve()}|{stat.st_size}".encode()).hexdigest()[:10]
+    tag = hashlib.sha256(f"{gguf.resolve()}|{stat.st_size}|{stat.st_ino}|{stat.st_mtime_ns}".encode()).hexdigest()[:10]
     folder = cache_dir() / "models" / f"{key}-{tag}"
     if not (folder / "config.json").exists():
         _convert_gguf(gguf, folder)

@@ -11,8 +11,6 @@ import json
 import math
 import os
 import re
-import secrets
-import stat
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,6 +21,7 @@ from safetensors.torch import save_file
 
 from lmswitch.core.card import Card
 from lmswitch.core.options import DESCRIPTION, NEGATIVE_LABEL, POSITIVE_LABEL
+from lmswitch.io.atomic import write_file
 from lmswitch.io.resources import resolve_switch_file
 
 if TYPE_CHECKING:
@@ -216,31 +215,8 @@ class Switch:
         path = switch_path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         meta = {"format": "lmswitch", "version": FORMAT_VERSION, "switch": json.dumps(self.header())}
-        tmp = _new_file_beside(path)
-        try:
-            mode = stat.S_IMODE((path if path.exists() else tmp).stat().st_mode)
-            save_file({k: getattr(self, k) for k in TENSORS if getattr(self, k) is not None}, tmp, metadata=meta)
-            os.chmod(tmp, mode)  # safetensors writes its files 0600
-            with open(tmp, "rb") as fh:
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
-
-
-def _new_file_beside(path: Path) -> Path:
-    """A new empty temporary file in ``path``'s folder, made as ``open(..., "w")`` makes one: mode 0666 less the umask,
-    the mode a new switch file gets (0600, as ``tempfile.mkstemp`` and safetensors make files, would leave it
-    unreadable to the rest of a team)."""
-    while True:
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-        try:
-            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-            return tmp
-        except FileExistsError:  # 48 random bits: another writer's name, drawn again
-            continue
+        tensors = {k: getattr(self, k) for k in TENSORS if getattr(self, k) is not None}
+        return write_file(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
 
 
 def check_name(name: object) -> str:

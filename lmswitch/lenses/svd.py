@@ -21,8 +21,6 @@ one on night trains). They are listed only where too few written words remain.
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 import weakref
 from dataclasses import asdict, dataclass
 
@@ -34,6 +32,7 @@ from lmswitch.core.hidden import encode_texts
 from lmswitch.core.models import LanguageModel, cache_dir
 from lmswitch.core.pause import pause_point
 from lmswitch.core.switch import Switch, check_switch
+from lmswitch.io.atomic import write_file
 from lmswitch.io.resources import read_data_text
 from lmswitch.lenses.options import DEFAULT_DIMS, DEFAULT_WORDS
 from lmswitch.lenses.vocab import complete_words, token_words
@@ -198,10 +197,7 @@ def _bundled_reference_hidden(lm: LanguageModel) -> torch.Tensor:
     hidden = reference_hidden(lm, texts)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as f:
-            tmp = f.name
-        save_file({"hidden": hidden.float().cpu().contiguous()}, tmp)
-        os.replace(tmp, path)
+        write_file(path, lambda tmp: save_file({"hidden": hidden.float().cpu().contiguous()}, tmp))
     except OSError:
         pass  # a read-only cache only costs time
     return hidden

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
-import tempfile
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,6 +22,7 @@ import torch
 
 from lmswitch.core.hidden import prefix_ids
 from lmswitch.core.models import LanguageModel, cache_dir
+from lmswitch.io.atomic import write_file
 
 SPACE_MARKERS = ("Ġ", "▁", " ")  # byte-level BPE, SentencePiece, plain space
 _WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")  # letters (any script), inner apostrophes/hyphens allowed
@@ -136,8 +135,6 @@ def _write_word_cache(lm: LanguageModel, cache: dict[int, bool]) -> None:
     path = _word_cache_path(lm)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:
-            json.dump({str(k): v for k, v in sorted(cache.items())}, f)
-        os.replace(f.name, path)
+        write_file(path, lambda tmp: tmp.write_text(json.dumps({str(k): v for k, v in sorted(cache.items())})))
     except OSError:
         pass  # a read-only cache only costs time
