@@ -136,6 +136,19 @@ def test_transfer_rows_share_one_unsteered_row_and_keep_their_order(monkeypatch,
     assert got[0].base is not got[1].base and [s.switch for s in got] == ["a", "b"]
 
 
+def test_a_report_replaces_its_own_sections_and_keeps_the_rest_of_the_file(tmp_path):
+    """``eval --report`` into a file other commands wrote sections of (EVALUATION.md): theirs, the notes above the first
+    section, and a deeper heading named like one of its own stay; a new file gets a title."""
+    from lmswitch.harness.report import TITLE, write_sections
+
+    path = tmp_path / "E.md"
+    path.write_text("# E\n\nnotes\n\n## Targets\n\nold\n\n### Targets\n\nkept deeper\n\n## Stance\n\nkept\n")
+    write_sections(path, "## Targets\n\nnew\n\n## Sentiment\n\nadded\n")
+    assert path.read_text() == "# E\n\nnotes\n\n## Targets\n\nnew\n\n## Stance\n\nkept\n\n## Sentiment\n\nadded\n"
+    write_sections(tmp_path / "new.md", "## Targets\n\nnew\n")
+    assert (tmp_path / "new.md").read_text() == f"{TITLE}\n\n## Targets\n\nnew\n"
+
+
 def test_a_replaced_section_keeps_its_place_and_the_blank_line_before_the_next(tmp_path):
     from lmswitch.harness.report import replace_section
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import shlex
 import sys
 import time
@@ -43,6 +44,7 @@ from lmswitch.harness.evaluate import (
 )
 from lmswitch.harness.figures import export, grid_figure, sweep_figure
 from lmswitch.harness.pretrained import PRETRAINED_DIR, Log, get_spec, load_pretrained, quiet
+from lmswitch.io.atomic import write_file
 
 FIGURES = "docs/evaluation"  # where the report's figures and JSON go, relative to the report (its links point there)
 
@@ -415,10 +417,14 @@ def _composition(run: _Run, sentiment: Switch, detox: Switch) -> Composition:
 # --- the markdown ---------------------------------------------------------------------------------
 
 
+TITLE = "# Evaluation of the shipped switches"  # a new report file's first line
+REPORT_HEADING = "## The report: model, machine and protocol"  # the first of the report's own sections
+
+
 def _preamble(report: Report, lm: LanguageModel, command: str | None) -> list[str]:
     suite, protocol, seed = report.suite, report.protocol, report.protocol.seed
     return [
-        "# Evaluation of the shipped switches",
+        REPORT_HEADING,
         "",
         f"Model: `{lm.name}` (`{lm.fingerprint}`), dtype {str(lm.model.dtype).removeprefix('torch.')}. "
         f"Machine: {platform.machine()}, {torch.get_num_threads()} threads, Python {platform.python_version()}, torch {torch.__version__}. "
@@ -505,7 +511,7 @@ def run_report(
                     time.perf_counter() - start)
     samples = {s.switch: s.samples() for s in report.sweeps}
     (fig_dir / "results.json").write_text(json.dumps({**report.to_dict(), "samples": samples}, indent=1, ensure_ascii=False), encoding="utf-8")
-    out.write_text(_markdown(report, lm, command), encoding="utf-8")
+    write_sections(out, _markdown(report, lm, command))
     run.say(f"wrote {out} and {fig_dir} in {report.seconds / 60:.1f} min")
     return report
 
@@ -515,14 +521,26 @@ def command_line(argv: Sequence[str] | None = None) -> str:
     return "python -m lmswitch " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
 
 
+def write_sections(path: Path, markdown: str) -> None:
+    """Put each "## " section of ``markdown`` into ``path`` (:func:`replace_section`): the file's other sections (those
+    ``eval --frontier``, ``--stance``, ``--highlight`` and ``--transfer-to`` write) and the text above its first
+    section stay. A new file starts with :data:`TITLE`."""
+    if not path.exists():
+        write_file(path, lambda tmp: tmp.write_text(f"{TITLE}\n", encoding="utf-8"))
+    for section in markdown.split("\n## "):
+        heading, _, body = section.removeprefix("## ").partition("\n")
+        replace_section(path, f"## {heading}", body.strip("\n") + "\n")
+
+
 def replace_section(path: Path, heading: str, body: str) -> None:
-    """Put ``heading`` + ``body`` into ``path``, replacing an earlier section with the same heading."""
+    """Put ``heading`` + ``body`` into ``path``, replacing an earlier section with the same heading (a whole line)."""
     text = path.read_text(encoding="utf-8") if path.exists() else ""
     section = f"{heading}\n\n{body.rstrip()}\n"
-    start = text.find(heading)
+    found = re.search(rf"^{re.escape(heading)}$", text, flags=re.MULTILINE)  # not a deeper heading that ends like it
+    start = found.start() if found else -1
     if start < 0:
         text = text.rstrip() + "\n\n" + section
     else:
         nxt = text.find("\n## ", start + len(heading))
         text = text[:start] + section + ("\n" + text[nxt + 1 :] if nxt >= 0 else "")
-    path.write_text(text, encoding="utf-8")
+    write_file(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))  # whole: a failure leaves the file as it was
