@@ -409,6 +409,24 @@ def test_options_that_make_no_sense_together_are_refused_before_loading(capsys):
         assert said in capsys.readouterr().err
 
 
+def test_an_output_folder_or_report_that_cannot_be_written_is_refused_before_loading(capsys, tmp_path, monkeypatch):
+    """export, eval and build-pretrained check where they write before any work (a sweep or a build takes minutes to
+    hours), and expand ``~`` there as train does."""
+    (tmp_path / "afile").write_text("a file")
+    for argv, said in ((["export", "--switch", "sentiment", "--out", "{tmp}/afile/sub"], "afile is a file, not a folder"),
+                       (["export", "--switch", "sentiment", "--out", "{tmp}/afile"], "is a file; give a folder"),
+                       (["eval", "--switch", "sentiment", "--out", "{tmp}/afile"], "is a file; give a folder"),
+                       (["build-pretrained", "--out", "{tmp}/afile/x"], "is a file, not a folder"),
+                       (["eval", "--report", "{tmp}"], "is a folder; give a file name"),
+                       (["eval", "--report", "{tmp}/afile/E.md", "--quick"], "is a file, not a folder")):
+        assert main(["--model", "no-such-model", *(a.format(tmp=tmp_path) for a in argv)]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("error:") and said in err, (argv, err)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert main(["--model", "no-such-model", "export", "--switch", "sentiment", "--out", "~/afile"]) == 2
+    assert f"{tmp_path}/afile is a file" in capsys.readouterr().err  # ~ is the home folder, not a folder named "~"
+
+
 def test_train_says_whether_its_data_sufficed_and_a_refused_input_prints_only_its_error(run, tmp_path):
     (tmp_path / "pos.txt").write_text(POSITIVE)
     (tmp_path / "neg.txt").write_text(NEGATIVE)

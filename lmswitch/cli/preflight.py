@@ -13,6 +13,7 @@ from pathlib import Path
 
 from lmswitch.cli.common import emit
 from lmswitch.core.switch import Switch, check_name, load_switch, switch_path, usable_name
+from lmswitch.io.atomic import writable
 
 CONFLICTS = {  # subcommand → [(a bad combination of options, what to do instead)], checked before the model loads
     "eval": [(lambda a: a.sliders and not a.frontier, "--sliders scores the slider ranges of --frontier switches; add --frontier NAME")],
@@ -22,7 +23,8 @@ CONFLICTS = {  # subcommand → [(a bad combination of options, what to do inste
 
 def checked_before_loading(args: argparse.Namespace) -> None:
     """Refuse what can be refused without the model (bad combinations, where a switch goes, its name, a switch given
-    twice), so no work is lost to it; fills in ``args.out`` (``~`` expanded) and ``train``'s default name."""
+    twice, an output path that cannot be written), so no work is lost to it; fills in ``args.out`` and ``args.report``
+    (``~`` expanded) and ``train``'s default name."""
     if getattr(args, "offload_folder", None) and not getattr(args, "device_map", None):
         raise ValueError("--offload-folder is where --device-map puts weights that fit nowhere else; add --device-map auto")
     for bad, message in CONFLICTS.get(args.command, []):
@@ -30,6 +32,10 @@ def checked_before_loading(args: argparse.Namespace) -> None:
             raise ValueError(message)
     if args.command in ("train", "transfer"):
         args.out = str(switch_path(args.out, overwrite=args.force))
+    elif args.command in ("export", "eval", "build-pretrained") and args.out:  # a folder to write into
+        args.out = str(writable(args.out, folder=True))
+    if getattr(args, "report", None):
+        args.report = str(writable(args.report))
     if args.command == "train":
         args.name = check_name(args.name) if args.name else usable_name(Path(args.out).stem)  # (a file's name may be freer)
     given = getattr(args, "switch", None)

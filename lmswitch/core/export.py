@@ -193,7 +193,7 @@ def _publish(tmp: Path, folder: Path, force: bool) -> None:
 def write_folder(folder: Path, ours: Callable[[Path], bool], force: bool, write: Callable[[Path], None],
                  model_files: tuple[str, ...] = ()) -> None:
     """Write an export into ``folder`` through a temporary folder beside it (see :func:`_check_out` for what is refused)."""
-    folder = folder.resolve()
+    folder = folder.expanduser().resolve()
     _check_out(folder, ours, force, model_files)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = new_folder_beside(folder)

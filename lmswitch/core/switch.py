@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 
 from lmswitch.core.card import Card
 from lmswitch.core.options import DESCRIPTION, NEGATIVE_LABEL, POSITIVE_LABEL
-from lmswitch.io.atomic import write_file
+from lmswitch.io.atomic import writable, write_file
 from lmswitch.io.resources import resolve_switch_file
 
 if TYPE_CHECKING:
@@ -247,12 +247,7 @@ def switch_path(path: str | os.PathLike, *, overwrite: bool = True) -> Path:
         raise ValueError(f"{p} is a folder; give a file name ending in .safetensors")
     if p.exists() and not overwrite:
         raise ValueError(f"{p} exists; choose another name, or pass --force to replace it")
-    folder = next(a for a in (p.parent, *p.parent.parents) if a.exists())
-    if not folder.is_dir():
-        raise ValueError(f"cannot write {p}: {folder} is a file, not a folder")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise ValueError(f"cannot write {p}: no permission to write in {folder}")
-    return p
+    return writable(p)
 
 
 def distinct(switches: list[Switch]) -> list[Switch]:

@@ -17,6 +17,23 @@ from collections.abc import Callable
 from pathlib import Path
 
 
+def writable(path: str | os.PathLike, *, folder: bool = False) -> Path:
+    """``path`` with ``~`` expanded, once it can be written: a file (or with ``folder``, a folder to write into), not
+    the other kind where something is there already, in a folder that exists or can be made, with permission to write.
+    Checked before any work, so an hour's run is not lost to a typo in where it goes."""
+    p = Path(path).expanduser()
+    if p.is_dir() and not folder:
+        raise ValueError(f"{p} is a folder; give a file name")
+    if p.exists() and not p.is_dir() and folder:
+        raise ValueError(f"{p} is a file; give a folder to write into")
+    nearest = next(a for a in (p if folder else p.parent, *p.parents) if a.exists())
+    if not nearest.is_dir():
+        raise ValueError(f"cannot write {p}: {nearest} is a file, not a folder")
+    if not os.access(nearest, os.W_OK | os.X_OK):
+        raise ValueError(f"cannot write {p}: no permission to write in {nearest}")
+    return p
+
+
 def _beside(target: Path, make: Callable[[Path], None]) -> Path:
     """A new temporary path beside ``target``, made by ``make`` (which fails if it exists: another writer's name)."""
     while True:
