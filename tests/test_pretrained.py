@@ -68,6 +68,22 @@ def test_recalibrate_keeps_the_weights_and_measures_the_card_again(tmp_path, lla
 
 
 
+def test_the_index_lists_the_shipped_switches_only_and_keeps_a_readme_that_is_not_one(tmp_path, llama_lm):
+    from conftest import random_switch
+    from safetensors.torch import save_file
+
+    from lmswitch.harness.pretrained import INDEX_TITLE, write_index
+
+    random_switch(llama_lm, seed=0, name="sentiment").save(tmp_path / "sentiment.safetensors")
+    save_file({"w": torch.zeros(2)}, str(tmp_path / "adapter_model.safetensors"))  # an export beside them: not read
+    random_switch(llama_lm, seed=1, name="mine").save(tmp_path / "mine.safetensors")
+    index = write_index(tmp_path)
+    text = index.read_text(encoding="utf-8")
+    assert text.startswith(INDEX_TITLE) and "`sentiment.safetensors`" in text and "mine" not in text and "adapter" not in text
+    index.write_text("# my notes\n")
+    assert write_index(tmp_path) is None and index.read_text() == "# my notes\n"
+
+
 @pytest.mark.real_model
 def test_shipped_files_match_the_embedded_model(lm):
     switches = load_pretrained(lm)

@@ -242,7 +242,8 @@ def _eval(p: argparse.ArgumentParser) -> None:
 
 
 def _build_pretrained(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", default=None, help="folder to write (default: the shipped switches, lmswitch/data/switches/)")
+    p.add_argument("--out", default=None, help="folder to write the switches and their index, README.md, into (a README.md "
+                   "that is not such an index is kept; default: the shipped switches, lmswitch/data/switches/)")
     p.add_argument("--only", action="append", default=None, help="build only this switch (repeatable)")
     p.add_argument("--data", default=None, help="dataset folder (default: the shipped datasets, lmswitch/data/styles/)")
     p.add_argument("--eval-prompts", type=int, default=CARD_PROMPTS, help="prompts for the card's quick evaluation (0 to skip)")

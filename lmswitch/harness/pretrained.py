@@ -28,6 +28,7 @@ from lmswitch.harness.datasets import DATASETS, HELDOUT_EVERY, SOURCE_PATH, Styl
 from lmswitch.harness.evaluate import Protocol, evaluate_sweep, load_prompts
 from lmswitch.harness.frontier import FrontierSpec, Probe, calibrate
 from lmswitch.harness.options import BUILD_SEED, CARD_PROMPTS, CARD_SAMPLES
+from lmswitch.io.atomic import write_file
 from lmswitch.io.resources import shipped_switches_dir
 from lmswitch.lenses.meter import style_slope
 
@@ -277,7 +278,8 @@ def build_pretrained(
         paths.append(switch.save(out / f"{spec.name}.safetensors"))
         if log:
             log(f"[{spec.name}] saved {paths[-1]}")
-    write_index(out)
+    if write_index(out) is None and log:
+        log(f"kept {out / 'README.md'}: it is not a switch index, so the index was not written")
     return paths
 
 
@@ -291,11 +293,20 @@ def _existing(folder: Path, spec: Spec, lm: LanguageModel) -> Switch:
     return switch
 
 
-def write_index(folder: str | Path) -> Path:
-    """``README.md`` in a switch folder: one row per switch, from the cards."""
+INDEX_TITLE = "# Shipped switches"  # the first line of a switch folder's README.md that write_index wrote
+
+
+def write_index(folder: str | Path) -> Path | None:
+    """``README.md`` in a switch folder: one row per shipped switch there (:data:`SPECS`; other files are not read),
+    from the cards. A README.md that is not such an index (its first line) is left as it was: None."""
     folder = Path(folder)
+    out = folder / "README.md"
+    if out.exists() and not out.read_text(encoding="utf-8", errors="replace").startswith(INDEX_TITLE):
+        return None
     rows = []
-    for path in sorted(folder.glob("*.safetensors")):
+    for path in sorted(folder / f"{spec.name}.safetensors" for spec in SPECS):
+        if not path.is_file():
+            continue
         s = load_switch(path)
         c = s.card
         ev = c.get("evaluation", {})
@@ -306,7 +317,7 @@ def write_index(folder: str | Path) -> Path:
                     f"({c.get('data', {}).get('train_pairs', '?')} pairs) | {c.get('steps')} | {c.get('heldout_gain', 0):+.4f} | "
                     f"{c.get('heldout_meter_accuracy', 0):.0%} | ±{c.get('recommended_eps', '?')} | {c.fluent_text or '—'} | {metric}: {moved} |")
     text = "\n".join([
-        "# Shipped switches",
+        INDEX_TITLE,
         "",
         f"Built by `python -m lmswitch build-pretrained` from `{SOURCE_PATH}/` (see `{SOURCE_PATH}/DATA.md`); "
         "every number below comes from the switch's own card (`python -m lmswitch info --switch FILE`). "
@@ -321,8 +332,7 @@ def write_index(folder: str | Path) -> Path:
         *rows,
         "",
     ])
-    out = folder / "README.md"
-    out.write_text(text, encoding="utf-8")
+    write_file(out, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     return out
 
 
