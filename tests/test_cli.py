@@ -404,9 +404,19 @@ def test_demo_sweeps_only_inside_the_fluent_range_it_measured(run):
 
 def test_options_that_make_no_sense_together_are_refused_before_loading(capsys):
     for argv, said in ((["eval", "--sliders"], "add --frontier"),
-                       (["build-pretrained", "--recalibrate", "--no-calibrate"], "drop --no-calibrate")):
+                       (["build-pretrained", "--recalibrate", "--no-calibrate"], "drop --no-calibrate"),
+                       # an eval option its mode does not read would be silently ignored (the report's fixed suite, say)
+                       (["eval", "--report", "E.md", "--quick", "--limit", "1", "--samples", "1"], "--limit, --samples do not apply to eval --report"),
+                       (["eval", "--switch", "sentiment", "--quick"], "--quick does not apply to a sweep or grid"),
+                       (["eval", "--frontier", "sentiment", "--guide", "4"], "--guide does not apply to eval --frontier"),
+                       (["eval", "--stance", "--frontier", "sentiment"], "one of --stance, --highlight, --frontier"),
+                       (["eval", "--switch", "sentiment", "--png"], "add --out DIR")):
         assert main(["--model", "no-such-model", *argv]) == 2
-        assert said in capsys.readouterr().err
+        assert said in capsys.readouterr().err, argv
+    for argv in (["eval", "--frontier", "sentiment", "--report", "E.md", "--limit", "3"], ["eval", "--switch", "s", "--out", "o", "--png"],
+                 ["eval", "--stance", "--out", "o"], ["eval", "--transfer-to", "gemma3-270m", "--switches", "s"]):
+        assert main(["--model", "no-such-model", *argv]) == 2  # each option read by its mode: on to loading the model
+        assert "Cannot find model 'no-such-model'" in capsys.readouterr().err, argv
 
 
 def test_an_output_folder_or_report_that_cannot_be_written_is_refused_before_loading(capsys, tmp_path, monkeypatch):

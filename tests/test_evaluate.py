@@ -208,6 +208,8 @@ def test_evaluate_shapes_coupling_and_sweeps(llama_lm):
         evaluate_sweep(lm, switch, [], PROMPTS, protocol)
     with pytest.raises(ValueError, match="finite"):
         evaluate(lm, [(switch, float("nan"))], PROMPTS, protocol)
+    with pytest.raises(ValueError, match="both named 's'"):  # its cells are read by switch name: one would hide the other
+        evaluate_grid(lm, (switch, [0, 20]), (switch, [0]), PROMPTS, protocol)
 
     fig = sweep_figure(sweep, "s", ("positive_share", "toxicity_prob"))
     assert [list(t.x) for t in fig.data] == [[-20, 0, 20]] * 3  # two metrics + perplexity

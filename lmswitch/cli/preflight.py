@@ -16,9 +16,45 @@ from lmswitch.core.switch import Switch, check_name, load_switch, switch_path, u
 from lmswitch.io.atomic import writable
 
 CONFLICTS = {  # subcommand → [(a bad combination of options, what to do instead)], checked before the model loads
-    "eval": [(lambda a: a.sliders and not a.frontier, "--sliders scores the slider ranges of --frontier switches; add --frontier NAME")],
+    "eval": [(lambda a: a.sliders and not a.frontier, "--sliders scores the slider ranges of --frontier switches; add --frontier NAME"),
+             (lambda a: a.png and not a.out, "--png renders the figure that --out DIR writes; add --out DIR")],
     "build-pretrained": [(lambda a: a.recalibrate and a.no_calibrate, "--recalibrate measures the fluent range; drop --no-calibrate")],
 }
+
+
+# eval's modes, chosen by the first of these options given (else --report, else a sweep or grid), and the options each
+# reads (lmswitch/cli/evaluate.py): another option given with it would be silently ignored, so it is refused
+_SAMPLING = {"limit", "samples", "max_new_tokens", "top_p", "seed", "kl_budget", "generation_budget", "repeat_guard"}
+EVAL_MODES = {
+    "stance": {"stance_methods", "out", "report"},
+    "highlight": {"switches", "out", "report"},
+    "frontier": {"methods", "sliders", "out", "report", *_SAMPLING},
+    "transfer_to": {"report", "seed", "switches"},
+    "report": {"quick", "seed", "repeat_guard", "switches"},
+    "switch": {"eps", "grid", "grid_eps", "prompts", "metrics", "out", "png", "adaptive", "best_of", "guide", *_SAMPLING},
+}
+
+
+def _eval_unused(args: argparse.Namespace) -> None:
+    """Refuse an eval option its mode does not read, and a second mode, naming what the mode does read."""
+    from lmswitch.cli.parser import build_parser
+
+    modes = [m for m in EVAL_MODES if m not in ("report", "switch") and getattr(args, m)]
+    if len(modes) > 1:
+        raise ValueError(f"eval runs one of --stance, --highlight, --frontier, --transfer-to at a time; got {_flags(modes)}")
+    mode = modes[0] if modes else "report" if args.report else "switch"
+    defaults = vars(build_parser().parse_args(["eval"]))
+    reads = EVAL_MODES[mode] | {mode}
+    options = set(EVAL_MODES).union(*EVAL_MODES.values())  # eval's own: not --model, --dtype, --json
+    unused = sorted(k for k, v in vars(args).items() if k in options - reads and v != defaults[k])
+    if unused:
+        what = "a sweep or grid (--switch)" if mode == "switch" else f"eval {_flags([mode])}"
+        raise ValueError(f"{_flags(unused)} {'does' if len(unused) == 1 else 'do'} not apply to {what}, which reads "
+                         f"{_flags(sorted(reads - {mode}))}; drop {'it' if len(unused) == 1 else 'them'}")
+
+
+def _flags(dests: list[str]) -> str:
+    return ", ".join("--" + d.replace("_", "-") for d in dests)
 
 
 def checked_before_loading(args: argparse.Namespace) -> None:
@@ -30,6 +66,8 @@ def checked_before_loading(args: argparse.Namespace) -> None:
     for bad, message in CONFLICTS.get(args.command, []):
         if bad(args):
             raise ValueError(message)
+    if args.command == "eval":
+        _eval_unused(args)
     if args.command in ("train", "transfer"):
         args.out = str(switch_path(args.out, overwrite=args.force))
     elif args.command in ("export", "eval", "build-pretrained") and args.out:  # a folder to write into

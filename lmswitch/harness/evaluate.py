@@ -591,6 +591,9 @@ def evaluate_grid(
     counts cells whose samples are all generated.
     """
     (a, eps_a), (b, eps_b) = first, second
+    if a.name == b.name:  # each cell's setting is read by switch name
+        raise ValueError(f"the grid's two switches are both named '{a.name}'; compose two different switches (one switch "
+                         "with itself is its sweep), or rename one")
     eps_a, eps_b = _check_eps(eps_a, a.name), _check_eps(eps_b, b.name)
     prompts = list(prompts)
     settings = [[(a, ea), (b, eb)] for ea in eps_a for eb in eps_b]
