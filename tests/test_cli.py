@@ -400,6 +400,9 @@ def test_demo_sweeps_only_inside_the_fluent_range_it_measured(run):
     low, high = (float(x) for x in re.search(r"fluent ε (\S+) … (\S+);", head).groups())
     shown = [float(re.match(r"eps\s+(\S+) \|", row).group(1)) for row in rows if row.startswith("eps")]
     assert 0.0 in shown and min(shown) == low and max(shown) == high  # never past the calibrated range
+    code, out, _ = run("demo", "--steps", "5", "--prompt", "the", "--json")
+    data = json.loads(out)  # the same, as JSON only
+    assert code == 0 and data["fluent_eps"] == [low, high] and [row["eps"] for row in data["sweep"]] == shown
 
 
 def test_options_that_make_no_sense_together_are_refused_before_loading(capsys):
@@ -504,7 +507,12 @@ def test_a_broken_model_is_refused_with_a_message(tmp_path, monkeypatch, capsys)
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text('{"model_type": "llama"}')
     (tmp_path / "cut.gguf").write_bytes(b"GGUF\x03\x00\x00\x00")
-    for model, said in ((tmp_path / "m", "incomplete or unreadable"), (tmp_path / "cut.gguf", "not a complete GGUF file")):
+    (tmp_path / "cut").mkdir()
+    (tmp_path / "cut" / "config.json").write_text('{"model_type": "llama"}')
+    (tmp_path / "cut" / "model.safetensors").write_bytes(b"weights")
+    for model, said in ((tmp_path / "m", "incomplete or unreadable"), (tmp_path / "cut.gguf", "not a complete GGUF file"),
+                        (tmp_path / "cut", "incomplete or unreadable"),  # its weights cut short
+                        (tmp_path / "cut" / "model.safetensors", "a file, but not a .gguf file: give the model's folder")):
         assert main(["--model", str(model), "info"]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error:") and said in err, err

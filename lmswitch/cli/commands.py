@@ -133,9 +133,10 @@ def cmd_demo(args: argparse.Namespace, lm: LanguageModel) -> None:
     switch = train_switch(lm, pos, neg, name="sentiment", config=TrainConfig(steps=args.steps))
     log(f"trained in {switch.card['seconds']:.1f} s; probing its fluent ε range on a few dev prompts …")
     switch.card = calibrated_card(lm, switch)
-    print(f"fluent ε {switch.card.fluent_text}; the same prompt and seed across that range:\n")
-    for eps, text in sweep(lm, args.prompt, switch, switch.card.fluent_row, max_new_tokens=DEMO_NEW_TOKENS):
-        print(f"eps {eps:+5.1f} | {args.prompt}{text}")
+    rows = sweep(lm, args.prompt, switch, switch.card.fluent_row, max_new_tokens=DEMO_NEW_TOKENS)
+    data = {"fluent_eps": switch.card.fluent_eps, "prompt": args.prompt, "sweep": [{"eps": eps, "text": text} for eps, text in rows]}
+    emit(args, data, f"fluent ε {switch.card.fluent_text}; the same prompt and seed across that range:\n\n"
+         + "\n".join(f"eps {eps:+5.1f} | {args.prompt}{text}" for eps, text in rows))
 
 
 def cmd_svd(args: argparse.Namespace, lm: LanguageModel) -> None:

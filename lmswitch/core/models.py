@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.cache_utils import Cache
 
@@ -431,7 +432,7 @@ def load_model(
         try:
             model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
             tokenizer = AutoTokenizer.from_pretrained(folder)
-        except OSError as err:  # e.g. config.json without its weights
+        except (OSError, SafetensorError) as err:  # e.g. config.json without its weights, or weights cut short
             raise ValueError(f"the model in {folder} is incomplete or unreadable ({err}); download it again") from None
         source = pretrained_id = str(folder)
     else:
@@ -489,7 +490,9 @@ def _from_hub_cache(key: str, kwargs: dict) -> tuple[PreTrainedModel, PreTrained
         model = AutoModelForCausalLM.from_pretrained(key, local_files_only=True, adapter_kwargs={"local_files_only": True}, **kwargs)
         return model, AutoTokenizer.from_pretrained(key, local_files_only=True)
     except (OSError, ValueError) as err:
-        tried = [f"a local path '{Path(key).expanduser()}' (does not exist)", f"the bundled aliases {sorted(_BUNDLED)}",
+        local = Path(key).expanduser()
+        why = "a file, but not a .gguf file: give the model's folder" if local.is_file() else "does not exist"
+        tried = [f"a local path '{local}' ({why})", f"the bundled aliases {sorted(_BUNDLED)}",
                  f"the hub id '{key}' in the local Hugging Face cache ({type(err).__name__})"]
         raise FileNotFoundError(
             f"Cannot find model '{key}' offline. Tried: " + "; ".join(tried) + ". "
