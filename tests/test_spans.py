@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import lmswitch as ls
 from lmswitch.core.hidden import encode_text
-from lmswitch.lenses.spans import Highlight, _char_span, best_spans, highlight, token_changes
+from lmswitch.lenses.spans import Highlight, _char_span, _spans, best_spans, highlight, token_changes
 
 
 def brute_force(scores: list[float], max_span: int, n_spans: int) -> float:
@@ -29,6 +29,18 @@ def brute_force(scores: list[float], max_span: int, n_spans: int) -> float:
         if all(ordered[i][1] <= ordered[i + 1][0] for i in range(k - 1)):
             best = max(best, sum(sum(scores[a:b]) for a, b in ordered))
     return best
+
+
+def test_two_spans_widened_into_one_word_are_shown_as_one_span_with_both_scores():
+    """ " id" and "iot" chosen as two spans both widen to "idiot": one span over both, never an empty one."""
+    import numpy as np
+
+    text = "you total idiot"
+    bounds = [0, 3, 9, 12, 15]  # "you", " total", " id", "iot"
+    delta = np.array([0.0, 0.1, 0.8, 0.3])
+    spans = _spans(text, bounds, delta, max_span=1, n_spans=3)
+    assert [(s.text, s.tokens) for s in spans] == [("total", [1, 2]), ("idiot", [2, 4])]  # the best three, two of one word
+    assert spans[-1].score == pytest.approx(1.1) and all(s.text for s in spans)
 
 
 @settings(max_examples=300, deadline=None)

@@ -203,14 +203,16 @@ def _char_span(text: str, bounds: list[int], a: int, b: int) -> tuple[int, int]:
 
 
 def _spans(text: str, bounds: list[int], delta: np.ndarray, max_span: int, n_spans: int) -> list[Span]:
-    """The best token spans as character spans widened to whole words (see :func:`_char_span`)."""
+    """The best token spans as character spans widened to whole words (see :func:`_char_span`); two that widen into the
+    same word (" id" and "iot") are one span, over both and the tokens between them."""
     spans: list[Span] = []
-    cursor = 0
     for a, b, score in best_spans(delta.tolist(), max_span, n_spans):
         start, end = _char_span(text, bounds, a, b)
-        start = max(start, cursor)  # two spans widened into the same word: show them as one
+        if spans and start < spans[-1].end:  # widened into the previous span's word
+            previous = spans.pop()
+            score += previous.score + float(delta[previous.tokens[1] : a].sum())
+            a, start, end = previous.tokens[0], previous.start, max(end, previous.end)
         spans.append(Span(start=start, end=end, text=text[start:end], score=score, tokens=[a, b]))
-        cursor = max(cursor, end)
     return spans
 
 
