@@ -30,6 +30,20 @@ def test_models_lists_the_served_model_and_its_switches(client, lm32):
     models = client.models.list().data
     assert [m.id for m in models] == [lm32.name]
     assert {"sentiment", "detox", "formality"} <= set(models[0].model_extra["switches"])
+    assert client.models.retrieve(lm32.name).model_extra["switches"] == models[0].model_extra["switches"]
+    with pytest.raises(openai.NotFoundError, match="unknown model 'gpt-9'"):
+        client.models.retrieve("gpt-9")
+
+
+def test_neutral_values_of_fields_not_implemented_are_accepted(client, lm32):
+    """What clients send by default (no log-probabilities, zero penalties, plain text) asks for nothing, so it is served."""
+    args = dict(model=lm32.name, messages=[{"role": "user", "content": "Hi"}], max_tokens=3, seed=1)
+    plain = client.chat.completions.create(**args).choices[0].message.content
+    neutral = client.chat.completions.create(**args, logprobs=False, presence_penalty=0, frequency_penalty=0.0,
+                                             response_format={"type": "text"}, user="someone").choices[0].message.content
+    assert neutral == plain
+    with pytest.raises(openai.BadRequestError, match="max_completion_tokens must be at least 1"):
+        client.chat.completions.create(**{**args, "max_tokens": None}, max_completion_tokens=0)
 
 
 def test_completion_with_switches_equals_the_library_and_streams_the_same_text(client, lm32, switches):
@@ -95,7 +109,14 @@ def test_chat_completion_equals_the_library_with_the_chat_template(client, lm32,
     ({"extra_body": {"switches": {"sentiment": "strong"}}}, openai.BadRequestError, "switches.sentiment"),
     ({"temperature": -1}, openai.BadRequestError, "temperature must be"),
     ({"max_tokens": 10**6}, openai.BadRequestError, "more than this server generates"),
-    ({"max_tokens": 0}, openai.BadRequestError, "max_new_tokens must be"),
+    ({"max_tokens": 0}, openai.BadRequestError, "max_tokens must be at least 1"),
+    # asked for and not implemented: refused, never ignored (a client would read None where it asked for log-probabilities)
+    ({"logprobs": 2}, openai.BadRequestError, "logprobs: log-probabilities are not returned"),
+    ({"echo": True}, openai.BadRequestError, "echo: the prompt is not echoed"),
+    ({"presence_penalty": 1.0}, openai.BadRequestError, "presence_penalty: penalties are not applied"),
+    ({"logit_bias": {"28": -100}}, openai.BadRequestError, "logit_bias"),
+    ({"suffix": " end."}, openai.BadRequestError, "suffix"),
+    ({"prompt": "hello " * 9000}, openai.BadRequestError, "leaves room for"),  # too long for the context: not cut silently
     ({"n": 2}, openai.BadRequestError, "one choice per request"),
     ({"stop": ["."]}, openai.BadRequestError, "stop sequences are not supported"),
     ({"model": "gpt-9"}, openai.NotFoundError, "unknown model 'gpt-9'"),

@@ -66,10 +66,27 @@ class ApiError(Exception):
         return JSONResponse(self.body(), status_code=self.status)
 
 
-class _Request(BaseModel):
-    """What both endpoints take: OpenAI's sampling fields and lmswitch's steering fields; unknown fields are ignored."""
+# OpenAI fields this server does not implement: refused when they ask for something (400, as n > 1 and stop are), never
+# ignored, so a client does not read an answer as having what it asked for (log-probabilities, penalties, tools)
+UNSUPPORTED = {"logprobs": "log-probabilities are not returned", "top_logprobs": "log-probabilities are not returned",
+               "echo": "the prompt is not echoed", "suffix": "text after the completion (insertion) is not supported",
+               "presence_penalty": "penalties are not applied (the repeat guard, repeat_guard, keeps steered text from looping)",
+               "frequency_penalty": "penalties are not applied (the repeat guard, repeat_guard, keeps steered text from looping)",
+               "logit_bias": "logit biases are not applied (steer with switches instead)", "tools": "tools are not supported",
+               "functions": "functions are not supported", "tool_choice": "tools are not supported",
+               "response_format": "only plain text is written"}
 
-    model_config = ConfigDict(extra="ignore")
+
+def _asks(value: Any) -> bool:
+    """Whether an unsupported field's value asks for something (None, false, 0, empty and {"type": "text"} do not)."""
+    return value not in (None, False, 0, "", [], {}, {"type": "text"}, "none")
+
+
+class _Request(BaseModel):
+    """What both endpoints take: OpenAI's sampling fields and lmswitch's steering fields; the fields of
+    :data:`UNSUPPORTED` are refused when they ask for something, other unknown fields are ignored (e.g. ``user``)."""
+
+    model_config = ConfigDict(extra="allow")  # kept in model_extra, where UNSUPPORTED is looked up
     model: StrictStr | None = None
     max_tokens: StrictInt | None = None
     temperature: Number | None = None
@@ -152,20 +169,30 @@ class OpenAIApi:
     def router(self) -> APIRouter:
         router = APIRouter(prefix="/v1")
         router.add_api_route("/models", self.models, methods=["GET"])
+        router.add_api_route("/models/{model}", self.model, methods=["GET"])
         router.add_api_route("/completions", self.completions, methods=["POST"])
         router.add_api_route("/chat/completions", self.chat_completions, methods=["POST"])
         return router
 
     # --- routes -------------------------------------------------------------------------------------------
     async def models(self, request: Request) -> JSONResponse:
+        """Every model this server serves now (the one it started with, and any a page has loaded since)."""
         try:
             self._authorise(request)
-            lm, library = self._model(None)
+            self._model(None)
         except ApiError as err:
             return err.response()
-        return JSONResponse({"object": "list", "data": [{"id": lm.name, "object": "model", "created": 0, "owned_by": "lmswitch",
-                                                          "switches": library.names()}],
+        return JSONResponse({"object": "list", "data": [_model_object(name, library) for name, (_, library) in self.backend.models.items()],
                              "lmswitch": {"in_flight": self.in_flight, "max_in_flight": self.max_in_flight}})
+
+    async def model(self, request: Request, model: str) -> JSONResponse:
+        """One model (OpenAI's retrieve-model), or a 404."""
+        try:
+            self._authorise(request)
+            _, library = self._model(model)
+        except ApiError as err:
+            return err.response()
+        return JSONResponse(_model_object(model, library))
 
     async def completions(self, request: Request):
         return await self._serve(request, CompletionRequest, chat=False)
@@ -256,6 +283,9 @@ class OpenAIApi:
         return setting
 
     def _job(self, req: _Request, chat: bool) -> Job:
+        asked = next((k for k in UNSUPPORTED if _asks((req.model_extra or {}).get(k))), None)
+        if asked:
+            raise ApiError(400, f"{asked}: {UNSUPPORTED[asked]} by this server; leave it out", param=asked)
         if req.n != 1:
             raise ApiError(400, f"n = {req.n}: one choice per request (send several requests, with different seeds)", param="n")
         if req.stop:
@@ -263,10 +293,13 @@ class OpenAIApi:
         if isinstance(req, CompletionRequest) and isinstance(req.prompt, list) and len(req.prompt) != 1:
             raise ApiError(400, f"prompt: one prompt per request; got {len(req.prompt)}", param="prompt")
         lm, library = self._model(req.model)
-        limit = req.max_completion_tokens if isinstance(req, ChatRequest) and req.max_completion_tokens is not None else req.max_tokens
+        field = "max_completion_tokens" if isinstance(req, ChatRequest) and req.max_completion_tokens is not None else "max_tokens"
+        limit = getattr(req, field)
+        if limit is not None and limit < 1:
+            raise ApiError(400, f"{field} must be at least 1; got {limit}", param=field)
         if limit is not None and limit > MAX_TOKENS:
-            raise ApiError(400, f"max_tokens {limit} is more than this server generates per request ({MAX_TOKENS}); ask for fewer, "
-                                "or continue the text in a second request", param="max_tokens")
+            raise ApiError(400, f"{field} {limit} is more than this server generates per request ({MAX_TOKENS}); ask for fewer, "
+                                "or continue the text in a second request", param=field)
         d = SAMPLING
         options = SamplingOptions(max_new_tokens=d.max_new_tokens if limit is None else limit,
                                   temperature=d.temperature if req.temperature is None else float(req.temperature),
@@ -276,7 +309,11 @@ class OpenAIApi:
                                   best_of=d.best_of if req.best_of is None else req.best_of,
                                   guide=d.guide if req.guide is None else req.guide,
                                   repeat_guard=d.repeat_guard if req.repeat_guard is None else req.repeat_guard)
-        options.validate(lm)
+        try:
+            options.validate(lm)
+        except ValueError as err:  # its messages start with the option's name, which is the request's field too
+            name = str(err).split(" ", 1)[0]
+            raise ApiError(400, str(err), param=name if name in type(req).model_fields else None) from None
         if req.seed is not None:
             try:
                 check_seed(req.seed)
@@ -286,7 +323,7 @@ class OpenAIApi:
             req.prompt if isinstance(req.prompt, str) else req.prompt[0])
         if isinstance(req, ChatRequest) and not prompt:
             raise ApiError(400, "messages: give at least one message", param="messages")
-        prompt_text(lm, prompt, chat)  # a conversation the chat template refuses fails here, before any stream starts
+        self._check_length(lm, prompt, options, "messages" if chat else "prompt")  # (the chat template's refusals fail here too)
         seed = req.seed if req.seed is not None else secrets.randbelow(2**31)
         setting = self._setting(library, req.switches)
         if options.guide > 1:
@@ -295,6 +332,17 @@ class OpenAIApi:
             except ValueError as err:
                 raise ApiError(400, str(err), param="guide") from None
         return Job(lm, prompt, setting, seed, options, chat, req.stream)
+
+    @staticmethod
+    def _check_length(lm: LanguageModel, prompt: Prompt, options: SamplingOptions, field: str) -> None:
+        """A prompt too long for the model's context with the tokens asked for is refused, as OpenAI does (the library
+        cuts it from the left with a warning, which an API client would never see)."""
+        ids = lm.tokenizer(prompt_text(lm, prompt, options.chat), add_special_tokens=not options.chat).input_ids
+        room = lm.context_length - options.max_new_tokens
+        if len(ids) > room:
+            raise ApiError(400, f"the prompt has {len(ids):,} tokens; this model's context ({lm.context_length:,}) leaves room for "
+                                f"{room:,} beside {options.max_new_tokens} new tokens: shorten it, or ask for fewer tokens",
+                           param=field, code="context_length_exceeded")
 
     # --- streaming ----------------------------------------------------------------------------------------
     def _events(self, job: Job, release: Callable[[], None], gone: threading.Event) -> Iterator[str]:
@@ -349,6 +397,10 @@ async def _watch(request: Request, gone: threading.Event, every: float = 0.2) ->
     except Exception:  # (the connection's state cannot be read: treat the client as gone)
         pass
     gone.set()
+
+
+def _model_object(name: str, library) -> dict:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "lmswitch", "switches": library.names()}
 
 
 def _event(data: dict) -> str:
