@@ -53,6 +53,9 @@ def test_generate_with_and_without_a_switch(app_server):
         base.append(off["unsteered"])
         steered.append(on["steered"])
     assert sum(sentiment_scores(steered)) / 4 > sum(sentiment_scores(base)) / 4 + 0.3  # clearly more positive
+    # a script's requests sent at once from one client all finish (a dragged slider's newer request stops the older one)
+    jobs = [c.submit(prompt=PROMPT, switches="sentiment=12", max_new_tokens=30, seed=seed, api_name="/generate") for seed in range(2)]
+    assert [job.result()["steered"] for job in jobs] == steered[:2]
 
 
 def test_generate_best_of_returns_the_librarys_choice_for_both_outputs(app_server, lm32):

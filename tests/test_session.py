@@ -163,6 +163,17 @@ def test_a_new_generation_sets_the_previous_flag():
     assert second.is_set() and not third.is_set()
 
 
+def test_a_scripts_generations_neither_stop_nor_are_stopped_and_all_stop_when_the_page_closes():
+    s = Session()
+    slider = s.new_generation()
+    a, b = s.new_generation(supersede=False), s.new_generation(supersede=False)
+    assert not any(f.is_set() for f in (slider, a, b))  # two requests of one script run side by side, beside the slider's
+    newer = s.new_generation()
+    assert slider.is_set() and not a.is_set() and not b.is_set()  # a newer slider stops the older slider only
+    s.stop_generation()  # the page closed
+    assert newer.is_set() and a.is_set() and b.is_set()
+
+
 def test_one_training_run_at_a_time():
     s = Session()
     assert s.cancel_training() is False  # none running

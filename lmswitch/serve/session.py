@@ -101,6 +101,7 @@ class Session:
         self._spilled: dict[str, tuple[Path, str]] = {}  # name -> (file, model fingerprint): moved to disk by spill()
         self._spill_after_training: Path | None = None  # the page closed while a training run was going
         self._generation: threading.Event | None = None
+        self._scripted: weakref.WeakSet[threading.Event] = weakref.WeakSet()  # flags of running non-superseding generations
         self._training: threading.Event | None = None
         self._lock = threading.Lock()
         # a session Gradio lets go of takes its files with it (at exit, the app removes the whole folder instead)
@@ -234,13 +235,19 @@ class Session:
             _unlink(path)
 
     # --- jobs ------------------------------------------------------------------------
-    def new_generation(self) -> threading.Event:
-        """A stop flag for a new generation; the previous generation's flag is set, so it stops at its next token."""
+    def new_generation(self, supersede: bool = True) -> threading.Event:
+        """A stop flag for a new generation; the previous generation's flag is set, so it stops at its next token (a
+        dragged slider's older text). With ``supersede`` False (a script's request, ``/generate``: several may run at
+        once) it neither stops another nor is stopped by a newer one; every generation stops when the page closes."""
+        flag = threading.Event()
         with self._lock:
+            if not supersede:
+                self._scripted.add(flag)  # (weakly: gone with the generation that holds it)
+                return flag
             if self._generation is not None:
                 self._generation.set()
-            self._generation = threading.Event()
-            return self._generation
+            self._generation = flag
+            return flag
 
     def stop_generation(self) -> None:
         """Stop the running generation at its next token or piece (its page closed: nobody reads it, and others wait for the
@@ -248,6 +255,8 @@ class Session:
         with self._lock:
             if self._generation is not None:
                 self._generation.set()
+            for flag in list(self._scripted):
+                flag.set()
 
     def start_training(self) -> threading.Event:
         with self._lock:

@@ -104,13 +104,14 @@ def run_transfer(backend: Backend, name: str, target: str, session: Session, *cu
 
 
 def _comparisons(backend: Backend, session: Session, prompt: str, pairs: Sequence[tuple[str, object]], widgets: Sequence,
-                 changes: bool = True):
-    """The library's streamed comparison for this session: a newer request of the session stops this one."""
+                 changes: bool = True, supersede: bool = True):
+    """The library's streamed comparison for this session: a newer request of the session stops this one, unless
+    ``supersede`` is False (:meth:`Session.new_generation`)."""
     lm, library = backend.get(session=session)
     options, seed = sampling(*widgets)
     setting = checked_setting(session, library, pairs)
     return compare(lm, prompt, setting, seed=seed, options=options, cache=backend.comparisons, compute=backend.compute,
-                   stop=session.new_generation(), changes=changes, batcher=backend.batcher(lm))
+                   stop=session.new_generation(supersede), changes=changes, batcher=backend.batcher(lm))
 
 
 @user_errors
@@ -146,10 +147,11 @@ def generate_api(backend: Backend, prompt: str, switches: str, max_new_tokens, t
     judges with that many candidates per piece; ``repeat_guard`` False is the paper's plain steering (no guard against
     a switch pushing a word it has just written)."""
     widgets = (max_new_tokens, temperature, top_p, seed, chat, adaptive, best_of, guide, repeat_guard)
-    items = _comparisons(backend, session, prompt, parse_setting(switches), widgets, changes=False)
+    # a script may send several at once (gradio_client's submit): none stops another, unlike a dragged slider's
+    items = _comparisons(backend, session, prompt, parse_setting(switches), widgets, changes=False, supersede=False)
     last = collections.deque(items, maxlen=1)
     if not last or not isinstance(last[0], Comparison):
-        raise ValueError("the generation was stopped by a newer request from the same session")
+        raise ValueError("the generation was stopped: its client closed")
     return last[0].to_dict()
 
 
