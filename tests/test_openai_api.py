@@ -46,6 +46,16 @@ def test_neutral_values_of_fields_not_implemented_are_accepted(client, lm32):
         client.chat.completions.create(**{**args, "max_tokens": None}, max_completion_tokens=0)
 
 
+def test_a_stream_has_its_usage_in_a_last_chunk_of_its_own_only_when_asked(client, lm32):
+    args = dict(model=lm32.name, messages=[{"role": "user", "content": "Hi"}], max_tokens=5, seed=1, stream=True)
+    plain = list(client.chat.completions.create(**args))
+    assert all(chunk.usage is None for chunk in plain) and plain[-1].choices[0].finish_reason == "length"
+    asked = list(client.chat.completions.create(**args, stream_options={"include_usage": True}))
+    assert len({c.id for c in asked}) == 1  # one completion's chunks
+    assert asked[-1].choices == [] and asked[-1].usage.completion_tokens == 5 and all(c.usage is None for c in asked[:-1])
+    assert "".join(c.choices[0].delta.content or "" for c in asked[:-1]) == "".join(c.choices[0].delta.content or "" for c in plain)
+
+
 def test_completion_with_switches_equals_the_library_and_streams_the_same_text(client, lm32, switches):
     body = {"switches": {"sentiment": 6, "formality": -2}}
     done = client.completions.create(model=lm32.name, prompt=PROMPT, max_tokens=16, seed=3, extra_body=body)

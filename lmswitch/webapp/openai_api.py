@@ -82,6 +82,11 @@ def _asks(value: Any) -> bool:
     return value not in (None, False, 0, "", [], {}, {"type": "text"}, "none")
 
 
+class _StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    include_usage: StrictBool = False  # a last chunk with the usage and no choices, as OpenAI sends it
+
+
 class _Request(BaseModel):
     """What both endpoints take: OpenAI's sampling fields and lmswitch's steering fields; the fields of
     :data:`UNSUPPORTED` are refused when they ask for something, other unknown fields are ignored (e.g. ``user``)."""
@@ -93,6 +98,7 @@ class _Request(BaseModel):
     top_p: Number | None = None
     seed: StrictInt | None = None
     stream: StrictBool = False
+    stream_options: _StreamOptions | None = None
     n: StrictInt = 1
     stop: StrictStr | list[StrictStr] | None = None
     switches: dict[StrictStr, Number] = Field(default_factory=dict)  # switch name → ε (ε0 units)
@@ -140,6 +146,7 @@ class Job:
     options: SamplingOptions
     chat: bool
     stream: bool
+    usage_chunk: bool = False  # a stream ends with a chunk of its usage (stream_options.include_usage)
 
 
 def _validated(model: type[BaseModel], body: bytes) -> Any:
@@ -331,7 +338,7 @@ class OpenAIApi:
                 judges_of(setting)
             except ValueError as err:
                 raise ApiError(400, str(err), param="guide") from None
-        return Job(lm, prompt, setting, seed, options, chat, req.stream)
+        return Job(lm, prompt, setting, seed, options, chat, req.stream, bool(req.stream_options and req.stream_options.include_usage))
 
     @staticmethod
     def _check_length(lm: LanguageModel, prompt: Prompt, options: SamplingOptions, field: str) -> None:
@@ -346,8 +353,8 @@ class OpenAIApi:
 
     # --- streaming ----------------------------------------------------------------------------------------
     def _events(self, job: Job, release: Callable[[], None], gone: threading.Event) -> Iterator[str]:
-        """Server-sent events: one chunk per new piece of text, a last chunk with the finish reason, then ``[DONE]``; the
-        generation stops once ``gone`` is set."""
+        """Server-sent events: one chunk per new piece of text, a chunk with the finish reason, the usage's chunk when
+        asked for, then ``[DONE]``; the generation stops once ``gone`` is set."""
         head = _head(job, chunk=True)
         sent = ""
         try:
@@ -359,7 +366,9 @@ class OpenAIApi:
                     sent = text
                 if isinstance(item, Row):
                     release()  # the generation is over: the slot is free before the client reads the end
-                    yield _event({**head, "choices": [_delta(job, "", _finish(item), first=not sent)], "usage": _usage(item)})
+                    yield _event({**head, "choices": [_delta(job, "", _finish(item), first=not sent)]})
+                    if job.usage_chunk:
+                        yield _event({**head, "choices": [], "usage": _usage(item)})
         except Busy as err:
             yield _event(ApiError(503, str(err), kind="server_error", code="busy").body())
         except USER_ERRORS as err:
