@@ -749,7 +749,7 @@ def test_a_closed_clients_generation_is_told_to_stop(backend, monkeypatch):
     monkeypatch.setenv("GRADIO_HEARTBEAT_INTERVAL", "0.2")
     flags: list[threading.Event] = []
     real = Session.new_generation
-    monkeypatch.setattr(Session, "new_generation", lambda self: flags.append(real(self)) or flags[-1])
+    monkeypatch.setattr(Session, "new_generation", lambda self, *args: flags.append(real(self, *args)) or flags[-1])
     demo = app.build_app(backend)
     port = free_port()
     demo.queue().launch(server_port=port, prevent_thread_lock=True, quiet=True)
