@@ -69,4 +69,11 @@ def test_a_gguf_file_changed_at_the_same_path_and_size_is_converted_again(tmp_pa
     assert models._cached_gguf_folder(gguf, "m") == first and converted == [b"first"]  # unchanged: the cache answers
     gguf.write_bytes(b"other")  # the same size, in place (a new export over an old one)
     os.utime(gguf, ns=(gguf.stat().st_atime_ns, gguf.stat().st_mtime_ns + 1_000_000))
-    assert models._cached_gguf_folder(gguf, "m") != first and converted == [b"first", b"other"]
+    second = models._cached_gguf_folder(gguf, "m")
+    assert second != first and converted == [b"first", b"other"]
+    copy = tmp_path / "venv2" / "m.gguf"  # the same bytes elsewhere (the bundled model in another virtual environment)
+    copy.parent.mkdir()
+    copy.write_bytes(b"other")
+    assert models._cached_gguf_folder(copy, "m") == second and converted == [b"first", b"other"]  # one conversion
+    (tmp_path / "cache" / "models" / "digests.json").write_text("{damaged")
+    assert models._cached_gguf_folder(copy, "m") == second  # the digest is read again

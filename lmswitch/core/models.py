@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
+import json
 import os
 import shutil
 import struct
@@ -25,7 +26,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from transformers.cache_utils import Cache
 
 from lmswitch.core.packed import PackedLinear, contiguous_input, cpu_has_fast_bf16, pack_linears
-from lmswitch.io.atomic import as_new_files, new_folder_beside
+from lmswitch.io.atomic import as_new_files, new_folder_beside, write_file
 
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -363,12 +364,35 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
         raise
 
 
-def _cached_gguf_folder(gguf: Path, key: str) -> Path:
-    """The converted folder of ``gguf`` in the cache, made on first use. Its key is the file's path, size, inode and
-    modification time: a file replaced or changed in place, even at the same size, is converted again."""
+def _gguf_digest(gguf: Path) -> str:
+    """The sha256 of ``gguf``'s bytes, read once per version of the file (its path, size, inode and modification time)
+    and kept in the cache's ``models/digests.json``: ~0.1 s for the bundled model's 98 MB."""
     stat = gguf.stat()
-    tag = hashlib.sha256(f"{gguf.resolve()}|{stat.st_size}|{stat.st_ino}|{stat.st_mtime_ns}".encode()).hexdigest()[:10]
-    folder = cache_dir() / "models" / f"{key}-{tag}"
+    stamp = f"{gguf.resolve()}|{stat.st_size}|{stat.st_ino}|{stat.st_mtime_ns}"
+    index_path = cache_dir() / "models" / "digests.json"
+    try:
+        index = json.loads(index_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # none yet, or damaged: read again
+        index = {}
+    if stamp not in index:
+        digest = hashlib.sha256()
+        with open(gguf, "rb") as f:
+            while chunk := f.read(1 << 22):
+                digest.update(chunk)
+        index[stamp] = digest.hexdigest()
+        try:
+            index_path.parent.mkdir(parents=True, exist_ok=True)
+            write_file(index_path, lambda tmp: tmp.write_text(json.dumps(index, indent=0), encoding="utf-8"))
+        except OSError:  # a read-only cache only costs the reading
+            pass
+    return index[stamp]
+
+
+def _cached_gguf_folder(gguf: Path, key: str) -> Path:
+    """The converted folder of ``gguf`` in the cache, made on first use. Its key is the file's content: a file changed
+    in place, even at the same size, is converted again, and copies of one file (the bundled model in every virtual
+    environment) share one conversion."""
+    folder = cache_dir() / "models" / f"{key}-{_gguf_digest(gguf)[:10]}"
     if not (folder / "config.json").exists():
         _convert_gguf(gguf, folder)
     return folder
