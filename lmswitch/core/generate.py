@@ -223,10 +223,15 @@ def prompt_text(lm: LanguageModel, prompt: Prompt, chat: bool) -> str:
     return lm.tokenizer.apply_chat_template([dict(m) for m in prompt], add_generation_prompt=True, tokenize=False)
 
 
+def prompt_room(lm: LanguageModel, opts: SamplingOptions) -> int:
+    """The most prompt tokens ``lm``'s context holds beside ``opts.max_new_tokens`` new ones."""
+    return lm.context_length - opts.max_new_tokens
+
+
 def encode_prompts(lm: LanguageModel, prompts: Sequence[Prompt], opts: SamplingOptions) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-padded ``(input_ids, attention_mask)``; prompts too long for the context are cut from the left."""
     tok = lm.tokenizer
-    budget = lm.context_length - opts.max_new_tokens
+    budget = prompt_room(lm, opts)
     rows: list[list[int]] = []
     for prompt in prompts:
         text = prompt_text(lm, prompt, opts.chat)

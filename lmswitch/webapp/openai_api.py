@@ -35,7 +35,7 @@ from jinja2 import TemplateError
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from lmswitch.core.generate import Prompt, check_seed, prompt_text
+from lmswitch.core.generate import Prompt, check_seed, prompt_room, prompt_text
 from lmswitch.core.guided import judges_of
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SAMPLING, SamplingOptions
@@ -68,12 +68,12 @@ class ApiError(Exception):
 
 # OpenAI fields this server does not implement: refused when they ask for something (400, as n > 1 and stop are), never
 # ignored, so a client does not read an answer as having what it asked for (log-probabilities, penalties, tools)
-UNSUPPORTED = {"logprobs": "log-probabilities are not returned", "top_logprobs": "log-probabilities are not returned",
-               "echo": "the prompt is not echoed", "suffix": "text after the completion (insertion) is not supported",
-               "presence_penalty": "penalties are not applied (the repeat guard, repeat_guard, keeps steered text from looping)",
-               "frequency_penalty": "penalties are not applied (the repeat guard, repeat_guard, keeps steered text from looping)",
-               "logit_bias": "logit biases are not applied (steer with switches instead)", "tools": "tools are not supported",
-               "functions": "functions are not supported", "tool_choice": "tools are not supported",
+_PENALTIES = "penalties are not applied (the repeat guard, repeat_guard, keeps steered text from looping)"
+_LOGPROBS, _TOOLS = "log-probabilities are not returned", "tools are not supported"
+UNSUPPORTED = {"logprobs": _LOGPROBS, "top_logprobs": _LOGPROBS, "echo": "the prompt is not echoed",
+               "suffix": "text after the completion (insertion) is not supported", "presence_penalty": _PENALTIES,
+               "frequency_penalty": _PENALTIES, "logit_bias": "logit biases are not applied (steer with switches instead)",
+               "tools": _TOOLS, "functions": "functions are not supported", "tool_choice": _TOOLS,
                "response_format": "only plain text is written"}
 
 
@@ -186,7 +186,7 @@ class OpenAIApi:
         """Every model this server serves now (the one it started with, and any a page has loaded since)."""
         try:
             self._authorise(request)
-            self._model(None)
+            self._model(None)  # 503 while the model loads or when it failed
         except ApiError as err:
             return err.response()
         return JSONResponse({"object": "list", "data": [_model_object(name, library) for name, (_, library) in self.backend.models.items()],
@@ -345,7 +345,7 @@ class OpenAIApi:
         """A prompt too long for the model's context with the tokens asked for is refused, as OpenAI does (the library
         cuts it from the left with a warning, which an API client would never see)."""
         ids = lm.tokenizer(prompt_text(lm, prompt, options.chat), add_special_tokens=not options.chat).input_ids
-        room = lm.context_length - options.max_new_tokens
+        room = prompt_room(lm, options)
         if len(ids) > room:
             raise ApiError(400, f"the prompt has {len(ids):,} tokens; this model's context ({lm.context_length:,}) leaves room for "
                                 f"{room:,} beside {options.max_new_tokens} new tokens: shorten it, or ask for fewer tokens",
