@@ -68,6 +68,7 @@ from lmswitch.core.attention import attention, batch_invariant, use_batch_invari
 from lmswitch.core.generate import generate_tokens  # noqa: E402
 from lmswitch.core.models import LanguageModel  # noqa: E402
 from lmswitch.core.options import SamplingOptions, TrainConfig  # noqa: E402
+from lmswitch.core.packed import cpu_name  # noqa: E402
 from lmswitch.lenses.meter import style_slope  # noqa: E402
 from lmswitch.serve.batcher import Batcher, Row  # noqa: E402  (imports harness.evaluate, whose scorers load lazily)
 from lmswitch.serve.compute import ComputeThread  # noqa: E402
@@ -423,7 +424,7 @@ def third_party_modules() -> list[str]:
 
 
 def describe(device: torch.device) -> str:
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name() or platform.machine()
     return (f"lmswitch {ls.__version__}, torch {torch.__version__}, transformers {transformers.__version__}, "
             f"python {platform.python_version()}; device {device} ({where})")
 

@@ -24,7 +24,6 @@ fair scheduling). Prints a Markdown block for benchmarks/RESULTS.md.
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import sys
 import tempfile
@@ -34,7 +33,6 @@ from datetime import date
 from pathlib import Path
 
 import openai
-import torch
 from gradio_client import Client
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,6 +41,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from app_server import AppServer  # noqa: E402  (the tests' launcher: app.py on a free port, a private switch folder)
 
 from lmswitch.core.options import SAMPLING  # noqa: E402
+from lmswitch.harness.report import machine  # noqa: E402
 
 PROMPTS = ["My weekend was", "The new library on the corner", "I think that the mayor", "Yesterday at the market",
            "The service at the hotel", "Our team meeting went"]
@@ -225,7 +224,7 @@ def report(rows: list[tuple], args: argparse.Namespace) -> None:
     busy = " while one more client trains switches and one runs sweeps and highlights" if args.busy else ""
     busy += (" and" if busy else " while") + " one more client sends guided generations" if args.guided else ""
     print(f"## {date.today()} — load (issue 17): {args.tokens}-token generations{busy}, {args.seconds:g} s per row — "
-          f"{platform.machine()} {platform.processor() or ''}, {torch.get_num_threads()} threads, torch {torch.__version__}, embedded "
+          f"{machine()}, embedded "
           f"SmolLM2-135M-Instruct in {args.dtype}\n")
     print("| quantum | via | clients | requests | req/s | first token p50 | p95 | last token p50 | p95 | errors | equal to solo | "
           "memory after warm-up |" + (" trainings / sweeps+highlights beside |" if args.busy else "")

@@ -11,7 +11,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import random
 import shutil
 import statistics
@@ -33,6 +32,7 @@ import lmswitch as ls  # noqa: E402
 from lmswitch.core.adaptive import KL_BUDGET  # noqa: E402
 from lmswitch.core.options import SAMPLING, SamplingOptions, TrainConfig  # noqa: E402
 from lmswitch.harness.evaluate import PROTOCOL  # noqa: E402
+from lmswitch.harness.report import machine  # noqa: E402
 from lmswitch.io.resources import shipped_switch_path  # noqa: E402
 
 
@@ -761,12 +761,10 @@ def main() -> None:
         if args.json:
             print(json.dumps(ap, indent=2))
             return
-        machine = (f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads, "
-                   f"model dtype {ap['dtype']}")
-        print(_app_table(ap, machine))
+        print(_app_table(ap, f"{machine()}, model dtype {ap['dtype']}"))
         return
 
-    results = {"date": date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads"}
+    results = {"date": date.today().isoformat(), "machine": machine()}
     results["load"] = bench_load()
     lm = ls.load_model(dtype=args.dtype)
     results["machine"] += f", model dtype {str(lm.model.dtype).removeprefix('torch.')}"

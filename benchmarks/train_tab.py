@@ -13,19 +13,17 @@ session per run and one warm-up run first, and timed to each message it yields:
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import sys
 import time
 from datetime import date
 from pathlib import Path
 
-import torch
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import app  # noqa: E402
+from lmswitch.harness.report import machine  # noqa: E402
 from lmswitch.io.resources import read_data_text  # noqa: E402
 from lmswitch.serve.session import Session  # noqa: E402
 from lmswitch.webapp.train import PROBING, READING  # noqa: E402
@@ -67,8 +65,7 @@ def main() -> None:
     # use it runs ~2× slower on this machine, so the model must not be touched on this thread first
     backend = app.Backend(dtype=args.dtype).start()
     backend.ready.wait()
-    print(f"{date.today()}, {platform.machine()} {platform.processor() or ''}, {torch.get_num_threads()} threads, "
-          f"torch {torch.__version__}, {args.dtype}")
+    print(f"{date.today()}, {machine()}, {args.dtype}")
     print("| data | " + " | ".join(MOMENTS) + " |\n|---|" + "---|" * len(MOMENTS))
     for label, inputs in cases():
         time_run(backend, inputs)  # warm-up

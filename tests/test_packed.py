@@ -228,3 +228,11 @@ def test_a_bfloat16_head_gets_its_input_contiguous_and_computes_the_same():
     with torch.no_grad():
         torch.testing.assert_close(lm.head(sliced), nn.functional.linear(sliced.contiguous(), lm.head.weight), rtol=0, atol=0)
     assert type(build_lm("llama", seed=3).head) is nn.Linear  # a float32 head is left to pack_linears
+
+
+def test_cpu_name_is_read_from_cpuinfo(monkeypatch):
+    monkeypatch.setattr(packed_module, "_cpuinfo", lambda: "processor\t: 0\nmodel name\t: Test CPU 9000\nflags\t: avx2\n")
+    monkeypatch.setattr(packed_module, "cpu_has_fast_bf16", lambda: False)
+    assert packed_module.cpu_name() == "Test CPU 9000"
+    monkeypatch.setattr(packed_module, "cpu_has_fast_bf16", lambda: True)
+    assert packed_module.cpu_name() == "Test CPU 9000 (AVX512-BF16)"

@@ -27,6 +27,7 @@ again on the next call, but a change through ``.data`` is invisible to PyTorch's
 from __future__ import annotations
 
 import functools
+import platform
 from pathlib import Path
 
 import torch
@@ -37,13 +38,24 @@ MAX_PACKED_BYTES = 4 * 2**30  # models with more linear weight bytes than this a
 
 
 @functools.cache
+def _cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text(errors="ignore")
+    except OSError:
+        return ""
+
+
+@functools.cache
 def cpu_has_fast_bf16() -> bool:
     """Whether this CPU has native bfloat16 matrix instructions (AVX512-BF16 or AMX), read from /proc/cpuinfo."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text(errors="ignore")
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    return "avx512_bf16" in _cpuinfo() or "amx_bf16" in _cpuinfo()
+
+
+def cpu_name() -> str:
+    """The CPU's model name ("AMD EPYC"), with "(AVX512-BF16)" where bfloat16 is native; "" where it cannot be read."""
+    names = [line.partition(":")[2].strip() for line in _cpuinfo().splitlines() if line.startswith("model name")]
+    name = names[0] if names else platform.processor()
+    return f"{name} (AVX512-BF16)" if name and cpu_has_fast_bf16() else name
 
 
 @functools.cache

@@ -14,6 +14,7 @@ saves. The transfer of the sentiment switch to a second model has its own sectio
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 import shlex
@@ -28,6 +29,7 @@ import torch
 
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SAMPLING, TrainConfig
+from lmswitch.core.packed import cpu_name
 from lmswitch.core.switch import Switch
 from lmswitch.core.train import train_switch
 from lmswitch.harness.datasets import SOURCE_PATH, load_dataset
@@ -421,13 +423,19 @@ TITLE = "# Evaluation of the shipped switches"  # a new report file's first line
 REPORT_HEADING = "## The report: model, machine and protocol"  # the first of the report's own sections
 
 
+def machine() -> str:
+    """This machine for a report's or benchmark's heading: "x86_64 AMD EPYC (AVX512-BF16), 2 cores, 2 threads, torch …"."""
+    return (f"{platform.machine()} {cpu_name()}".strip()
+            + f", {os.cpu_count()} cores, {torch.get_num_threads()} threads, torch {torch.__version__}")
+
+
 def _preamble(report: Report, lm: LanguageModel, command: str | None) -> list[str]:
     suite, protocol, seed = report.suite, report.protocol, report.protocol.seed
     return [
         REPORT_HEADING,
         "",
         f"Model: `{lm.name}` (`{lm.fingerprint}`), dtype {str(lm.model.dtype).removeprefix('torch.')}. "
-        f"Machine: {platform.machine()}, {torch.get_num_threads()} threads, Python {platform.python_version()}, torch {torch.__version__}. "
+        f"Machine: {machine()}, Python {platform.python_version()}. "
         f"Date: {date.today().isoformat()}. Total time: {report.seconds / 60:.1f} min.",
         "",
         "Reproduce with:",
