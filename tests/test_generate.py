@@ -181,7 +181,7 @@ def test_long_prompt_is_truncated_from_the_left_with_a_warning(tiny_lm):
 @pytest.mark.parametrize(
     ("option", "match"),
     [
-        ({"top_p": 0}, "top_p"),
+        ({"top_p": -0.1}, "top_p"),
         ({"top_p": 1.5}, "top_p"),
         ({"temperature": -1}, "temperature"),
         ({"temperature": float("nan")}, "temperature"),
@@ -196,8 +196,16 @@ def test_bad_options_are_refused(tiny_lm, option, match):
         generate(tiny_lm, PROMPT, [], **option)
 
 
+def test_top_p_zero_keeps_the_most_likely_token(tiny_lm):
+    s = random_switch(tiny_lm, seed=12)
+    for switches in ([], [(s, 2.0)]):
+        greedy = generate(tiny_lm, PROMPT, switches, temperature=0, max_new_tokens=12)
+        assert generate(tiny_lm, PROMPT, switches, top_p=0, seed=5, max_new_tokens=12) == greedy
+        assert generate(tiny_lm, PROMPT, switches, top_p=0, seed=6, max_new_tokens=12) == greedy
+
+
 @pytest.mark.parametrize(
-    ("option", "match"), [({"top_p": 0}, "top_p"), ({"temperature": -1}, "temperature"), ({"max_new_tokens": 0}, "max_new_tokens")]
+    ("option", "match"), [({"top_p": -0.1}, "top_p"), ({"temperature": -1}, "temperature"), ({"max_new_tokens": 0}, "max_new_tokens")]
 )
 def test_bad_options_are_refused_by_sweep_and_stream(tiny_lm, option, match):
     s = random_switch(tiny_lm, seed=10)

@@ -47,6 +47,12 @@ def test_neutral_values_of_fields_not_implemented_are_accepted(client, lm32):
         client.chat.completions.create(**{**args, "max_tokens": None}, max_completion_tokens=0)
 
 
+def test_top_p_zero_is_the_most_likely_token_as_openai_accepts_it(client, lm32):
+    args = dict(model=lm32.name, prompt=PROMPT, max_tokens=6)
+    greedy = client.completions.create(**args, temperature=0).choices[0].text
+    assert client.completions.create(**args, top_p=0, seed=4).choices[0].text == greedy
+
+
 def test_a_stream_has_its_usage_in_a_last_chunk_of_its_own_only_when_asked(client, lm32):
     args = dict(model=lm32.name, messages=[{"role": "user", "content": "Hi"}], max_tokens=5, seed=1, stream=True)
     plain = list(client.chat.completions.create(**args))

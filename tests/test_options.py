@@ -53,7 +53,7 @@ def test_bad_train_configs_name_the_field(config, match):
         (SamplingOptions(max_new_tokens=10**6), "max_new_tokens"),
         (SamplingOptions(temperature=-0.1), "temperature"),
         (SamplingOptions(temperature=float("inf")), "temperature"),
-        (SamplingOptions(top_p=0.0), "top_p"),
+        (SamplingOptions(top_p=1.01), "top_p"),
         (SamplingOptions(chat=True), "chat template"),
     ],
 )

@@ -118,6 +118,7 @@ class CoupledSampler(LogitsProcessor):
                 top_logp, top_idx = self._nucleus_candidates(logp)
                 top_p = top_logp.exp()
                 keep = (top_p.cumsum(-1) - top_p) < self.top_p  # the smallest prefix reaching top_p
+                keep[:, 0] = True  # and the most likely token, for top_p 0
                 gumbel = -torch.log(-torch.log(noise.gather(1, top_idx).clamp_min(1e-20)))
                 best = (top_logp + gumbel).masked_fill(~keep, -math.inf).argmax(-1, keepdim=True)
                 choice = top_idx.gather(1, best)[:, 0]

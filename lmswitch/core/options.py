@@ -75,7 +75,7 @@ class SamplingOptions:
 
     max_new_tokens: int = field(default=40, metadata={"help": "tokens to generate after the prompt"})
     temperature: float = field(default=1.0, metadata={"help": "softmax temperature; 0 means greedy"})
-    top_p: float = field(default=0.9, metadata={"help": "nucleus sampling mass, in (0, 1]"})
+    top_p: float = field(default=0.9, metadata={"help": "nucleus sampling mass, in [0, 1] (0: the most likely token only)"})
     chat: bool = field(default=False, metadata={"help": "wrap the prompt in the model's chat template (instruct models)"})
     adaptive: bool = field(default=False, metadata={
         "help": "adaptive strength: steer each generation only until its steering budget is spent (generation_budget), "
@@ -106,8 +106,8 @@ class SamplingOptions:
             raise ValueError(f"max_new_tokens must be an integer from 1 to {lm.context_length - 1}; got {self.max_new_tokens!r}")
         if not (_finite(self.temperature) and 0 <= self.temperature <= 100):
             raise ValueError(f"temperature must be a number from 0 (greedy) to 100; got {self.temperature!r}")
-        if not (_finite(self.top_p) and 0 < self.top_p <= 1):
-            raise ValueError(f"top_p must be in (0, 1]; got {self.top_p!r}")
+        if not (_finite(self.top_p) and 0 <= self.top_p <= 1):
+            raise ValueError(f"top_p must be a number from 0 to 1; got {self.top_p!r}")
         if self.kl_budget is not None and not (_finite(self.kl_budget) and self.kl_budget > 0):
             raise ValueError(f"kl_budget must be a positive number of nats per token, or None; got {self.kl_budget!r}")
         if self.generation_budget is not None and not (_finite(self.generation_budget) and self.generation_budget > 0):
