@@ -247,7 +247,7 @@ def test_training_with_self_contrast_records_its_negatives(peaky_lm):
     doc = " ".join(f"The {a} plan is {b} for the whole town and its people." for a, b in zip(WORDS_A, WORDS_A[::-1], strict=False))
     switch = train_switch(peaky_lm, doc, config=TrainConfig(self_contrast=True))
     card = switch.card
-    assert card["negatives"] == "self-contrast" and card["n_positive"] == 1 and card["n_negative"] == len(sentence_openings([doc]))
+    assert card["negatives"] == "self-contrast" and card["data_shape"] == "one document" and card["n_positive"] == 1 and card["n_negative"] == len(sentence_openings([doc]))
     assert card["dummy_steer"] is True
 
 

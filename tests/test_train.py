@@ -333,6 +333,10 @@ def card(**kw) -> dict:
         (dict(tokens_train=256, n_positive=1, n_negative=0, negatives="none"), ["Very little text", "a longer document"]),
         (dict(tokens_train=256, n_positive=1, n_negative=12, negatives="self-contrast"), ["a longer document"]),
         (dict(tokens_train=256, n_positive=1, n_negative=1, negatives="given"), ["longer documents (a few thousand tokens each)"]),
+        # two documents with self-contrast text as a neutral middle: the card's data says what it was trained on
+        (dict(tokens_train=256, n_positive=1, n_negative=13, negatives="self-contrast", data_shape="two documents"),
+         ["longer documents (a few thousand tokens each)"]),
+        (dict(tokens_train=256, n_positive=1, n_negative=13, negatives="self-contrast", data_shape="examples"), ["Add more examples"]),
         (
             dict(heldout_gain=-0.0421, heldout_nll_reversed_switch=3.2),  # reversing changes nothing: memorised
             [

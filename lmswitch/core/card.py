@@ -49,6 +49,7 @@ class TrainingRecord:
     seconds: float
     optimizer: str = "adam"  # "lbfgs-sampled" or "lbfgs" (ridge path; ``l2`` is the λ it chose), or "adam" (cards before 2026-11-23)
     negatives: str = "given"  # how the negative texts were made: "given", "none" (one document) or "self-contrast"
+    data_shape: str = ""  # the data's shape (core.train.data_kind): "one document", "two documents" or "examples"; "" on older cards
 
 
 _TRAINING_KEYS = tuple(f.name for f in fields(TrainingRecord))

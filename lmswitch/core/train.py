@@ -457,7 +457,7 @@ def _optimizer(lm: LanguageModel, config: TrainConfig) -> str:
 
 
 def _card(ex: _Examples, obj: _Objective, config: TrainConfig, run: _Run, best_step: int, seconds: tuple[float, float],
-          negatives: str, held_with: float | None = None) -> Card:
+          negatives: str, data_shape: str, held_with: float | None = None) -> Card:
     """The training record stored with the switch; ``held_with``: the held-out loss of the final W, when known."""
     held_with = obj.heldout(run.W, run.Wd) if held_with is None else held_with
     held_without = obj.heldout(run.W, run.Wd, with_w=False)  # gain attributable to the switch: dummy kept, W removed
@@ -473,7 +473,7 @@ def _card(ex: _Examples, obj: _Objective, config: TrainConfig, run: _Run, best_s
         heldout_nll_reversed_switch=_finite_or_none(held_reversed),
         heldout_gain=held_without - held_with if len(obj.held[0]) else None,
         hidden_state_seconds=round(seconds[0], 3), seconds=round(seconds[1], 3), optimizer=_optimizer(obj.lm, config),
-        negatives=negatives,
+        negatives=negatives, data_shape=data_shape,
     )
     return Card(training=record, extra={"objective": config.fluency_terms} if config.fluency_terms else {})
 
@@ -545,7 +545,7 @@ def train_events(
         run.W.copy_(_truncate(W_best, config.rank))
         run.Wd.copy_(Wd_best)
         card = _card(ex, obj, config, run, best_step, (hidden_seconds, time.perf_counter() - start), negatives,
-                     held_with=held_best if config.rank is None else None)  # a truncated W is scored again
+                     data_kind(positive, negative), held_with=held_best if config.rank is None else None)  # a truncated W is scored again
         card = card.updated(warnings=[warning]) if warning else card
     named = naming(positive, negative, positive_label, negative_label, description)
     yield Done(Switch(W=run.W.detach().cpu(), name=name, description=named.description, eps0=config.eps0,
@@ -627,14 +627,20 @@ def _reversal(card: Mapping) -> float | None:
 
 
 def _more_text(card: Mapping) -> str:
-    """What more to train on, for the card's kind of data: a document (with or without self-contrast negatives), two
-    documents, or example lists."""
-    given_negatives = card.get("n_negative") if card.get("negatives") != "self-contrast" else 0
-    if card.get("n_positive") == 1 and not given_negatives:
+    """What more to train on, for the card's shape of data (:func:`data_kind`; guessed from the counts on older cards)."""
+    kind = card.get("data_shape") or _older_data_kind(card)
+    if kind == "one document":
         return "Train on a longer document (a few thousand tokens, several pages)"
-    if card.get("n_positive") == 1 and given_negatives == 1:
+    if kind == "two documents":
         return "Train on longer documents (a few thousand tokens each)"
     return "Add more examples (a few thousand tokens, say 30+ sentences per side)"
+
+
+def _older_data_kind(card: Mapping) -> str:
+    given_negatives = card.get("n_negative") if card.get("negatives") != "self-contrast" else 0
+    if card.get("n_positive") == 1 and given_negatives in (0, 1):
+        return "two documents" if given_negatives else "one document"
+    return "examples"
 
 
 def _advice(card: Mapping) -> str:
