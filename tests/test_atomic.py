@@ -3,6 +3,8 @@ converted-model cache keyed so a changed GGUF file is converted again."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import stat
 
@@ -71,9 +73,33 @@ def test_a_gguf_file_changed_at_the_same_path_and_size_is_converted_again(tmp_pa
     os.utime(gguf, ns=(gguf.stat().st_atime_ns, gguf.stat().st_mtime_ns + 1_000_000))
     second = models._cached_gguf_folder(gguf, "m")
     assert second != first and converted == [b"first", b"other"]
+    assert not first.exists()  # no file has the first bytes any more: its conversion went with the new one
     copy = tmp_path / "venv2" / "m.gguf"  # the same bytes elsewhere (the bundled model in another virtual environment)
     copy.parent.mkdir()
     copy.write_bytes(b"other")
     assert models._cached_gguf_folder(copy, "m") == second and converted == [b"first", b"other"]  # one conversion
     (tmp_path / "cache" / "models" / "digests.json").write_text("{damaged")
     assert models._cached_gguf_folder(copy, "m") == second  # the digest is read again
+
+
+def test_a_new_conversion_removes_the_ones_no_file_has_any_more(tmp_path, monkeypatch):
+    monkeypatch.setenv("LMSWITCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(models, "_convert_gguf", lambda gguf, target: target.mkdir(parents=True) or (target / "config.json").write_text("{}"))
+    cache = tmp_path / "cache" / "models"
+    old_keyed = [cache / "m-0123456789", cache / "m-abcdefabcd"]  # keyed by path, as before 2026-11-29
+    others = [cache / "mm-0123456789", cache / "m-my-notes", cache / "other-0123456789"]  # another model's, a user's folder
+    for folder in old_keyed + others:
+        folder.mkdir(parents=True)
+    kept, gone = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    kept.write_bytes(b"kept")
+    gone.write_bytes(b"gone")
+    kept_folder, gone_folder = models._cached_gguf_folder(kept, "m"), models._cached_gguf_folder(gone, "m")
+    assert kept_folder.exists() and gone_folder.exists() and not any(f.exists() for f in old_keyed)
+    assert all(f.exists() for f in others)
+    gone.unlink()
+    new = tmp_path / "c.gguf"
+    new.write_bytes(b"new")
+    assert models._cached_gguf_folder(new, "m").exists() and kept_folder.exists() and not gone_folder.exists()
+    assert all(f.exists() for f in others)
+    assert sorted(json.loads((cache / "digests.json").read_text()).values()) == sorted(
+        hashlib.sha256(b).hexdigest() for b in (b"kept", b"new"))

@@ -12,6 +12,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import struct
 import time
@@ -367,25 +368,61 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
 def _gguf_digest(gguf: Path) -> str:
     """The sha256 of ``gguf``'s bytes, read once per version of the file (its path, size, inode and modification time)
     and kept in the cache's ``models/digests.json``: ~0.1 s for the bundled model's 98 MB."""
-    stat = gguf.stat()
-    stamp = f"{gguf.resolve()}|{stat.st_size}|{stat.st_ino}|{stat.st_mtime_ns}"
-    index_path = cache_dir() / "models" / "digests.json"
-    try:
-        index = json.loads(index_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # none yet, or damaged: read again
-        index = {}
+    stamp = _stamp(gguf)
+    index = _digests()
     if stamp not in index:
         digest = hashlib.sha256()
         with open(gguf, "rb") as f:
             while chunk := f.read(1 << 22):
                 digest.update(chunk)
         index[stamp] = digest.hexdigest()
-        try:
-            index_path.parent.mkdir(parents=True, exist_ok=True)
-            write_file(index_path, lambda tmp: tmp.write_text(json.dumps(index, indent=0), encoding="utf-8"))
-        except OSError:  # a read-only cache only costs the reading
-            pass
+        _write_digests(index)
     return index[stamp]
+
+
+def _stamp(gguf: Path) -> str:
+    stat = gguf.stat()
+    return f"{gguf.resolve()}|{stat.st_size}|{stat.st_ino}|{stat.st_mtime_ns}"
+
+
+def _digests() -> dict[str, str]:
+    try:
+        index = json.loads((cache_dir() / "models" / "digests.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # none yet, or damaged: read again
+        return {}
+    return index if isinstance(index, dict) else {}
+
+
+def _write_digests(index: dict[str, str]) -> None:
+    path = cache_dir() / "models" / "digests.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_file(path, lambda tmp: tmp.write_text(json.dumps(index, indent=0), encoding="utf-8"))
+    except OSError:  # a read-only cache only costs the reading
+        pass
+
+
+def _prune_conversions(key: str) -> list[Path]:
+    """Remove ``key``'s conversions that no file on this machine has any more: a GGUF since changed or deleted, and
+    the folders keyed by path that versions before 2026-11-29 made (~540 MB each for the bundled model). Run after a
+    new conversion, so the cache holds one conversion per GGUF in use, not one per version or virtual environment."""
+    index = {stamp: digest for stamp, digest in _digests().items() if _still(stamp)}
+    _write_digests(index)
+    kept = {digest[:10] for digest in index.values()}
+    stale = [folder for folder in (cache_dir() / "models").glob(f"{key}-*") if folder.is_dir()
+             and re.fullmatch(r"[0-9a-f]{10}", folder.name.removeprefix(f"{key}-")) and folder.name[-10:] not in kept]
+    for folder in stale:
+        shutil.rmtree(folder, ignore_errors=True)
+    return stale
+
+
+def _still(stamp: str) -> bool:
+    """Whether the file a digest was read from is still there, unchanged."""
+    path = stamp.rsplit("|", 3)[0]
+    try:
+        return _stamp(Path(path)) == stamp
+    except OSError:
+        return False
 
 
 def _cached_gguf_folder(gguf: Path, key: str) -> Path:
@@ -395,6 +432,7 @@ def _cached_gguf_folder(gguf: Path, key: str) -> Path:
     folder = cache_dir() / "models" / f"{key}-{_gguf_digest(gguf)[:10]}"
     if not (folder / "config.json").exists():
         _convert_gguf(gguf, folder)
+        _prune_conversions(key)
     return folder
 
 
