@@ -200,6 +200,10 @@ def test_measure_several_switches(run, switch_file, tmp_path, model_dir):
     data = json.loads(out)
     assert code == 0 and [r["name"] for r in data["switches"]] == ["s", "other"]
     assert all(len(r["loglik"]) == 5 for r in data["switches"])
+    code, out, _ = run("measure", "--switch", str(switch_file), "--switch", str(other), "--text", "she was happy with joy", "--points", "5")
+    for row in data["switches"]:  # the text says which readings are too weak to mean much (below 1 nat)
+        line = next(x for x in out.splitlines() if x.startswith(f"{row['name']}: best eps"))
+        assert ("weak: the side means little" in line) == (row["evidence_nats"] < 1.0), line
 
 
 @pytest.mark.parametrize(
@@ -413,11 +417,15 @@ def test_options_that_make_no_sense_together_are_refused_before_loading(capsys):
                        (["eval", "--switch", "sentiment", "--quick"], "--quick does not apply to a sweep or grid"),
                        (["eval", "--frontier", "sentiment", "--guide", "4"], "--guide does not apply to eval --frontier"),
                        (["eval", "--stance", "--frontier", "sentiment"], "one of --stance, --highlight, --frontier"),
-                       (["eval", "--switch", "sentiment", "--png"], "add --out DIR")):
+                       (["eval", "--switch", "sentiment", "--png"], "add --out DIR"),
+                       # adaptive strength's budgets change nothing without it
+                       (["generate", "--prompt", "Hi", "--kl-budget", "1"], "add --adaptive"),
+                       (["sweep", "--switch", "s", "--prompt", "Hi", "--generation-budget", "2"], "add --adaptive")):
         assert main(["--model", "no-such-model", *argv]) == 2
         assert said in capsys.readouterr().err, argv
     for argv in (["eval", "--frontier", "sentiment", "--report", "E.md", "--limit", "3"], ["eval", "--switch", "s", "--out", "o", "--png"],
-                 ["eval", "--stance", "--out", "o"], ["eval", "--transfer-to", "gemma3-270m", "--switches", "s"]):
+                 ["eval", "--stance", "--out", "o"], ["eval", "--transfer-to", "gemma3-270m", "--switches", "s"],
+                 ["generate", "--prompt", "Hi", "--adaptive", "--kl-budget", "1"]):
         assert main(["--model", "no-such-model", *argv]) == 2  # each option read by its mode: on to loading the model
         assert "Cannot find model 'no-such-model'" in capsys.readouterr().err, argv
 

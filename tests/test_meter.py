@@ -194,14 +194,20 @@ def test_the_surface_is_the_same_in_pieces_cached_or_recomputed(gpt2_lm, monkeyp
     _, hidden, targets = meter._scored_states(gpt2_lm, TEXT)
     at = np.array([2.0, -1.5])
     whole = meter._Surface(gpt2_lm, hidden, targets, switches)
-    expect = whole.derivatives(at), whole.value([0.5, 0.5])
+    expect = whole.derivatives(at), whole.value([0.5, 0.5]), whole.value([-1.0, 2.0])
     monkeypatch.setattr(meter, "PIECE_ROWS", 4)  # the text's rows in several pieces, the last one shorter
     assert len(targets) % 4 and len(targets) > 8
     monkeypatch.setattr(meter, "HEAD_CHUNK", 6)  # several head chunks, each cut into pieces (6 = 4 + 2)
-    for cache in (meter.CACHE_FLOATS, 0):  # 0: nothing cached, every evaluation recomputes its chunks
+    chunks, one_chunk = -(-len(targets) // 6), 6 * gpt2_lm.vocab_size * 3
+    # all cached; the first chunk only (a longer text); nothing, every evaluation recomputing its chunks
+    for cache, cached in ((meter.CACHE_FLOATS, chunks), (one_chunk + 5, 1), (0, 0)):
         monkeypatch.setattr(meter, "CACHE_FLOATS", cache)
         surface = meter._Surface(gpt2_lm, hidden, targets, switches)
-        assert (surface.cached is None) == (cache == 0)
+        assert len(surface.cached) == cached
+        points = [[0.5, 0.5], [-1.0, 2.0], [0.5, 0.5]]
+        assert surface.values(points) == pytest.approx([expect[1], expect[2], expect[1]], abs=1e-6)
+        assert surface.evaluations == 2  # one pass for both points
+        surface._values.clear()
         (f, g, H), value = surface.derivatives(at), surface.value([0.5, 0.5])
         assert f == pytest.approx(expect[0][0], abs=1e-6) and value == pytest.approx(expect[1], abs=1e-6)
         np.testing.assert_allclose(g, expect[0][1], rtol=1e-5, atol=1e-7)

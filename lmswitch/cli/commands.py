@@ -95,21 +95,27 @@ def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
          + (f"{gain:+.4f} nats/token" if gain is not None else "n/a (no held-out data)") + fluent + f"\n{advice}")
 
 
-def _warn_beyond_fluent(setting: list[tuple[Switch, float]], adaptive: bool) -> None:
+BEYOND_FLUENT = {  # what to expect beyond a switch's fluent range: generated with or without --adaptive, or exported
+    "adaptive": "--adaptive stops the steering once its budget is spent, so expect a weaker effect rather than loops",
+    "plain": "expect lower fluency: the text drifts from one style word to the next, and repeats words with "
+             "--repeat-guard 0 (--adaptive stops the steering once it has changed the text enough)",
+    "export": "an exported model steers every token with plain steering (no repeat guard, no adaptive strength), so "
+              "expect word loops there; export a smaller ε",
+}
+
+
+def _warn_beyond_fluent(setting: list[tuple[Switch, float]], kind: str) -> None:
     """A warning on stderr for each ε outside its switch's calibrated fluent range (text there reads less well)."""
     for switch, eps in setting:
         fluent = switch.card.fluent_eps
         if fluent is not None and not fluent[0] <= eps <= fluent[1]:
-            log(f"warning: ε {eps:+g} for '{switch.name}' is beyond its fluent range {switch.card.fluent_text}; "
-                + ("--adaptive stops the steering once its budget is spent, so expect a weaker effect rather than loops"
-                   if adaptive else "expect lower fluency: the text drifts from one style word to the next, and repeats "
-                   "words with --repeat-guard 0 (--adaptive stops the steering once it has changed the text enough)"))
+            log(f"warning: ε {eps:+g} for '{switch.name}' is beyond its fluent range {switch.card.fluent_text}; {BEYOND_FLUENT[kind]}")
 
 
 def cmd_generate(args: argparse.Namespace, lm: LanguageModel) -> None:
     setting = [(s, _card_eps(s, eps, fallback=FALLBACK_EPS)) for s, eps in ((load_switch(ref, lm), eps) for ref, eps in args.switch)]
     check_setting(lm, setting)  # a setting that will be refused is refused before any warning
-    _warn_beyond_fluent(setting, args.adaptive)
+    _warn_beyond_fluent(setting, "adaptive" if args.adaptive else "plain")
     texts = generate(lm, args.prompt, setting, samples=args.samples, seed=args.seed, **_sampling(args))
     used = [{"path": ref, "eps": eps} for (ref, _), (_, eps) in zip(args.switch, setting, strict=True)]
     data = {"prompt": args.prompt, "switches": used, "seed": args.seed,
@@ -170,15 +176,15 @@ def cmd_highlight(args: argparse.Namespace, lm: LanguageModel) -> None:
 
 def cmd_measure(args: argparse.Namespace, lm: LanguageModel) -> None:
     switches = [load_switch(ref, lm) for ref in args.switch]
-    r = measure(lm, switches, text_arg(args), points=args.points).to_dict()
-    lines = [f"{r['scored_tokens']} tokens; log-likelihood {r['base_loglik']:.4f} nats/token at eps 0, "
-             f"{r['best_loglik']:.4f} at the best eps (gain {r['gain']:+.4f})"]
-    for row in r["switches"]:
-        lines.append(f"{row['name']}: best eps {row['best_eps']:+.2f} → {row['label'] or 'neutral'} "
-                     f"(evidence {row['evidence_nats']:.2f} nats)"
-                     + ("  (at the edge of the range)" if row["at_bound"] else ""))
-        lines += [f"  eps {x:+6.2f}  {y:.4f}" for x, y in zip(row["grid"], row["loglik"], strict=True)]
-    emit(args, r, "\n".join(lines))
+    m = measure(lm, switches, text_arg(args), points=args.points)
+    lines = [f"{m.scored_tokens} tokens; log-likelihood {m.base_loglik:.4f} nats/token at eps 0, "
+             f"{m.best_loglik:.4f} at the best eps (gain {m.gain:+.4f})"]
+    for row in m.switches:
+        lines.append(f"{row.name}: best eps {row.best_eps:+.2f} → {row.label or 'neutral'} (evidence {row.evidence_nats:.2f} nats"
+                     + ("; weak: the side means little" if row.weak else "") + ")"
+                     + ("  (at the edge of the range)" if row.at_bound else ""))
+        lines += [f"  eps {x:+6.2f}  {y:.4f}" for x, y in zip(row.grid, row.loglik, strict=True)]
+    emit(args, m.to_dict(), "\n".join(lines))
 
 
 def cmd_build_pretrained(args: argparse.Namespace, lm: LanguageModel) -> None:
@@ -209,7 +215,7 @@ def cmd_export(args: argparse.Namespace, lm: LanguageModel) -> None:
     switches = [(load_switch(ref, lm), eps) for ref, eps in args.switch]
     setting = [(s, _card_eps(s, eps)) for s, eps in switches]
     check_setting(lm, setting)
-    _warn_beyond_fluent(setting, adaptive=False)  # an exported adapter steers every token
+    _warn_beyond_fluent(setting, "export")
     if not is_main():  # under accelerate launch: one process writes
         return
     r = export(lm, setting, args.out, format=args.format, rank=args.rank, force=args.force)

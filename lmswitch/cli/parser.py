@@ -198,7 +198,7 @@ def _highlight(p: argparse.ArgumentParser) -> None:
 def _measure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--switch", action="append", required=True, help=f"repeatable; {SWITCH_HELP}")
     _add_text_options(p)
-    p.add_argument("--points", type=int, default=lens.DEFAULT_POINTS, help="grid points per switch over its recommended range")
+    p.add_argument("--points", type=int, default=lens.DEFAULT_POINTS, help=f"grid points per switch over its meter range (the switch's eps_range; default {lens.DEFAULT_POINTS})")
 
 
 def _eval(p: argparse.ArgumentParser) -> None:

@@ -15,4 +15,4 @@ DEFAULT_MAX_SPAN = 8
 DEFAULT_SPANS = 1  # non-overlapping spans a highlight finds
 DEFAULT_DIMS = 10  # singular directions svd_dimensions lists
 DEFAULT_WORDS = 20  # words at each pole of a direction (svd_dimensions), or promoted and suppressed (promoted_words)
-DEFAULT_POINTS = 21  # the style meter's grid points per switch over its recommended range
+DEFAULT_POINTS = 21  # the style meter's grid points per switch over its meter range (Switch.eps_range)

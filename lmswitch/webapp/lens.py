@@ -12,6 +12,7 @@ from lmswitch.lenses.meter import MAX_SWITCHES as MAX_METER_SWITCHES
 from lmswitch.lenses.meter import Measurement, measure
 from lmswitch.lenses.spans import Highlight, check_highlight_args, highlight
 from lmswitch.lenses.svd import Dimension, promoted_words, svd_dimensions, word_map
+from lmswitch.serve.limits import MAX_METER_CHARS
 from lmswitch.serve.session import Session
 from lmswitch.webapp.backend import Backend, computed, user_errors
 from lmswitch.webapp.widgets import number, read_input
@@ -45,11 +46,12 @@ def inspect_switch(backend: Backend, name: str, dims, words, session: Session):
             figures.word_map_figure(word_map(lm, switch, words=min(words, MAP_WORDS))), word_rows)
 
 
-def _summary(result: Highlight, meter: Measurement) -> str:
+def _summary(result: Highlight, meter: Measurement, cut: bool) -> str:
     lines = [f"- **{r.name}**: best ε {r.best_eps_alone:+.1f} → *{r.label_alone or 'neither'}* "
-             f"(evidence {r.evidence_nats:.1f} nats{'; weak' if r.evidence_nats < 1 else ''})" for r in meter.switches]
+             f"(evidence {r.evidence_nats:.1f} nats{'; weak' if r.weak else ''})" for r in meter.switches]
     spans = "; ".join(f"“{s.text}” ({s.score:+.2f})" for s in result.spans) or "none"
-    return f"**Spans toward {result.label}:** {spans}\n\n**Style meter** ({meter.scored_tokens} tokens):\n" + "\n".join(lines)
+    read = f"{meter.scored_tokens} tokens" + (f" of the first {MAX_METER_CHARS:,} characters" if cut else "")
+    return f"**Spans toward {result.label}:** {spans}\n\n**Style meter** ({read}):\n" + "\n".join(lines)
 
 
 @user_errors
@@ -66,8 +68,11 @@ def run_highlight(backend: Backend, text: str, file: str | None, name: str, eps,
     check_highlight_args(eps, max_span, n_spans)  # before the body pass
     encoded = encode_text(lm, text)  # one body pass, read by both lenses
     result = highlight(lm, switch, encoded, eps=eps, max_span=max_span, n_spans=n_spans)
-    meter = measure(lm, distinct([session.get(n, library) for n in session.available(library)])[:MAX_METER_SWITCHES], encoded)
-    return result.highlighted, result.word_heatmap(), figures.meter_figure(meter), _summary(result, meter)
+    # the meter tries many ε per switch, so it reads a long text's beginning (another body pass, on that part alone)
+    cut = len(text) > MAX_METER_CHARS
+    meter = measure(lm, distinct([session.get(n, library) for n in session.available(library)])[:MAX_METER_SWITCHES],
+                    text[:MAX_METER_CHARS] if cut else encoded)
+    return result.highlighted, result.word_heatmap(), figures.meter_figure(meter), _summary(result, meter, cut)
 
 
 def highlight_examples() -> list[list]:
