@@ -18,6 +18,7 @@ from lmswitch.core.options import SamplingOptions
 from lmswitch.core.pause import add_layer_pauses
 from lmswitch.core.steering import steer
 from lmswitch.io.resources import shipped_switch_path
+from lmswitch.serve import limits
 from lmswitch.serve.batcher import Batcher, Busy, Row
 from lmswitch.serve.compute import ComputeThread
 
@@ -518,18 +519,19 @@ def test_a_request_that_ends_within_the_running_decode_joins_it_past_one_with_ot
     assert done == ["short", "other"]  # without joining, short would wait for the running decode to drain and for other
 
 
-@pytest.mark.filterwarnings("ignore:prompt of .* tokens is longer than the context")  # (the cut this test is about)
-def test_a_long_prompt_joining_with_a_longer_request_is_cut_as_when_alone(llama_lm):
-    """Requests joining together: a prompt near the context is cut to the context less its own length, not the longest
-    length among them, so its text and its prompt_tokens are its solo run's."""
-    context = llama_lm.context_length
-    long = " ".join(["alpha beta gamma delta"] * context)  # longer than the context
+def test_a_request_over_the_servers_caps_is_refused_at_once(llama_lm, monkeypatch):
+    """A server never cuts a prompt silently (the library does, with a warning nobody on the other side would see), and
+    no request holds the compute thread for minutes: too many new tokens, or a prompt longer than the server reads."""
     batcher = Batcher(llama_lm, ComputeThread())
-    release = held(batcher.compute)
-    short = batcher.stream(long, [], seed=1, options=SamplingOptions(max_new_tokens=4, temperature=0.0))
-    other = batcher.stream("beta", [], seed=2, options=SamplingOptions(max_new_tokens=context // 2, temperature=0.0))
-    release.set()
-    row, _ = list(short)[-1], list(other)[-1]
-    solo = generate_tokens(llama_lm, [long], [[]], [1], SamplingOptions(max_new_tokens=4, temperature=0.0))
-    assert row.prompt_tokens == int(solo.prompt_mask[0].sum()) == context - 4
-    assert row.text == solo.texts[0]
+    options = SamplingOptions(max_new_tokens=4, temperature=0.0)
+    long = " ".join(["alpha beta gamma delta"] * llama_lm.context_length)  # longer than the context
+    with pytest.raises(ValueError, match=f"context \\({llama_lm.context_length:,}\\) leaves room for"):
+        batcher.stream(long, [], seed=1, options=options)
+    monkeypatch.setattr(limits, "MAX_PROMPT_TOKENS", 8)
+    monkeypatch.setattr(limits, "MAX_NEW_TOKENS", 4)
+    with pytest.raises(ValueError, match="the prompt has 12 tokens; this server reads at most 8 per request"):
+        batcher.stream("alpha beta gamma delta " * 3, [], seed=1, options=options)
+    with pytest.raises(ValueError, match="max_new_tokens 5 is more than this server generates per request"):
+        batcher.stream("beta", [], seed=1, options=SamplingOptions(max_new_tokens=5, temperature=0.0))
+    row = batcher.generate("alpha beta gamma", [], seed=1, options=options)  # within both: served
+    assert row.text == generate_tokens(llama_lm, ["alpha beta gamma"], [[]], [1], options).texts[0]

@@ -59,8 +59,12 @@ def test_steer_highlight_and_measure_over_mcp(app_server, lm32):
         ("measure_style", {"text": "What a wonderful, kind and generous host she was!", "switches": "sentiment"}),
         ("steer_text", {"prompt": "x", "switches": "no-such-switch=3"}),
         ("highlight_text", {"text": "x", "switch": "detox", "spans": 0}),
+        # over the server's caps (lmswitch.serve.limits): refused at once, not minutes of the compute thread
+        ("steer_text", {"prompt": "x", "max_new_tokens": 2000}),
+        ("steer_text", {"prompt": "word " * 3000}),
+        ("measure_style", {"text": "Nice. " * 2000}),
     ])
-    (e0, listed), (e1, steered), (e2, spans), (e3, meter), (e4, unknown), (e5, bad) = results
+    (e0, listed), (e1, steered), (e2, spans), (e3, meter), (e4, unknown), (e5, bad), *capped = results
     assert not any((e0, e1, e2, e3))
     assert {s["name"] for s in listed["switches"]} >= {"sentiment", "detox", "formality"} and listed["model"] == lm32.name
     assert steered["steered"] != steered["unsteered"] and steered["setting"] == {"sentiment": 6.0}
@@ -69,6 +73,9 @@ def test_steer_highlight_and_measure_over_mcp(app_server, lm32):
     assert meter["switches"][0]["best_eps"] > 0
     assert e4 and "no-such-switch" in unknown and "available" in unknown
     assert e5 and "n_spans" in bad or "span" in bad
+    assert not unknown.startswith(("'", '"'))  # the message as written, not its repr
+    said = ["more than this server generates per request (1,024)", "this server reads at most 2,048", "reads at most 8,000"]
+    assert [error for error, _ in capped] == [True] * 3 and all(s in text for s, (_, text) in zip(said, capped, strict=True))
 
 
 def test_a_switch_trained_over_mcp_steers_in_the_next_call(app_server):

@@ -9,8 +9,9 @@ from conftest import random_switch
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from lmswitch.serve.limits import MAX_NEW_TOKENS
 from lmswitch.webapp.backend import Backend
-from lmswitch.webapp.openai_api import MAX_TOKENS, OpenAIApi
+from lmswitch.webapp.openai_api import OpenAIApi
 
 
 @pytest.fixture
@@ -44,10 +45,10 @@ def test_a_stream_left_unread_gives_its_slot_back(client):
 
 def test_bad_requests_never_take_a_slot(client):
     for _ in range(3):
-        assert ask(client, max_tokens=MAX_TOKENS + 1).status_code == 400
+        assert ask(client, max_tokens=MAX_NEW_TOKENS + 1).status_code == 400
         assert ask(client, switches={"nope": 1}).status_code == 400
-    refused = ask(client, max_tokens=MAX_TOKENS + 1).json()["error"]
-    assert refused["param"] == "max_tokens" and f"({MAX_TOKENS})" in refused["message"]
+    refused = ask(client, max_tokens=MAX_NEW_TOKENS + 1).json()["error"]
+    assert refused["param"] == "max_tokens" and f"({MAX_NEW_TOKENS})" in refused["message"]
     assert ask(client).status_code == 200
 
 

@@ -229,14 +229,18 @@ def prompt_room(lm: LanguageModel, opts: SamplingOptions) -> int:
     return lm.context_length - opts.max_new_tokens
 
 
+def prompt_ids(lm: LanguageModel, prompt: Prompt, chat: bool) -> list[int]:
+    """The prompt's token ids as a decode reads them (after the chat template, where ``chat``)."""
+    return lm.tokenizer(prompt_text(lm, prompt, chat), add_special_tokens=not chat).input_ids
+
+
 def encode_prompts(lm: LanguageModel, prompts: Sequence[Prompt], opts: SamplingOptions) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-padded ``(input_ids, attention_mask)``; prompts too long for the context are cut from the left."""
     tok = lm.tokenizer
     budget = prompt_room(lm, opts)
     rows: list[list[int]] = []
     for prompt in prompts:
-        text = prompt_text(lm, prompt, opts.chat)
-        ids = tok(text, add_special_tokens=not opts.chat).input_ids
+        ids = prompt_ids(lm, prompt, opts.chat)
         if not ids:
             start = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
             if start is None:

@@ -58,7 +58,6 @@ from lmswitch.core.generate import (
     padded,
     plain_cache,
     positions,
-    prompt_text,
 )
 from lmswitch.core.guard import RepeatGuard
 from lmswitch.core.guided import judges_of
@@ -68,6 +67,7 @@ from lmswitch.core.options import SamplingOptions
 from lmswitch.core.steering import RowSteering, Setting, check_setting, steering, steers
 from lmswitch.harness.evaluate import TextScores, scores_of, text_scores
 from lmswitch.serve.compute import ComputeThread, Merged
+from lmswitch.serve.limits import check_request
 
 MAX_BATCH = 8  # rows decoded together
 MAX_WAITING = 32  # requests waiting for a batch; one more gets Busy
@@ -508,7 +508,7 @@ class Batcher:
         options.validate(self.lm)
         check_setting(self.lm, setting)
         check_seed(seed)
-        prompt_text(self.lm, prompt, options.chat)  # a bad one fails here, not in a decode shared with others' rows
+        check_request(self.lm, prompt, options)  # a bad prompt fails here, not in a decode shared with others' rows
         if options.guide > 1:
             judges_of(setting)  # every steering switch has a judge to guide with
         request = _Request(prompt, list(setting), seed, options, cancel=cancel)

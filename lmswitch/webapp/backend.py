@@ -203,6 +203,8 @@ def user_errors(fn: Callable) -> Callable:
         def stream(*args, **kwargs):
             try:
                 yield from fn(*args, **kwargs)
+            except gr.Error:  # already a message for people (a wrapped call): str() would quote it
+                raise
             except USER_ERRORS as err:
                 raise gr.Error(str(err)) from None
 
@@ -212,6 +214,8 @@ def user_errors(fn: Callable) -> Callable:
     def call(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
+        except gr.Error:
+            raise
         except USER_ERRORS as err:
             raise gr.Error(str(err)) from None
 

@@ -26,6 +26,7 @@ from lmswitch.lenses.meter import measure
 from lmswitch.lenses.options import DEFAULT_EPS, DEFAULT_SPANS
 from lmswitch.lenses.spans import highlight
 from lmswitch.lenses.svd import promoted_words
+from lmswitch.serve.limits import MAX_METER_CHARS
 from lmswitch.serve.session import MAX_SESSION_SWITCHES, Session, check_name
 from lmswitch.webapp.backend import Backend, user_errors
 from lmswitch.webapp.lens import MAX_HIGHLIGHT_CHARS
@@ -94,11 +95,11 @@ class McpTools:
         """Continue a prompt with switches at the given strengths, next to the unsteered continuation with the same seed.
 
         Args:
-            prompt: the text the model continues.
+            prompt: the text the model continues (at most 2,048 tokens, about 1,500 words).
             switches: comma-separated NAME=EPS settings, e.g. "sentiment=4, formality=-2" (ε in ε0 units; see list_switches for names and fluent ranges); empty for none.
-            max_new_tokens: how many tokens to generate (1 to a few hundred).
-            seed: the random seed; the same seed gives the same text.
-            adaptive: scale the steering down per token so the text stays fluent (a KL budget per token).
+            max_new_tokens: how many tokens to generate, 1 to 1,024 (40 by default).
+            seed: the random seed (0 by default); the same seed gives the same text.
+            adaptive: steer each generation only until a budget of 4 nats of steering is spent, so strong settings stay fluent (false by default).
 
         Returns:
             the steered and unsteered texts, their scores (sentiment, toxicity, perplexity) and the settings used.
@@ -110,7 +111,7 @@ class McpTools:
         """Train a new switch from example text; it is kept on this server under its name for the other tools.
 
         Args:
-            name: the new switch's name (letters, digits, - and _).
+            name: the new switch's name: 1–48 letters, digits, '_', '.', '+' or '-', starting with a letter or digit (a name already taken gets a suffix such as -2; the answer gives the final name).
             positive: text in the style +ε should move toward: one example per line in "sentences" mode, else a whole document.
             negative: text in the opposite style (one per line in "sentences" mode; the second document in "two documents" mode; unused in "one document" mode).
             mode: "sentences" (labelled lines on both sides), "one document" (what sets the document apart from the model's own text), or "two documents" (document A vs document B).
@@ -155,12 +156,15 @@ class McpTools:
         """The style meter: which ε of each switch explains a text best (positive: the switch's positive style, negative: the other).
 
         Args:
-            text: the text to measure.
+            text: the text to measure (at most 8,000 characters: the meter tries many ε per switch).
             switches: comma-separated switch names (empty: every switch; the meter reads at most 8).
 
         Returns:
             per switch, the best ε, the style it points to and the evidence in nats.
         """
+        if len(text) > MAX_METER_CHARS:
+            raise ValueError(f"the text has {len(text):,} characters; measure_style reads at most {MAX_METER_CHARS:,} (it "
+                             "tries many ε per switch): pass an excerpt")
         lm, library = self.backend.get()
         given = parse_names(switches)
         if len(given) > MAX_METER_SWITCHES:

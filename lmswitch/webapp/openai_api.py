@@ -35,18 +35,18 @@ from jinja2 import TemplateError
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from lmswitch.core.generate import Prompt, check_seed, prompt_room, prompt_text
+from lmswitch.core.generate import Prompt, check_seed
 from lmswitch.core.guided import judges_of
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SAMPLING, SamplingOptions
 from lmswitch.core.steering import Setting
 from lmswitch.serve.batcher import Busy, Row
+from lmswitch.serve.limits import MAX_NEW_TOKENS, check_request
 from lmswitch.webapp.backend import USER_ERRORS, Backend
 
 DONE = "data: [DONE]\n\n"  # the last server-sent event of a stream
 MAX_BODY_BYTES = 1_000_000  # a request body above this is refused with 413
 MAX_SWITCHES = 16  # switches in one request
-MAX_TOKENS = 1024  # new tokens per request: one request holds the compute thread while it runs
 MAX_IN_FLIGHT = 8  # requests running or waiting; beyond it a request is refused at once ("busy, retry"), never left to time out
 Number = StrictInt | StrictFloat
 
@@ -304,8 +304,8 @@ class OpenAIApi:
         limit = getattr(req, field)
         if limit is not None and limit < 1:
             raise ApiError(400, f"{field} must be at least 1; got {limit}", param=field)
-        if limit is not None and limit > MAX_TOKENS:
-            raise ApiError(400, f"{field} {limit} is more than this server generates per request ({MAX_TOKENS}); ask for fewer, "
+        if limit is not None and limit > MAX_NEW_TOKENS:
+            raise ApiError(400, f"{field} {limit} is more than this server generates per request ({MAX_NEW_TOKENS}); ask for fewer, "
                                 "or continue the text in a second request", param=field)
         d = SAMPLING
         options = SamplingOptions(max_new_tokens=d.max_new_tokens if limit is None else limit,
@@ -342,14 +342,12 @@ class OpenAIApi:
 
     @staticmethod
     def _check_length(lm: LanguageModel, prompt: Prompt, options: SamplingOptions, field: str) -> None:
-        """A prompt too long for the model's context with the tokens asked for is refused, as OpenAI does (the library
-        cuts it from the left with a warning, which an API client would never see)."""
-        ids = lm.tokenizer(prompt_text(lm, prompt, options.chat), add_special_tokens=not options.chat).input_ids
-        room = prompt_room(lm, options)
-        if len(ids) > room:
-            raise ApiError(400, f"the prompt has {len(ids):,} tokens; this model's context ({lm.context_length:,}) leaves room for "
-                                f"{room:,} beside {options.max_new_tokens} new tokens: shorten it, or ask for fewer tokens",
-                           param=field, code="context_length_exceeded")
+        """A prompt longer than this server reads, or than the model's context holds beside the tokens asked for, is
+        refused, as OpenAI does (the library cuts it from the left with a warning, which an API client would never see)."""
+        try:
+            check_request(lm, prompt, options)
+        except ValueError as err:
+            raise ApiError(400, str(err), param=field, code="context_length_exceeded") from None
 
     # --- streaming ----------------------------------------------------------------------------------------
     def _events(self, job: Job, release: Callable[[], None], gone: threading.Event) -> Iterator[str]:

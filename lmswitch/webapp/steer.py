@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import gradio as gr
 
+from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import MIN_ANCHORS as MIN_ANCHORS  # (a module attribute the app's tests can lower)
 from lmswitch.core.options import SAMPLING
 from lmswitch.core.switch import Switch
@@ -16,6 +17,7 @@ from lmswitch.harness import figures
 from lmswitch.harness.evaluate import Protocol, evaluate_settings
 from lmswitch.io.parse import eps_grid, parse_eps_list, parse_setting
 from lmswitch.serve.compare import Comparison, compare
+from lmswitch.serve.limits import check_request
 from lmswitch.serve.session import Session
 from lmswitch.webapp.backend import Backend, computed, user_errors
 from lmswitch.webapp.widgets import (
@@ -155,10 +157,11 @@ def generate_api(backend: Backend, prompt: str, switches: str, max_new_tokens, t
     return last[0].to_dict()
 
 
-def batch_protocol(settings: int, samples, widgets: Sequence) -> Protocol:
+def batch_protocol(lm: LanguageModel, prompt: str, settings: int, samples, widgets: Sequence) -> Protocol:
     """Sampling settings of one sweep / composition-map call, refusing calls too big for an interactive answer."""
     samples = number(samples, "samples", int)
     options, seed = sampling(*widgets)
+    check_request(lm, prompt, options)
     if settings * samples * options.candidates > MAX_ROWS:
         raise ValueError(f"{settings} ε settings × {samples} samples" + (f" × {options.candidates} candidates" if options.candidates > 1 else "")
                          + f" is more than {MAX_ROWS} generations; use fewer")
@@ -180,7 +183,7 @@ def run_sweep(backend: Backend, name: str, eps_text: str, samples, prompt: str, 
     lm, library = backend.get(session=session)
     switch = session.get(name, library)
     eps = _eps_values(eps_text, switch, SWEEP_POINTS)
-    protocol = batch_protocol(len(eps), samples, (max_new_tokens, temperature, top_p, seed, chat, adaptive, best_of, guide, repeat_guard))
+    protocol = batch_protocol(lm, prompt, len(eps), samples, (max_new_tokens, temperature, top_p, seed, chat, adaptive, best_of, guide, repeat_guard))
     evals = evaluate_settings(lm, [[(switch, e)] for e in eps], [prompt], protocol)
     fig = figures.sweep_figure(evals, switch.name, metrics=("positive_share", "mean_toxicity"))
     rows = [[e, k, t.text, t.sentiment, t.toxicity] for e, ev in zip(eps, evals, strict=True) for k, t in enumerate(ev.texts)]
@@ -198,7 +201,7 @@ def run_grid(backend: Backend, first: str, second: str, eps_a_text: str, eps_b_t
     if a.name == b.name:
         raise ValueError("pick two different switches for the composition map")
     eps_a, eps_b = _eps_values(eps_a_text, a, GRID_POINTS), _eps_values(eps_b_text, b, GRID_POINTS)
-    protocol = batch_protocol(len(eps_a) * len(eps_b), samples,
+    protocol = batch_protocol(lm, prompt, len(eps_a) * len(eps_b), samples,
                               (max_new_tokens, temperature, top_p, seed, chat, adaptive, best_of, guide, repeat_guard))
     flat = evaluate_settings(lm, [[(a, ea), (b, eb)] for ea in eps_a for eb in eps_b], [prompt], protocol)
     grid = [flat[i * len(eps_b) : (i + 1) * len(eps_b)] for i in range(len(eps_a))]

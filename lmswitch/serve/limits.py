@@ -1,0 +1,42 @@
+"""What one request may ask of a shared server: the app's views, its ``/generate`` endpoint, the MCP tools and the
+OpenAI-compatible API. Every request's prompt is read and its tokens decoded on the one compute thread, in turns with
+every other user's, so one request may not hold it for minutes. The library itself has no such caps.
+
+>>> check_request(lm, "My weekend was", SamplingOptions(max_new_tokens=2000))   # doctest: +SKIP
+ValueError: max_new_tokens 2,000 is more than this server generates per request (1,024); …
+"""
+
+from __future__ import annotations
+
+from lmswitch.core.generate import Prompt, prompt_ids, prompt_room
+from lmswitch.core.models import LanguageModel
+from lmswitch.core.options import SamplingOptions
+
+MAX_NEW_TOKENS = 1024  # new tokens per request
+# prompt tokens per request: reading 2,048 takes ~2–3 s on 2 CPU cores, 8,000 about a minute (attention is quadratic)
+MAX_PROMPT_TOKENS = 2048
+MAX_METER_CHARS = 8_000  # text read by the style meter (~2,000 tokens: a few seconds per switch; it scores every ε it tries)
+
+
+def prompt_limit(lm: LanguageModel, options: SamplingOptions) -> int:
+    """The most prompt tokens a request may bring: this server's cap, or less where the context leaves less room."""
+    return min(MAX_PROMPT_TOKENS, prompt_room(lm, options))
+
+
+def check_request(lm: LanguageModel, prompt: Prompt, options: SamplingOptions) -> int:
+    """Refuse (``ValueError``) a request over this server's caps or the model's context, naming what to change;
+    returns the prompt's token count."""
+    if options.max_new_tokens > MAX_NEW_TOKENS:
+        raise ValueError(f"max_new_tokens {options.max_new_tokens:,} is more than this server generates per request "
+                         f"({MAX_NEW_TOKENS:,}); ask for fewer, or continue the text in a second request")
+    n, limit = len(prompt_ids(lm, prompt, options.chat)), prompt_limit(lm, options)
+    if n > limit:
+        raise ValueError(f"the prompt has {n:,} tokens; {_why(lm, options, limit)}: shorten it")
+    return n
+
+
+def _why(lm: LanguageModel, options: SamplingOptions, limit: int) -> str:
+    if limit < MAX_PROMPT_TOKENS:
+        return (f"this model's context ({lm.context_length:,}) leaves room for {limit:,} beside {options.max_new_tokens:,} "
+                "new tokens (or ask for fewer)")
+    return f"this server reads at most {MAX_PROMPT_TOKENS:,} per request (every other user waits while a prompt is read)"
