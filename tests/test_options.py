@@ -54,6 +54,7 @@ def test_bad_train_configs_name_the_field(config, match):
         (SamplingOptions(temperature=-0.1), "temperature"),
         (SamplingOptions(temperature=float("inf")), "temperature"),
         (SamplingOptions(top_p=1.01), "top_p"),
+        (SamplingOptions(kl_budget=1.0), "give it with adaptive=True"),  # it would change nothing
         (SamplingOptions(chat=True), "chat template"),
     ],
 )

@@ -12,6 +12,7 @@ import argparse
 from pathlib import Path
 
 from lmswitch.cli.common import emit
+from lmswitch.core.options import SAMPLING
 from lmswitch.core.switch import Switch, check_name, load_switch, switch_path, usable_name
 from lmswitch.io.atomic import writable
 
@@ -19,6 +20,8 @@ CONFLICTS = {  # subcommand → [(a bad combination of options, what to do inste
     "eval": [(lambda a: a.sliders and not a.frontier, "--sliders scores the slider ranges of --frontier switches; add --frontier NAME"),
              (lambda a: a.png and not a.out, "--png renders the figure that --out DIR writes; add --out DIR")],
     "build-pretrained": [(lambda a: a.recalibrate and a.no_calibrate, "--recalibrate measures the fluent range; drop --no-calibrate")],
+    **dict.fromkeys(("generate", "sweep"), [(lambda a: not a.adaptive and (a.kl_budget is not None or a.generation_budget != SAMPLING.generation_budget),
+                                             "--kl-budget and --generation-budget are adaptive strength's budgets; add --adaptive")]),
 }
 
 

@@ -110,6 +110,9 @@ class SamplingOptions:
             raise ValueError(f"top_p must be a number from 0 to 1; got {self.top_p!r}")
         if self.kl_budget is not None and not (_finite(self.kl_budget) and self.kl_budget > 0):
             raise ValueError(f"kl_budget must be a positive number of nats per token, or None; got {self.kl_budget!r}")
+        if self.kl_budget is not None and not self.adaptive:  # it would change nothing: say so, not ignore it
+            raise ValueError("kl_budget caps adaptive strength's steering per token: give it with adaptive=True "
+                             "(--adaptive), or leave it out")
         if self.generation_budget is not None and not (_finite(self.generation_budget) and self.generation_budget > 0):
             raise ValueError(f"generation_budget must be a positive number of nats per generation, or None; "
                              f"got {self.generation_budget!r}")
