@@ -181,7 +181,8 @@ def test_cli_export_writes_an_adapter_and_prints_its_fidelity(llama_lm, tmp_path
     out = capsys.readouterr()
     assert code == 0 and json.loads(out.out)["setting"] == [["mood", 3.0]], out.err  # the card's recommended ε
     code = main(["--model", str(folder), "export", "--switch", f"{path}=9", "--out", str(tmp_path / "far")])
-    assert code == 0 and "beyond its fluent range -2 … +3" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert code == 0 and "beyond its fluent range -2 … +3" in err and "plain steering" in err and "--adaptive stops" not in err
     code = main(["--model", str(folder), "export", "--switch", f"{path}=2000", "--out", str(tmp_path / "refused")])
     err = capsys.readouterr().err  # refused before any warning that it is beyond the fluent range
     assert code != 0 and "out of range" in err and "fluent" not in err and not (tmp_path / "refused").exists()

@@ -60,7 +60,7 @@ def test_recalibrate_keeps_the_weights_and_measures_the_card_again(tmp_path, lla
     assert set(after.card["evaluation"]["by_eps"]) == {f"{-r:+g}", "+0", f"{r:+g}"} and after.eps_range == (-2 * r, 2 * r)
     assert after.card["steps"] == before.card["steps"] and "recalibrated_with" in after.card  # the training record is kept
     assert "fluent ε" in (tmp_path / "README.md").read_text(encoding="utf-8")
-    with pytest.raises(FileNotFoundError, match="build it first"):
+    with pytest.raises(FileNotFoundError, match=f"build it first .*--only formality --out {tmp_path / 'empty'}"):
         build_pretrained(llama_lm, tmp_path / "empty", names=["formality"], recalibrate=True)
 
 

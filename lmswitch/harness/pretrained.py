@@ -9,6 +9,7 @@ into the switch's card and saves one ``.safetensors`` file per switch.
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -287,7 +288,8 @@ def _existing(folder: Path, spec: Spec, lm: LanguageModel) -> Switch:
     path = folder / f"{spec.name}.safetensors"
     if not path.is_file():
         raise FileNotFoundError(f"--recalibrate keeps an existing switch's weights, but {path} does not exist; build it first "
-                                f"(python -m lmswitch build-pretrained --only {spec.name})")
+                                f"(python -m lmswitch build-pretrained --only {spec.name}"
+                                + ("" if folder.resolve() == Path(PRETRAINED_DIR).resolve() else f" --out {shlex.quote(str(folder))}") + ")")
     switch = load_switch(path)
     switch.check_model(lm)
     return switch

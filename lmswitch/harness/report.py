@@ -333,7 +333,7 @@ def _sentiment_checks(evals: list[Evaluation]) -> tuple[Check, ...]:
         Check(f"sentiment −{r:g}: ≤ {NEGATIVE_TARGET:.0%} positive at perplexity ≤ {SENTIMENT_BOUND:g}× unsteered",
               f"{minus.positive_share:.1%} at {minus.perplexity / base.perplexity:.2f}× (Dist-3 {minus.dist3:.2f})",
               minus.positive_share <= NEGATIVE_TARGET and minus.perplexity <= within),
-        Check(f"continuous control: positivity rises strictly over {len(shares)} ε values",
+        Check(f"continuous control: positivity rises strictly over ≥ {CONTINUOUS_POINTS} ε values ({len(shares)} measured)",
               " → ".join(f"{x:.2f}" for x in shares), monotone and len(shares) >= CONTINUOUS_POINTS),
     )
 
