@@ -411,6 +411,7 @@ def test_training_can_be_cancelled(backend):
         (dict(lr=float("nan")), "learning rate"),
         (dict(steps=2.5), "whole number"),
         (dict(steps=0), "steps"),
+        (dict(steps=5001), "more than this server trains per request \\(5,000\\)"),
         (dict(mode="three documents"), "unknown training mode"),
         (dict(text_a="\n".join(["the happy one " * 20] * 2000)), "at most 400,000"),
         (dict(pos="x" * 81), "positive label has 81 characters"),

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from lmswitch.core.options import GENERATION_BUDGET, SAMPLING, SEED
-from lmswitch.serve.limits import MAX_METER_CHARS, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS
+from lmswitch.serve.limits import MAX_METER_CHARS, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, MAX_TRAIN_STEPS
 from lmswitch.webapp.mcp_tools import McpTools
 
 
 def test_the_mcp_tools_describe_the_servers_caps_and_defaults():
-    steer, measure = McpTools.steer_text.__doc__, McpTools.measure_style.__doc__
+    steer, measure, train = McpTools.steer_text.__doc__, McpTools.measure_style.__doc__, McpTools.train_from_text.__doc__
     assert f"at most {MAX_PROMPT_TOKENS:,} tokens" in steer and f"1 to {MAX_NEW_TOKENS:,} ({SAMPLING.max_new_tokens} by default)" in steer
     assert f"({SEED} by default)" in steer and f"{GENERATION_BUDGET:g} nats of steering" in steer
     assert f"at most {MAX_METER_CHARS:,} characters" in measure
+    assert f"up to {MAX_TRAIN_STEPS:,}" in train

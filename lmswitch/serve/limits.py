@@ -15,6 +15,7 @@ from lmswitch.core.options import SamplingOptions
 MAX_NEW_TOKENS = 1024  # new tokens per request
 # prompt tokens per request: reading 2,048 takes ~2–3 s on 2 CPU cores, 8,000 about a minute (attention is quadratic)
 MAX_PROMPT_TOKENS = 2048
+MAX_TRAIN_STEPS = 5_000  # optimiser steps per training (it stops earlier on its held-out criterion; the CLI takes more)
 MAX_METER_CHARS = 8_000  # text read by the style meter (~2,000 tokens: a few seconds per switch; it scores every ε it tries)
 
 
@@ -40,3 +41,11 @@ def _why(lm: LanguageModel, options: SamplingOptions, limit: int) -> str:
         return (f"this model's context ({lm.context_length:,}) leaves room for {limit:,} beside {options.max_new_tokens:,} "
                 "new tokens (or ask for fewer)")
     return f"this server reads at most {MAX_PROMPT_TOKENS:,} per request (every other user waits while a prompt is read)"
+
+
+def check_train_steps(steps: int) -> int:
+    """``steps``, refused (``ValueError``) over this server's cap."""
+    if steps > MAX_TRAIN_STEPS:
+        raise ValueError(f"steps {steps:,} is more than this server trains per request ({MAX_TRAIN_STEPS:,}); training stops "
+                         "earlier on its held-out criterion anyway (python -m lmswitch train takes more)")
+    return steps

@@ -12,6 +12,7 @@ from lmswitch.core.options import GUIDE_TOKENS, MAX_BEST_OF, MAX_GUIDE, NAMINGS,
 from lmswitch.core.steering import MAX_ABS_EPS
 from lmswitch.lenses.options import DEFAULT_EPS, DEFAULT_MAX_SPAN, DEFAULT_SPANS
 from lmswitch.lenses.svd import RARE_NOTE
+from lmswitch.serve.limits import MAX_TRAIN_STEPS
 from lmswitch.serve.session import Session
 from lmswitch.webapp import lens, steer, train
 from lmswitch.webapp.backend import Backend
@@ -107,7 +108,7 @@ def _train_inputs(ui: SimpleNamespace) -> None:
             ui.text_b = gr.Textbox("", label="negative sentences, one per line (or document B)", lines=10, elem_id="text-b")
             ui.file_b = gr.File(label=upload, file_types=DOCUMENT_TYPES, type="filepath")
     with gr.Accordion("advanced settings", open=False), gr.Row():
-        ui.train_settings = [gr.Number(value=TRAIN.steps, precision=0, minimum=1, maximum=5000, label="steps"),
+        ui.train_settings = [gr.Number(value=TRAIN.steps, precision=0, minimum=1, maximum=MAX_TRAIN_STEPS, label="steps"),
                              gr.Number(value=TRAIN.lr, minimum=1e-5, maximum=1.0, label="learning rate"),
                              gr.Number(value=TRAIN.eps0, minimum=1e-6, maximum=1.0, label="ε0 (ε unit)"),
                              gr.Number(value=TRAIN.rank or 0, precision=0, minimum=0, label="rank (0 = full)"),

@@ -26,7 +26,7 @@ from lmswitch.lenses.meter import measure
 from lmswitch.lenses.options import DEFAULT_EPS, DEFAULT_SPANS
 from lmswitch.lenses.spans import highlight
 from lmswitch.lenses.svd import promoted_words
-from lmswitch.serve.limits import MAX_METER_CHARS
+from lmswitch.serve.limits import MAX_METER_CHARS, check_train_steps
 from lmswitch.serve.session import MAX_SESSION_SWITCHES, Session, check_name
 from lmswitch.webapp.backend import Backend, user_errors
 from lmswitch.webapp.lens import MAX_HIGHLIGHT_CHARS
@@ -115,7 +115,7 @@ class McpTools:
             positive: text in the style +ε should move toward: one example per line in "sentences" mode, else a whole document.
             negative: text in the opposite style (one per line in "sentences" mode; the second document in "two documents" mode; unused in "one document" mode).
             mode: "sentences" (labelled lines on both sides), "one document" (what sets the document apart from the model's own text), or "two documents" (document A vs document B).
-            steps: the most optimiser steps (training stops earlier on a held-out criterion).
+            steps: the most optimiser steps, up to 5,000 (training stops earlier on a held-out criterion).
 
         Returns:
             the switch's name, its held-out gain, its fluent ε range and recommended ε, and the words it promotes and demotes.
@@ -128,7 +128,7 @@ class McpTools:
             raise ValueError(f"this server already holds {MAX_SESSION_SWITCHES} switches trained over MCP; restart the app to clear "
                              "them, or train in the app and save to the library")
         pos, neg = training_data(TRAIN_MODES[mode], positive, None, negative, None)
-        switch = self.backend.run(train_switch, lm, pos, neg, name=name, config=TrainConfig(steps=steps), background=True)
+        switch = self.backend.run(train_switch, lm, pos, neg, name=name, config=TrainConfig(steps=check_train_steps(steps)), background=True)
         switch.card = self.backend.calibrated(lm, switch)
         final = self.session.add(switch, library, name=name)
         words = self.backend.run(promoted_words, lm, switch, words=SHOWN_WORDS)

@@ -17,6 +17,7 @@ from lmswitch.core.train import Done, Encoded, Evaluated, Step, TrainEvent, Trai
 from lmswitch.harness import figures
 from lmswitch.io.documents import split_lines
 from lmswitch.lenses.learned import what_was_learned
+from lmswitch.serve.limits import check_train_steps
 from lmswitch.serve.session import Session, SwitchLibrary, check_name
 from lmswitch.webapp.backend import USER_ERRORS, Backend, computed, user_errors
 from lmswitch.webapp.widgets import MAX_SLOTS, dropdown_updates, number, optional_text, read_input, slot_updates, uploaded
@@ -69,7 +70,7 @@ def training_data(mode: str, text_a, file_a, text_b, file_b) -> tuple[str | list
 def train_config(steps, lr, eps0, rank, seed) -> TrainConfig:
     """The advanced-settings widgets → a TrainConfig (rank 0 means full rank); the library validates the ranges."""
     rank = number(rank, "rank", int)
-    return TrainConfig(steps=number(steps, "steps", int), lr=number(lr, "learning rate"), eps0=number(eps0, "ε0"),
+    return TrainConfig(steps=check_train_steps(number(steps, "steps", int)), lr=number(lr, "learning rate"), eps0=number(eps0, "ε0"),
                        seed=number(seed, "seed", int), rank=rank or None)
 
 
