@@ -232,8 +232,8 @@ def _median_time(fn, repeats: int) -> float:
 def bench_lens(lm: ls.LanguageModel, switch: ls.Switch, repeats: int) -> dict:
     """Highlight a 500-token text (ours: one body pass + two heads; naive: two full forward passes),
     the style meter on the same text, and the SVD word lists (first call in the process, then warm)."""
-    from lmswitch.lenses import svd, vocab
     from lmswitch.core.hidden import encode_text
+    from lmswitch.lenses import svd, vocab
     from lmswitch.lenses.meter import measure
     from lmswitch.lenses.spans import DEFAULT_EPS, DEFAULT_MAX_SPAN, best_spans, highlight
     from lmswitch.lenses.svd import promoted_words, svd_dimensions
