@@ -176,10 +176,23 @@ def test_sliders_beyond_the_fluent_range_toggle(ui):
         page.wait_for_function("([el, top]) => parseFloat(el.max) > top", arg=[track.element_handle(), fluent_top])
         wide_top = float(track.get_attribute("max"))
         assert wide_top >= 2 * fluent_top, (fluent_top, wide_top)
+        track.scroll_into_view_if_needed()
+        bounds = track.bounding_box()
+        y = bounds["y"] + bounds["height"] / 2
+        page.mouse.move(bounds["x"] + bounds["width"] / 2, y)
+        page.mouse.down()
+        page.mouse.move(bounds["x"] + bounds["width"] + 20, y, steps=10)
+        page.mouse.up()  # released at the wide end: generated there
+        expect(track).to_have_value(str(int(wide_top)) if wide_top.is_integer() else str(wide_top))
+        expect(page.locator("#steered-scores")).to_contain_text("perplexity", timeout=GENERATE_TIMEOUT)
+        expect(page.locator("#tokens .tokens .tok").first).to_be_visible(timeout=GENERATE_TIMEOUT)
+        far = text_of(page, "steered")
         box.uncheck()
         expect(page.locator("#wide-warning")).to_be_hidden()
         page.wait_for_function("([el, top]) => parseFloat(el.max) === top", arg=[track.element_handle(), fluent_top])
         assert float(track.input_value()) <= fluent_top  # a value past the fluent end is moved back inside
+        # and the text follows the slider: generated again at the value it was moved to
+        expect(page.locator("#steered textarea")).not_to_have_value(far, timeout=GENERATE_TIMEOUT)
 
 
 def test_train_from_pasted_sentences_adds_a_slider(ui):

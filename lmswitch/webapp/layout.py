@@ -78,7 +78,8 @@ def _sweep_and_map(ui: SimpleNamespace, shipped: list[str]) -> None:
             ui.sweep_samples = gr.Slider(1, 8, value=3, step=1, label="samples per ε")
         ui.sweep_go = gr.Button("Run sweep")
         ui.sweep_plot = gr.Plot(label="scores vs ε")
-        ui.sweep_table = gr.Dataframe(headers=["ε", "sample", "text", "sentiment", "toxicity"], wrap=True, interactive=False)
+        ui.sweep_table = gr.Dataframe(headers=["ε", "sample", "text", "sentiment", "toxicity"], wrap=True, interactive=False,
+                                      column_widths=["8%", "8%", "64%", "10%", "10%"])  # the text wraps; the scores stay in view
     with gr.Accordion("composition map: two switches on a 2-D grid of ε", open=False):
         with gr.Row():
             ui.grid_a, ui.grid_b = _picker(shipped, "switch (rows)"), _picker(shipped, "switch (columns)")
@@ -88,7 +89,8 @@ def _sweep_and_map(ui: SimpleNamespace, shipped: list[str]) -> None:
             ui.grid_eps_b = gr.Textbox("", label="ε values (columns)", placeholder="empty: 5 values over the range")
         ui.grid_go = gr.Button("Run composition map")
         ui.grid_plot = gr.Plot(label="scores over the grid (hover a cell for a sample)")
-        ui.grid_table = gr.Dataframe(headers=["ε rows", "ε columns", "sample", "text", "sentiment", "toxicity"], wrap=True, interactive=False)
+        ui.grid_table = gr.Dataframe(headers=["ε rows", "ε columns", "sample", "text", "sentiment", "toxicity"], wrap=True, interactive=False,
+                                     column_widths=["8%", "9%", "7%", "56%", "10%", "10%"])
 
 
 def _train_inputs(ui: SimpleNamespace) -> None:
@@ -140,7 +142,7 @@ def _inspect_tab(ui: SimpleNamespace, shipped: list[str]) -> None:
         ui.words = gr.Slider(5, 30, value=10, step=1, label="words per pole")
         ui.inspect_go = gr.Button("Inspect", variant="primary")
     ui.svd_table = gr.Dataframe(headers=["dir", "σ", "share", "↑ at +ε", "+u pole", "−u pole", "agree"],
-                                wrap=True, interactive=False, label=f"word dimensions (▲ = pushed up at +ε; {RARE_NOTE})")
+                                wrap=True, interactive=False, column_widths=["5%", "7%", "7%", "7%", "33%", "33%", "8%"], label=f"word dimensions (▲ = pushed up at +ε; {RARE_NOTE})")
     with gr.Row():
         ui.spectrum = gr.Plot(label="singular values")
         ui.scatter = gr.Plot(label="words on the top two directions")
@@ -193,7 +195,7 @@ def _wire_steer(ui: SimpleNamespace, backend: Backend, demo: gr.Blocks) -> None:
     for slider in ui.sliders:
         slider.release(run_steer, steer_inputs, stream_out, api_visibility="private", **live)
     ui.wide.change(bind(steer.widen_sliders, backend), [ui.wide, ui.session, *ui.sliders], [ui.wide_warning, *ui.sliders], api_visibility="private",
-                   concurrency_limit=None)
+                   concurrency_limit=None).then(run_steer, steer_inputs, stream_out, api_visibility="private", **live)  # a moved slider's text
     ui.model_pick.input(bind(steer.select_model, backend), [ui.model_pick, ui.session, *ui.pickers], [ui.status, *ui.sliders, *ui.pickers],
                         api_name="select_model", show_progress_on=[ui.status]).then(run_steer, steer_inputs, stream_out,
                                                                                     api_visibility="private", **live)
