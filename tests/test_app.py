@@ -380,6 +380,28 @@ def test_a_page_closed_after_training_keeps_the_switch(backend):
     assert app.cancel_training(session) == "No training is running in this session."
 
 
+def test_a_cancel_during_the_probe_ends_it_within_a_pause_point(backend, monkeypatch):
+    """The fluent-range probe has no cancel of its own: a cancel set while it runs ends it at its next pause point (a
+    Train tab's Cancel said "Cancelling…" for the whole probe, over a minute on a busy server)."""
+    from lmswitch.core.pause import pause_point
+    from lmswitch.webapp import backend as backend_module
+
+    def endless_probe(lm, switch):
+        while True:
+            pause_point()
+            time.sleep(0.01)
+
+    monkeypatch.setattr(backend_module, "calibrated_card", endless_probe)
+    lm, library = backend.get()
+    switch = library.get("alpha")
+    flag = threading.Event()
+    threading.Timer(0.3, flag.set).start()
+    start = time.monotonic()
+    card = backend.calibrated(lm, switch, cancel=flag, cancelled="stopped here")
+    assert card["calibration_error"] == "stopped here" and time.monotonic() - start < 5
+    assert backend.run(lambda: "the compute thread goes on") == "the compute thread goes on"
+
+
 def test_a_cancel_after_training_skips_the_reading_and_the_probe_and_keeps_the_switch(backend):
     session = Session()
     stream = app.train(backend, *train_args(steps=5), session, *[None] * 7, progress=lambda *a, **k: None)
@@ -393,7 +415,7 @@ def test_a_cancel_after_training_skips_the_reading_and_the_probe_and_keeps_the_s
 
 def test_training_can_be_cancelled(backend):
     session = Session()
-    stream = app.train(backend, *train_args(steps=100_000), session, *[None] * 7, progress=lambda *a, **k: None)
+    stream = app.train(backend, *train_args(steps=5_000), session, *[None] * 7, progress=lambda *a, **k: None)
     next(stream)
     assert app.cancel_training(session) == "Cancelling…"
     last = list(stream)[-1]

@@ -18,6 +18,7 @@ user's next token) and returns; the long job then carries on where it was.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -43,6 +44,30 @@ def pausing(handler: Callable[[], None]) -> Iterator[None]:
         yield
     finally:
         _HANDLER.reset(token)
+
+
+class Stopped(Exception):
+    """Raised at a pause point inside :func:`stopping` once its flag is set."""
+
+
+@contextmanager
+def stopping(flag: threading.Event | None) -> Iterator[None]:
+    """Inside the block (this context only), a pause point raises :class:`Stopped` once ``flag`` is set, and otherwise
+    does what it did outside (runs a server's waiting work): a long job that has no cancel of its own (the fluent-range
+    probe) ends within one layer of the user asking. ``None``: no change."""
+    if flag is None:
+        yield
+        return
+    outer = _HANDLER.get()
+
+    def handler() -> None:
+        if flag.is_set():
+            raise Stopped
+        if outer is not None:
+            outer()
+
+    with pausing(handler):
+        yield
 
 
 def detach_pausing() -> None:

@@ -17,7 +17,7 @@ import gradio as gr
 
 from lmswitch.core.card import Card
 from lmswitch.core.models import BUNDLED_MODELS, DEFAULT_MODEL, LanguageModel, load_model
-from lmswitch.core.pause import add_layer_pauses
+from lmswitch.core.pause import Stopped, add_layer_pauses, stopping
 from lmswitch.core.switch import Switch, SwitchFileError
 from lmswitch.harness.frontier import calibrated_card, unsteered_rows
 from lmswitch.io.documents import DocumentError
@@ -114,11 +114,17 @@ class Backend:
         other users' generations go first at its pause points (:mod:`lmswitch.serve.compute`)."""
         return self.compute.run(fn, *args, background=background, **kwargs)
 
-    def calibrated(self, lm: LanguageModel, switch: Switch) -> Card:
+    def calibrated(self, lm: LanguageModel, switch: Switch, cancel: threading.Event | None = None,
+                   cancelled: str = "the probe was cancelled") -> Card:
         """``switch``'s card with its fluent range probed on ``lm`` (a trained or transferred switch, as background work);
-        on a failure its card as it was, saying why (the switch must not be lost over it: its slider spans the usual range)."""
+        on a failure, or ``cancel`` set meanwhile, its card as it was, saying why (``cancelled``): the switch must not be
+        lost over it, and its slider spans the usual range."""
         try:
-            return self.run(calibrated_card, lm, switch, background=True)
+            if cancel is not None and cancel.is_set():
+                raise Stopped
+            return self.run(_stopping(calibrated_card, cancel), lm, switch, background=True)
+        except Stopped:
+            return switch.card.updated(calibration_error=cancelled)
         except Exception as err:  # any failure: the switch is added uncalibrated, and its card says why
             return switch.card.updated(calibration_error=f"{type(err).__name__}: {err}")
 
@@ -220,3 +226,14 @@ def user_errors(fn: Callable) -> Callable:
             raise gr.Error(str(err)) from None
 
     return call
+
+
+def _stopping(fn: Callable, cancel: threading.Event | None) -> Callable:
+    """``fn`` raising :class:`~lmswitch.core.pause.Stopped` at its next pause point once ``cancel`` is set."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        with stopping(cancel):
+            return fn(*args, **kwargs)
+
+    return run

@@ -147,7 +147,7 @@ class _Job:
 
 def _train_and_add(backend: Backend, session: Session, job: _Job, flag, progress) -> Iterator[tuple]:
     """Train (progress, loss curve), add the switch, show what it learned, probe its fluent range; a cancel after the
-    training itself skips the reading and the probe, and the switch is kept."""
+    training itself skips the reading, ends the probe at once, and the switch is kept."""
     skip = [gr.skip()] * (MAX_SLOTS + len(job.current) + 2)  # sliders, pickers, download button, what it learned
     done = yield from _trained(backend, job, flag, progress, skip)
     if done is None:
@@ -157,8 +157,8 @@ def _train_and_add(backend: Backend, session: Session, job: _Job, flag, progress
     yield READING, gr.skip(), gr.skip(), *skip
     learned = CANCELLED_READING if flag.is_set() else _learned(backend, job.lm, done, job.positive, job.negative)
     yield PROBING, gr.skip(), gr.skip(), *skip[:-1], learned  # first: a user reads it while the range is probed
-    done.switch.card = (done.switch.card.updated(calibration_error=CANCELLED_PROBE) if flag.is_set()
-                        else backend.calibrated(job.lm, done.switch))  # the session holds this very switch: its card is updated
+    # a cancel before or during the probe ends it (the session holds this very switch: its card is updated)
+    done.switch.card = backend.calibrated(job.lm, done.switch, cancel=flag, cancelled=CANCELLED_PROBE)
     yield *_finished(backend, session, job.library, job.name, final, done.switch, job.current), learned  # the last message
 
 
