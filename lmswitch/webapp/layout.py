@@ -111,7 +111,8 @@ def _train_inputs(ui: SimpleNamespace) -> None:
             ui.file_b = gr.File(label=upload, file_types=DOCUMENT_TYPES, type="filepath")
     with gr.Accordion("advanced settings", open=False), gr.Row():
         ui.train_settings = [gr.Number(value=TRAIN.steps, precision=0, minimum=1, maximum=MAX_TRAIN_STEPS, label="steps"),
-                             gr.Number(value=TRAIN.lr, minimum=1e-5, maximum=1.0, label="learning rate"),
+                             gr.Number(value=TRAIN.lr, minimum=1e-5, maximum=1.0, label="learning rate",
+                                       info="Adam's, for models whose logits are scaled after the head; the default L-BFGS training ignores it"),
                              gr.Number(value=TRAIN.eps0, minimum=1e-6, maximum=1.0, label="ε0 (ε unit)"),
                              gr.Number(value=TRAIN.rank or 0, precision=0, minimum=0, label="rank (0 = full)"),
                              gr.Number(value=TRAIN.seed, precision=0, minimum=0, label="seed")]

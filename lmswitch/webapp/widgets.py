@@ -26,7 +26,9 @@ PICKER_DEFAULTS = (("sentiment", 0), ("sentiment", 0), ("detox", 1), (None, 0), 
 
 def number(value, label: str, kind: type = float):
     """A finite number from a widget (Gradio gives None for an emptied number box)."""
-    if value is None or isinstance(value, bool) or not isinstance(value, (int, float, str)):
+    if value is None or value == "":
+        raise ValueError(f"{label} is empty: enter a number")
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError(f"{label} needs a finite number; got {value!r}")
     try:
         value = float(value)
