@@ -92,9 +92,9 @@ class _Surface:
         self.Ws = [s.W.to(hidden.device) * s.eps0 for s in switches]
         self.cap = lm.logit_softcap
         n, per_row = len(targets), lm.vocab_size * (1 + len(switches))
-        # the first chunks' logits, as many as CACHE_FLOATS holds (a long text's later chunks are made again per pass)
-        fit = min(n, CACHE_FLOATS // per_row) // HEAD_CHUNK * HEAD_CHUNK if n * per_row > CACHE_FLOATS else n
         self.chunk = HEAD_CHUNK  # rows per cached chunk
+        # the first chunks' logits, as many as CACHE_FLOATS holds (a long text's later chunks are made again per pass)
+        fit = n if n * per_row <= CACHE_FLOATS else CACHE_FLOATS // per_row // self.chunk * self.chunk
         self.cached: list[tuple[torch.Tensor, list[torch.Tensor]]] = [self._chunk(s) for s in range(0, fit, self.chunk)]
         self.evaluations = 0
         self._memo: tuple[bytes, tuple[float, np.ndarray, np.ndarray]] | None = None
@@ -118,17 +118,14 @@ class _Surface:
 
     @torch.no_grad()
     def value(self, eps: Sequence[float]) -> float:
-        key = np.asarray(eps, dtype=np.float64).tobytes()
-        if key in self._values:  # the meter asks for ε = 0 and the best ε more than once
-            return self._values[key]
-        self._values[key] = float(self.token_logliks(eps).sum()) / len(self.targets)
-        return self._values[key]
+        return self.values([eps])[0]
 
     @torch.no_grad()
     def values(self, points: Sequence[Sequence[float]]) -> list[float]:
-        """:meth:`value` at each of ``points`` in one pass over the pieces: where the logits are not cached, each piece's
+        """The value at each of ``points`` in one pass over the pieces: where the logits are not cached, each piece's
         are made once for all the points (a grid of 21 points × 3 switches made them 63 times: ~70 s for a 900-token
-        text on 2 CPU cores, against ~4 s cached)."""
+        text on 2 CPU cores, against ~4 s cached). A point computed before is not computed again (the meter asks for
+        ε = 0 and the best ε more than once)."""
         keys = [np.asarray(e, dtype=np.float64).tobytes() for e in points]
         todo = list(dict.fromkeys(k for k in keys if k not in self._values))
         sums = dict.fromkeys(todo, 0.0)
