@@ -63,6 +63,10 @@ class Recipe:
     evaluations: int  # loss evaluations per λ (L-BFGS iterations and line-search steps), warm-started
     scaled: bool  # L-BFGS moves ε0·W, not W: its first step (1/‖g‖₁ of the gradient) is then near the right length
 
+    def planned(self, path: tuple[float, ...] = PATH) -> int:
+        """The most loss evaluations a walk along ``path`` takes (``evaluations`` per λ)."""
+        return self.evaluations * len(path)
+
 
 # the default: 16 words drawn from each tail, one full-vocabulary pass. On the first-release sentiment data it fits the
 # held-out text better than BOUND (4.20 against 4.35 nats) in about half the time (benchmarks/RESULTS.md)

@@ -400,7 +400,7 @@ def _optimise_lbfgs(obj: _Objective, config: TrainConfig, is_cancelled: Callable
     train = solver.reduce(obj.lm, *obj.train[:3], samples=recipe.tail_samples, generator=tail)
     has_held = len(obj.held[0]) > 0
     path = solver.PATH if has_held else solver.PATH[: solver.PATH.index(solver.NO_HELDOUT_LAMBDA) + 1]
-    total = min(config.steps, recipe.evaluations * len(path))
+    total = min(config.steps, recipe.planned(path))
     steps: list[Step] = []
 
     def on_evaluation(evaluations: int, value: float) -> None:

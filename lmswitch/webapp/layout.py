@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import gradio as gr
 
 from lmswitch.core.options import GUIDE_TOKENS, MAX_BEST_OF, MAX_GUIDE, NAMINGS, SAMPLING, SEED, TrainConfig
+from lmswitch.core.solver import RECIPES
 from lmswitch.core.steering import MAX_ABS_EPS
 from lmswitch.lenses.options import DEFAULT_EPS, DEFAULT_MAX_SPAN, DEFAULT_SPANS
 from lmswitch.lenses.svd import RARE_NOTE
@@ -110,7 +111,9 @@ def _train_inputs(ui: SimpleNamespace) -> None:
             ui.text_b = gr.Textbox("", label="negative sentences, one per line (or document B)", lines=10, elem_id="text-b")
             ui.file_b = gr.File(label=upload, file_types=DOCUMENT_TYPES, type="filepath")
     with gr.Accordion("advanced settings", open=False), gr.Row():
-        ui.train_settings = [gr.Number(value=TRAIN.steps, precision=0, minimum=1, maximum=MAX_TRAIN_STEPS, label="steps"),
+        ui.train_settings = [gr.Number(value=TRAIN.steps, precision=0, minimum=1, maximum=MAX_TRAIN_STEPS, label="steps",
+                                       info="the most to run; training stops sooner when its held-out loss does (the default "
+                                            f"L-BFGS counts loss evaluations and plans at most {RECIPES[TRAIN.optimizer].planned()})"),
                              gr.Number(value=TRAIN.lr, minimum=1e-5, maximum=1.0, label="learning rate",
                                        info="Adam's, for models whose logits are scaled after the head; the default L-BFGS training ignores it"),
                              gr.Number(value=TRAIN.eps0, minimum=1e-6, maximum=1.0, label="ε0 (ε unit)"),

@@ -105,8 +105,8 @@ def _progress_updates(events: Iterator[TrainEvent], total: int, progress, skip: 
             total = event.total  # L-BFGS ends its ridge path before the step cap
             if time.perf_counter() - last > UPDATE_EVERY or event.step == total:
                 last = time.perf_counter()
-                progress(event.step / total, desc=f"step {event.step} of {total}")
-                yield (f"Training… step {event.step} of {total}, loss {event.loss:.3f}",
+                progress(event.step / total, desc=f"step {event.step} (at most {total})")
+                yield (f"Training… step {event.step} (at most {total}; it may stop sooner), loss {event.loss:.3f}",
                        figures.loss_figure(losses, held, total_steps=total), gr.skip(), *skip)
 
 
