@@ -195,6 +195,22 @@ def test_sliders_beyond_the_fluent_range_toggle(ui):
         expect(page.locator("#steered textarea")).not_to_have_value(far, timeout=GENERATE_TIMEOUT)
 
 
+def test_enter_in_the_seed_box_generates_with_that_seed(ui):
+    with ui.view("seed") as page:
+        ui.tab("Steer")
+        page.locator("#generate").click()
+        expect(page.locator("#unsteered-scores")).to_contain_text("perplexity", timeout=GENERATE_TIMEOUT)
+        before = text_of(page, "unsteered")
+        box = page.locator("#seed input")
+        if not box.is_visible():  # an earlier test may have left the accordion open
+            page.get_by_text("generation settings").click()
+        box.fill("7")
+        with page.expect_request(lambda r: "/queue/join" in r.url and r.method == "POST", timeout=10_000) as request:
+            box.press("Enter")
+        assert 7 in json.loads(request.value.post_data or "{}")["data"], "the request should carry the seed typed"
+        expect(page.locator("#unsteered textarea")).not_to_have_value(before, timeout=GENERATE_TIMEOUT)
+
+
 def test_train_from_pasted_sentences_adds_a_slider(ui):
     positive = [line for line in (EXAMPLES / "sentiment_positive.txt").read_text().splitlines() if line.strip()][:12]
     negative = [line for line in (EXAMPLES / "sentiment_negative.txt").read_text().splitlines() if line.strip()][:12]

@@ -41,7 +41,7 @@ def _steer_tab(ui: SimpleNamespace, backend: Backend) -> None:
                 ui.gen = [gr.Slider(1, 200, value=SAMPLING.max_new_tokens, step=1, label="max new tokens"),
                           gr.Slider(0, 2, value=SAMPLING.temperature, step=0.05, label="temperature", info="0 = greedy"),
                           gr.Slider(0.05, 1.0, value=SAMPLING.top_p, step=0.05, label="top-p"),
-                          gr.Number(value=SEED, precision=0, minimum=0, label="seed"),
+                          gr.Number(value=SEED, precision=0, minimum=0, label="seed", elem_id="seed", info="Enter: generate with it"),
                           gr.Checkbox(value=SAMPLING.chat, label="chat template")]
                 ui.adaptive = gr.Checkbox(value=SAMPLING.adaptive, label="adaptive strength",
                                           info=f"steer each generation until the switch has changed it by {SAMPLING.generation_budget:g} "
@@ -196,6 +196,7 @@ def _wire_steer(ui: SimpleNamespace, backend: Backend, demo: gr.Blocks) -> None:
     loaded.then(run_steer, steer_inputs, stream_out, api_visibility="private", **live)  # a first generation to look at
     ui.go.click(run_steer, steer_inputs, stream_out, api_name="steer", **live)
     ui.prompt.input(run_steer, steer_inputs, stream_out, api_visibility="private", **live)
+    ui.gen[3].submit(run_steer, steer_inputs, stream_out, api_visibility="private", **live)  # Enter in the seed box
     for slider in ui.sliders:
         slider.release(run_steer, steer_inputs, stream_out, api_visibility="private", **live)
     ui.wide.change(bind(steer.widen_sliders, backend), [ui.wide, ui.session, *ui.sliders], [ui.wide_warning, *ui.sliders], api_visibility="private",
