@@ -23,6 +23,18 @@ def test_a_partial_training_record_stays_in_extra():
     assert card.training is None and card.extra == {"steps": 10, "lr": 0.01}
 
 
+def test_unused_fields_are_those_the_run_did_not_use():
+    from dataclasses import fields
+
+    from lmswitch.core.card import TrainingRecord
+
+    record = {f.name: 0 for f in fields(TrainingRecord)} | {"optimizer": "adam", "data_shape": "examples"}
+    assert Card.from_dict(record).unused() == set()
+    assert Card.from_dict(record | {"optimizer": "lbfgs-sampled"}).unused() == {"lr", "batch_tokens", "min_steps"}
+    assert Card.from_dict(record | {"data_shape": ""}).unused() == {"data_shape"}  # an older card did not record it
+    assert Card.from_dict({"note": 1}).unused() == set()
+
+
 # --- the card: one schema, unknown keys kept ---------------------------------------------------
 
 

@@ -268,6 +268,24 @@ def test_info_of_a_shipped_switch_by_name_from_any_folder(monkeypatch, tmp_path,
     assert not any("losses" in k for k in data["card"])
 
 
+def test_info_text_leaves_out_what_the_run_did_not_use(monkeypatch, tmp_path, capsys):
+    """The shipped sentiment switch was trained with L-BFGS: Adam's settings say nothing of it (--json keeps them)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["info", "--switch", "sentiment"]) == 0
+    shown = {line.split(":")[0].strip() for line in capsys.readouterr().out.splitlines()}
+    assert {"steps", "l2", "optimizer"} <= shown and not shown & {"lr", "batch_tokens", "min_steps", "data_shape"}
+    assert main(["info", "--switch", "sentiment", "--json"]) == 0
+    assert {"lr", "batch_tokens", "min_steps"} <= set(json.loads(capsys.readouterr().out)["card"])
+
+
+def test_info_of_a_file_that_is_no_switch_says_what_a_switch_is(tmp_path, capsys):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my switch ideas")
+    assert main(["info", "--switch", str(notes)]) == 2
+    err = capsys.readouterr().err
+    assert "notes.txt is not a switch file: a switch is a .safetensors file" in err and "corrupted" not in err
+
+
 def test_info_json_keys_of_a_switch_file(run, switch_file):
     code, out, _ = run("info", "--switch", str(switch_file), "--json")
     data = json.loads(out)

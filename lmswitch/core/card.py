@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, ClassVar
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,12 @@ class TrainingRecord:
     optimizer: str = "adam"  # "lbfgs-sampled" or "lbfgs" (ridge path; ``l2`` is the λ it chose), or "adam" (cards before 2026-11-23)
     negatives: str = "given"  # how the negative texts were made: "given", "none" (one document) or "self-contrast"
     data_shape: str = ""  # the data's shape (core.train.data_kind): "one document", "two documents" or "examples"; "" on older cards
+
+    ADAM_ONLY: ClassVar[tuple[str, ...]] = ("lr", "batch_tokens", "min_steps")  # settings only Adam's steps use
+
+    def unused(self) -> set[str]:
+        """The fields that say nothing of this run: Adam's settings after an L-BFGS run, a shape an older card lacks."""
+        return (set() if self.optimizer == "adam" else set(self.ADAM_ONLY)) | ({"data_shape"} if not self.data_shape else set())
 
 
 _TRAINING_KEYS = tuple(f.name for f in fields(TrainingRecord))
@@ -119,6 +125,10 @@ class Card(Mapping):
             return out
         rank = {k: i for i, k in enumerate(self.order)}
         return dict(sorted(out.items(), key=lambda kv: rank.get(kv[0], len(rank))))
+
+    def unused(self) -> set[str]:
+        """The training record's fields that say nothing of how this switch was made (:meth:`TrainingRecord.unused`)."""
+        return self.training.unused() if self.training is not None else set()
 
     @property
     def fluent_text(self) -> str:

@@ -268,6 +268,14 @@ def check_switch(switch: object, lm: LanguageModel) -> Switch:
     return switch
 
 
+def _unreadable(path: Path, err: Exception) -> str:
+    """Why ``path`` is no safetensors file: another kind of file, or a switch file damaged on the way."""
+    if path.suffix != ".safetensors":
+        return (f"{path.name} is not a switch file: a switch is a .safetensors file, as `python -m lmswitch train --out` and "
+                f"the app's download button write them (this one does not read as safetensors: {err})")
+    return f"{path.name} is not a valid safetensors file ({err}); it may be truncated or corrupted"
+
+
 def load_switch(path: str | os.PathLike, model: LanguageModel | None = None) -> Switch:
     """Read and validate a switch file, or a shipped switch by name (``"sentiment"``; a file of that name wins); with
     ``model``, also check it was made for that model.
@@ -294,7 +302,7 @@ def load_switch(path: str | os.PathLike, model: LanguageModel | None = None) -> 
             W = f.get_tensor("W")
             judge = f.get_tensor("judge") if "judge" in keys else None
     except SafetensorError as err:
-        raise SwitchFileError(f"{path.name} is not a valid safetensors file ({err}); it may be truncated or corrupted") from None
+        raise SwitchFileError(_unreadable(path, err)) from None
     except (OSError, UnicodeDecodeError) as err:
         raise SwitchFileError(f"cannot read {path.name}: {err}") from None
     try:
