@@ -215,6 +215,12 @@ def test_evaluate_shapes_coupling_and_sweeps(llama_lm):
     assert [list(t.x) for t in fig.data] == [[-20, 0, 20]] * 3  # two metrics + perplexity
     heat = grid_figure(grid, "s", "o", ("positive_share", "toxicity_prob"))
     assert len(heat.data) == 2 and list(heat.data[0].x) == [-20, 0, 20] and list(heat.data[0].y) == [0, 20]
+    # each colour bar sits in the gap after its own map, clear of the next map; the shared y title only on the first
+    ends = [heat.layout.xaxis.domain[1], heat.layout.xaxis2.domain[1]]
+    assert [t.colorbar.x for t in heat.data] == pytest.approx([e + 0.01 for e in ends])
+    assert heat.data[0].colorbar.x < heat.layout.xaxis2.domain[0] - 0.05
+    assert heat.layout.yaxis.title.text == "ε of s" and heat.layout.yaxis2.title.text is None
+    assert list(heat.layout.xaxis2.tickvals) == [-20, 0, 20] and list(heat.layout.yaxis2.tickvals) == [0, 20]
     with pytest.raises(ValueError, match="unknown metric"):
         sweep_figure(sweep, "s", ("nope",))
 

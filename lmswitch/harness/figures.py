@@ -77,13 +77,14 @@ def grid_figure(grid: Sequence[Sequence[Evaluation]], first: str, second: str, m
             go.Heatmap(
                 x=eps_b, y=eps_a, z=z, customdata=sample, colorscale="RdBu" if "sent" in metric or "positive" in metric else "Reds",
                 zmin=lo_hi[0] if lo_hi else None, zmax=lo_hi[1] if lo_hi else None, texttemplate="%{z:.2f}",
-                colorbar={"x": (k + 1) / len(metrics) - 0.02, "len": 0.9},
+                colorbar={"x": fig.layout[f"xaxis{k + 1 if k else ''}"].domain[1] + 0.01, "len": 0.9, "thickness": 14},
                 hovertemplate=f"{first} ε=%{{y}}<br>{second} ε=%{{x}}<br>{metric}=%{{z:.3f}}<br>%{{customdata}}<extra></extra>",
             ),
             row=1, col=k + 1,
         )
-        fig.update_xaxes(title_text=f"ε of {second}", row=1, col=k + 1)
-        fig.update_yaxes(title_text=f"ε of {first}", row=1, col=k + 1)
+        fig.update_xaxes(title_text=f"ε of {second}", tickvals=eps_b, row=1, col=k + 1)  # ticks on the cells, at their ε
+        fig.update_yaxes(tickvals=eps_a, row=1, col=k + 1)
+    fig.update_yaxes(title_text=f"ε of {first}", row=1, col=1)  # the others' would sit on the colour bar to their left
     fig.update_layout(title=f"composition: '{first}' × '{second}'", template="plotly_white", margin={"t": 70})
     return fig
 
