@@ -19,9 +19,10 @@ import app
 import lmswitch as ls
 from lmswitch.lenses import svd
 from lmswitch.serve.session import Session
-from lmswitch.webapp import files
+from lmswitch.webapp import files, steer
 from lmswitch.webapp import train as app_train
 from lmswitch.webapp.train import PROBING, READING
+from lmswitch.webapp.widgets import UNSAVED
 
 PROMPT = "the happy one was"
 GEN = dict(max_new_tokens=8, temperature=1.0, top_p=0.9, seed=3, chat=False)
@@ -546,7 +547,11 @@ def test_save_to_library_never_overwrites(backend, folder, llama_lm):
     session = Session()
     session.add(random_switch(llama_lm, seed=7, name="keeper"), backend.library)
     before = digest(folder)
+    keeper = next(u for u in steer.refresh_sliders(backend, session) if u.visible and u.label.startswith("keeper:"))
+    assert keeper.info.startswith(UNSAVED)  # this page's alone: the page asks before it goes (layout.LEAVE_JS)
     assert "Saved 'keeper'" in app.save_switch(backend, "keeper", session)
+    slots = [u for u in steer.refresh_sliders(backend, session) if u.visible]  # as the page redraws them after a save
+    assert "keeper:" in " ".join(u.label for u in slots) and not any(UNSAVED in (u.info or "") for u in slots)
     assert ls.load_switch(folder / "keeper.safetensors", llama_lm).name == "keeper"
     with pytest.raises(gr.Error, match="already in the library"):
         app.save_switch(backend, "keeper", session)

@@ -24,6 +24,7 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 from lmswitch.io.resources import examples_dir
 from lmswitch.webapp.lens import highlight_examples
+from lmswitch.webapp.widgets import UNSAVED
 
 pytestmark = [pytest.mark.browser, pytest.mark.real_model, pytest.mark.slow]  # chromium against app.py on the embedded model
 
@@ -249,6 +250,8 @@ def test_train_from_pasted_sentences_adds_a_slider(ui):
         expect(slot.locator("input[type=range]")).to_have_value("0")
         for name in SWITCHES:
             expect(ui.slider(f"{name}:")).to_be_visible()
+            expect(ui.slider(f"{name}:")).not_to_contain_text(UNSAVED)
+        expect(slot).to_contain_text(UNSAVED)  # the new switch is this page's alone, until saved
     ui.screenshot("steer-after-training")
 
 

@@ -133,6 +133,11 @@ class Session:
             return _for_model(self.switches[name].model_fingerprint, library)
         return name in self._spilled and _for_model(self._spilled[name][1], library)
 
+    def unsaved(self, name: str) -> bool:
+        """Whether ``name`` lives only in this session (trained, imported or transferred here, not saved to the library)."""
+        with self._lock:
+            return name in self.switches or name in self._spilled
+
     def full(self) -> bool:
         """Whether this session holds as many unsaved switches as it may (in memory or moved to disk)."""
         return len(self.switches) + len(self._spilled) >= MAX_SESSION_SWITCHES

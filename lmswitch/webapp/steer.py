@@ -53,6 +53,12 @@ def on_load(backend: Backend, session: Session, *current: str | None):
     return [model_status(backend, session), *slot_updates(session, library), *dropdown_updates(session, library, current)]
 
 
+def refresh_sliders(backend: Backend, session: Session) -> list:
+    """The slider slots again, as they are now (after a save: no longer marked unsaved), their values kept."""
+    _, library = backend.get(session=session)
+    return slot_updates(session, library)
+
+
 WIDE_WARNING = ("⚠ **Sliders beyond the fluent range.** Past a switch's calibrated fluent ε, steered text reads less well: it "
                 "drifts from one style word to the next, strings one word or mark through a sentence (\"a mission's expedition's hours's\", \"so; but; would they;\") "
                 "and, with the *repeat guard* off, repeats words (\"great great great\"); "

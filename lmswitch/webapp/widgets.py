@@ -18,6 +18,7 @@ from lmswitch.lenses.spans import TokenChange
 from lmswitch.serve.session import Session, SwitchLibrary
 
 MAX_SLOTS = 12  # ε sliders shown in the Steer view (switches beyond that are usable in the other views)
+UNSAVED = "Not saved: it goes with this page unless you save or download it (Train tab)."  # a session switch's slider says so
 PENDING = "<small>generating… scores follow when the text is complete</small>"
 # first choice of each switch picker (sweep, composition rows, composition columns, manage, inspect, highlight, transfer):
 # a preferred name, else the switch in that slot
@@ -116,16 +117,18 @@ def slot_updates(session: Session, library: SwitchLibrary, *, reset: bool = Fals
         switch = session.get(names[i], library)
         lo, hi = switch.slider_range(session.wide_sliders)
         extra = {"value": switch.on_slider(values.get(names[i], 0.0), session.wide_sliders)} if reset or names[i] in values else {}
-        updates.append(gr.Slider(minimum=lo, maximum=hi, label=slider_label(switch), visible=True, info=slider_info(switch) or None,
+        info = slider_info(switch, unsaved=session.unsaved(names[i]))
+        updates.append(gr.Slider(minimum=lo, maximum=hi, label=slider_label(switch), visible=True, info=info or None,
                                  **extra))
     return updates
 
 
-def slider_info(switch: Switch) -> str:
-    """The slider's note: the switch's description and, when calibrated, the range in which it still writes fluent text."""
+def slider_info(switch: Switch, unsaved: bool = False) -> str:
+    """The slider's note: whether the switch is still only this page's (:data:`UNSAVED`), its description and, when
+    calibrated, the range in which it still writes fluent text."""
     fluent = switch.card.fluent_text
     note = f"fluent ε {fluent}; beyond it text reads less well." if fluent else ""
-    return " ".join(part for part in (switch.description[:120], note) if part)
+    return " ".join(part for part in (UNSAVED if unsaved else "", switch.description[:120], note) if part)
 
 
 def dropdown_updates(session: Session, library: SwitchLibrary, values: Sequence[str | None]) -> list:
