@@ -474,6 +474,17 @@ def test_bad_uploads_are_refused(backend, tmp_path, name, content, match):
         run_training(backend, Session(), file_a=str(path), text_a="")
 
 
+def test_pasted_text_and_a_file_at_once_are_refused_not_one_dropped(backend, tmp_path):
+    """Which one was meant is not known: reading the file alone dropped the 40 pasted lines without a word."""
+    path = tmp_path / "tiny.txt"
+    path.write_text("Hello there, what a lovely day.\nA kind and happy friend came by.")
+    with pytest.raises(gr.Error, match="the positive list was given twice: pasted text and the file tiny.txt. Clear one"):
+        run_training(backend, Session(), file_a=str(path))
+    with pytest.raises(gr.Error, match="the text was given twice"):
+        app.run_highlight(backend, "the cruel one was sad", str(path), "alpha", -4, 3, 2, Session())
+    assert "is ready" in run_training(backend, Session(), file_a=str(path), text_a=" \n ", steps=2)[-1][2]  # a blank box is none
+
+
 def test_an_upload_swept_from_the_server_asks_for_it_again(backend, tmp_path, llama_lm):
     """Gradio's copies of uploads are removed after --keep-files hours: a page that still names one gets told to upload
     it again, for a document and for a switch."""
