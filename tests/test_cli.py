@@ -160,6 +160,10 @@ def test_highlight_json_has_offsets_and_token_scores(run, switch_file, tmp_path)
     (tmp_path / "t.txt").write_text(text)
     code, out, _ = run("highlight", "--switch", str(switch_file), "--file", str(tmp_path / "t.txt"), "--eps=-5")
     assert code == 0 and "[[" in out
+    code, out, _ = run("highlight", "--switch", str(switch_file), "--text", text, "--spans", "9", "--max-span", "1")
+    shown = [line for line in out.splitlines() if line.startswith("span ")]
+    assert code == 0 and all("Δ=+" in line for line in shown)  # only what reads toward the side
+    assert len(shown) == 9 or f"{len(shown)} of the 9 spans asked read toward" in out
 
 
 def test_train_from_docx_and_highlight_html(run, tmp_path):

@@ -158,7 +158,7 @@ def test_style_slope_is_the_derivative_of_the_curve_at_zero(llama_lm):
     slope = style_slope(llama_lm, s, text)
     assert slope == pytest.approx((curve[1] - curve[0]) / (2 * h), rel=1e-2)
     assert abs(slope) > 1e-4
-    with pytest.raises(ValueError, match="two tokens"):
+    with pytest.raises(ValueError, match="a single token; the style meter needs at least two"):
         style_slope(llama_lm, s, "the")
 
 

@@ -137,6 +137,32 @@ def test_planted_switch_highlights_the_promoted_word(gpt2_lm):
     assert h.highlighted == [(TEXT[: TEXT.index("cruel")], None), ("cruel", "positive"), (TEXT[TEXT.index("cruel") + 5 :], None)]
 
 
+def test_only_spans_that_read_toward_the_side_are_shown(gpt2_lm):
+    """The same planted switch, asked for three spans: 'cruel' is the text's one token that reads toward it; spans whose
+    summed Δ is not positive (the unscored first token, words it pushes down) are not shown as the side's."""
+    lm = gpt2_lm
+    target = lm.tokenizer.convert_tokens_to_ids("cruel")
+    E = lm.head.weight.detach()
+    c = lm.final_hidden(lm.tokenizer(TEXT, return_tensors="pt").input_ids)[0]
+    W = 2000 * torch.outer(E[target] / E[target].norm(), c.mean(0) / c.mean(0).norm())
+    switch = ls.Switch(W=W, name="cruel", model_name=lm.name, model_fingerprint=lm.fingerprint)
+    every = len(TEXT.split())  # one span per word asked (each word here is one token)
+    for eps in (5.0, -5.0):
+        h = highlight(lm, switch, TEXT, eps=eps, max_span=1, n_spans=every)
+        toward = [t.text.strip() for t in h.tokens if t.scored and t.delta > 0]
+        assert 1 <= len(toward) < every and [s.text.strip() for s in h.spans] == toward  # fewer than asked: those alone
+        assert ("cruel" in toward) == (eps > 0) and "the" != h.spans[0].text  # the unscored first word is not one
+        assert [p.strip() for p, label in h.highlighted if label] == toward
+
+
+@pytest.mark.parametrize("text", ["Hi", "cruel"])
+def test_a_text_without_a_scored_token_is_refused(gpt2_lm, text):
+    switch = ls.Switch(W=torch.zeros(gpt2_lm.hidden_size, gpt2_lm.hidden_size), name="z", model_name=gpt2_lm.name,
+                       model_fingerprint=gpt2_lm.fingerprint)
+    with pytest.raises(ValueError, match="needs at least two"):
+        highlight(gpt2_lm, switch, text, eps=1.0)
+
+
 SHOWN = "Honestly, you are a pathetic idiot, but the meeting is at noon. Sh"
 PIECES = ["Honestly", ",", " you", " are", " a", " pathetic", " id", "iot", ",", " but", " the", " meeting", " is", " at",
           " noon", ".", " Sh"]

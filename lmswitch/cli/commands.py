@@ -169,6 +169,8 @@ def cmd_highlight(args: argparse.Namespace, lm: LanguageModel) -> None:
     h = highlight(lm, switch, text_arg(args), eps=args.eps, max_span=args.max_span, n_spans=args.spans).to_dict()
     marked = "".join(f"[[{piece}]]" if label else piece for piece, label in h["highlighted"])
     lines = [marked, ""] + [f"span {s['start']}:{s['end']}  Δ={s['score']:+.3f} nats  {s['text']!r}" for s in h["spans"]]
+    if len(h["spans"]) < args.spans:  # the others would have read the other way, or not at all
+        lines.append(f"{len(h['spans'])} of the {args.spans} spans asked read toward {h['label']} (summed Δ > 0)")
     data = {k: h[k] for k in ("switch", "eps", "label", "spans", "total_delta", "windows")}
     data["tokens"] = [{"text": t["text"], "start": t["start"], "end": t["end"], "delta": t["delta"]} for t in h["tokens"]]
     emit(args, data, "\n".join(lines))

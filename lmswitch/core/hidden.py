@@ -67,6 +67,12 @@ class EncodedText:
     def n_tokens(self) -> int:
         return len(self.ids)
 
+    def check_scored(self, reader: str) -> None:
+        """Refuse a text with no token to score: a single token (nothing comes before it), or none."""
+        if not bool(self.scored.any()):
+            what = "has no tokens" if not self.ids else "is a single token"
+            raise ValueError(f"the text {what}; {reader} needs at least two (each token is read given the ones before it)")
+
     def boundaries(self) -> list[int]:
         """Non-decreasing start offsets with ``boundaries[0] == 0`` and a final ``len(text)``.
 

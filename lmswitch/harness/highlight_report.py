@@ -111,8 +111,8 @@ def _score(lm: LanguageModel, switch: Switch, texts: Sequence[tuple[PlantedText,
     for planted, enc in texts:
         delta = token_deltas(lm, switch, enc, planted.side * eps)
         for span in max_spans:
-            found = highlight_changes(switch, enc, delta, eps=planted.side * eps, max_span=span).spans[0]
-            shares[span][planted.side].append(planted.inside(found.start, found.end))
+            found = highlight_changes(switch, enc, delta, eps=planted.side * eps, max_span=span).spans
+            shares[span][planted.side].append(planted.inside(found[0].start, found[0].end) if found else 0.0)  # none: a miss
     return [_rate(eps, span, shares[span], [p for p, _ in texts]) for span in max_spans]
 
 

@@ -130,7 +130,7 @@ def _own_reading(lm: LanguageModel, switch: Switch, text: EncodedText, n: int) -
     read more like it (summed Δ > 0), strongest first: both from one set of cached logits."""
     row, delta = reading(lm, switch, text, changes_at=DEFAULT_EPS)
     found = highlight_changes(switch, text, delta, eps=DEFAULT_EPS, n_spans=n).spans
-    return row, sorted((s for s in found if s.score > 0), key=lambda s: -s.score)
+    return row, sorted(found, key=lambda s: -s.score)
 
 
 def _meter(lm: LanguageModel, switch: Switch, text: EncodedText) -> MeterRow:

@@ -313,9 +313,8 @@ def _ascent(g: np.ndarray, H: np.ndarray) -> np.ndarray:
 def _scored_states(lm: LanguageModel, text: str | EncodedText) -> tuple:
     """(encoded text, head inputs, targets) of the text's scored tokens, from one body pass (none if already encoded)."""
     enc = text if isinstance(text, EncodedText) else encode_text(lm, text)
+    enc.check_scored("the style meter")
     keep = enc.scored.to(enc.hidden.device)
-    if int(keep.sum()) < 1:
-        raise ValueError("the text is a single token; the style meter needs at least two tokens")
     return enc, enc.hidden[keep], torch.tensor(enc.ids, device=enc.hidden.device)[keep]
 
 

@@ -248,7 +248,8 @@ def highlight(
 
     - ``spans``: :class:`Span` ``(start, end, text, score, tokens)``: the exact best
       token ranges ``tokens = [a, b)`` and their summed Δ, with character offsets
-      into ``text`` widened to whole words for display;
+      into ``text`` widened to whole words for display; only those that read toward
+      the side (Δ > 0), so fewer than ``n_spans``, or none, when the text has no more;
     - ``highlighted``: ``[(piece, label or None), ...]`` covering the whole text,
       ready for ``gr.HighlightedText``;
     - ``heatmap``: ``[(piece, score in [-1, 1]), ...]``, one entry per token
@@ -264,6 +265,7 @@ def highlight(
     """
     check_highlight_args(eps, max_span, n_spans)  # before the model pass: fail fast
     enc = text if isinstance(text, EncodedText) else encode_text(lm, text)
+    enc.check_scored("a highlight")
     return highlight_changes(switch, enc, token_deltas(lm, switch, enc, eps), eps=eps, max_span=max_span, n_spans=n_spans)
 
 
@@ -293,7 +295,7 @@ def highlight_changes(switch: Switch, enc: EncodedText, delta: np.ndarray, *, ep
     text = enc.text
     bounds, pieces = enc.boundaries(), enc.pieces()
     label = switch.positive_label if eps > 0 else switch.negative_label
-    spans = _spans(text, bounds, delta, max_span, n_spans)
+    spans = [s for s in _spans(text, bounds, delta, max_span, n_spans) if s.score > 0]  # the rest read the other way, or not at all
     scale = float(np.abs(delta).max()) or 1.0
     return Highlight(
         switch=switch.name,
