@@ -200,6 +200,23 @@ def test_lbfgs_without_heldout_stops_at_the_default_lambda(peaky_lm):
     assert switch.card["l2"] == solver.NO_HELDOUT_LAMBDA and switch.card["heldout_gain"] is None
 
 
+@pytest.mark.parametrize("optimizer", list(solver.RECIPES))
+def test_lbfgs_takes_no_more_evaluations_than_the_steps_asked(peaky_lm, optimizer):
+    """torch's L-BFGS ends only between line searches, so a λ's budget could be overrun (steps 1 ran 2, steps 12 ran 13):
+    the cap is exact, and a λ cut short keeps the best point it reached."""
+    rng = random.Random(21)
+    pos, neg = sample_texts(rng, WORDS_A, 30), sample_texts(rng, WORDS_B, 30)
+    for steps in range(2, 26):
+        seen: list[tuple[int, int]] = []
+        switch = train_switch(peaky_lm, pos, neg, config=TrainConfig(steps=steps, optimizer=optimizer),
+                              progress=lambda step, total, loss, seen=seen: seen.append((step, total)))
+        assert switch.card["steps"] <= steps and all(step <= total <= steps for step, total in seen), (steps, seen[-3:])
+        assert switch.card["heldout_gain"] > 0, steps
+    with pytest.raises(ValueError, match="at least 2 for L-BFGS"):
+        TrainConfig(steps=1, optimizer=optimizer).validate(32)
+    TrainConfig(steps=1, optimizer="adam").validate(32)
+
+
 def test_lbfgs_cancel(peaky_lm):
     pos = sample_texts(random.Random(6), WORDS_A, 12)
     with pytest.raises(TrainingCancelled, match="step 0 of"):

@@ -34,6 +34,7 @@ GENERATION_BUDGET = 4.0  # nats of steering per generation (dev frontier, EVALUA
 REPEAT_GUARD = 4  # tokens per row whose logits steering may not raise (0: off); the dev choice, EVALUATION.md (core/guard.py)
 MAX_REPEAT_GUARD = 64
 RECIPE_NAMES = ("lbfgs-sampled", "lbfgs")  # the L-BFGS recipes of lmswitch.core.solver (its RECIPES maps each to its settings)
+LBFGS_MIN_STEPS = 2  # loss evaluations one L-BFGS move takes: the gradient, then a line-search point
 OPTIMIZERS = (*RECIPE_NAMES, "adam")  # the L-BFGS recipes, then the paper's Adam steps
 
 # the defaults of the engine's calls that take their settings one by one
@@ -196,6 +197,9 @@ class TrainConfig:
             raise ValueError("the fluency terms (neutral_kl, constant_penalty) train with optimizer='adam' only")
         if not _whole(self.steps) or not 1 <= self.steps <= MAX_STEPS:
             raise ValueError(f"steps must be an integer from 1 to {MAX_STEPS}; got {self.steps!r}")
+        if self.optimizer != "adam" and self.steps < LBFGS_MIN_STEPS:
+            raise ValueError(f"steps must be at least {LBFGS_MIN_STEPS} for L-BFGS training (a step is a loss evaluation, "
+                             f"and a move takes a gradient and a point along it); got {self.steps!r}")
         for label, value, lo, hi in (("lr", self.lr, 0, 1), ("eps0", self.eps0, 0, 1), ("l2", self.l2, -1e-12, 1e6)):
             if not (_finite(value) and lo < value <= hi):
                 raise ValueError(f"{label} must be a finite number in ({lo:g}, {hi:g}]; got {value!r}")

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import torch
 
 from lmswitch.core.models import LanguageModel, preferred_dtype
-from lmswitch.core.options import RECIPE_NAMES
+from lmswitch.core.options import LBFGS_MIN_STEPS, RECIPE_NAMES
 from lmswitch.core.packed import mm_t
 from lmswitch.core.pause import pause_point
 
@@ -236,13 +236,18 @@ def steer_gradients(rows: Reduced, G: torch.Tensor, with_dummy: bool) -> tuple[t
     return sum(y * P for y, P in parts), (sum(P for _, P in parts) if with_dummy else None)
 
 
+class _Spent(Exception):
+    """Raised by the loss evaluation once the evaluations allowed are used up."""
+
+
 def ridge_path(lm: LanguageModel, train: Reduced, eps0: float, use_dummy: bool, W: torch.Tensor, Wd: torch.Tensor, *,
                max_evaluations: int, on_evaluation: Callable[[int, float], None], path: tuple[float, ...] = PATH,
                recipe: Recipe = SAMPLED) -> Iterator[float]:
     """Minimise ``loss + λ ‖ε0 W‖² (+ λ ‖ε0 W_d‖²)`` for each λ of ``path`` in turn, warm-started, updating ``W``/``Wd``
     in place; yields each λ once its minimisation is done, so the caller can score the held-out loss and stop the path.
 
-    ``on_evaluation(evaluations so far, objective)`` runs after every loss evaluation (it may raise to cancel).
+    ``on_evaluation(evaluations so far, objective)`` runs after every loss evaluation (it may raise to cancel). At most
+    ``max_evaluations`` are made: a λ stopped by the cap keeps the best point its line search reached.
     """
     # what L-BFGS moves: ε0·W when the recipe is scaled (then the steering unit is 1), else W itself
     params = [p.detach().mul(eps0).requires_grad_() for p in (W, Wd)] if recipe.scaled else [W, Wd]
@@ -251,7 +256,7 @@ def ridge_path(lm: LanguageModel, train: Reduced, eps0: float, use_dummy: bool, 
     evals = 0
     for i, lam in enumerate(path):
         budget = min(recipe.evaluations, max_evaluations - evals)
-        if budget <= 0:
+        if budget < LBFGS_MIN_STEPS:  # torch's L-BFGS takes two evaluations even when allowed one: past the cap
             return
         if i and recipe.tail_samples is None:  # the bound again, at the point the previous λ reached: exact there
             with torch.no_grad():
@@ -260,9 +265,13 @@ def ridge_path(lm: LanguageModel, train: Reduced, eps0: float, use_dummy: bool, 
         opt = torch.optim.LBFGS(params, lr=1.0, max_iter=budget, max_eval=budget, history_size=20,
                                 line_search_fn="strong_wolfe", tolerance_grad=1e-9, tolerance_change=1e-12)
 
+        best: list = [math.inf, None]  # this λ's lowest objective so far, and its parameters
+
         @torch.no_grad()
-        def closure(lam: float = lam, rows: Reduced = train) -> torch.Tensor:
+        def closure(lam: float = lam, rows: Reduced = train, best: list = best) -> torch.Tensor:
             nonlocal evals
+            if evals >= max_evaluations:  # torch's L-BFGS ends only between its line searches, past the cap
+                raise _Spent
             U = steer_term(rows, params[0].detach(), params[1].detach() if use_dummy else None, unit)
             loss, gU = loss_and_grad(lm, rows, U)
             grads = steer_gradients(rows, unit * gU, use_dummy)
@@ -270,10 +279,17 @@ def ridge_path(lm: LanguageModel, train: Reduced, eps0: float, use_dummy: bool, 
                 p.grad = g + 2 * lam * unit**2 * p.detach()
             value = loss + lam * unit**2 * sum(float((p.detach() ** 2).sum()) for p in params)
             evals += 1
+            if value < best[0]:
+                best[:] = value, [p.detach().clone() for p in params]
             on_evaluation(evals, value)
             return torch.tensor(value)
 
-        opt.step(closure)
+        try:
+            opt.step(closure)
+        except _Spent:  # stopped inside a line search: back to the best point it evaluated
+            with torch.no_grad():
+                for p, kept in zip(params, best[1], strict=True):
+                    p.copy_(kept)
         if recipe.scaled:
             with torch.no_grad():
                 for p, target in zip(params, (W, Wd), strict=False):
