@@ -266,6 +266,9 @@ def test_training_with_self_contrast_records_its_negatives(peaky_lm):
     card = switch.card
     assert card["negatives"] == "self-contrast" and card["data_shape"] == "one document" and card["n_positive"] == 1 and card["n_negative"] == len(sentence_openings([doc]))
     assert card["dummy_steer"] is True
+    given = ["The plan costs far too much for the town.", "The plan is a waste of the money we have."]
+    both = train_switch(peaky_lm, doc, given, config=TrainConfig(self_contrast=True)).card
+    assert both["negatives"] == "given + self-contrast" and both["n_negative"] == 2 + len(sentence_openings([doc, *given]))
 
 
 @pytest.mark.parametrize("bf16", [False, True])

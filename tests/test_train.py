@@ -4,6 +4,7 @@ deterministic, reports progress, can be cancelled, and refuses bad inputs."""
 from __future__ import annotations
 
 import math
+import pathlib
 import random
 import threading
 from dataclasses import replace
@@ -212,9 +213,17 @@ BAD = ["the sad one", "the bad one", "the cold one", "a cruel and bitter frown",
         (([], GOOD), {}, "no positive texts"),
         ((["   \t\n"],), {}, "positive text #1 is empty or whitespace"),
         ((GOOD, ["the sad one", ""]), {}, "negative text #2 is empty"),
-        (([*POS, "happy"],), {}, r"text #6 .* 1 token"),
-        (("the happy and good one",), {}, r"the positive document has 5 tokens; a switch needs at least 32 tokens"),
-        ((POS, "the sad one"), {}, r"the negative document has 3 tokens"),
+        (([*POS, "happy"],), {}, r"the positive text #6 \('happy'\) has 1 token\(s\).*remove it, or join it"),
+        ((POS, ["the sad one", "the cruel one", "sad"]), {}, r"the negative text #3 \('sad'\) has 1 token"),  # by side
+        (("the happy and good one",), {}, r"the positive side is one text of 5 tokens; a switch needs at least 32 tokens"),
+        ((POS, "the sad one"), {}, r"the negative side is one text of 3 tokens.*or give two or more example sentences"),
+        ((POS, ["the sad one"]), {}, r"the negative side is one text of 3 tokens"),  # a list of one sentence, not a document
+        ((GOOD, ["the sad one", "the cruel one"]), {"labels": [0.0] * 4}, "every label is 0"),
+        ((pathlib.Path(__file__),), {}, r"the name of a file .* read it first"),
+        ((__file__,), {}, r"the positive side is the name of a file"),
+        ((GOOD, b"the sad one"), {}, "the negative side is bytes: decode it first"),
+        ((GOOD, 42), {}, "a document \\(a string\\) or a list of texts; got int"),
+        ((GOOD,), {"config": {"steps": 10}}, "config must be a TrainConfig"),
         ((POS, [" ".join(p.upper().split()) for p in reversed(POS)]), {}, "identical"),
         ((["the good", 42],), {}, "not a string"),
         ((["the good\x00one"],), {}, "NUL"),
@@ -287,6 +296,7 @@ def test_a_switch_is_named_by_its_data_unless_its_caller_names_it(small_lm, smal
     assert named(doc_a, doc_b) == ("document A", "document B", "document A (+) vs document B (−)")
     assert named(*small_data) == named(doc_a, small_data[1]) == ("positive", "negative", "")  # lists, or a document against them
     assert named(doc_a, positive_label="kind", description="") == ("kind", "unlike the document", "")  # each given one kept
+    assert named(doc_a, positive_label=" ", negative_label="") == named(doc_a)  # a blank label names no direction: not given
 
 
 def test_graded_labels(small_lm, small_data):

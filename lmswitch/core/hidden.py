@@ -52,6 +52,14 @@ def windows(ids: list[int], length: int, overlap: int) -> list[tuple[list[int], 
         start += stride
 
 
+class ShortText(ValueError):
+    """A text too short to learn from (under 2 tokens): its index among the texts given, the text, and its tokens."""
+
+    def __init__(self, index: int, text: str, tokens: int) -> None:
+        super().__init__(f"text #{index + 1} ({text[:40]!r}) has {tokens} token(s); a text needs at least 2 to learn from")
+        self.index, self.text, self.tokens = index, text, tokens
+
+
 @dataclass
 class EncodedText:
     """A text, its tokens, and the head input predicting each token."""
@@ -284,7 +292,7 @@ def encode_texts(lm: LanguageModel, texts: list[str], labels: list[float], chunk
     for i, text in enumerate(texts):
         ids = tok(text, add_special_tokens=False).input_ids
         if len(ids) < 2:
-            raise ValueError(f"text #{i + 1} ({text[:40]!r}) has {len(ids)} token(s); a text needs at least 2 to learn from")
+            raise ShortText(i, text, len(ids))
         start = 0
         for w, first in windows(ids, length, overlap):
             pieces.append((w, first, i, start))

@@ -16,9 +16,10 @@ domain when the labels differ. One document alone is fitted at ``ε0 W``.
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -26,7 +27,7 @@ import torch.nn.functional as F
 
 from lmswitch.core import solver
 from lmswitch.core.card import Card, TrainingRecord
-from lmswitch.core.hidden import READ_CHARS, EncodedText, TokenStates, check_text, encode_texts
+from lmswitch.core.hidden import READ_CHARS, EncodedText, ShortText, TokenStates, check_text, encode_texts
 from lmswitch.core.judge import fit_judge
 from lmswitch.core.models import LanguageModel, preferred_dtype
 from lmswitch.core.options import NAMINGS, Naming, TrainConfig
@@ -43,10 +44,18 @@ class TrainingCancelled(Exception):
 
 
 def _as_texts(texts: str | Sequence[str] | None, what: str) -> list[str]:
+    """One side's texts as a list, refusing what is not text with what to do instead."""
     if texts is None:
         return []
+    if isinstance(texts, os.PathLike) or isinstance(texts, str) and "\n" not in texts and len(texts) < 4096 and os.path.isfile(texts):
+        raise ValueError(f"the {what} side is the name of a file ({os.fspath(texts)!r}), not its text: read it first, "
+                         "lmswitch.io.documents.read_document(path) for a document, read_lines(path) for one example per line")
+    if isinstance(texts, (bytes, bytearray)):
+        raise ValueError(f"the {what} side is bytes: decode it first (data.decode('utf-8'))")
     if isinstance(texts, str):
         texts = [texts]
+    if not isinstance(texts, Iterable):
+        raise ValueError(f"the {what} side must be a document (a string) or a list of texts; got {type(texts).__name__}")
     return [check_text(text, f"{what} text #{i + 1}") for i, text in enumerate(texts)]
 
 
@@ -184,9 +193,10 @@ def _check_sides(lm: LanguageModel, pos: list[str], neg: list[str]) -> None:
                          "differs between them, so give two different documents or lists")
     for what, texts in (("positive", pos), ("negative", neg)):
         tokens = len(lm.tokenizer(texts[0], add_special_tokens=False).input_ids) if len(texts) == 1 else None
-        if tokens is not None and tokens < MIN_DOCUMENT_TOKENS:
-            raise ValueError(f"the {what} document has {tokens} tokens; a switch needs at least {MIN_DOCUMENT_TOKENS} tokens "
-                             f"(about {MIN_DOCUMENT_TOKENS * 3 // 4} words) to learn from, and 300+ words work much better")
+        if tokens is not None and tokens < MIN_DOCUMENT_TOKENS:  # one document, or a list of one sentence
+            raise ValueError(f"the {what} side is one text of {tokens} tokens; a switch needs at least {MIN_DOCUMENT_TOKENS} "
+                             f"tokens (about {MIN_DOCUMENT_TOKENS * 3 // 4} words) to learn from one text, and a document of "
+                             "300+ words works much better; or give two or more example sentences")
 
 
 def language_warning(lm: LanguageModel, texts: str | Sequence[str]) -> str | None:
@@ -221,6 +231,9 @@ def _examples(positive: str | Sequence[str], negative: str | Sequence[str] | Non
     bad = [x for x in values if not (math.isfinite(x) and -1 <= x <= 1)]
     if bad:
         raise ValueError(f"labels must be finite numbers in [-1, 1]; got {bad[:3]}")
+    if not any(values):
+        raise ValueError("every label is 0: a text labelled 0 belongs to neither side, so there is nothing to steer toward; "
+                         "label the texts of one style toward +1 and the other's toward -1")
     return _Examples(texts, values, len(pos), len(neg), True)
 
 
@@ -235,10 +248,15 @@ def data_kind(positive: str | Sequence[str], negative: str | Sequence[str] | Non
 def naming(positive: str | Sequence[str], negative: str | Sequence[str] | None, positive_label: str | None = None,
            negative_label: str | None = None, description: str | None = None) -> Naming:
     """The labels and description a switch trained on this data gets: each one given, else its data shape's
-    (:func:`data_kind`): a one-document switch moves "like the document" at +ε and "unlike the document" at −ε."""
+    (:func:`data_kind`): a one-document switch moves "like the document" at +ε and "unlike the document" at −ε. A blank
+    label is not given (a slider would name no direction); a blank description is kept."""
     default = NAMINGS[data_kind(positive, negative)]
-    return Naming(default.positive_label if positive_label is None else positive_label,
-                  default.negative_label if negative_label is None else negative_label,
+
+    def label(value: str | None, otherwise: str) -> str:  # (not a string: the switch refuses it)
+        blank = value is None or isinstance(value, str) and not value.strip()
+        return otherwise if blank else value.strip() if isinstance(value, str) else value
+
+    return Naming(label(positive_label, default.positive_label), label(negative_label, default.negative_label),
                   default.description if description is None else description)
 
 
@@ -514,17 +532,24 @@ def train_events(
     ...     if isinstance(event, Done): switch = event.switch
     """
     start = time.perf_counter()
+    if not isinstance(config, TrainConfig):
+        raise ValueError(f"config must be a TrainConfig, e.g. lmswitch.TrainConfig(steps=100); got {type(config).__name__}")
     config.validate(lm.hidden_size)
     ex = _examples(positive, negative, labels)
     _check_sides(lm, ex.texts[: ex.n_positive], ex.texts[ex.n_positive :])
     warning = language_warning(lm, ex.texts)
     negatives = "given" if ex.n_negative else "none"
     if config.self_contrast:
-        ex, negatives = _with_self_contrast(lm, ex, config.seed), "self-contrast"
+        ex, negatives = _with_self_contrast(lm, ex, config.seed), "given + self-contrast" if ex.n_negative else "self-contrast"
     generator = torch.Generator().manual_seed(config.seed)
     # each side given as one document, as long as a lens reads (self-contrast text comes after both)
     documents = [i for i, side in ((0, positive), (ex.n_positive, negative)) if isinstance(side, str) and len(side) <= READ_CHARS]
-    data = encode_texts(lm, ex.texts, ex.labels, config.chunk_tokens, block=32, keep=documents)
+    try:
+        data = encode_texts(lm, ex.texts, ex.labels, config.chunk_tokens, block=32, keep=documents)
+    except ShortText as err:  # named by its side and place in it, as the user gave them
+        side, k = ("positive", err.index) if err.index < ex.n_positive else ("negative", err.index - ex.n_positive)
+        raise ValueError(f"the {side} text #{k + 1} ({err.text[:40]!r}) has {err.tokens} token(s); a text needs at least 2 "
+                         "to learn from: remove it, or join it to the text before it") from None
     train_mask, held_mask = _split(data, len(ex.texts), config.heldout, generator)
     if not train_mask.any():
         raise ValueError("no tokens left to train on after holding out data; give more text or set heldout=0")
@@ -637,7 +662,7 @@ def _more_text(card: Mapping) -> str:
 
 
 def _older_data_kind(card: Mapping) -> str:
-    given_negatives = card.get("n_negative") if card.get("negatives") != "self-contrast" else 0
+    given_negatives = card.get("n_negative") if card.get("negatives") == "given" else 0
     if card.get("n_positive") == 1 and given_negatives in (0, 1):
         return "two documents" if given_negatives else "one document"
     return "examples"
