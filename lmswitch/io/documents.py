@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import logging
 import re
 import zipfile
 from pathlib import Path
@@ -13,6 +14,7 @@ MAX_DOCUMENT_BYTES = 20 * 1024 * 1024
 SUPPORTED = (".txt", ".md", ".markdown", ".html", ".htm", ".pdf", ".docx")
 MAX_UNZIPPED_BYTES = 256 * 1024 * 1024  # a .docx whose parts unpack to more than this is refused (zip bomb)
 _MB = 1024 * 1024
+INSTEAD = "save its text as a .txt file (in the app, paste it) instead"  # what to do with a file that cannot be read
 _DROP_TAGS = ["script", "style", "noscript", "template"]
 _BLOCK_TAGS = ["address", "article", "aside", "blockquote", "dd", "div", "dl", "dt", "figcaption", "figure", "footer",
                "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr", "li", "main", "nav", "ol", "p", "pre",
@@ -35,7 +37,7 @@ def _plain_text(raw: bytes, name: str) -> str:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise DocumentError(f"{name} is not UTF-8 text ({err.reason} at byte {err.start}); "
-                            "re-save it as UTF-8 or paste the text instead") from None
+                            f"re-save it as UTF-8, or {INSTEAD}") from None
 
 
 def _html_text(raw: bytes) -> str:
@@ -64,6 +66,8 @@ def _pdf_text(path: Path, name: str) -> str:
 
     pages: list[str] = []
     total = 0
+    quiet, level = logging.getLogger("pypdf"), logging.getLogger("pypdf").level  # its warnings on a broken file are noise:
+    quiet.setLevel(logging.ERROR)  # the file is read, or refused with the reason below
     try:
         reader = PdfReader(path)
         if reader.is_encrypted and not reader.decrypt(""):  # an owner-only password still opens with ""
@@ -74,13 +78,15 @@ def _pdf_text(path: Path, name: str) -> str:
             if total > MAX_TEXT_CHARS:  # the caller refuses it; stop extracting early
                 break
     except (FileNotDecryptedError, DependencyError):  # DependencyError: AES without the cryptography package
-        raise DocumentError(f"{name} is encrypted (password-protected); remove the protection or paste the text instead") from None
+        raise DocumentError(f"{name} is encrypted (password-protected); remove the protection, or {INSTEAD}") from None
     except Exception as err:  # a parser on untrusted bytes: any failure means a broken or unsupported file
         raise DocumentError(f"{name} could not be read as a PDF ({type(err).__name__}: {err}); "
-                            "is it corrupted? paste the text instead") from None
+                            f"is it corrupted? {INSTEAD[0].upper()}{INSTEAD[1:]}") from None
+    finally:
+        quiet.setLevel(level)
     text = "\n\n".join(p.strip("\n") for p in pages).replace("\x00", "")
     if not text.strip():
-        raise DocumentError(f"{name} has no extractable text (is it a scanned image?); paste the text instead")
+        raise DocumentError(f"{name} has no extractable text (is it a scanned image?); {INSTEAD}")
     return text
 
 
@@ -99,13 +105,13 @@ def _docx_text(path: Path, name: str) -> str:
                 out.append(item.text)
         return out
 
-    bad = f"{name} is not a valid .docx (Word) file; re-save it as .docx or paste the text instead"
+    bad = f"{name} is not a valid .docx (Word) file; re-save it as .docx, or {INSTEAD}"
     if not zipfile.is_zipfile(path):
         raise DocumentError(bad)
     try:
         with zipfile.ZipFile(path) as archive:
             if sum(info.file_size for info in archive.infolist()) > MAX_UNZIPPED_BYTES:
-                raise DocumentError(f"{name} unpacks to more than {MAX_UNZIPPED_BYTES // _MB} MB; paste the text instead")
+                raise DocumentError(f"{name} unpacks to more than {MAX_UNZIPPED_BYTES // _MB} MB; {INSTEAD}")
         return "\n".join(blocks(docx.Document(str(path))))
     except DocumentError:
         raise
@@ -124,7 +130,7 @@ def read_document(path: str | Path, *, max_bytes: int = MAX_DOCUMENT_BYTES, name
     size = p.stat().st_size
     if size > max_bytes:
         raise DocumentError(f"{shown} is {size / _MB:.1f} MB; the limit is {max_bytes / _MB:g} MB; "
-                            "split it or paste the part you need")
+                            "split it, or keep the part you need")
     ext = Path(shown).suffix.lower()
     if ext not in SUPPORTED:
         kind = f"type {ext}" if ext else "type (no extension)"
