@@ -179,7 +179,7 @@ def cmd_highlight(args: argparse.Namespace, lm: LanguageModel) -> None:
 def cmd_measure(args: argparse.Namespace, lm: LanguageModel) -> None:
     switches = [load_switch(ref, lm) for ref in args.switch]
     m = measure(lm, switches, text_arg(args), points=args.points)
-    lines = [f"{m.scored_tokens} tokens; log-likelihood {m.base_loglik:.4f} nats/token at eps 0, "
+    lines = [f"{m.scored_tokens} token{'s' if m.scored_tokens != 1 else ''}; log-likelihood {m.base_loglik:.4f} nats/token at eps 0, "
              f"{m.best_loglik:.4f} at the best eps (gain {m.gain:+.4f})"]
     for row in m.switches:
         lines.append(f"{row.name}: best eps {row.best_eps:+.2f} → {row.label or 'neutral'} (evidence {row.evidence_nats:.2f} nats"

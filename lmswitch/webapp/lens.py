@@ -50,7 +50,7 @@ def _summary(result: Highlight, meter: Measurement, cut: bool) -> str:
     lines = [f"- **{r.name}**: best ε {r.best_eps_alone:+.1f} → *{r.label_alone or 'neither'}* "
              f"(evidence {r.evidence_nats:.1f} nats{'; weak' if r.weak else ''})" for r in meter.switches]
     spans = "; ".join(f"“{s.text}” ({s.score:+.2f})" for s in result.spans) or "none: no part of the text reads that way"
-    read = f"{meter.scored_tokens} tokens" + (f" of the first {MAX_METER_CHARS:,} characters" if cut else "")
+    read = f"{meter.scored_tokens} token{'s' if meter.scored_tokens != 1 else ''}" + (f" of the first {MAX_METER_CHARS:,} characters" if cut else "")
     return f"**Spans toward {result.label}:** {spans}\n\n**Style meter** ({read}):\n" + "\n".join(lines)
 
 
