@@ -389,6 +389,23 @@ def test_help_and_a_mistyped_command_do_not_import_the_library():
     assert all(f"usage: python -m lmswitch {name} " in done.stdout for name in SUBCOMMANDS), done.stdout
 
 
+def test_every_option_says_what_it_does_and_its_default():
+    import argparse
+
+    from lmswitch.cli.parser import SUBCOMMANDS, build_parser
+
+    subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for name in SUBCOMMANDS:
+        parser = subparsers[name]
+        shown = " ".join(parser.format_help().split())
+        for action in parser._actions:
+            if not action.option_strings or action.help == argparse.SUPPRESS:
+                continue
+            assert action.help, f"{name} {action.option_strings[-1]} has no help"
+            if action.default not in (None, False, [], argparse.SUPPRESS) and not action.required:
+                assert "default" in action.help or f"(default {action.default})" in shown, (name, action.option_strings[-1])
+
+
 def test_a_switch_card_and_a_refused_combination_do_not_import_the_model_libraries():
     """``info --switch`` needs no model, and options refused before loading one are refused at once: neither imports
     transformers (seconds), only torch (a switch is a tensor)."""

@@ -94,10 +94,11 @@ def _add_common_options(p: argparse.ArgumentParser, defaults: bool) -> None:
 
 
 def _add_generation_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-new-tokens", type=int, default=SAMPLING.max_new_tokens)
+    p.add_argument("--max-new-tokens", type=int, default=SAMPLING.max_new_tokens, help="tokens to write after the prompt")
     p.add_argument("--temperature", type=float, default=SAMPLING.temperature, help="0 for greedy decoding")
-    p.add_argument("--top-p", type=float, default=SAMPLING.top_p)
-    p.add_argument("--seed", type=int, default=SEED)
+    p.add_argument("--top-p", type=float, default=SAMPLING.top_p, help="nucleus sampling: draw from the likeliest tokens that "
+                   "make up this share of the probability")
+    p.add_argument("--seed", type=int, default=SEED, help="random seed: the same seed and settings give the same text")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     _add_adaptive_options(p)
 
@@ -157,23 +158,23 @@ def _train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--optimizer", choices=OPTIMIZERS, default=train.optimizer, help=_help(TrainConfig, "optimizer"))
     p.add_argument("--self-contrast", action="store_true", help=_help(TrainConfig, "self_contrast"))
     p.add_argument("--steps", type=int, default=train.steps, help=_help(TrainConfig, "steps"))
-    p.add_argument("--lr", type=float, default=train.lr)
-    p.add_argument("--l2", type=float, default=train.l2)
-    p.add_argument("--seed", type=int, default=train.seed)
+    p.add_argument("--lr", type=float, default=train.lr, help="Adam's learning rate (--optimizer adam only)")
+    p.add_argument("--l2", type=float, default=train.l2, help="Adam's L2 penalty on W (L-BFGS chooses its own on a held-out split)")
+    p.add_argument("--seed", type=int, default=train.seed, help="random seed (held-out split, sampled tail, self-contrast)")
     _add_calibrate_option(p, "training", "the model's")
 
 
 def _generate(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--prompt", required=True)
+    p.add_argument("--prompt", required=True, help="the text to continue")
     p.add_argument("--switch", action="append", default=[], type=switch_spec_or_card, metavar="SWITCH[=EPS]",
                    help=f"repeatable; SWITCH is {SWITCH_HELP}; EPS in eps0 units (default: the card's recommended ε, "
                         f"inside its fluent range; {FALLBACK_EPS:g}, the paper's 5 eps0, for a card without one)")
-    p.add_argument("--samples", type=int, default=SAMPLES)
+    p.add_argument("--samples", type=int, default=SAMPLES, help="texts to write (seeds SEED, SEED+1, …)")
     _add_generation_options(p)
 
 
 def _sweep(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--prompt", required=True)
+    p.add_argument("--prompt", required=True, help="the text to continue")
     p.add_argument("--switch", required=True, help=SWITCH_HELP)
     p.add_argument("--eps", type=eps_list, default=None,
                    help="eps values (eps0 units); default: the card's fluent range, its ends, their halves and 0 "
@@ -183,8 +184,8 @@ def _sweep(p: argparse.ArgumentParser) -> None:
 
 def _svd(p: argparse.ArgumentParser) -> None:
     p.add_argument("--switch", required=True, help=SWITCH_HELP)
-    p.add_argument("--dims", type=int, default=lens.DEFAULT_DIMS)
-    p.add_argument("--words", type=int, default=lens.DEFAULT_WORDS)
+    p.add_argument("--dims", type=int, default=lens.DEFAULT_DIMS, help="singular directions of W to show")
+    p.add_argument("--words", type=int, default=lens.DEFAULT_WORDS, help="words per list")
 
 
 def _highlight(p: argparse.ArgumentParser) -> None:
@@ -205,13 +206,13 @@ def _eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--switch", help=f"switch to sweep: {SWITCH_HELP}")
     p.add_argument("--eps", type=eval_eps_list, default=EVAL_EPS, help="eps values (eps0 units)")
     p.add_argument("--grid", help="a second switch: evaluate the 2-D grid of --eps × --grid-eps instead of a sweep")
-    p.add_argument("--grid-eps", type=eps_list, default=EVAL_GRID_EPS)
+    p.add_argument("--grid-eps", type=eps_list, default=EVAL_GRID_EPS, help="eps values of the --grid switch")
     p.add_argument("--prompts", default=EVAL_PROMPTS, help="neutral, provocative, or a file with one prompt per line")
     p.add_argument("--limit", type=int, default=EVAL_LIMIT, help="use the first N prompts")
     p.add_argument("--samples", type=int, default=PROTOCOL.samples, help="samples per prompt")
-    p.add_argument("--max-new-tokens", type=int, default=PROTOCOL.max_new_tokens)
-    p.add_argument("--top-p", type=float, default=PROTOCOL.top_p)
-    p.add_argument("--seed", type=int, default=PROTOCOL.seed)
+    p.add_argument("--max-new-tokens", type=int, default=PROTOCOL.max_new_tokens, help="tokens per sample")
+    p.add_argument("--top-p", type=float, default=PROTOCOL.top_p, help="nucleus sampling share")
+    p.add_argument("--seed", type=int, default=PROTOCOL.seed, help="random seed of the first sample")
     _add_adaptive_options(p)
     p.add_argument("--metrics", default=EVAL_METRICS, help="comma-separated metrics to plot")
     p.add_argument("--out", help="folder for results.json and the figure (.html, plus .png with --png)")
@@ -247,8 +248,8 @@ def _build_pretrained(p: argparse.ArgumentParser) -> None:
     p.add_argument("--only", action="append", default=None, help="build only this switch (repeatable)")
     p.add_argument("--data", default=None, help="dataset folder (default: the shipped datasets, lmswitch/data/styles/)")
     p.add_argument("--eval-prompts", type=int, default=CARD_PROMPTS, help="prompts for the card's quick evaluation (0 to skip)")
-    p.add_argument("--samples", type=int, default=CARD_SAMPLES)
-    p.add_argument("--seed", type=int, default=BUILD_SEED)
+    p.add_argument("--samples", type=int, default=CARD_SAMPLES, help="samples per prompt in the card's quick evaluation")
+    p.add_argument("--seed", type=int, default=BUILD_SEED, help="random seed of training and evaluation")
     p.add_argument("--no-calibrate", action="store_true",
                    help="skip probing each switch's fluent ε range on the dev prompts (the card then recommends the spec's ε)")
     p.add_argument("--recalibrate", action="store_true",
@@ -283,8 +284,8 @@ def _export(p: argparse.ArgumentParser) -> None:
 
 
 def _demo(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--prompt", default=DEMO_PROMPT)
-    p.add_argument("--steps", type=int, default=DEMO_STEPS)
+    p.add_argument("--prompt", default=DEMO_PROMPT, help="the text the sweep continues")
+    p.add_argument("--steps", type=int, default=DEMO_STEPS, help="training steps (loss evaluations)")
 
 
 # subcommand → (help, its arguments), in the order ``--help`` lists them
@@ -304,6 +305,16 @@ SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = 
 }
 
 
+class _Formatter(argparse.HelpFormatter):
+    """Help that gives each option's default, unless its help already speaks of it (or it has none to give)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        help_text = action.help or ""
+        if "default" in help_text or action.required or not action.option_strings or action.default in (None, False, argparse.SUPPRESS):
+            return help_text
+        return f"{help_text} (default %(default)s)" if help_text else "default %(default)s"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: common options, then one subparser per entry of :data:`SUBCOMMANDS`.
 
@@ -311,11 +322,11 @@ def build_parser() -> argparse.ArgumentParser:
     seconds to import), so ``--help``, a subcommand's ``--help`` and a mistyped command answer at once.
     """
     prog = "lmswitch" if Path(sys.argv[0]).name == "lmswitch" else "python -m lmswitch"  # the console script, or the module
-    parser = argparse.ArgumentParser(prog=prog, description="Steer language models with LM-Switch switches.")
+    parser = argparse.ArgumentParser(prog=prog, description="Steer language models with LM-Switch switches.", formatter_class=_Formatter)
     _add_common_options(parser, defaults=True)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_text, add_arguments) in SUBCOMMANDS.items():
-        p = sub.add_parser(name, help=help_text)
+        p = sub.add_parser(name, help=help_text, formatter_class=_Formatter)
         _add_common_options(p, defaults=False)
         add_arguments(p)
     return parser
