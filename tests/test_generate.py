@@ -188,6 +188,7 @@ def test_long_prompt_is_truncated_from_the_left_with_a_warning(tiny_lm):
         ({"max_new_tokens": 0}, "max_new_tokens"),
         ({"max_new_tokens": CONTEXT}, "max_new_tokens"),
         ({"seed": -1}, "seed"),
+        ({"seed": 2**32}, r"seed must be an integer from 0 to 4,294,967,295 .* repeat a smaller one's text\); got 4294967296"),
         ({"samples": 0}, "samples"),
     ],
 )

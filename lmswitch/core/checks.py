@@ -20,3 +20,14 @@ def is_whole(value: object) -> bool:
 def plain(value: object) -> object:
     """``value`` as a Python scalar when it is a NumPy one (so it prints and serialises as the user expects)."""
     return value.item() if isinstance(value, numbers.Number) and type(value).__module__ == "numpy" else value
+
+
+MAX_SEED = 2**32 - 1  # torch's CPU generator keeps a seed's low 32 bits: 2**32 would draw what 0 draws
+
+
+def check_seed(seed: object, what: str = "seed") -> int:
+    """A seed a generator tells apart from every other: an integer from 0 to :data:`MAX_SEED`."""
+    if not is_whole(seed) or not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"{what} must be an integer from 0 to {MAX_SEED:,} (2³² − 1: the random generator keeps 32 bits, "
+                         f"so a larger seed would repeat a smaller one's text); got {seed!r}")
+    return int(seed)

@@ -26,7 +26,7 @@ from transformers.cache_utils import DynamicLayer
 from transformers.generation.streamers import BaseStreamer
 
 from lmswitch.core.budget import Budget, RowBudgets
-from lmswitch.core.checks import is_whole
+from lmswitch.core.checks import check_seed, is_whole
 from lmswitch.core.guard import RepeatGuard
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SAMPLES, SAMPLING, SEED, SamplingOptions
@@ -399,12 +399,6 @@ def finished_text(tokenizer, ids: Sequence[int]) -> str:
     """The text of a finished generation: its new tokens decoded, less the end of a character that the length limit
     cut in two (its first bytes decode to "\ufffd"), so a text never ends in a broken character."""
     return tokenizer.decode(ids, skip_special_tokens=True).rstrip("\ufffd")
-
-
-def check_seed(seed: int) -> int:
-    if not is_whole(seed) or not 0 <= seed < 2**63:
-        raise ValueError(f"seed must be a non-negative integer; got {seed!r}")
-    return seed
 
 
 def generate(

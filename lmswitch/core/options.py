@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING
 
+from lmswitch.core.checks import check_seed, plain
 from lmswitch.core.checks import is_number as _finite
 from lmswitch.core.checks import is_whole as _whole
-from lmswitch.core.checks import plain
 
 if TYPE_CHECKING:
     import torch
@@ -217,8 +217,7 @@ class TrainConfig:
         for label, value in (("eval_every", self.eval_every), ("patience", self.patience), ("chunk_tokens", self.chunk_tokens)):
             if not _whole(value) or value < 1:
                 raise ValueError(f"{label} must be a positive integer; got {value!r}")
-        if not _whole(self.seed) or self.seed < 0:
-            raise ValueError(f"seed must be a non-negative integer; got {self.seed!r}")
+        check_seed(self.seed)
         if not _whole(self.warmup) or not 0 <= self.warmup <= self.steps:
             raise ValueError(f"min_steps must be an integer from 0 to steps ({self.steps}); got {self.min_steps!r}")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from lmswitch.core.checks import check_seed
 from lmswitch.core.options import SAMPLING, SamplingOptions, TrainConfig
 
 
@@ -45,8 +46,7 @@ class Protocol:
             raise ValueError(f"samples must be an integer from 1 to 100; got {self.samples!r}")
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer; got {self.batch_size!r}")
-        if not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed must be a non-negative integer; got {self.seed!r}")
+        check_seed(self.seed)
 
     def to_dict(self) -> dict:
         return asdict(self)
