@@ -19,13 +19,14 @@ from the app's switch folder (a session's private switches are not visible here)
 from __future__ import annotations
 
 import asyncio
+import difflib
 import json
 import re
 import secrets
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -75,6 +76,9 @@ UNSUPPORTED = {"logprobs": _LOGPROBS, "top_logprobs": _LOGPROBS, "echo": "the pr
                "frequency_penalty": _PENALTIES, "logit_bias": "logit biases are not applied (steer with switches instead)",
                "tools": _TOOLS, "functions": "functions are not supported", "tool_choice": _TOOLS,
                "response_format": "only plain text is written"}
+
+
+EXTENSIONS = ("switches", "adaptive", "kl_budget", "generation_budget", "guide", "repeat_guard")  # lmswitch's request fields
 
 
 def _asks(value: Any) -> bool:
@@ -155,9 +159,17 @@ def _validated(model: type[BaseModel], body: bytes) -> Any:
     try:
         return model.model_validate_json(body)
     except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(x) for x in first["loc"] if not _TYPE_TAG.match(str(x))) or "body"
-        raise ApiError(400, f"{where}: {first['msg']} (got {str(first.get('input'))[:80]!r})", param=where) from None
+        errors = err.errors()
+        where = _where(errors[0])
+        tags = {str(x) for e in errors if _where(e) == where for x in e["loc"] if _TYPE_TAG.match(str(x))}
+        # a number field is a union of int and float: pydantic's first complaint ("a valid integer") misleads
+        says = "Input should be a number" if {"int", "float"} <= tags else errors[0]["msg"]
+        raise ApiError(400, f"{where}: {says} (got {str(errors[0].get('input'))[:80]!r})", param=where) from None
+
+
+def _where(error: Mapping) -> str:
+    """A pydantic error's field, without the union members pydantic names in it."""
+    return ".".join(str(x) for x in error["loc"] if not _TYPE_TAG.match(str(x))) or "body"
 
 
 _TYPE_TAG = re.compile(r"^(int|float|str|bool|(list|dict)\[.*\]|function-.*)$")  # pydantic's union members in error locations
@@ -293,6 +305,14 @@ class OpenAIApi:
         asked = next((k for k in UNSUPPORTED if _asks((req.model_extra or {}).get(k))), None)
         if asked:
             raise ApiError(400, f"{asked}: {UNSUPPORTED[asked]} by this server; leave it out", param=asked)
+        for key in req.model_extra or {}:  # other unknown fields are ignored, but not a misspelt steering field
+            meant = difflib.get_close_matches(key, EXTENSIONS, n=1, cutoff=0.8)
+            if meant and key not in UNSUPPORTED:
+                raise ApiError(400, f"unknown field {key[:40]!r}: did you mean {meant[0]!r}? (as sent, the text would not be "
+                                    "steered as asked)", param=key[:40])
+        if req.generation_budget is not None and not req.adaptive:
+            raise ApiError(400, "generation_budget is adaptive strength's budget per generation: give it with adaptive=true, or "
+                                "leave it out", param="generation_budget")
         if req.n != 1:
             raise ApiError(400, f"n = {req.n}: one choice per request (send several requests, with different seeds)", param="n")
         if req.stop:
