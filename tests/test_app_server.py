@@ -41,6 +41,18 @@ def steer_args(eps: dict[str, float], seed: int = 0, tokens: int = 24) -> list:
     return [PROMPT, tokens, 1.0, 0.9, seed, False, *[eps.get(n, 0.0) for n in order], *[0.0] * (SLOTS - len(order))]
 
 
+def test_the_page_and_its_endpoints_take_the_servers_token_cap(app_server):
+    """/generate, /steer, /sweep and /compose read the page's "max new tokens" slider, whose range Gradio enforces: it
+    is this server's cap (README), not a smaller one of its own (it stopped at 200)."""
+    import httpx
+
+    from lmswitch.serve.limits import MAX_NEW_TOKENS
+
+    config = httpx.get(f"{app_server.url}/config", timeout=30).json()
+    sliders = [c["props"] for c in config["components"] if c["props"].get("label") == "max new tokens"]
+    assert [(s["minimum"], s["maximum"]) for s in sliders] == [(1, MAX_NEW_TOKENS)]
+
+
 def test_generate_with_and_without_a_switch(app_server):
     c = client(app_server)
     base, steered = [], []

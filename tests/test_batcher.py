@@ -122,7 +122,7 @@ def test_over_capacity_busy_at_once_and_bad_values_refused_before_queueing(llama
     streams = [batcher.stream(WORDS, [], seed=k, options=SamplingOptions(max_new_tokens=2)) for k in range(2)]
     with pytest.raises(Busy, match="busy.*retry"):
         batcher.stream(WORDS, [], seed=9, options=SamplingOptions(max_new_tokens=2))
-    with pytest.raises(ValueError, match="max_new_tokens"):
+    with pytest.raises(ValueError, match="max_new_tokens must be an integer from 1 to 1,024 on this server"):
         batcher.stream(WORDS, [], seed=0, options=SamplingOptions(max_new_tokens=0))
     with pytest.raises(ValueError, match="seed"):
         batcher.stream(WORDS, [], seed=-1, options=SamplingOptions(max_new_tokens=2))

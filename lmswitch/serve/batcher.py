@@ -67,7 +67,7 @@ from lmswitch.core.options import SamplingOptions
 from lmswitch.core.steering import RowSteering, Setting, check_setting, steering, steers
 from lmswitch.harness.evaluate import TextScores, scores_of, text_scores
 from lmswitch.serve.compute import ComputeThread, Merged
-from lmswitch.serve.limits import check_request
+from lmswitch.serve.limits import check_new_tokens, check_request
 
 MAX_BATCH = 8  # rows decoded together
 MAX_WAITING = 32  # requests waiting for a batch; one more gets Busy
@@ -505,6 +505,7 @@ class Batcher:
         """The request's text so far after each new token, then its :class:`Row`. Checked at once: bad values raise
         ``ValueError``/``TypeError``, a full queue :class:`Busy`. Closing the iterator, or setting ``cancel``, drops the
         request's row (a row decoded among candidates then ends early: its reader gets what there is)."""
+        check_new_tokens(options)  # this server's range, before the library's (the model's context)
         options.validate(self.lm)
         check_setting(self.lm, setting)
         check_seed(seed)

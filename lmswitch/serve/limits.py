@@ -8,6 +8,7 @@ ValueError: max_new_tokens 2,000 is more than this server generates per request 
 
 from __future__ import annotations
 
+from lmswitch.core.checks import is_whole
 from lmswitch.core.generate import Prompt, prompt_ids, prompt_room
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SamplingOptions
@@ -24,12 +25,21 @@ def prompt_limit(lm: LanguageModel, options: SamplingOptions) -> int:
     return min(MAX_PROMPT_TOKENS, prompt_room(lm, options))
 
 
+def check_new_tokens(options: SamplingOptions) -> None:
+    """Refuse (``ValueError``) new tokens outside this server's 1 … :data:`MAX_NEW_TOKENS`, before the library's own
+    check (whose limit is the model's context, not this server's)."""
+    k = options.max_new_tokens
+    if is_whole(k) and k < 1:
+        raise ValueError(f"max_new_tokens must be an integer from 1 to {MAX_NEW_TOKENS:,} on this server; got {k}")
+    if is_whole(k) and k > MAX_NEW_TOKENS:
+        raise ValueError(f"max_new_tokens {k:,} is more than this server generates per request ({MAX_NEW_TOKENS:,}); ask for "
+                         "fewer, or continue the text in a second request")
+
+
 def check_request(lm: LanguageModel, prompt: Prompt, options: SamplingOptions) -> int:
     """Refuse (``ValueError``) a request over this server's caps or the model's context, naming what to change;
     returns the prompt's token count."""
-    if options.max_new_tokens > MAX_NEW_TOKENS:
-        raise ValueError(f"max_new_tokens {options.max_new_tokens:,} is more than this server generates per request "
-                         f"({MAX_NEW_TOKENS:,}); ask for fewer, or continue the text in a second request")
+    check_new_tokens(options)
     n, limit = len(prompt_ids(lm, prompt, options.chat)), prompt_limit(lm, options)
     if n > limit:
         raise ValueError(f"the prompt has {n:,} tokens; {_why(lm, options, limit)}: shorten it")

@@ -13,7 +13,7 @@ from lmswitch.core.solver import RECIPES
 from lmswitch.core.steering import MAX_ABS_EPS
 from lmswitch.lenses.options import DEFAULT_EPS, DEFAULT_MAX_SPAN, DEFAULT_SPANS
 from lmswitch.lenses.svd import RARE_NOTE
-from lmswitch.serve.limits import MAX_TRAIN_STEPS
+from lmswitch.serve.limits import MAX_NEW_TOKENS, MAX_TRAIN_STEPS
 from lmswitch.serve.session import Session
 from lmswitch.webapp import lens, steer, train
 from lmswitch.webapp.backend import Backend
@@ -38,7 +38,7 @@ def _steer_tab(ui: SimpleNamespace, backend: Backend) -> None:
             ui.sliders = [gr.Slider(-MAX_ABS_EPS, MAX_ABS_EPS, value=0, step=0.5, label=f"switch {i + 1}", visible=False, elem_id=f"eps-{i}")
                           for i in range(MAX_SLOTS)]
             with gr.Accordion("generation settings", open=False):
-                ui.gen = [gr.Slider(1, 200, value=SAMPLING.max_new_tokens, step=1, label="max new tokens"),
+                ui.gen = [gr.Slider(1, MAX_NEW_TOKENS, value=SAMPLING.max_new_tokens, step=1, label="max new tokens"),
                           gr.Slider(0, 2, value=SAMPLING.temperature, step=0.05, label="temperature", info="0 = greedy"),
                           gr.Slider(0.05, 1.0, value=SAMPLING.top_p, step=0.05, label="top-p"),
                           gr.Number(value=SEED, precision=0, minimum=0, label="seed", elem_id="seed", info="Enter: generate with it"),

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import gradio as gr
 
+from lmswitch.core.checks import check_seed
 from lmswitch.core.options import SAMPLING, SamplingOptions
 from lmswitch.core.switch import Switch
 from lmswitch.harness.evaluate import TextScores
@@ -45,9 +46,7 @@ def number(value, label: str, kind: type = float):
 def sampling(max_new_tokens, temperature, top_p, seed, chat, adaptive=False, best_of=SAMPLING.best_of, guide=SAMPLING.guide,
              repeat_guard=True) -> tuple[SamplingOptions, int]:
     """Widget values → (decoding options, seed); the library validates the ranges."""
-    seed = number(seed, "seed", int)
-    if seed < 0:
-        raise ValueError(f"seed must be a whole number ≥ 0; got {seed}")
+    seed = check_seed(number(seed, "seed", int))
     options = SamplingOptions(max_new_tokens=number(max_new_tokens, "max new tokens", int), temperature=number(temperature, "temperature"),
                               top_p=number(top_p, "top-p"), chat=bool(chat), adaptive=bool(adaptive),
                               best_of=number(1 if best_of is None else best_of, "best of", int),
