@@ -197,6 +197,19 @@ def test_bad_options_are_refused(tiny_lm, option, match):
         generate(tiny_lm, PROMPT, [], **option)
 
 
+def test_wrong_arguments_say_what_to_pass(tiny_lm):
+    s = random_switch(tiny_lm, seed=13)
+    with pytest.raises(ValueError, match="prompt must be a string or a list of prompts .* got NoneType"):
+        generate(tiny_lm, None, [(s, 1.0)])
+    with pytest.raises(ValueError, match=r"switches must be a list of \(switch, ε\) pairs, e.g. \[\(sentiment, 4\)\]; got Switch"):
+        generate(tiny_lm, PROMPT, s)
+    with pytest.raises(ValueError, match=r"eps_values must be a list of ε values, e.g. \[-4, 0, 4\]; got 2"):
+        sweep(tiny_lm, PROMPT, s, 2)
+    with pytest.raises(TypeError, match="stream_generate\\(\\) got an unexpected keyword argument 'top_k'"):
+        next(stream_generate(tiny_lm, PROMPT, [(s, 1.0)], top_k=5))
+    assert generate(tiny_lm, PROMPT, None, seed=3, max_new_tokens=4) == generate(tiny_lm, PROMPT, [], seed=3, max_new_tokens=4)
+
+
 def test_top_p_zero_keeps_the_most_likely_token(tiny_lm):
     s = random_switch(tiny_lm, seed=12)
     for switches in ([], [(s, 2.0)]):

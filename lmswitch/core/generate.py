@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import inspect
 import math
 import queue
 import threading
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
@@ -433,7 +434,7 @@ def generate(
     >>> generate(lm, "The movie was", [(sentiment, 5)], seed=0)   # doctest: +SKIP
     [' absolutely wonderful, ...']
     """
-    prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+    prompts = [prompt] if isinstance(prompt, str) else list(_checked_prompt(prompt))
     if not prompts:
         raise ValueError("no prompt given")
     if not is_whole(samples) or not 1 <= samples <= 1024:
@@ -443,7 +444,22 @@ def generate(
     seeds = [seed + k for _ in prompts for k in range(samples)]
     opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget, generation_budget, best_of, guide,
                            repeat_guard)
-    return generate_tokens(lm, rows, [list(switches)] * len(rows), seeds, opts).texts
+    return generate_tokens(lm, rows, [as_setting(switches)] * len(rows), seeds, opts).texts
+
+
+def _checked_prompt(prompt: object) -> Sequence:
+    if prompt is None or not isinstance(prompt, Sequence):
+        raise ValueError(f"prompt must be a string or a list of prompts (a chat: a list of messages); got {type(prompt).__name__}")
+    return prompt
+
+
+def as_setting(switches: Setting | None) -> list:
+    """The (switch, ε) pairs asked for, as a list (None: none), refusing what is not such a list."""
+    if switches is None:
+        return []
+    if isinstance(switches, Switch) or not isinstance(switches, Iterable):
+        raise ValueError(f"switches must be a list of (switch, ε) pairs, e.g. [(sentiment, 4)]; got {type(switches).__name__}")
+    return list(switches)
 
 
 def sweep(
@@ -472,6 +488,8 @@ def sweep(
     >>> sweep(lm, "I think that", detox, [-5, 0, 5])   # doctest: +SKIP
     [(-5.0, ' ...'), (0.0, ' ...'), (5.0, ' ...')]
     """
+    if isinstance(eps_values, str) or not isinstance(eps_values, Iterable):
+        raise ValueError(f"eps_values must be a list of ε values, e.g. [-4, 0, 4]; got {eps_values!r}")
     eps_values = [float(e) for e in eps_values]
     if not eps_values:
         raise ValueError("give at least one eps value to sweep")
@@ -567,5 +585,8 @@ def stream_generate(lm: LanguageModel, prompt: str, switches: Setting = (), **op
     >>> for text in stream_generate(lm, "Once upon a time", [(sentiment, 5)]):   # doctest: +SKIP
     ...     print(text)
     """
-    for texts in stream_rows(lm, prompt, [list(switches)], **options):
+    unknown = sorted(set(options) - set(inspect.signature(stream_rows).parameters) | set(options) & {"lm", "prompt", "settings"})
+    if unknown:
+        raise TypeError(f"stream_generate() got an unexpected keyword argument {unknown[0]!r}")
+    for texts in stream_rows(lm, prompt, [as_setting(switches)], **options):
         yield texts[0]
