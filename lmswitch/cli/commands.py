@@ -120,14 +120,19 @@ def cmd_generate(args: argparse.Namespace, lm: LanguageModel) -> None:
     used = [{"path": ref, "eps": eps} for (ref, _), (_, eps) in zip(args.switch, setting, strict=True)]
     data = {"prompt": args.prompt, "switches": used, "seed": args.seed,
             "samples": [{"seed": args.seed + k, "text": t} for k, t in enumerate(texts)]}
-    emit(args, data, "\n".join(f"[seed {args.seed + k}] {args.prompt}{t}" for k, t in enumerate(texts)))
+    emit(args, data, "\n".join(f"[seed {args.seed + k}] {_shown(args, t)}" for k, t in enumerate(texts)))
 
 
 def cmd_sweep(args: argparse.Namespace, lm: LanguageModel) -> None:
     switch = load_switch(args.switch, lm)
     rows = sweep(lm, args.prompt, switch, args.eps or switch.card.fluent_row or SWEEP_EPS, seed=args.seed, **_sampling(args))
     data = {"prompt": args.prompt, "switch": args.switch, "seed": args.seed, "rows": [{"eps": e, "text": t} for e, t in rows]}
-    emit(args, data, "\n".join(f"eps {e:+6.2f} | {args.prompt}{t}" for e, t in rows))
+    emit(args, data, "\n".join(f"eps {e:+6.2f} | {_shown(args, t)}" for e, t in rows))
+
+
+def _shown(args: argparse.Namespace, text: str) -> str:
+    """A continuation after its prompt; with --chat, the reply after the user's message (it does not continue it)."""
+    return f"{args.prompt} → {text.lstrip()}" if args.chat else f"{args.prompt}{text}"
 
 
 def cmd_demo(args: argparse.Namespace, lm: LanguageModel) -> None:
@@ -236,7 +241,7 @@ def cmd_transfer(args: argparse.Namespace, lm: LanguageModel) -> None:
     t = moved.card["transfer"]
     emit(args, {"written": args.out, "card": dict(moved.card)},  # a Card is a read-only mapping
          f"wrote {args.out}: '{moved.name}' for {target.name}; fit on {t['anchors']} shared words, held-out R² "
-         f"{t['heldout_r2']}, nearest-word accuracy {t['heldout_top1']:.0%}.\n{strength_advice(moved, target.name)}")
+         f"{t['heldout_r2']}, nearest-word accuracy {t['heldout_top1']:.1%}.\n{strength_advice(moved, target.name)}")
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, LanguageModel], None]] = {

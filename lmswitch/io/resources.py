@@ -67,7 +67,8 @@ def resolve_switch_file(ref: str | Path) -> Path:
     shipped = shipped_switch_path(str(ref)) if str(ref).strip() else None
     if shipped is not None:
         return shipped
+    several = "; give several switches one by one (on the command line: --switch sentiment=2 --switch formality=1)" if "," in str(ref) else ""
     raise FileNotFoundError(
         f"no switch file '{ref}' and no shipped switch of that name; give a .safetensors path or one of: "
-        + ", ".join(shipped_switch_names())
+        + ", ".join(shipped_switch_names()) + several
     )
