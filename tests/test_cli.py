@@ -303,6 +303,11 @@ def test_unknown_switch_name_exits_2_listing_the_shipped_ones(capsys):
     assert shipped_switch_names() and all(name in err for name in shipped_switch_names())
 
 
+def test_switches_joined_by_a_comma_get_the_hint_to_give_them_one_by_one(capsys):
+    assert main(["generate", "--prompt", "Hi", "--switch", "sentiment=2,formality=1"]) == 2
+    assert "give several switches one by one (on the command line: --switch sentiment=2 --switch formality=1)" in capsys.readouterr().err
+
+
 def test_shipped_switch_for_another_model_is_refused_by_name(run):
     code, _, err = run("generate", "--prompt", "the", "--switch", "sentiment=6", "--max-new-tokens", "2")
     assert code == 2 and "made for" in err
