@@ -134,10 +134,9 @@ def end_process(code: int) -> None:
 
 
 def serve(args: argparse.Namespace):
-    """Start the backend (the model loads in the background) and the web server; returns the running Gradio app."""
+    """Start the web server, then the backend (the model loads in the background); returns the running Gradio app."""
     backend = Backend(args.model, args.switches, dtype=args.dtype, spool=args.spool_dir)
     backend.compute.own_cores()  # a torch op on a web thread must not slow every generation (serve/compute.py)
-    backend.start()
     demo = build_app(backend)
     if args.mcp:
         McpTools(backend).register(demo)
@@ -147,6 +146,9 @@ def serve(args: argparse.Namespace):
                 footer_links=["api"], max_file_size="256mb",  # documents are refused above 20 MB; switches of big models are larger
                 prevent_thread_lock=True, mcp_server=args.mcp)
     demo.app.include_router(OpenAIApi(backend, args.api_key).router())
+    # only now, with the server up: launch asks it for its own page once (3 s at most) and gives up without it ("When
+    # localhost is not accessible…"), which a model loading on the same 2 cores made it do on a fresh clone's first start
+    backend.start()
     start_sweeping(demo, args.keep_files)
     threading.Thread(target=freeze_when_loaded, args=(backend,), name="lmswitch-gc-freeze", daemon=True).start()
     print(f"lmswitch: OpenAI-compatible API at http://{args.host}:{args.port}/v1"
