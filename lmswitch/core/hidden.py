@@ -56,8 +56,13 @@ class ShortText(ValueError):
     """A text too short to learn from (under 2 tokens): its index among the texts given, the text, and its tokens."""
 
     def __init__(self, index: int, text: str, tokens: int) -> None:
-        super().__init__(f"text #{index + 1} ({text[:40]!r}) has {tokens} token(s); a text needs at least 2 to learn from")
         self.index, self.text, self.tokens = index, text, tokens
+        super().__init__(self.says(f"text #{index + 1}"))
+
+    def says(self, name: str) -> str:
+        """The refusal, the text called ``name`` (a caller knows which side it is on)."""
+        return (f"{name} ({self.text[:40]!r}) has {self.tokens} token(s); a text needs at least 2 to learn from: remove it, "
+                "or join it to the text before it")
 
 
 @dataclass

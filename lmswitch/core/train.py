@@ -548,8 +548,7 @@ def train_events(
         data = encode_texts(lm, ex.texts, ex.labels, config.chunk_tokens, block=32, keep=documents)
     except ShortText as err:  # named by its side and place in it, as the user gave them
         side, k = ("positive", err.index) if err.index < ex.n_positive else ("negative", err.index - ex.n_positive)
-        raise ValueError(f"the {side} text #{k + 1} ({err.text[:40]!r}) has {err.tokens} token(s); a text needs at least 2 "
-                         "to learn from: remove it, or join it to the text before it") from None
+        raise ValueError(err.says(f"the {side} text #{k + 1}")) from None
     train_mask, held_mask = _split(data, len(ex.texts), config.heldout, generator)
     if not train_mask.any():
         raise ValueError("no tokens left to train on after holding out data; give more text or set heldout=0")
