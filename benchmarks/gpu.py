@@ -312,10 +312,11 @@ def check_peft(s: Setup) -> str:
     error = float((got - want).norm()) / change
     largest = float((got - want).abs().max())
     ensure(change > 1e-2 * float(plain.norm()), "the steering hardly changes the logits")
-    if s.float32:
-        ensure(torch.allclose(got, want, atol=1e-4, rtol=1e-4), f"float32 logits differ by up to {largest:.2e}")
-    else:  # bfloat16 rounds c + Mc (the library) and E c (peft) differently: compare with the change itself
-        ensure(error < 0.05, f"the adapter's logit change is {error:.3f} of the steering's change away from it")
+    # compared with the steering's change itself: peft's plain model and the library's do not share kernels (on the CPU
+    # the library packs its linear layers: at hidden 576 their unsteered float32 logits differ by ~5e-4), and bfloat16
+    # rounds c + Mc (the library) and E c (peft) differently
+    ensure(error < (1e-4 if s.float32 else 0.05), f"the adapter's logits are {error:.1e} of the steering's change away "
+                                                  f"from the steered model's (max |Δ| {largest:.2e})")
     return f"rank {report.rank}; peft logits vs steered: max |Δ| {largest:.2e}, {error:.1e} of the steering's change"
 
 
@@ -393,7 +394,11 @@ def check_lenses(s: Setup) -> str:
     ensure(finite([m.base_loglik, m.best_loglik, m.gain, row.best_eps, *row.loglik]), f"measure: not finite ({m})")
     slope = style_slope(lm, a, text)
     h = ls.highlight(lm, a, text, eps=5.0)
-    ensure(finite([slope, h.total_delta, *(t.delta for t in h.tokens)]) and h.spans, "style_slope/highlight: not finite")
+    ensure(finite([slope, h.total_delta, *(t.delta for t in h.tokens)]), "style_slope/highlight: not finite")
+    if not h.spans:  # only spans that read toward the side are shown: a random switch's text may read the other way
+        h = ls.highlight(lm, a, text, eps=-5.0)
+    ensure(h.spans and all(span.score > 0 for span in h.spans), f"highlight: no span toward either side, or one against "
+                                                                f"its side ({h.spans})")
     changes = ls.token_changes(lm, [(a, 5.0)], text, prompt="the")
     ensure(len(changes) == len(text.split()), "token_changes: one row per token")
     ensure(finite(x for c in changes if c.scored for x in (c.logp_base, c.logp_steered, c.delta)), "token_changes: not finite")
