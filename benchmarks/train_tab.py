@@ -4,8 +4,12 @@ The tab's handler (``app.train``) is called in-process with the tab's defaults, 
 session per run and one warm-up run first, and timed to each message it yields:
 
 * **trained**: the optimiser has finished;
-* **learned**: "what it learned" is shown (the fluent-range probe starts);
-* **ready**: the probe is done and the switch is in the session with its slider (the panel says "Done.").
+* **ready**: "what it learned" is shown and the switch has its slider, to steer with at once (the fluent-range probe
+  starts; until it ends the slider reaches the probe's first strength, ``widgets.PROVISIONAL_EPS``);
+* **measured**: the probe is done and the slider spans the switch's fluent range (the panel says "Done.");
+* **steered**: a steered text (40 tokens, the switch at the slider's end, with its unsteered twin) asked for at
+  "ready", while the probe runs, is complete;
+* **alone**: the same text asked for afterwards, alone, takes this long.
 
     .venv/bin/python benchmarks/train_tab.py [--dtype float32] [--runs 3]
 """
@@ -13,8 +17,10 @@ session per run and one warm-up run first, and timed to each message it yields:
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
+import threading
 import time
 from datetime import date
 from pathlib import Path
@@ -23,12 +29,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import app  # noqa: E402
+from lmswitch.core.options import SAMPLING  # noqa: E402
 from lmswitch.harness.report import machine  # noqa: E402
 from lmswitch.io.resources import read_data_text  # noqa: E402
 from lmswitch.serve.session import Session  # noqa: E402
 from lmswitch.webapp.train import PROBING, READING  # noqa: E402
+from lmswitch.webapp.widgets import PROVISIONAL_EPS  # noqa: E402
 
-MOMENTS = ("trained", "learned", "ready")
+MOMENTS = ("trained", "ready", "measured", "steered", "alone")
 
 
 def cases() -> list[tuple[str, list]]:
@@ -42,17 +50,37 @@ def cases() -> list[tuple[str, list]]:
 
 def _moment(status: object) -> str | None:
     """Which moment a status message marks (None: a progress message)."""
-    return {READING: "trained", PROBING: "learned", "Done.": "ready"}.get(str(status))
+    return {READING: "trained", PROBING: "ready", "Done.": "measured"}.get(str(status))
+
+
+SEEDS = itertools.count()  # a new seed per text: the app's cache would answer a repeated request at once
+
+
+def _steer(backend: app.Backend, session: Session) -> None:
+    """What a user does once the slider is there: the new switch at the end of its slider, both texts (the Steer tab's
+    defaults, as the scripting endpoint writes them)."""
+    name = session.order[-1]
+    app.generate_api(backend, "Tell me about your weekend.", f"{name}={PROVISIONAL_EPS:g}", SAMPLING.max_new_tokens,
+                     SAMPLING.temperature, SAMPLING.top_p, next(SEEDS), False, session)
 
 
 def time_run(backend: app.Backend, inputs: list) -> dict[str, float]:
-    """Seconds from the call to the first message of each moment."""
+    """Seconds from the call to the first message of each moment; ``steered``: when a steered text asked for at
+    "ready" (while the range is probed) was complete; ``alone``: how long the same text takes afterwards, alone."""
     session, start, seen = Session(), time.perf_counter(), {}
     defaults = [200, 1e-2, 1e-3, 0, 0]  # steps, lr, eps0, rank, seed: the tab's defaults
+    user = None
     for update in app.train(backend, *inputs, *defaults, session, *[None] * 7, progress=lambda *a, **k: None):
         moment = _moment(update[0])
         if moment and moment not in seen:
             seen[moment] = time.perf_counter() - start
+        if moment == "ready" and user is None:
+            user = threading.Thread(target=lambda: (_steer(backend, session), seen.update(steered=time.perf_counter() - start)))
+            user.start()
+    user.join()
+    alone = time.perf_counter()
+    _steer(backend, session)
+    seen["alone"] = time.perf_counter() - alone
     return seen
 
 

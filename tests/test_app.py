@@ -21,8 +21,9 @@ from lmswitch.lenses import svd
 from lmswitch.serve.session import Session
 from lmswitch.webapp import files, steer
 from lmswitch.webapp import train as app_train
+from lmswitch.webapp import widgets as app_widgets
 from lmswitch.webapp.train import PROBING, READING
-from lmswitch.webapp.widgets import UNSAVED
+from lmswitch.webapp.widgets import MEASURING, PROVISIONAL_EPS, UNSAVED
 
 PROMPT = "the happy one was"
 GEN = dict(max_new_tokens=8, temperature=1.0, top_p=0.9, seed=3, chat=False)
@@ -74,7 +75,9 @@ def test_sliders_show_library_then_session_switches(backend, llama_lm):
     calibrated.card = calibrated.card.updated(fluent_eps=[-6.0, 4.0])
     session.add(calibrated, backend.library)
     [tuned] = [u for u in app.slot_updates(session, backend.library) if u.visible and u.label.startswith("tuned")]
-    assert (tuned.minimum, tuned.maximum) == (-6.0, 4.0) and "fluent ε -6 … +4" in tuned.info  # the calibrated range, said
+    assert (tuned.minimum, tuned.maximum) == (-6.0, 4.0) and "Fluent ε -6 … +4" in tuned.info  # the calibrated range, said
+    calibrated.description = "learned from one document"
+    assert app_widgets.slider_info(calibrated).startswith("learned from one document. Fluent ε -6 … +4;")  # sentences, not run on
 
 
 def test_page_load_reports_ready_and_skipped_files(llama_lm, folder):
@@ -334,10 +337,39 @@ def test_training_shows_what_the_switch_learned(backend, kw, shown, not_shown, m
     updates = run_training(backend, session, steps=5, **kw)
     reading, probing, last = updates[-3:]
     assert reading[0] == READING and all(u == gr.skip() for u in reading[1:])  # trained; nothing else changes yet
-    assert probing[0] == PROBING and all(u == gr.skip() for u in probing[1:-1])  # what it learned, while the range is probed
+    assert probing[0] == PROBING and probing[1] == gr.skip()  # what it learned and the slider, while the range is probed
     assert last[0] == "Done." and "is ready" in last[2] and last[-1] == probing[-1]  # the last message holds everything
     assert all(s in last[-1] for s in shown), last[-1]
     assert not any(s in last[-1] for s in not_shown), last[-1]
+
+
+def test_a_new_switch_is_steered_while_its_fluent_range_is_measured(backend, folder, llama_lm):
+    """The slider comes with what the switch learned, before the fluent-range probe: until the range is measured it
+    reaches the probe's first strength, and saving waits for the range (a saved card would lack it for good)."""
+    session = Session()
+    stream = app.train(backend, *train_args(steps=5), session, *[None] * 7, progress=lambda *a, **k: None)
+    probing = next(u for u in stream if u[0] == PROBING)  # the probe starts once the page has this message
+    status, _, report, *rest = probing
+    [slot] = [u for u in rest[: app.MAX_SLOTS] if u.visible and u.label.startswith("mood:")]
+    assert (slot.minimum, slot.maximum) == (-2.0, 2.0) and PROVISIONAL_EPS == 2.0
+    assert slot.info.startswith(UNSAVED) and slot.info.endswith(MEASURING)
+    assert "is ready" in report and "being measured" in report and rest[app.MAX_SLOTS + 3].value == "mood"  # the manage picker
+    out = app.generate_api(backend, PROMPT, "mood=2", *gen_args(), session)  # steered at once, at the slider's end
+    assert out["steered"] == ls.generate(llama_lm, PROMPT, [(session.get("mood", backend.library), 2.0)], **GEN)[0]
+    with pytest.raises(gr.Error, match="the fluent ε range of 'mood' is still being measured"):
+        app.save_switch(backend, "mood", session)
+    last = list(stream)[-1]
+    switch = session.get("mood", backend.library)
+    card = switch.card
+    [slot] = [u for u in last[3 : 3 + app.MAX_SLOTS] if u.visible and u.label.startswith("mood:")]
+    assert card.fluent_eps and (slot.minimum, slot.maximum) == switch.slider_range()
+    assert MEASURING not in slot.info and not session.measuring
+    # the page's values are then kept in the new ranges (layout: the train event's .then): a value past the end moves to it
+    values = [0.0, 0.0, 99.0]
+    [mood] = [u for u in steer.refresh_sliders(backend, session, *values) if u.visible and u.label.startswith("mood:")]
+    assert mood.value == switch.slider_range()[1] < 99.0
+    assert "Saved 'mood'" in app.save_switch(backend, "mood", session)
+    assert ls.load_switch(folder / "mood.safetensors", llama_lm).card.fluent_eps == card.fluent_eps  # saved with its range
 
 
 def _out_of_memory(*args, **kwargs):

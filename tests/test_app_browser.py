@@ -12,6 +12,7 @@ itself sends the regeneration request.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -24,7 +25,7 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 from lmswitch.io.resources import examples_dir
 from lmswitch.webapp.lens import highlight_examples
-from lmswitch.webapp.widgets import UNSAVED
+from lmswitch.webapp.widgets import MEASURING, UNSAVED
 
 pytestmark = [pytest.mark.browser, pytest.mark.real_model, pytest.mark.slow]  # chromium against app.py on the embedded model
 
@@ -239,7 +240,10 @@ def test_train_from_pasted_sentences_adds_a_slider(ui):
         expect(page.locator("#train-report")).to_contain_text("is ready", timeout=TRAIN_TIMEOUT)
         expect(page.locator("#train-report")).to_contain_text(f"'{NEW_SWITCH}'")
         expect(page.locator("#train-report")).to_contain_text("30 steps")
-        expect(page.locator("#train-status")).to_contain_text("Done.")
+        expect(page.locator("#train-status")).to_contain_text("Done.", timeout=TRAIN_TIMEOUT)  # its fluent range measured
+        expect(page.locator("#train-report")).to_contain_text("Fluent ε range")
+        fluent = re.search(r"range\): ([-+−\d.]+) … ([-+\d.]+)", page.locator("#train-report").inner_text())
+        low, high = (float(x.replace("−", "-")) for x in fluent.groups())
         expect(panel.locator("[data-testid=plotly]")).to_have_count(1)  # the loss curve
         ui.screenshot("train")
 
@@ -248,6 +252,10 @@ def test_train_from_pasted_sentences_adds_a_slider(ui):
         expect(slot).to_have_count(1)
         expect(slot).to_be_visible()
         expect(slot.locator("input[type=range]")).to_have_value("0")
+        # it spans the range measured once the switch was ready (Switch.slider_range: whole ε inside it)
+        top = math.floor(high) if math.floor(high) > math.ceil(low) else high
+        expect(slot.locator("input[type=range]")).to_have_attribute("max", f"{top:g}")
+        expect(slot).not_to_contain_text(MEASURING)
         for name in SWITCHES:
             expect(ui.slider(f"{name}:")).to_be_visible()
             expect(ui.slider(f"{name}:")).not_to_contain_text(UNSAVED)

@@ -98,6 +98,7 @@ class Session:
         self.order: list[str] = []
         self.model: str | None = None  # the model this session steers (None: the app's default)
         self.wide_sliders = False  # sliders span the switch's full range, beyond its calibrated fluent range
+        self.measuring: set[str] = set()  # switches just trained whose fluent range is being probed (their sliders wait on it)
         self._spilled: dict[str, tuple[Path, str]] = {}  # name -> (file, model fingerprint): moved to disk by spill()
         self._spill_after_training: Path | None = None  # the page closed while a training run was going
         self._generation: threading.Event | None = None
@@ -184,6 +185,9 @@ class Session:
             if library.get(name) is not None:
                 raise ValueError(f"'{name}' is already in the library")
             raise ValueError(f"no session switch named '{name}'")
+        if name in self.measuring:  # its card would be saved without the range, for every later session
+            raise ValueError(f"the fluent ε range of '{name}' is still being measured (a few seconds): save it once the "
+                             "Train tab says Done, so that the saved switch keeps its range")
         path = library.save(name, switch)
         with self._lock:
             self.switches.pop(name, None)

@@ -229,11 +229,12 @@ def _wire_train_and_lenses(ui: SimpleNamespace, backend: Backend) -> None:
                                                    ui.file_b, *ui.train_settings, ui.session, *ui.pickers],
                       [ui.train_status, ui.loss_plot, ui.train_report, *ui.sliders, *ui.pickers, ui.download, ui.train_learned],
                       api_name="train",
-                      concurrency_id="train", concurrency_limit=2, show_progress_on=[ui.train_status])
+                      concurrency_id="train", concurrency_limit=2, show_progress_on=[ui.train_status]).then(
+        bind(steer.refresh_sliders, backend), [ui.session, *ui.sliders], ui.sliders, api_visibility="private", queue=False)  # in range
     ui.cancel.click(train.cancel_training, ui.session, ui.train_status, api_name="cancel_training", concurrency_limit=None, queue=False)
     ui.manage.change(bind(train.export_switch, backend), [ui.manage, ui.session], ui.download, api_visibility="private")
     ui.save.click(bind(train.save_switch, backend), [ui.manage, ui.session], ui.manage_status, api_name="save_switch").then(
-        bind(steer.refresh_sliders, backend), ui.session, ui.sliders, api_visibility="private", queue=False)  # no longer "not saved"
+        bind(steer.refresh_sliders, backend), [ui.session, *ui.sliders], ui.sliders, api_visibility="private", queue=False)  # saved
     ui.upload.upload(bind(train.import_switch, backend), [ui.upload, ui.session, *ui.pickers], [ui.manage_status, *ui.sliders, *ui.pickers],
                      api_name="import_switch")
     ui.inspect_go.click(bind(lens.inspect_switch, backend), [ui.inspect_name, ui.dims, ui.words, ui.session],

@@ -53,10 +53,12 @@ def on_load(backend: Backend, session: Session, *current: str | None):
     return [model_status(backend, session), *slot_updates(session, library), *dropdown_updates(session, library, current)]
 
 
-def refresh_sliders(backend: Backend, session: Session) -> list:
-    """The slider slots again, as they are now (after a save: no longer marked unsaved), their values kept."""
+def refresh_sliders(backend: Backend, session: Session, *values: float) -> list:
+    """The slider slots again, as they are now (after a save: no longer marked unsaved; after a new switch's fluent range
+    was measured: spanning it), their values kept, each moved into its slider's range."""
     _, library = backend.get(session=session)
-    return slot_updates(session, library)
+    kept = dict(zip(session.available(library)[:MAX_SLOTS], (float(v or 0.0) for v in values), strict=False))
+    return slot_updates(session, library, values=kept)
 
 
 WIDE_WARNING = ("⚠ **Sliders beyond the fluent range.** Past a switch's calibrated fluent ε, steered text reads less well: it "
@@ -69,10 +71,8 @@ WIDE_WARNING = ("⚠ **Sliders beyond the fluent range.** Past a switch's calibr
 def widen_sliders(backend: Backend, wide: bool, session: Session, *values: float):
     """The "beyond the fluent range" toggle: this session's sliders span each switch's full range (with a warning) or
     its calibrated fluent range again, a value outside it moved to the nearest end."""
-    _, library = backend.get(session=session)
     session.wide_sliders = bool(wide)
-    kept = dict(zip(session.available(library)[:MAX_SLOTS], (float(v or 0.0) for v in values), strict=False))
-    return [gr.Markdown(WIDE_WARNING if wide else "", visible=bool(wide)), *slot_updates(session, library, values=kept)]
+    return [gr.Markdown(WIDE_WARNING if wide else "", visible=bool(wide)), *refresh_sliders(backend, session, *values)]
 
 
 @user_errors

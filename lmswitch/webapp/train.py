@@ -20,7 +20,7 @@ from lmswitch.lenses.learned import what_was_learned
 from lmswitch.serve.limits import check_train_steps
 from lmswitch.serve.session import Session, SwitchLibrary, check_name
 from lmswitch.webapp.backend import USER_ERRORS, Backend, computed, user_errors
-from lmswitch.webapp.widgets import MAX_SLOTS, dropdown_updates, number, optional_text, read_input, slot_updates, uploaded
+from lmswitch.webapp.widgets import MAX_SLOTS, PROVISIONAL_EPS, dropdown_updates, number, optional_text, read_input, slot_updates, uploaded
 
 MODES = ("one document", "two documents (A vs B)", "labelled sentences")
 KINDS = dict(zip(MODES, ("one document", "two documents", "examples"), strict=True))  # each mode's data shape (train.data_kind)
@@ -30,7 +30,7 @@ UPDATE_EVERY = 0.3  # seconds between progress updates of the loss curve
 READING = "⏳ Trained. Reading what the switch learned…"
 CANCELLED_READING = "*Cancelled after training: what the switch learned was not read. The switch is kept.*"
 CANCELLED_PROBE = "cancelled after training; the switch is kept"
-PROBING = "⏳ Probing the fluent ε range on a few dev prompts (the slider will span it)…"
+PROBING = "⏳ Ready to steer. Measuring its fluent ε range on a few dev prompts (its slider will span it)…"
 
 
 def _training_data(mode: str, text_a, file_a, text_b, file_b) -> tuple[str | list[str], str | list[str] | None]:
@@ -74,7 +74,7 @@ def train_config(steps, lr, eps0, rank, seed) -> TrainConfig:
                        seed=number(seed, "seed", int), rank=rank or None)
 
 
-def _report(final: str, name: str, switch: Switch) -> str:
+def _report(final: str, name: str, switch: Switch, measuring: bool = False) -> str:
     card = switch.card
     gain = card.get("heldout_gain")
     gain_text = "no held-out split" if gain is None else f"held-out gain **{gain:+.3f} nats/token**"
@@ -83,6 +83,9 @@ def _report(final: str, name: str, switch: Switch) -> str:
     fluent_text = f" Fluent ε range (its slider's range): {card.fluent_text}{recommended}." if card.fluent_text else ""
     if card.get("calibration_error"):
         fluent_text = f" The fluent-range probe failed ({card['calibration_error']}); its slider spans the usual range."
+    if measuring:
+        fluent_text = (f" Its fluent ε range is being measured (a few seconds); until then its slider reaches "
+                       f"±{PROVISIONAL_EPS:g}.")
     return (f"### ✔ '{final}'{renamed} is ready — its slider is in the Steer tab.{fluent_text}\n"
             f"{card['tokens_train']} training tokens, {card['tokens_heldout']} held out, {card['steps']} steps in {card['seconds']:.1f} s; "
             f"{gain_text}.\n\n{data_advice(card)}")
@@ -156,9 +159,14 @@ def _train_and_add(backend: Backend, session: Session, job: _Job, flag, progress
     progress(1.0, desc="reading what it learned")
     yield READING, gr.skip(), gr.skip(), *skip
     learned = CANCELLED_READING if flag.is_set() else _learned(backend, job.lm, done, job.positive, job.negative)
-    yield PROBING, gr.skip(), gr.skip(), *skip[:-1], learned  # first: a user reads it while the range is probed
-    # a cancel before or during the probe ends it (the session holds this very switch: its card is updated)
-    done.switch.card = backend.calibrated(job.lm, done.switch, cancel=flag, cancelled=CANCELLED_PROBE)
+    session.measuring.add(final)
+    try:  # steered at once, its slider provisional: a user reads what it learned and tries it while the range is probed
+        yield (PROBING, gr.skip(), _report(final, job.name, done.switch, measuring=True), *slot_updates(session, job.library),
+               *dropdown_updates(session, job.library, _picking(job.current, final)), gr.skip(), learned)
+        # a cancel before or during the probe ends it (the session holds this very switch: its card is updated)
+        done.switch.card = backend.calibrated(job.lm, done.switch, cancel=flag, cancelled=CANCELLED_PROBE)
+    finally:
+        session.measuring.discard(final)
     yield *_finished(backend, session, job.library, job.name, final, done.switch, job.current), learned  # the last message
 
 
@@ -187,11 +195,17 @@ def _trained(backend: Backend, job: _Job, flag, progress, skip: list) -> Generat
     raise RuntimeError("the training run ended without a result")
 
 
+def _picking(current: list, final: str) -> list:
+    """The switch pickers' choices with the manage picker on the new switch."""
+    return [*current[:3], final, *current[4:]]
+
+
 def _finished(backend: Backend, session: Session, library, name: str, final: str, switch: Switch, current: list) -> tuple:
+    """The panel once the range is measured; the sliders' values are kept in their new ranges by the event after it
+    (``steer.refresh_sliders``), which reads them from the page."""
     card = switch.card
-    current = [*current[:3], final, *current[4:]]  # the manage picker shows the new switch
     return ("Done.", figures.loss_figure(card["train_losses"], card["heldout_losses"], total_steps=card["steps"]),
-            _report(final, name, switch), *slot_updates(session, library), *dropdown_updates(session, library, current),
+            _report(final, name, switch), *slot_updates(session, library), *dropdown_updates(session, library, _picking(current, final)),
             backend.run(export_path, backend, switch))
 
 

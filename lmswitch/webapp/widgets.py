@@ -13,6 +13,7 @@ from lmswitch.core.checks import check_seed
 from lmswitch.core.options import SAMPLING, SamplingOptions
 from lmswitch.core.switch import Switch
 from lmswitch.harness.evaluate import TextScores
+from lmswitch.harness.frontier import Probe
 from lmswitch.io.documents import read_document
 from lmswitch.io.parse import parse_eps
 from lmswitch.lenses.spans import TokenChange
@@ -20,6 +21,11 @@ from lmswitch.serve.session import Session, SwitchLibrary
 
 MAX_SLOTS = 12  # ε sliders shown in the Steer view (switches beyond that are usable in the other views)
 UNSAVED = "Not saved: it goes with this page unless you save or download it (Train tab)."  # a session switch's slider says so
+# a switch just trained is steered at once: until its fluent range is measured, its slider reaches the first strength the
+# probe checks (most trained switches read fluent there: a one-article switch at −4 … +2, 30 + 30 sentences at −2 … +2)
+PROVISIONAL_EPS = Probe().strengths[0]
+MEASURING = (f"Its fluent range is being measured on a few prompts (a few seconds); until then the slider reaches "
+             f"±{PROVISIONAL_EPS:g}, the first strength the probe checks.")
 PENDING = "<small>generating… scores follow when the text is complete</small>"
 # first choice of each switch picker (sweep, composition rows, composition columns, manage, inspect, highlight, transfer):
 # a preferred name, else the switch in that slot
@@ -118,20 +124,32 @@ def slot_updates(session: Session, library: SwitchLibrary, *, reset: bool = Fals
             updates.append(gr.Slider(visible=False, value=0.0) if reset else gr.Slider(visible=False))
             continue
         switch = session.get(names[i], library)
-        lo, hi = switch.slider_range(session.wide_sliders)
-        extra = {"value": switch.on_slider(values.get(names[i], 0.0), session.wide_sliders)} if reset or names[i] in values else {}
-        info = slider_info(switch, unsaved=session.unsaved(names[i]))
+        lo, hi = slider_range(session, names[i], switch)
+        extra = {"value": min(max(float(values.get(names[i], 0.0)), lo), hi)} if reset or names[i] in values else {}
+        info = slider_info(switch, unsaved=session.unsaved(names[i]), measuring=names[i] in session.measuring)
         updates.append(gr.Slider(minimum=lo, maximum=hi, label=slider_label(switch), visible=True, info=info or None,
                                  **extra))
     return updates
 
 
-def slider_info(switch: Switch, unsaved: bool = False) -> str:
-    """The slider's note: whether the switch is still only this page's (:data:`UNSAVED`), its description and, when
-    calibrated, the range in which it still writes fluent text."""
+def slider_range(session: Session, name: str, switch: Switch) -> tuple[float, float]:
+    """The ε range of ``name``'s slider in ``session``: the switch's own (:meth:`Switch.slider_range`), or while its
+    fluent range is being measured, ±:data:`PROVISIONAL_EPS` (twice that with the sliders widened, as the switch's)."""
+    if name not in session.measuring:
+        return switch.slider_range(session.wide_sliders)
+    reach = PROVISIONAL_EPS * (2 if session.wide_sliders else 1)
+    return -reach, reach
+
+
+def slider_info(switch: Switch, unsaved: bool = False, measuring: bool = False) -> str:
+    """The slider's note: whether the switch is still only this page's (:data:`UNSAVED`), its description and the
+    range in which it still writes fluent text: calibrated, or being measured (:data:`MEASURING`)."""
     fluent = switch.card.fluent_text
-    note = f"fluent ε {fluent}; beyond it text reads less well." if fluent else ""
-    return " ".join(part for part in (UNSAVED if unsaved else "", switch.description[:120], note) if part)
+    note = MEASURING if measuring else f"Fluent ε {fluent}; beyond it text reads less well." if fluent else ""
+    description = switch.description[:120].strip()
+    if description and description[-1] not in ".!?…":  # a sentence of its own, not run into the next part
+        description += "."
+    return " ".join(part for part in (UNSAVED if unsaved else "", description, note) if part)
 
 
 def dropdown_updates(session: Session, library: SwitchLibrary, values: Sequence[str | None]) -> list:
