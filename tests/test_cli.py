@@ -70,6 +70,9 @@ def test_generate_and_sweep(run, switch_file):
     code, out, _ = run("sweep", "--prompt", "the", "--switch", str(switch_file), "--max-new-tokens", "4", "--json")
     shown = [r["eps"] for r in json.loads(out)["rows"]]  # no --eps: across the card's fluent range, never past it
     assert code == 0 and 0.0 in shown and (min(shown), max(shown)) == (low, high) and len(shown) == len(set(shown)) >= 3
+    code, out, _ = run("sweep", "--prompt", "the", "--switch", str(switch_file), "--eps=0,0.001,0.125,0.12", "--max-new-tokens", "2")
+    labels = [line.split("|")[0].split()[1] for line in out.splitlines() if line.startswith("eps")]
+    assert code == 0 and labels == ["+0", "+0.001", "+0.125", "+0.12"]  # as given: rows never read as the same ε
 
 
 def test_generate_without_eps_steers_at_the_cards_recommended_eps(run, switch_file, tmp_path):
@@ -407,7 +410,9 @@ def test_every_option_says_what_it_does_and_its_default():
             if not action.option_strings or action.help == argparse.SUPPRESS:
                 continue
             assert action.help, f"{name} {action.option_strings[-1]} has no help"
-            if action.default not in (None, False, [], argparse.SUPPRESS) and not action.required:
+            if action.nargs == 0:  # a flag: given or not, no default to show ("--no-calibrate … (default True)" misled)
+                assert "(default" not in " ".join(parser._get_formatter()._get_help_string(action).split()), (name, action.option_strings[-1])
+            elif action.default not in (None, False, [], argparse.SUPPRESS) and not action.required:
                 assert "default" in action.help or f"(default {action.default})" in shown, (name, action.option_strings[-1])
 
 
@@ -464,7 +469,12 @@ def test_options_that_make_no_sense_together_are_refused_before_loading(capsys):
                        (["eval", "--switch", "sentiment", "--png"], "add --out DIR"),
                        # adaptive strength's budgets change nothing without it
                        (["generate", "--prompt", "Hi", "--kl-budget", "1"], "add --adaptive"),
-                       (["sweep", "--switch", "s", "--prompt", "Hi", "--generation-budget", "2"], "add --adaptive")):
+                       (["sweep", "--switch", "s", "--prompt", "Hi", "--generation-budget", "2"], "add --adaptive"),
+                       # a map fitted on fewer words than --min-anchors, or with none held out to measure its fit
+                       (["transfer", "--switch", "s", "--to", "m", "--out", "o.safetensors", "--anchors", "20"],
+                        "--anchors 20 is below --min-anchors 200"),
+                       (["transfer", "--switch", "s", "--to", "m", "--out", "o.safetensors", "--anchors", "5", "--min-anchors", "5"],
+                        "--anchors must be an integer ≥ 10 (one in ten is held out")):
         assert main(["--model", "no-such-model", *argv]) == 2
         assert said in capsys.readouterr().err, argv
     for argv in (["eval", "--frontier", "sentiment", "--report", "E.md", "--limit", "3"], ["eval", "--switch", "s", "--out", "o", "--png"],
@@ -537,6 +547,9 @@ def test_where_a_switch_goes_and_its_name_are_checked_before_the_model_loads(tmp
     assert "given twice" in capsys.readouterr().err
     assert main(["--model", "no-such-model", "generate", "--prompt", "Hi", "--switch", "sentiment=2", "--switch", "sentiment=-2"]) == 2
     assert "given twice" in capsys.readouterr().err
+    copy = shipped_switch_path("sentiment")  # by name and by its file's path: the effect would be doubled without a word
+    assert main(["--model", "no-such-model", "export", "--switch", "sentiment=2", "--switch", f"{copy}=2", "--out", str(tmp_path / "x")]) == 2
+    assert f"--switch sentiment and --switch {copy} (the same file) are one switch" in capsys.readouterr().err
 
 
 def test_a_home_relative_out_is_written_where_it_is_read(run, tmp_path, monkeypatch):

@@ -99,8 +99,10 @@ def test_rank_truncation_reports_what_it_keeps(llama_lm, tmp_path):
 
 def test_bad_exports_are_refused_and_nothing_is_written(llama_lm, tmp_path):
     s = random_switch(llama_lm, seed=1)
-    with pytest.raises(ValueError, match="nothing to export"):
+    with pytest.raises(ValueError, match="every ε is 0: there is nothing to export"):
         export_peft(llama_lm, [(s, 0.0)], tmp_path / "zero")
+    with pytest.raises(ValueError, match="no switch was given: there is nothing to export"):
+        export_peft(llama_lm, [], tmp_path / "none")
     with pytest.raises(ValueError, match="cancel"):
         export_peft(llama_lm, [(s, 3.0), (s, -3.0)], tmp_path / "cancel")
     with pytest.raises(ValueError, match="rank must be a positive integer"):
@@ -140,6 +142,26 @@ def test_an_earlier_export_is_replaced_whole(llama_lm, tmp_path):
     export_merged(llama_lm, [(s, 2.0)], tmp_path / "merged")
     export_merged(llama_lm, [(s, 3.0)], tmp_path / "merged")
     assert json.loads((tmp_path / "merged" / "lmswitch_setting.json").read_text())["setting"] == [[s.name, 3.0]]
+
+
+def test_files_a_user_added_to_an_earlier_export_are_never_swept_away(llama_lm, tmp_path, monkeypatch):
+    """An earlier export is replaced whole only when it holds nothing else (a merged one was replaced with a user's
+    notes in it), never from under the user's own shell (``--out .``), and ``--out ""`` is no folder."""
+    s = random_switch(llama_lm, seed=1, scale=20.0)
+    export_merged(llama_lm, [(s, 2.0)], tmp_path / "merged")
+    (tmp_path / "merged" / "NOTES.md").write_text("my notes")
+    with pytest.raises(ValueError, match="already holds other files.*NOTES.md"):
+        export_merged(llama_lm, [(s, 3.0)], tmp_path / "merged")
+    assert (tmp_path / "merged" / "NOTES.md").read_text() == "my notes"
+    export_peft(llama_lm, [(s, 2.0)], tmp_path / "here")
+    monkeypatch.chdir(tmp_path / "here")
+    for out in (".", tmp_path / "here"):
+        with pytest.raises(ValueError, match="is the folder you are in"):
+            export_peft(llama_lm, [(s, 3.0)], out)
+    with pytest.raises(ValueError, match="--out is empty"):
+        export(llama_lm, [(s, 3.0)], "")
+    export_peft(llama_lm, [(s, 3.0)], ".", force=True)  # file by file: the folder stays the one the shell is in
+    assert os.path.samefile(".", tmp_path / "here") and sorted(p.name for p in tmp_path.iterdir()) == ["here", "merged"]
 
 
 def test_an_export_is_readable_to_other_users_as_any_new_folder(llama_lm, tmp_path):

@@ -61,6 +61,31 @@ def rel(a: np.ndarray, b: np.ndarray) -> float:
 
 @pytest.mark.real_model
 @pytest.mark.slow
+def test_the_merged_gguf_head_is_exact_whatever_dtype_the_model_was_loaded_in(lm, tmp_path):
+    """The head is written in F32: from a bfloat16 model it was rounded to bfloat16 first (5.9e-2 of the steering's
+    change, with no note), where the float32 model's is exact."""
+    sentiment = ls.load_switch(shipped_switch_path("sentiment"), lm)
+    report = export(lm, [(sentiment, 6.0)], tmp_path / "g", format="gguf")
+    assert report.relative_logit_error < 1e-5 and not report.notes
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_another_formats_export_is_refused_not_replaced(lm32, exported, tmp_path):
+    """README: an earlier export *of the same format* is replaced whole; a gguf-lora folder is not a gguf one."""
+    sentiment, folder, _, _ = exported
+    before = sorted(p.name for p in (folder / "lora").iterdir())
+    with pytest.raises(ValueError, match="already holds other files"):
+        export(lm32, [(sentiment, 2.0)], folder / "lora", format="gguf")
+    with pytest.raises(ValueError, match="already holds other files"):
+        export(lm32, [(sentiment, 2.0)], folder / "merged", format="gguf-lora")
+    assert sorted(p.name for p in (folder / "lora").iterdir()) == before
+    high = export(lm32, [(sentiment, 2.0)], tmp_path / "r", format="gguf-lora", rank=1000)  # as peft says it
+    assert any("rank 1000 is above the steering's full rank" in note for note in high.notes)
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
 def test_the_gguf_files_hold_exactly_what_was_asked(lm32, exported):
     sentiment, folder, merged, lora = exported
     assert merged.format == "gguf" and merged.relative_logit_error < 1e-5 and lora.rank == lora.full_rank

@@ -111,6 +111,18 @@ def test_rank_two_plant_gives_two_directions_in_order(gpt2_lm):
     assert sum(x.share for x in d.dimensions) == pytest.approx(1.0, abs=1e-6)
 
 
+def test_directions_past_the_switch_rank_are_not_listed(gpt2_lm, llama_lm):
+    """A rank-two switch asked for four directions lists two: the others' singular values are rounding, and their
+    "words" would be noise read as a direction (svd --dims past a shipped switch's rank 16 listed them)."""
+    d = svd_dimensions(gpt2_lm, rank_two(gpt2_lm), dims=4, words=3, reference=REFERENCE)
+    assert [x.index for x in d.dimensions] == [0, 1] and len(d.singular_values) >= 4
+    assert all(s < 1e-5 * d.singular_values[0] for s in d.singular_values[2:4])
+    zero = ls.Switch(W=torch.zeros(llama_lm.hidden_size, llama_lm.hidden_size), name="zero", model_name=llama_lm.name,
+                     model_fingerprint=llama_lm.fingerprint)
+    with pytest.raises(ValueError, match="all zeros"):
+        svd_dimensions(llama_lm, zero, reference=REFERENCE)
+
+
 def test_word_lists_hold_only_readable_distinct_words(gpt2_lm):
     d = svd_dimensions(gpt2_lm, random_switch(gpt2_lm, seed=0), dims=3, words=8, reference=REFERENCE)
     for dim in d.dimensions:

@@ -82,6 +82,11 @@ def test_bad_transfers_are_refused_clearly(llama_lm, gpt2_lm):
         transfer(s, llama_lm, foreign, **FEW)
     with pytest.raises(ValueError, match=r"only \d+ word tokens are shared"):
         transfer(s, llama_lm, gpt2_lm, min_anchors=1000)
+    with pytest.raises(ValueError, match="anchors 30 is below min_anchors 200"):  # fewer used than a reliable map needs
+        transfer(s, llama_lm, gpt2_lm, anchors=30)
+    with pytest.raises(ValueError, match=r"anchors must be an integer ≥ 10 \(one in ten is held out"):  # (a crash before)
+        transfer(s, llama_lm, gpt2_lm, anchors=5, min_anchors=5)
+    assert transfer(s, llama_lm, gpt2_lm, anchors=10, min_anchors=10).card["transfer"]["heldout_anchors"] == 1
     with pytest.raises(ValueError, match="ridge"):
         transfer(s, llama_lm, gpt2_lm, method="ridge", ridge=float("nan"), **FEW)
     with pytest.raises(ValueError, match="method"):

@@ -127,7 +127,7 @@ def cmd_sweep(args: argparse.Namespace, lm: LanguageModel) -> None:
     switch = load_switch(args.switch, lm)
     rows = sweep(lm, args.prompt, switch, args.eps or switch.card.fluent_row or SWEEP_EPS, seed=args.seed, **_sampling(args))
     data = {"prompt": args.prompt, "switch": args.switch, "seed": args.seed, "rows": [{"eps": e, "text": t} for e, t in rows]}
-    emit(args, data, "\n".join(f"eps {e:+6.2f} | {_shown(args, t)}" for e, t in rows))
+    emit(args, data, "\n".join(f"eps {e:+6g} | {_shown(args, t)}" for e, t in rows))
 
 
 def _shown(args: argparse.Namespace, text: str) -> str:
@@ -147,7 +147,7 @@ def cmd_demo(args: argparse.Namespace, lm: LanguageModel) -> None:
     rows = sweep(lm, args.prompt, switch, switch.card.fluent_row, max_new_tokens=DEMO_NEW_TOKENS)
     data = {"fluent_eps": switch.card.fluent_eps, "prompt": args.prompt, "sweep": [{"eps": eps, "text": text} for eps, text in rows]}
     emit(args, data, f"fluent ε {switch.card.fluent_text}; the same prompt and seed across that range:\n\n"
-         + "\n".join(f"eps {eps:+5.1f} | {args.prompt}{text}" for eps, text in rows))
+         + "\n".join(f"eps {eps:+5g} | {args.prompt}{text}" for eps, text in rows))
 
 
 def cmd_svd(args: argparse.Namespace, lm: LanguageModel) -> None:
@@ -162,6 +162,8 @@ def cmd_svd(args: argparse.Namespace, lm: LanguageModel) -> None:
                      f"agreement {d.agreement:.2f}  strength {d.strength:.3g}")
         lines.append("  ↑ " + ", ".join(w.shown for w in d.promoted))
         lines.append("  ↓ " + ", ".join(w.shown for w in d.suppressed))
+    if len(found.dimensions) < args.dims:
+        lines.append(f"(the switch has rank {len(found.dimensions)}: its other directions are numerically zero and steer nothing)")
     listed = [*words.promoted, *words.suppressed, *(w for d in found.dimensions for w in (*d.promoted, *d.suppressed))]
     if not all(w.written for w in listed):
         lines += ["", RARE_NOTE]

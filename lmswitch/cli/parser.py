@@ -306,11 +306,13 @@ SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = 
 
 
 class _Formatter(argparse.HelpFormatter):
-    """Help that gives each option's default, unless its help already speaks of it (or it has none to give)."""
+    """Help that gives each option's default, unless its help already speaks of it (or it has none to give: a flag
+    such as ``--no-calibrate``, whose stored default True would read as "skipped by default")."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         help_text = action.help or ""
-        if "default" in help_text or action.required or not action.option_strings or action.default in (None, False, argparse.SUPPRESS):
+        if ("default" in help_text or action.required or not action.option_strings or action.nargs == 0
+                or action.default in (None, False, argparse.SUPPRESS)):
             return help_text
         return f"{help_text} (default %(default)s)" if help_text else "default %(default)s"
 

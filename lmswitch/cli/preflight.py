@@ -15,6 +15,7 @@ from lmswitch.cli.common import emit
 from lmswitch.core.options import SAMPLING
 from lmswitch.core.switch import Switch, check_name, load_switch, switch_path, usable_name
 from lmswitch.io.atomic import writable
+from lmswitch.io.resources import resolve_switch_file
 
 CONFLICTS = {  # subcommand → [(a bad combination of options, what to do instead)], checked before the model loads
     "eval": [(lambda a: a.sliders and not a.frontier, "--sliders scores the slider ranges of --frontier switches; add --frontier NAME"),
@@ -71,6 +72,10 @@ def checked_before_loading(args: argparse.Namespace) -> None:
             raise ValueError(message)
     if args.command == "eval":
         _eval_unused(args)
+    if args.command == "transfer":
+        from lmswitch.core.options import check_anchors
+
+        check_anchors(args.anchors, args.min_anchors, names=("--anchors", "--min-anchors"))
     if args.command in ("train", "transfer"):
         args.out = str(switch_path(args.out, overwrite=args.force))
     elif args.command in ("export", "eval", "build-pretrained") and args.out:  # a folder to write into
@@ -81,10 +86,25 @@ def checked_before_loading(args: argparse.Namespace) -> None:
         args.name = check_name(args.name) if args.name else usable_name(Path(args.out).stem)  # (a file's name may be freer)
     given = getattr(args, "switch", None)
     if isinstance(given, list):  # generate, measure, export take several: one given twice is a typo
-        refs = [g[0] if isinstance(g, tuple) else g for g in given]
-        twice = next((r for r in refs if refs.count(r) > 1), None)
-        if twice is not None:
-            raise ValueError(f"--switch {twice} is given twice; give each switch once")
+        _once([g[0] if isinstance(g, tuple) else g for g in given])
+
+
+def _once(refs: list[str]) -> None:
+    """Refuse a switch given twice, also once by name and once by its file's path (its steering would be doubled)."""
+    files = [_file_of(ref) for ref in refs]
+    for i, file in enumerate(files):
+        j = files.index(file)
+        if j < i:
+            same = f"--switch {refs[i]}" if refs[i] == refs[j] else f"--switch {refs[j]} and --switch {refs[i]} (the same file)"
+            raise ValueError(f"{same} {'is given twice' if refs[i] == refs[j] else 'are one switch'}; give each switch once")
+
+
+def _file_of(ref: str) -> str:
+    """The switch file ``ref`` names (a path or a shipped name), or ``ref`` itself when there is none (loading says why)."""
+    try:
+        return str(resolve_switch_file(ref).resolve())
+    except (FileNotFoundError, OSError):
+        return ref
 
 
 def card_without_curves(switch: Switch) -> dict:

@@ -89,7 +89,8 @@ def _steering(lm: LanguageModel, setting: Setting) -> torch.Tensor:
     check_setting(lm, setting)
     M = steering_matrix(setting)
     if M is None:
-        raise ValueError("every ε is 0: there is nothing to export (the adapter would be the base model)")
+        said = "no switch was given" if not setting else "every ε is 0"
+        raise ValueError(f"{said}: there is nothing to export (the adapter would be the base model)")
     scale = sum(abs(float(e)) * s.eps0 * float(s.W.norm()) for s, e in setting)
     if float(M.norm()) <= 1e-6 * scale:
         raise ValueError("these switches cancel at these ε (their sum is zero): there is nothing to export")
@@ -122,11 +123,16 @@ def lora_factors(lm: LanguageModel, setting: Setting, rank: int | None = None) -
     return A.float().contiguous(), B.float().contiguous(), full, kept
 
 
-def merged_head(lm: LanguageModel, setting: Setting) -> torch.Tensor:
-    """The steered head ``E (I + M)`` ``(V, d)`` in the head's dtype, on the CPU: ``E' c = E (c + M c)``."""
+def merged_head(lm: LanguageModel, setting: Setting, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The steered head ``E (I + M)`` ``(V, d)`` in ``dtype`` (by default the head's), on the CPU: ``E' c = E (c + M c)``."""
     M = _steering(lm, setting)
     E = lm.head_weight().detach().to("cpu", torch.float64)
-    return (E + E @ M).to(lm.head.weight.dtype)
+    return (E + E @ M).to(dtype or lm.head.weight.dtype)
+
+
+def rank_notes(rank: int | None, full: int) -> tuple[str, ...]:
+    """What a LoRA export says when the rank asked for is above the steering's own."""
+    return (f"rank {rank} is above the steering's full rank {full}; the adapter has rank {full}",) if rank and rank > full else ()
 
 
 def _reference_states(lm: LanguageModel) -> torch.Tensor:
@@ -172,6 +178,10 @@ def _check_out(folder: Path, ours: Callable[[Path], bool], force: bool, model_fi
         shown = ", ".join(sorted(p.name for p in folder.iterdir())[:4])
         raise ValueError(f"--out {folder} already holds other files ({shown} …); choose a new or empty folder "
                          "(or pass --force to write beside them)")
+    here = Path.cwd().resolve()
+    if folder.is_dir() and not force and (here == folder or folder in here.parents):  # _publish swaps the folder whole
+        raise ValueError(f"--out {folder} is the folder you are in (or holds it): an export replaces its folder whole, "
+                         "which would leave you in a removed one; write it to a new folder, e.g. --out adapter")
 
 
 def _publish(tmp: Path, folder: Path, force: bool) -> None:
@@ -218,7 +228,13 @@ def _is_adapter(folder: Path) -> bool:
 
 
 def _is_merged(folder: Path) -> bool:
-    return (folder / MERGED_MARKER).is_file()
+    """An earlier merged export of lmswitch: its marker, and only the files the marker lists (anything a user added
+    there would go with the folder when it is replaced)."""
+    try:
+        written = set(json.loads((folder / MERGED_MARKER).read_text(encoding="utf-8"))["files"])
+    except (OSError, ValueError, KeyError, TypeError):  # no marker, or one from before it listed its files
+        return False
+    return all(p.name in written | {MERGED_MARKER} for p in folder.iterdir())
 
 
 def _peft_config(lm: LanguageModel, target: str, r: int) -> dict:
@@ -241,8 +257,7 @@ def export_peft(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *, 
 
     write_folder(Path(out), _is_adapter, force, write, (lm.gguf_path, lm.pretrained_id))
     errors = logit_errors(lm, setting, lambda c: (c @ A.double().T) @ B.double().T)
-    notes = (f"rank {rank} is above the steering's full rank {full}; the adapter has rank {full}",) if rank and rank > full else ()
-    return ExportReport(str(out), "peft", r, full, round(kept, 6), *errors, target, setting_names(setting), notes)
+    return ExportReport(str(out), "peft", r, full, round(kept, 6), *errors, target, setting_names(setting), rank_notes(rank, full))
 
 
 def _untied_config(lm: LanguageModel):
@@ -267,8 +282,9 @@ def export_merged(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *
         lm.model.save_pretrained(tmp, state_dict=state)
         _untied_config(lm).save_pretrained(tmp)
         lm.tokenizer.save_pretrained(tmp)
-        (tmp / MERGED_MARKER).write_text(json.dumps({"setting": setting_names(setting), "base": lm.pretrained_id or lm.name},
-                                                              indent=2), encoding="utf-8")
+        files = sorted(p.name for p in tmp.iterdir())  # what a later export into this folder may replace
+        (tmp / MERGED_MARKER).write_text(json.dumps({"setting": setting_names(setting), "base": lm.pretrained_id or lm.name,
+                                                     "files": files}, indent=2), encoding="utf-8")
 
     write_folder(Path(out), _is_merged, force, write, (lm.gguf_path, lm.pretrained_id))
     E = lm.head_weight().detach().to("cpu", torch.float64)
@@ -282,6 +298,8 @@ def export_merged(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *
 def export(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *, format: str = EXPORT_FORMAT, rank: int | None = None,
            force: bool = False) -> ExportReport:
     """Export ``setting`` in ``format`` (:data:`FORMATS`) to the folder ``out``."""
+    if not str(out).strip():  # (Path("") is the current folder)
+        raise ValueError("--out is empty: give the folder to write the export into, e.g. --out adapter")
     if format == "peft":
         return export_peft(lm, setting, out, rank=rank, force=force)
     if format in ("merged", "gguf") and rank is not None:

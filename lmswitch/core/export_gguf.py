@@ -18,6 +18,7 @@ Both start from the GGUF file the model was loaded from (a bundled alias or
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +34,7 @@ from lmswitch.core.export import (
     logit_errors,
     lora_factors,
     merged_head,
+    rank_notes,
     setting_names,
     write_folder,
 )
@@ -44,7 +46,6 @@ EMBEDDING = "token_embd.weight"
 MERGED_FILE = "model.gguf"
 BASE_FILE = "base.gguf"
 ADAPTER_FILE = "adapter.gguf"
-GGUF_FILES = (MERGED_FILE, BASE_FILE, ADAPTER_FILE)
 SETTING_KEY = "lmswitch.setting"  # in every file lmswitch writes: how a folder is known as an earlier export
 
 
@@ -114,13 +115,13 @@ def export_gguf_merged(lm: LanguageModel, setting: Setting, out: str | os.PathLi
     """``out/model.gguf``: the model's GGUF with the steered head ``E (I + M)`` (F32) as its own ``output.weight``."""
     reader = gguf.GGUFReader(str(source_gguf(lm)))
     _check_head(lm, reader)
-    head = merged_head(lm, setting).float()
+    head = merged_head(lm, setting, torch.float32)  # written as F32: not rounded to a bfloat16 model's dtype first
     full = full_rank(lm, setting)
 
     def write(tmp: Path) -> None:
         _write_model(reader, tmp / MERGED_FILE, lambda: (head.numpy(), gguf.GGMLQuantizationType.F32), _setting_note(setting))
 
-    write_folder(Path(out), _is_ours, force, write, (lm.gguf_path, lm.pretrained_id))
+    write_folder(Path(out), functools.partial(_is_ours, names=(MERGED_FILE,)), force, write, (lm.gguf_path, lm.pretrained_id))
     E = lm.head_weight().detach().to("cpu", torch.float64)
     errors = logit_errors(lm, setting, lambda c: c @ (head.double() - E).T)
     return ExportReport(str(out), "gguf", full, full, 1.0, *errors, "output.weight", setting_names(setting))
@@ -154,17 +155,19 @@ def export_gguf_lora(lm: LanguageModel, setting: Setting, out: str | os.PathLike
         writer.write_tensors_to_file()
         writer.close()
 
-    write_folder(Path(out), _is_ours, force, write, (lm.gguf_path, lm.pretrained_id))
+    write_folder(Path(out), functools.partial(_is_ours, names=(ADAPTER_FILE, BASE_FILE)), force, write, (lm.gguf_path, lm.pretrained_id))
     errors = logit_errors(lm, setting, lambda c: (c @ A.double().T) @ B.double().T)
     notes = (f"the model's head is tied to its token embedding: load {BASE_FILE} (the same model with an untied head) with "
              f"{ADAPTER_FILE}",) if tied else (f"load {ADAPTER_FILE} on {lm.gguf_path}",)
+    notes += rank_notes(rank, full)
     return ExportReport(str(out), "gguf-lora", r, full, round(kept, 6), *errors, HEAD, setting_names(setting), notes)
 
 
-def _is_ours(folder: Path) -> bool:
-    """An earlier GGUF export of lmswitch: only its files, each carrying lmswitch's setting in its metadata."""
+def _is_ours(folder: Path, names: tuple[str, ...]) -> bool:
+    """An earlier GGUF export of lmswitch in the format that writes ``names``: only such files, each carrying lmswitch's
+    setting in its metadata (another format's export is refused, not replaced: README's "of the same format")."""
     files = list(folder.iterdir())
-    if not files or not all(p.name in GGUF_FILES for p in files):
+    if not files or not all(p.name in names for p in files):
         return False
     try:
         return all(SETTING_KEY in gguf.GGUFReader(str(p)).fields for p in files)

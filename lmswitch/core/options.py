@@ -60,8 +60,21 @@ NAMINGS = {"examples": Naming(),
            "two documents": Naming("document A", "document B", "document A (+) vs document B (−)")}
 ANCHORS = 4000  # transfer: shared word tokens the map is fitted on (at most)
 MIN_ANCHORS = 200  # transfer: fewer shared words than this and no map is fitted
+HELDOUT_EVERY = 10  # every 10th anchor is held out to report the fit quality
 EXPORT_FORMAT = "peft"  # export's default: a LoRA adapter on the output head
 EXPORT_FORMATS = (EXPORT_FORMAT, "merged", "gguf", "gguf-lora")  # the last two: lmswitch/core/export_gguf.py
+
+
+def check_anchors(anchors: int, min_anchors: int, names: tuple[str, str] = ("anchors", "min_anchors")) -> None:
+    """Refuse an anchor count that leaves none held out to measure the map's fit, or fewer than ``min_anchors`` (a map
+    fitted on fewer words than a reliable one needs); ``names``: the two settings as the caller's user knows them."""
+    for value, name, least in ((anchors, names[0], HELDOUT_EVERY), (min_anchors, names[1], 1)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise ValueError(f"{name} must be an integer ≥ {least}"
+                             f"{' (one in ten is held out to measure the fit)' if least == HELDOUT_EVERY else ''}; got {value!r}")
+    if anchors < min_anchors:
+        raise ValueError(f"{names[0]} {anchors} is below {names[1]} {min_anchors}: the map would be fitted on fewer shared "
+                         f"words than a reliable one needs; raise {names[0]}, or lower {names[1]} at your own risk")
 
 
 def _plain_fields(options: object) -> None:

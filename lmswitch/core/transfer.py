@@ -14,12 +14,11 @@ from pathlib import Path
 import torch
 
 from lmswitch.core.models import LanguageModel
-from lmswitch.core.options import ANCHORS, MIN_ANCHORS
+from lmswitch.core.options import ANCHORS, HELDOUT_EVERY, MIN_ANCHORS, check_anchors
 from lmswitch.core.switch import MAX_EPS_RANGE, Switch, check_switch, usable_name
 from lmswitch.lenses.svd import reference_hidden
 from lmswitch.lenses.vocab import token_words
 
-HELDOUT_EVERY = 10  # every 10th anchor is held out to report the fit quality
 STRENGTH_CONTEXTS = 64  # reference contexts used to match the typical logit change of source and target
 
 
@@ -81,12 +80,11 @@ def _strength(lm: LanguageModel, W: torch.Tensor) -> float:
     return float(delta.std(dim=1).mean())
 
 
-def _check_transfer(switch: Switch, source: LanguageModel, anchors: int, method: str, ridge: float) -> None:
+def _check_transfer(switch: Switch, source: LanguageModel, anchors: int, min_anchors: int, method: str, ridge: float) -> None:
     check_switch(switch, source)  # a switch made for another model than the stated source: clear error
     if not switch.W.any():
         raise ValueError(f"switch '{switch.name}' is all zeros (it steers nothing), so there is nothing to transfer")
-    if not isinstance(anchors, int) or anchors < 2:
-        raise ValueError(f"anchors must be an integer ≥ 2; got {anchors!r}")
+    check_anchors(anchors, min_anchors)
     if method not in ("procrustes", "ridge"):
         raise ValueError(f"method must be 'procrustes' or 'ridge'; got {method!r}")
     if not (isinstance(ridge, (int, float)) and math.isfinite(ridge) and ridge >= 0):
@@ -99,9 +97,10 @@ def _anchors(source: LanguageModel, target: LanguageModel, anchors: int, min_anc
     if not words:
         raise ValueError(f"'{source.name}' and '{target.name}' share no readable word tokens, so there is nothing to map "
                          "one embedding space onto the other with")
-    if len(words) < min_anchors:
+    if len(words) < max(min_anchors, HELDOUT_EVERY):  # (under ten: none would be held out to measure the fit)
         raise ValueError(f"only {len(words)} word tokens are shared by '{source.name}' and '{target.name}'; a reliable map "
-                         f"needs at least {min_anchors} (set min_anchors lower at your own risk)")
+                         f"needs at least {min_anchors} (lower min_anchors, --min-anchors on the command line, at your own "
+                         "risk; at least 10 are needed to measure the fit)")
     return ids_s[:anchors], ids_t[:anchors], words[:anchors]
 
 
@@ -138,14 +137,14 @@ def transfer(
     >>> g.card["transfer"]["heldout_r2"], g.card["recommended_eps"]              # doctest: +SKIP
     >>> g.card = ls.calibrated_card(gemma, g)  # the fluent ε range on Gemma     # doctest: +SKIP
     """
-    _check_transfer(switch, source, anchors, method, ridge)
+    _check_transfer(switch, source, anchors, min_anchors, method, ridge)
     ids_s, ids_t, words = _anchors(source, target, anchors, min_anchors)
     E_s = source.head_weight().float().cpu()[ids_s]
     E_t = target.head_weight().float().cpu()[ids_t]
     held = torch.zeros(len(words), dtype=torch.bool)
     held[HELDOUT_EVERY - 1 :: HELDOUT_EVERY] = True
     H = fit_procrustes(E_s[~held], E_t[~held]) if method == "procrustes" else fit_map(E_s[~held], E_t[~held], ridge)
-    quality = _fit_quality(H, E_s[held], E_t[held]) if held.any() else {"heldout_r2": None, "heldout_top1": None}
+    quality = _fit_quality(H, E_s[held], E_t[held])
     W_t = H.T @ switch.W.double() @ H  # the same model: H is the identity up to the ridge, so W comes back
     scale = _strength(source, switch.W) / max(_strength(target, W_t.float()), 1e-12)
     recommended = switch.card.get("recommended_eps") or max(abs(x) for x in switch.eps_range) / 2

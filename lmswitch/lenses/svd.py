@@ -103,7 +103,7 @@ class Dimensions:
     positive_label: str
     negative_label: str
     singular_values: list[float]  # all of them, descending
-    dimensions: list[Dimension]
+    dimensions: list[Dimension]  # the top ones asked for, up to the switch's rank
     reference_contexts: int
 
     def to_dict(self) -> dict:
@@ -331,7 +331,8 @@ def _directions(lm: LanguageModel, switch: Switch, k: int, reference: list[str] 
 
 @torch.no_grad()
 def svd_dimensions(lm: LanguageModel, switch: Switch, *, dims: int = DEFAULT_DIMS, words: int = DEFAULT_WORDS, reference: list[str] | None = None) -> Dimensions:
-    """The switch's top ``dims`` singular directions, each with ``words`` words at each pole.
+    """The switch's top ``dims`` singular directions, each with ``words`` words at each pole; fewer when the switch's
+    rank is lower (a direction whose singular value is numerically zero, :data:`NULL_DIRECTION`, is not listed).
 
     Every :class:`Dimension` is oriented so that ``promoted`` lists the words it
     pushes *up* at positive ε over the reference contexts and ``suppressed`` the
@@ -348,6 +349,9 @@ def svd_dimensions(lm: LanguageModel, switch: Switch, *, dims: int = DEFAULT_DIM
     check_switch(switch, lm)
     dirs = _directions(lm, switch, dims, reference)
     S, k = dirs.S, len(dirs.sign)
+    if float(S[0]) == 0.0:
+        raise ValueError(f"switch '{switch.name}' is all zeros: it has no directions to list; train it or load another")
+    live = sum(float(S[i]) > NULL_DIRECTION * float(S[0]) for i in range(k))  # past the switch's rank: noise, not listed
     total = float((S**2).sum()) or 1.0
     rankings = torch.cat([dirs.oriented, -dirs.oriented])
     chosen = _top_words(lm, rankings, dirs.ids, dirs.surfaces, words, dirs.written)
@@ -363,7 +367,7 @@ def svd_dimensions(lm: LanguageModel, switch: Switch, *, dims: int = DEFAULT_DIM
             promoted=lists[i],
             suppressed=lists[k + i],
         )
-        for i in range(k)
+        for i in range(live)
     ]
     return Dimensions(switch=switch.name, positive_label=switch.positive_label, negative_label=switch.negative_label,
                       singular_values=S.tolist(), dimensions=directions, reference_contexts=dirs.contexts)
