@@ -20,7 +20,7 @@ from lmswitch.lenses.learned import what_was_learned
 from lmswitch.serve.limits import check_train_steps
 from lmswitch.serve.session import Session, SwitchLibrary, check_name
 from lmswitch.webapp.backend import USER_ERRORS, Backend, computed, user_errors
-from lmswitch.webapp.widgets import MAX_SLOTS, PROVISIONAL_EPS, dropdown_updates, number, optional_text, read_input, slot_updates, uploaded
+from lmswitch.webapp.widgets import MAX_SLOTS, MEASURING, dropdown_updates, number, optional_text, read_input, slot_updates, uploaded
 
 MODES = ("one document", "two documents (A vs B)", "labelled sentences")
 KINDS = dict(zip(MODES, ("one document", "two documents", "examples"), strict=True))  # each mode's data shape (train.data_kind)
@@ -84,8 +84,7 @@ def _report(final: str, name: str, switch: Switch, measuring: bool = False) -> s
     if card.get("calibration_error"):
         fluent_text = f" The fluent-range probe failed ({card['calibration_error']}); its slider spans the usual range."
     if measuring:
-        fluent_text = (f" Its fluent ε range is being measured (a few seconds); until then its slider reaches "
-                       f"±{PROVISIONAL_EPS:g}.")
+        fluent_text = f" {MEASURING}"
     return (f"### ✔ '{final}'{renamed} is ready — its slider is in the Steer tab.{fluent_text}\n"
             f"{card['tokens_train']} training tokens, {card['tokens_heldout']} held out, {card['steps']} steps in {card['seconds']:.1f} s; "
             f"{gain_text}.\n\n{data_advice(card)}")
