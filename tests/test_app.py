@@ -23,7 +23,7 @@ from lmswitch.webapp import files, steer
 from lmswitch.webapp import train as app_train
 from lmswitch.webapp import widgets as app_widgets
 from lmswitch.webapp.train import PROBING, READING
-from lmswitch.webapp.widgets import MEASURING, PROVISIONAL_EPS, UNSAVED
+from lmswitch.webapp.widgets import PROVISIONAL_EPS, UNSAVED, measuring_note
 
 PROMPT = "the happy one was"
 GEN = dict(max_new_tokens=8, temperature=1.0, top_p=0.9, seed=3, chat=False)
@@ -283,12 +283,14 @@ def test_training_adds_a_private_slider_and_a_downloadable_file(backend, llama_l
     session = Session()
     updates = run_training(backend, session)
     status, loss_fig, report, *rest = updates[-1]  # the switch is ready, with what it learned
-    sliders, pickers, download = rest[: app.MAX_SLOTS], rest[app.MAX_SLOTS : -2], rest[-2]
+    _, _, _, *shown = next(u for u in updates if u[0] == PROBING)  # its slider and the pickers came with what it learned
+    sliders, pickers, download = shown[: app.MAX_SLOTS], shown[app.MAX_SLOTS : -2], rest[-2].value["path"]
     assert "'mood'" in report and "is ready" in report and "held-out gain" in report
     card = session.get("mood", backend.library).card
     assert card.fluent_eps[1] > 0 and f"{card.fluent_text}; recommended ε {card.recommended_eps:+g}." in report  # probed, and inside
     assert any("mood: + → happy, − → sad" == u.label for u in sliders if u.visible)
     assert pickers[3].value == "mood"  # the manage picker selects the new switch
+    assert rest[-2].label == "Download mood.safetensors"
     assert len(loss_fig.data[0].y) == session.get("mood", backend.library).card["steps"]
     saved = ls.load_switch(download, llama_lm)
     assert torch.equal(saved.W, session.get("mood", backend.library).W)
@@ -345,29 +347,39 @@ def test_training_shows_what_the_switch_learned(backend, kw, shown, not_shown, m
 
 def test_a_new_switch_is_steered_while_its_fluent_range_is_measured(backend, folder, llama_lm):
     """The slider comes with what the switch learned, before the fluent-range probe: until the range is measured it
-    reaches the probe's first strength, and saving waits for the range (a saved card would lack it for good)."""
+    reaches the probe's first strength (the sweep's default ε too), and saving and downloading wait for the range (a
+    saved card would lack it for good)."""
     session = Session()
     stream = app.train(backend, *train_args(steps=5), session, *[None] * 7, progress=lambda *a, **k: None)
     probing = next(u for u in stream if u[0] == PROBING)  # the probe starts once the page has this message
     status, _, report, *rest = probing
     [slot] = [u for u in rest[: app.MAX_SLOTS] if u.visible and u.label.startswith("mood:")]
-    assert (slot.minimum, slot.maximum) == (-2.0, 2.0) and PROVISIONAL_EPS == 2.0
-    assert slot.info.startswith(UNSAVED) and slot.info.endswith(MEASURING)
-    assert "is ready" in report and "being measured" in report and rest[app.MAX_SLOTS + 3].value == "mood"  # the manage picker
-    out = app.generate_api(backend, PROMPT, "mood=2", *gen_args(), session)  # steered at once, at the slider's end
-    assert out["steered"] == ls.generate(llama_lm, PROMPT, [(session.get("mood", backend.library), 2.0)], **GEN)[0]
+    assert (slot.minimum, slot.maximum) == (-1.0, 1.0) and PROVISIONAL_EPS == 1.0
+    assert slot.info.startswith(UNSAVED) and slot.info.endswith(measuring_note())
+    assert "is ready" in report and measuring_note() in report and rest[app.MAX_SLOTS + 3].value == "mood"  # the manage picker
+    out = app.generate_api(backend, PROMPT, "mood=1", *gen_args(), session)  # steered at once, at the slider's end
+    assert out["steered"] == ls.generate(llama_lm, PROMPT, [(session.get("mood", backend.library), 1.0)], **GEN)[0]
+    _, rows = app.run_sweep(backend, "mood", "", 1, PROMPT, *gen_args(max_new_tokens=2), session)
+    assert sorted({row[0] for row in rows}) == pytest.approx([-1, -2 / 3, -1 / 3, 0, 1 / 3, 2 / 3, 1], abs=0.01)  # not ±10
     with pytest.raises(gr.Error, match="the fluent ε range of 'mood' is still being measured"):
         app.save_switch(backend, "mood", session)
+    waiting = app_train.export_switch(backend, "mood", session)
+    assert waiting.value is None and "once its range is measured" in waiting.label
+    session.wide_sliders = True  # widened meanwhile: twice as far, and said so
+    [slot] = [u for u in app.slot_updates(session, backend.library) if u.visible and u.label.startswith("mood:")]
+    assert (slot.minimum, slot.maximum) == (-2.0, 2.0) and slot.info.endswith(measuring_note(wide=True)) and "±2" in slot.info
+    session.wide_sliders = False
     last = list(stream)[-1]
     switch = session.get("mood", backend.library)
     card = switch.card
-    [slot] = [u for u in last[3 : 3 + app.MAX_SLOTS] if u.visible and u.label.startswith("mood:")]
-    assert card.fluent_eps and (slot.minimum, slot.maximum) == switch.slider_range()
-    assert MEASURING not in slot.info and not session.measuring
-    # the page's values are then kept in the new ranges (layout: the train event's .then): a value past the end moves to it
-    values = [0.0, 0.0, 99.0]
+    # the pickers stay as the user left them, and the sliders' ranges come with the event after (values read first)
+    assert all(u == gr.skip() for u in last[3 : 3 + app.MAX_SLOTS + 7]) and not session.measuring
+    assert ls.load_switch(last[-2].value["path"], llama_lm).card.fluent_eps == card.fluent_eps  # the download, with its range
+    values = [0.0, 0.0, -1.0]  # the page's values, checked by Gradio against the ranges the page has (±1 for mood)
     [mood] = [u for u in steer.refresh_sliders(backend, session, *values) if u.visible and u.label.startswith("mood:")]
-    assert mood.value == switch.slider_range()[1] < 99.0
+    assert card.fluent_eps and (mood.minimum, mood.maximum) == switch.slider_range() and mood.value == max(-1.0, mood.minimum)
+    assert steer.refresh_sliders(backend, session, 0.0, 0.0, -99.0)[2].value == mood.minimum  # past the end: moved to it
+    assert "being measured" not in mood.info
     assert "Saved 'mood'" in app.save_switch(backend, "mood", session)
     assert ls.load_switch(folder / "mood.safetensors", llama_lm).card.fluent_eps == card.fluent_eps  # saved with its range
 
@@ -444,7 +456,7 @@ def test_a_cancel_after_training_skips_the_reading_and_the_probe_and_keeps_the_s
     assert any(update[0] == READING for update in stream)
     assert app.cancel_training(session) == "Cancelling…"  # the run is still going: reading and probing come next
     *_, last = stream
-    assert last[0] == "Done." and last[-1] == app_train.CANCELLED_READING and app_train.CANCELLED_PROBE in last[2]
+    assert last[0] == "Done." and last[-1] == app_train.CANCELLED_READING and "Its fluent-range probe was cancelled" in last[2]
     assert session.get("mood", backend.library).card.fluent_eps is None  # not probed
     assert app.cancel_training(session) == "No training is running in this session."
 

@@ -25,7 +25,7 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 from lmswitch.io.resources import examples_dir
 from lmswitch.webapp.lens import highlight_examples
-from lmswitch.webapp.widgets import MEASURING, UNSAVED
+from lmswitch.webapp.widgets import UNSAVED
 
 pytestmark = [pytest.mark.browser, pytest.mark.real_model, pytest.mark.slow]  # chromium against app.py on the embedded model
 
@@ -237,29 +237,51 @@ def test_train_from_pasted_sentences_adds_a_slider(ui):
         steps.press("Tab")
         expect(steps).to_have_value("30")
         page.locator("#train").click()
-        expect(page.locator("#train-report")).to_contain_text("is ready", timeout=TRAIN_TIMEOUT)
-        expect(page.locator("#train-report")).to_contain_text(f"'{NEW_SWITCH}'")
-        expect(page.locator("#train-report")).to_contain_text("30 steps")
-        expect(page.locator("#train-status")).to_contain_text("Done.", timeout=TRAIN_TIMEOUT)  # its fluent range measured
-        expect(page.locator("#train-report")).to_contain_text("Fluent ε range")
-        fluent = re.search(r"range\): ([-+−\d.]+) … ([-+\d.]+)", page.locator("#train-report").inner_text())
-        low, high = (float(x.replace("−", "-")) for x in fluent.groups())
-        expect(panel.locator("[data-testid=plotly]")).to_have_count(1)  # the loss curve
-        ui.screenshot("train")
+        status, report = page.locator("#train-status"), page.locator("#train-report")
+        expect(status).to_contain_text(re.compile(r"Ready to steer|Done\."), timeout=TRAIN_TIMEOUT)  # its slider is there
+        expect(report).to_contain_text("is ready")
+        expect(report).to_contain_text(f"'{NEW_SWITCH}'")
+        expect(report).to_contain_text("30 steps")
 
+        # steered at once: its slider dragged to the left end (ε −2 while the range is being measured) and released
         ui.tab("Steer")
         slot = ui.slider(f"{NEW_SWITCH}:")
         expect(slot).to_have_count(1)
         expect(slot).to_be_visible()
-        expect(slot.locator("input[type=range]")).to_have_value("0")
-        # it spans the range measured once the switch was ready (Switch.slider_range: whole ε inside it)
+        expect(slot).to_contain_text(UNSAVED)  # the new switch is this page's alone, until saved
+        track = slot.locator("input[type=range]")
+        box = track.bounding_box()
+        y = box["y"] + box["height"] / 2
+        page.mouse.move(box["x"] + box["width"] / 2, y)
+        page.mouse.down()
+        page.mouse.move(box["x"] - 20, y, steps=10)
+        page.mouse.up()
+        dragged = float(track.input_value())
+        assert dragged < 0, dragged
+
+        # once the range is measured the slider spans it (Switch.slider_range: whole ε inside it), the value moved
+        # inside (Gradio refused the value it had, outside the new range, and every slider showed "Error" before)
+        expect(status).to_contain_text("Done.", timeout=TRAIN_TIMEOUT)
+        expect(report).to_contain_text("Fluent ε range")
+        fluent = re.search(r"range\): ([-+−\d.]+) … ([-+\d.]+)", report.text_content())
+        low, high = (float(x.replace("−", "-")) for x in fluent.groups())
         top = math.floor(high) if math.floor(high) > math.ceil(low) else high
-        expect(slot.locator("input[type=range]")).to_have_attribute("max", f"{top:g}")
-        expect(slot).not_to_contain_text(MEASURING)
+        bottom = math.ceil(low) if math.floor(high) > math.ceil(low) else low
+        expect(track).to_have_attribute("max", f"{top:g}")
+        expect(track).to_have_attribute("min", f"{bottom:g}")
+        expect(track).to_have_value(f"{min(max(dragged, bottom), top):g}")
+        expect(slot.locator("input[type=number]")).to_have_value(f"{min(max(dragged, bottom), top):g}")
+        expect(slot).not_to_contain_text("being measured")
         for name in SWITCHES:
             expect(ui.slider(f"{name}:")).to_be_visible()
             expect(ui.slider(f"{name}:")).not_to_contain_text(UNSAVED)
-        expect(slot).to_contain_text(UNSAVED)  # the new switch is this page's alone, until saved
+        page.locator("#generate").click()  # and steering goes on: no value out of range, no error
+        expect(page.locator("#steered-scores")).to_contain_text("perplexity", timeout=GENERATE_TIMEOUT)
+        expect(page.locator(".toast-body")).to_have_count(0)
+        ui.tab("Train")
+        expect(panel.locator("[data-testid=plotly]")).to_have_count(1)  # the loss curve
+        ui.screenshot("train")
+        ui.tab("Steer")
     ui.screenshot("steer-after-training")
 
 

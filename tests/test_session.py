@@ -148,6 +148,8 @@ def test_session_save_moves_a_switch_into_the_library(library, llama_lm):
         s.save("keeper", library)
     with pytest.raises(ValueError, match="no session switch named 'ghost'"):
         s.save("ghost", library)
+    with pytest.raises(ValueError, match="no switch is picked: pick one$"):  # an empty picker (it said "no switch named 'None'")
+        s.get(None, library)
 
 
 # --- jobs ----------------------------------------------------------------------------------------

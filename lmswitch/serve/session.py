@@ -145,6 +145,9 @@ class Session:
 
     def get(self, name: str, library: SwitchLibrary) -> Switch:
         """A switch of this session or the library, made for the library's model."""
+        if not name:  # a picker left empty (a model without switches, say)
+            hint = "" if self.available(library) else " (this model has none yet: train or import one, or pick another model)"
+            raise ValueError(f"no switch is picked: pick one{hint}")
         with self._lock:
             switch = self._mine(name, library)
         switch = switch or library.get(name)

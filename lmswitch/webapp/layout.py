@@ -191,6 +191,7 @@ def _wire_steer(ui: SimpleNamespace, backend: Backend, demo: gr.Blocks) -> None:
     steer_inputs = [ui.prompt, *ui.gen, ui.session, *ui.sliders, ui.adaptive, ui.best_of, ui.guide, ui.repeat_guard]
     stream_out = [ui.steered, ui.base, ui.steered_scores, ui.base_scores, ui.tokens]
     run_steer = bind(steer.steer, backend)
+    ui.regenerate = dict(fn=run_steer, inputs=steer_inputs, outputs=stream_out, api_visibility="private", **live)  # (other tabs')
     loaded = demo.load(bind(steer.on_load, backend), [ui.session, *ui.pickers], [ui.status, *ui.sliders, *ui.pickers],
                        api_visibility="private", concurrency_limit=None)
     loaded.then(run_steer, steer_inputs, stream_out, api_visibility="private", **live)  # a first generation to look at
@@ -228,9 +229,10 @@ def _wire_train_and_lenses(ui: SimpleNamespace, backend: Backend) -> None:
     ui.train_go.click(bind(train.train, backend), [ui.mode, ui.new_name, ui.pos_label, ui.neg_label, ui.text_a, ui.file_a, ui.text_b,
                                                    ui.file_b, *ui.train_settings, ui.session, *ui.pickers],
                       [ui.train_status, ui.loss_plot, ui.train_report, *ui.sliders, *ui.pickers, ui.download, ui.train_learned],
-                      api_name="train",
-                      concurrency_id="train", concurrency_limit=2, show_progress_on=[ui.train_status]).then(
-        bind(steer.refresh_sliders, backend), [ui.session, *ui.sliders], ui.sliders, api_visibility="private", queue=False)  # in range
+                      api_name="train", concurrency_id="train", concurrency_limit=2, show_progress_on=[ui.train_status],
+                      trigger_mode="multiple").then(  # a second click while one runs is told so (Gradio's "once" dropped it)
+        bind(steer.refresh_sliders, backend), [ui.session, *ui.sliders], ui.sliders, api_visibility="private", queue=False).then(
+        **ui.regenerate)  # the text of a value moved into the new range (unchanged: the session's cache answers at once)
     ui.cancel.click(train.cancel_training, ui.session, ui.train_status, api_name="cancel_training", concurrency_limit=None, queue=False)
     ui.manage.change(bind(train.export_switch, backend), [ui.manage, ui.session], ui.download, api_visibility="private")
     ui.save.click(bind(train.save_switch, backend), [ui.manage, ui.session], ui.manage_status, api_name="save_switch").then(

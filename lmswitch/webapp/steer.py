@@ -28,6 +28,7 @@ from lmswitch.webapp.widgets import (
     format_scores,
     number,
     sampling,
+    slider_range,
     slot_updates,
     token_html,
 )
@@ -177,8 +178,9 @@ def batch_protocol(lm: LanguageModel, prompt: str, settings: int, samples, widge
                     adaptive=options.adaptive, best_of=options.best_of, guide=options.guide, repeat_guard=options.repeat_guard)
 
 
-def _eps_values(text: str | None, switch: Switch, count: int) -> list[float]:
-    return parse_eps_list(text, default=eps_grid(*switch.slider_range(), count))
+def _eps_values(text: str | None, session: Session, switch: Switch, count: int) -> list[float]:
+    """The ε typed, else ``count`` across the switch's slider range (not widened; provisional while it is measured)."""
+    return parse_eps_list(text, default=eps_grid(*slider_range(session, switch.name, switch, wide=False), count))
 
 
 @user_errors
@@ -188,7 +190,7 @@ def run_sweep(backend: Backend, name: str, eps_text: str, samples, prompt: str, 
     """One batched call: the prompt at a row of ε values of one switch, scored; a plotly chart and the texts."""
     lm, library = backend.get(session=session)
     switch = session.get(name, library)
-    eps = _eps_values(eps_text, switch, SWEEP_POINTS)
+    eps = _eps_values(eps_text, session, switch, SWEEP_POINTS)
     protocol = batch_protocol(lm, prompt, len(eps), samples, (max_new_tokens, temperature, top_p, seed, chat, adaptive, best_of, guide, repeat_guard))
     evals = evaluate_settings(lm, [[(switch, e)] for e in eps], [prompt], protocol)
     fig = figures.sweep_figure(evals, switch.name, metrics=("positive_share", "mean_toxicity"))
@@ -206,7 +208,7 @@ def run_grid(backend: Backend, first: str, second: str, eps_a_text: str, eps_b_t
     a, b = session.get(first, library), session.get(second, library)
     if a.name == b.name:
         raise ValueError("pick two different switches for the composition map")
-    eps_a, eps_b = _eps_values(eps_a_text, a, GRID_POINTS), _eps_values(eps_b_text, b, GRID_POINTS)
+    eps_a, eps_b = _eps_values(eps_a_text, session, a, GRID_POINTS), _eps_values(eps_b_text, session, b, GRID_POINTS)
     protocol = batch_protocol(lm, prompt, len(eps_a) * len(eps_b), samples,
                               (max_new_tokens, temperature, top_p, seed, chat, adaptive, best_of, guide, repeat_guard))
     flat = evaluate_settings(lm, [[(a, ea), (b, eb)] for ea in eps_a for eb in eps_b], [prompt], protocol)

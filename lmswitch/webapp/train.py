@@ -20,7 +20,17 @@ from lmswitch.lenses.learned import what_was_learned
 from lmswitch.serve.limits import check_train_steps
 from lmswitch.serve.session import Session, SwitchLibrary, check_name
 from lmswitch.webapp.backend import USER_ERRORS, Backend, computed, user_errors
-from lmswitch.webapp.widgets import MAX_SLOTS, MEASURING, dropdown_updates, number, optional_text, read_input, slot_updates, uploaded
+from lmswitch.webapp.widgets import (
+    MAX_SLOTS,
+    PICKER_DEFAULTS,
+    dropdown_updates,
+    measuring_note,
+    number,
+    optional_text,
+    read_input,
+    slot_updates,
+    uploaded,
+)
 
 MODES = ("one document", "two documents (A vs B)", "labelled sentences")
 KINDS = dict(zip(MODES, ("one document", "two documents", "examples"), strict=True))  # each mode's data shape (train.data_kind)
@@ -74,17 +84,22 @@ def train_config(steps, lr, eps0, rank, seed) -> TrainConfig:
                        seed=number(seed, "seed", int), rank=rank or None)
 
 
-def _report(final: str, name: str, switch: Switch, measuring: bool = False) -> str:
+def _report(final: str, name: str, switch: Switch, measuring: str = "") -> str:
+    """The Train tab's report on a new switch; ``measuring``: the note while its fluent range is measured."""
     card = switch.card
     gain = card.get("heldout_gain")
     gain_text = "no held-out split" if gain is None else f"held-out gain **{gain:+.3f} nats/token**"
     renamed = f" (renamed from '{name}', which was taken)" if final != name else ""
     recommended = f"; recommended ε {card.recommended_eps:+g}" if card.fluent_text and card.recommended_eps else ""
     fluent_text = f" Fluent ε range (its slider's range): {card.fluent_text}{recommended}." if card.fluent_text else ""
-    if card.get("calibration_error"):
+    if card.get("calibration_error") == CANCELLED_PROBE:
+        fluent_text = (f" Its fluent-range probe was cancelled: its slider spans the usual range, "
+                       f"{switch.slider_range()[0]:+g} … {switch.slider_range()[1]:+g}, past where most trained switches "
+                       "read well (train it again to measure it).")
+    elif card.get("calibration_error"):
         fluent_text = f" The fluent-range probe failed ({card['calibration_error']}); its slider spans the usual range."
     if measuring:
-        fluent_text = f" {MEASURING}"
+        fluent_text = f" {measuring}"
     return (f"### ✔ '{final}'{renamed} is ready — its slider is in the Steer tab.{fluent_text}\n"
             f"{card['tokens_train']} training tokens, {card['tokens_heldout']} held out, {card['steps']} steps in {card['seconds']:.1f} s; "
             f"{gain_text}.\n\n{data_advice(card)}")
@@ -160,13 +175,14 @@ def _train_and_add(backend: Backend, session: Session, job: _Job, flag, progress
     learned = CANCELLED_READING if flag.is_set() else _learned(backend, job.lm, done, job.positive, job.negative)
     session.measuring.add(final)
     try:  # steered at once, its slider provisional: a user reads what it learned and tries it while the range is probed
-        yield (PROBING, gr.skip(), _report(final, job.name, done.switch, measuring=True), *slot_updates(session, job.library),
-               *dropdown_updates(session, job.library, _picking(job.current, final)), gr.skip(), learned)
+        _, shown = backend.get(session=session)  # the model the page steers now (the picker may have changed it)
+        yield (PROBING, gr.skip(), _report(final, job.name, done.switch, measuring_note(session.wide_sliders)),
+               *slot_updates(session, shown), *dropdown_updates(session, shown, _picking(job.current, final)), gr.skip(), learned)
         # a cancel before or during the probe ends it (the session holds this very switch: its card is updated)
         done.switch.card = backend.calibrated(job.lm, done.switch, cancel=flag, cancelled=CANCELLED_PROBE)
     finally:
         session.measuring.discard(final)
-    yield *_finished(backend, session, job.library, job.name, final, done.switch, job.current), learned  # the last message
+    yield *_finished(backend, job.name, final, done.switch), learned  # the last message
 
 
 def _trained(backend: Backend, job: _Job, flag, progress, skip: list) -> Generator[tuple, None, Done | None]:
@@ -199,13 +215,14 @@ def _picking(current: list, final: str) -> list:
     return [*current[:3], final, *current[4:]]
 
 
-def _finished(backend: Backend, session: Session, library, name: str, final: str, switch: Switch, current: list) -> tuple:
-    """The panel once the range is measured; the sliders' values are kept in their new ranges by the event after it
-    (``steer.refresh_sliders``), which reads them from the page."""
+def _finished(backend: Backend, name: str, final: str, switch: Switch) -> tuple:
+    """The panel once the range is measured. The sliders get their new ranges from the event after this one
+    (``steer.refresh_sliders``): it reads the page's values, which Gradio checks against the ranges the page has, and
+    moves them inside the new ones. The pickers stay as the user left them while the range was measured."""
     card = switch.card
     return ("Done.", figures.loss_figure(card["train_losses"], card["heldout_losses"], total_steps=card["steps"]),
-            _report(final, name, switch), *slot_updates(session, library), *dropdown_updates(session, library, _picking(current, final)),
-            backend.run(export_path, backend, switch))
+            _report(final, name, switch), *[gr.skip()] * (MAX_SLOTS + len(PICKER_DEFAULTS)),
+            gr.DownloadButton(value=backend.run(export_path, backend, switch), label=f"Download {final}.safetensors"))
 
 
 def _learned(backend: Backend, lm: LanguageModel, done: Done, positive: str | list[str], negative: str | list[str] | None) -> str:
@@ -239,6 +256,8 @@ def export_switch(backend: Backend, name: str | None, session: Session):
     _, library = backend.get(session=session)
     if not name:
         return gr.DownloadButton(value=None)
+    if name in session.measuring:  # as Save: its file would lack the range (the Train tab's "Done." brings the file)
+        return gr.DownloadButton(value=None, label=f"Download {name}.safetensors (once its range is measured)")
     return gr.DownloadButton(value=export_path(backend, session.get(name, library)), label=f"Download {name}.safetensors")
 
 

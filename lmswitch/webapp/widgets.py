@@ -21,11 +21,17 @@ from lmswitch.serve.session import Session, SwitchLibrary
 
 MAX_SLOTS = 12  # ε sliders shown in the Steer view (switches beyond that are usable in the other views)
 UNSAVED = "Not saved: it goes with this page unless you save or download it (Train tab)."  # a session switch's slider says so
-# a switch just trained is steered at once: until its fluent range is measured, its slider reaches the first strength the
-# probe checks (most trained switches read fluent there: a one-article switch at −4 … +2, 30 + 30 sentences at −2 … +2)
-PROVISIONAL_EPS = Probe().strengths[0]
-MEASURING = (f"Its fluent range is being measured on a few prompts (a few seconds); until then the slider reaches "
-             f"±{PROVISIONAL_EPS:g}, the first strength the probe checks.")
+# a switch just trained is steered at once: until its fluent range is measured, its slider reaches the largest strength
+# the probe checks below its first, where the trained switches seen read fluent on the dev prompts (a one-article switch
+# −4 … +2; 30 + 30 sentences −2 … +2 or −1 … +2, where ε −2 writes 4× the unsteered perplexity)
+PROVISIONAL_EPS = Probe().inner[-1]
+
+
+def measuring_note(wide: bool = False) -> str:
+    """What a switch's slider and the Train report say while its fluent range is being measured."""
+    widened = f" (±{2 * PROVISIONAL_EPS:g} with the sliders widened)" if wide else ""
+    return (f"Its fluent range is being measured on a few prompts (a few seconds); until then the slider reaches "
+            f"±{PROVISIONAL_EPS:g}{widened}, where most trained switches read well.")
 PENDING = "<small>generating… scores follow when the text is complete</small>"
 # first choice of each switch picker (sweep, composition rows, composition columns, manage, inspect, highlight, transfer):
 # a preferred name, else the switch in that slot
@@ -126,26 +132,29 @@ def slot_updates(session: Session, library: SwitchLibrary, *, reset: bool = Fals
         switch = session.get(names[i], library)
         lo, hi = slider_range(session, names[i], switch)
         extra = {"value": min(max(float(values.get(names[i], 0.0)), lo), hi)} if reset or names[i] in values else {}
-        info = slider_info(switch, unsaved=session.unsaved(names[i]), measuring=names[i] in session.measuring)
+        info = slider_info(switch, unsaved=session.unsaved(names[i]),
+                           measuring=measuring_note(session.wide_sliders) if names[i] in session.measuring else "")
         updates.append(gr.Slider(minimum=lo, maximum=hi, label=slider_label(switch), visible=True, info=info or None,
                                  **extra))
     return updates
 
 
-def slider_range(session: Session, name: str, switch: Switch) -> tuple[float, float]:
+def slider_range(session: Session, name: str, switch: Switch, wide: bool | None = None) -> tuple[float, float]:
     """The ε range of ``name``'s slider in ``session``: the switch's own (:meth:`Switch.slider_range`), or while its
-    fluent range is being measured, ±:data:`PROVISIONAL_EPS` (twice that with the sliders widened, as the switch's)."""
+    fluent range is being measured, ±:data:`PROVISIONAL_EPS`; twice as far with the sliders widened (``wide``: by
+    default the session's choice)."""
+    wide = session.wide_sliders if wide is None else wide
     if name not in session.measuring:
-        return switch.slider_range(session.wide_sliders)
-    reach = PROVISIONAL_EPS * (2 if session.wide_sliders else 1)
+        return switch.slider_range(wide)
+    reach = PROVISIONAL_EPS * (2 if wide else 1)
     return -reach, reach
 
 
-def slider_info(switch: Switch, unsaved: bool = False, measuring: bool = False) -> str:
+def slider_info(switch: Switch, unsaved: bool = False, measuring: str = "") -> str:
     """The slider's note: whether the switch is still only this page's (:data:`UNSAVED`), its description and the
-    range in which it still writes fluent text: calibrated, or being measured (:data:`MEASURING`)."""
+    range in which it still writes fluent text: calibrated, or being measured (``measuring``: :func:`measuring_note`)."""
     fluent = switch.card.fluent_text
-    note = MEASURING if measuring else f"Fluent ε {fluent}; beyond it text reads less well." if fluent else ""
+    note = measuring or (f"Fluent ε {fluent}; beyond it text reads less well." if fluent else "")
     description = switch.description[:120].strip()
     if description and description[-1] not in ".!?…":  # a sentence of its own, not run into the next part
         description += "."
