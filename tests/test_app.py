@@ -373,7 +373,9 @@ def test_a_new_switch_is_steered_while_its_fluent_range_is_measured(backend, fol
     switch = session.get("mood", backend.library)
     card = switch.card
     # the pickers stay as the user left them, and the sliders' ranges come with the event after (values read first)
-    assert all(u == gr.skip() for u in last[3 : 3 + app.MAX_SLOTS + 7]) and not session.measuring
+    sliders, pickers = last[3 : 3 + app.MAX_SLOTS], last[3 + app.MAX_SLOTS : 3 + app.MAX_SLOTS + 7]
+    assert all(u == gr.skip() for u in [*sliders, *pickers[:3], *pickers[4:]]) and not session.measuring
+    assert pickers[3].value == "mood" and last[-2].label == "Download mood.safetensors"  # the Train tab's own: the new switch
     assert ls.load_switch(last[-2].value["path"], llama_lm).card.fluent_eps == card.fluent_eps  # the download, with its range
     values = [0.0, 0.0, -1.0]  # the page's values, checked by Gradio against the ranges the page has (±1 for mood)
     [mood] = [u for u in steer.refresh_sliders(backend, session, *values) if u.visible and u.label.startswith("mood:")]

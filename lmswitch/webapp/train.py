@@ -93,9 +93,9 @@ def _report(final: str, name: str, switch: Switch, measuring: str = "") -> str:
     recommended = f"; recommended ε {card.recommended_eps:+g}" if card.fluent_text and card.recommended_eps else ""
     fluent_text = f" Fluent ε range (its slider's range): {card.fluent_text}{recommended}." if card.fluent_text else ""
     if card.get("calibration_error") == CANCELLED_PROBE:
-        fluent_text = (f" Its fluent-range probe was cancelled: its slider spans the usual range, "
-                       f"{switch.slider_range()[0]:+g} … {switch.slider_range()[1]:+g}, past where most trained switches "
-                       "read well (train it again to measure it).")
+        lo, hi = switch.slider_range()
+        fluent_text = (f" Its fluent-range probe was cancelled: its slider spans the usual range, {lo:+g} … {hi:+g}, past "
+                       "where most trained switches read well (train it again to measure it).")
     elif card.get("calibration_error"):
         fluent_text = f" The fluent-range probe failed ({card['calibration_error']}); its slider spans the usual range."
     if measuring:
@@ -176,13 +176,14 @@ def _train_and_add(backend: Backend, session: Session, job: _Job, flag, progress
     session.measuring.add(final)
     try:  # steered at once, its slider provisional: a user reads what it learned and tries it while the range is probed
         _, shown = backend.get(session=session)  # the model the page steers now (the picker may have changed it)
+        picked = [*job.current[:3], final, *job.current[4:]]  # the manage picker on the new switch
         yield (PROBING, gr.skip(), _report(final, job.name, done.switch, measuring_note(session.wide_sliders)),
-               *slot_updates(session, shown), *dropdown_updates(session, shown, _picking(job.current, final)), gr.skip(), learned)
+               *slot_updates(session, shown), *dropdown_updates(session, shown, picked), gr.skip(), learned)
         # a cancel before or during the probe ends it (the session holds this very switch: its card is updated)
         done.switch.card = backend.calibrated(job.lm, done.switch, cancel=flag, cancelled=CANCELLED_PROBE)
     finally:
         session.measuring.discard(final)
-    yield *_finished(backend, job.name, final, done.switch), learned  # the last message
+    yield *_finished(backend, session, job.name, final, done.switch), learned  # the last message
 
 
 def _trained(backend: Backend, job: _Job, flag, progress, skip: list) -> Generator[tuple, None, Done | None]:
@@ -210,19 +211,21 @@ def _trained(backend: Backend, job: _Job, flag, progress, skip: list) -> Generat
     raise RuntimeError("the training run ended without a result")
 
 
-def _picking(current: list, final: str) -> list:
-    """The switch pickers' choices with the manage picker on the new switch."""
-    return [*current[:3], final, *current[4:]]
-
-
-def _finished(backend: Backend, name: str, final: str, switch: Switch) -> tuple:
+def _finished(backend: Backend, session: Session, name: str, final: str, switch: Switch) -> tuple:
     """The panel once the range is measured. The sliders get their new ranges from the event after this one
     (``steer.refresh_sliders``): it reads the page's values, which Gradio checks against the ranges the page has, and
-    moves them inside the new ones. The pickers stay as the user left them while the range was measured."""
+    moves them inside the new ones. The other views' pickers stay as the user left them while the range was measured;
+    the Train tab's own (manage) picker and download offer the new switch, now with its range, while the page steers
+    its model."""
     card = switch.card
+    _, shown = backend.get(session=session)
+    names = session.available(shown)
+    ours = final in names
+    manage = [gr.Dropdown(choices=names, value=final)] if ours else [gr.skip()]
+    download = gr.DownloadButton(value=backend.run(export_path, backend, switch), label=f"Download {final}.safetensors") if ours else gr.skip()
     return ("Done.", figures.loss_figure(card["train_losses"], card["heldout_losses"], total_steps=card["steps"]),
-            _report(final, name, switch), *[gr.skip()] * (MAX_SLOTS + len(PICKER_DEFAULTS)),
-            gr.DownloadButton(value=backend.run(export_path, backend, switch), label=f"Download {final}.safetensors"))
+            _report(final, name, switch), *[gr.skip()] * (MAX_SLOTS + 3), *manage,  # (the fourth picker: PICKER_DEFAULTS)
+            *[gr.skip()] * (len(PICKER_DEFAULTS) - 4), download)
 
 
 def _learned(backend: Backend, lm: LanguageModel, done: Done, positive: str | list[str], negative: str | list[str] | None) -> str:
