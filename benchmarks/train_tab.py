@@ -5,11 +5,12 @@ session per run and one warm-up run first, and timed to each message it yields:
 
 * **trained**: the optimiser has finished;
 * **ready**: "what it learned" is shown and the switch has its slider, to steer with at once (the fluent-range probe
-  starts; until it ends the slider reaches the probe's first strength, ``widgets.PROVISIONAL_EPS``);
+  starts; until it ends the slider reaches ``widgets.PROVISIONAL_EPS``);
 * **measured**: the probe is done and the slider spans the switch's fluent range (the panel says "Done.");
 * **steered**: a steered text (40 tokens, the switch at the slider's end, with its unsteered twin) asked for at
   "ready", while the probe runs, is complete;
-* **alone**: the same text asked for afterwards, alone, takes this long.
+* **alone**: the same request (another seed: the app's cache would answer a repeated one) asked for afterwards,
+  alone, takes this long.
 
     .venv/bin/python benchmarks/train_tab.py [--dtype float32] [--runs 3]
 """
@@ -66,7 +67,7 @@ def _steer(backend: app.Backend, session: Session) -> None:
 
 def time_run(backend: app.Backend, inputs: list) -> dict[str, float]:
     """Seconds from the call to the first message of each moment; ``steered``: when a steered text asked for at
-    "ready" (while the range is probed) was complete; ``alone``: how long the same text takes afterwards, alone."""
+    "ready" (while the range is probed) was complete; ``alone``: how long the same request takes afterwards, alone."""
     session, start, seen = Session(), time.perf_counter(), {}
     defaults = [200, 1e-2, 1e-3, 0, 0]  # steps, lr, eps0, rank, seed: the tab's defaults
     user = None
@@ -77,7 +78,8 @@ def time_run(backend: app.Backend, inputs: list) -> dict[str, float]:
         if moment == "ready" and user is None:
             user = threading.Thread(target=lambda: (_steer(backend, session), seen.update(steered=time.perf_counter() - start)))
             user.start()
-    user.join()
+    if user is not None:  # (none when the run ended before its switch was ready)
+        user.join()
     alone = time.perf_counter()
     _steer(backend, session)
     seen["alone"] = time.perf_counter() - alone
