@@ -37,7 +37,7 @@ if not os.environ.get("GRADIO_TEMP_DIR"):
 from lmswitch.core.models import DEFAULT_MODEL  # noqa: E402
 from lmswitch.webapp.backend import DEFAULT_SWITCHES, Backend  # noqa: E402
 from lmswitch.webapp.files import KEEP_FILES_HOURS, keep_seconds, start_sweeping  # noqa: E402
-from lmswitch.webapp.layout import CSS_PATH, build_app  # noqa: E402
+from lmswitch.webapp.layout import CSS_PATH, HEAD_PATH, build_app  # noqa: E402
 from lmswitch.webapp.lens import inspect_switch, run_highlight  # noqa: E402
 from lmswitch.webapp.mcp_tools import McpTools  # noqa: E402
 from lmswitch.webapp.openai_api import OpenAIApi  # noqa: E402
@@ -143,6 +143,7 @@ def serve(args: argparse.Namespace):
     demo.queue(default_concurrency_limit=2)
     print(f"lmswitch: loading {args.model} in the background; open http://{args.host}:{args.port}", flush=True)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, show_error=True, ssr_mode=False, css_paths=[CSS_PATH],
+                head_paths=[HEAD_PATH],
                 footer_links=["api"], max_file_size="256mb",  # documents are refused above 20 MB; switches of big models are larger
                 prevent_thread_lock=True, mcp_server=args.mcp)
     demo.app.include_router(OpenAIApi(backend, args.api_key).router())

@@ -197,6 +197,27 @@ def test_sliders_beyond_the_fluent_range_toggle(ui):
         expect(page.locator("#steered textarea")).not_to_have_value(far, timeout=GENERATE_TIMEOUT)
 
 
+def test_a_value_typed_in_a_sliders_box_steers_on_enter_and_one_past_its_end_goes_to_the_end(ui):
+    """Gradio applies a slider's typed value only when its box loses focus, and sends one past the ends as typed, to be
+    refused ("Value 99 is greater than maximum value …") and then shown at the end unsteered by it (sliders.html)."""
+    with ui.view("typed-eps") as page:
+        ui.tab("Steer")
+        slot = ui.slider("formality:")
+        box, top = slot.locator("input[type=number]"), float(slot.locator("input[type=range]").get_attribute("max"))
+        for typed, expected in ((1, 1.0), (99, top)):
+            box.fill(str(typed))
+            with page.expect_request(lambda r: "/queue/join" in r.url and r.method == "POST", timeout=10_000) as request:
+                box.press("Enter")
+            sent = json.loads(request.value.post_data or "{}")
+            assert float(sent["event_data"]) == expected and expected in sent["data"], (typed, sent)
+            expect(box).to_have_value(f"{expected:g}")
+            expect(page.locator("#tokens .tokens .tok").first).to_be_visible(timeout=GENERATE_TIMEOUT)
+        expect(page.get_by_text("greater than maximum")).to_have_count(0)
+        box.fill("0")
+        box.press("Enter")  # leaves formality at 0 for the tests after this one
+        expect(box).to_have_value("0")
+
+
 def test_enter_in_the_seed_box_generates_with_that_seed(ui):
     with ui.view("seed") as page:
         ui.tab("Steer")

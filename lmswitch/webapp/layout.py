@@ -21,6 +21,7 @@ from lmswitch.webapp.widgets import MAX_SLOTS, token_html
 
 DOCUMENT_TYPES = [".txt", ".md", ".html", ".htm", ".pdf", ".docx"]
 CSS_PATH = Path(__file__).with_name("app.css")  # the page's styles (token colours, legend), shipped with the package
+HEAD_PATH = Path(__file__).with_name("sliders.html")  # a slider's number box: Enter applies it, a value past its ends goes to the end
 TRAIN = TrainConfig()  # the Train tab's defaults
 
 
