@@ -20,6 +20,7 @@ import lmswitch as ls
 from lmswitch.lenses import svd
 from lmswitch.serve.session import Session
 from lmswitch.webapp import files, steer
+from lmswitch.webapp import lens as app_lens
 from lmswitch.webapp import train as app_train
 from lmswitch.webapp import widgets as app_widgets
 from lmswitch.webapp.train import PROBING, READING
@@ -362,7 +363,7 @@ def test_a_new_switch_is_steered_while_its_fluent_range_is_measured(backend, fol
     _, rows = app.run_sweep(backend, "mood", "", 1, PROMPT, *gen_args(max_new_tokens=2), session)
     assert sorted({row[0] for row in rows}) == pytest.approx([-1, -2 / 3, -1 / 3, 0, 1 / 3, 2 / 3, 1], abs=0.01)  # not ±10
     with pytest.raises(gr.Error, match="the fluent ε range of 'mood' is still being measured"):
-        app.save_switch(backend, "mood", session)
+        app.save_switch(backend, "mood", session, *[None] * 7)
     waiting = app_train.export_switch(backend, "mood", session)
     assert waiting.value is None and "once its range is measured" in waiting.label
     session.wide_sliders = True  # widened meanwhile: twice as far, and said so
@@ -382,7 +383,7 @@ def test_a_new_switch_is_steered_while_its_fluent_range_is_measured(backend, fol
     assert card.fluent_eps and (mood.minimum, mood.maximum) == switch.slider_range() and mood.value == max(-1.0, mood.minimum)
     assert steer.refresh_sliders(backend, session, 0.0, 0.0, -99.0)[2].value == mood.minimum  # past the end: moved to it
     assert "being measured" not in mood.info
-    assert "Saved 'mood'" in app.save_switch(backend, "mood", session)
+    assert "Saved 'mood'" in app.save_switch(backend, "mood", session, *[None] * 7)[0]
     assert ls.load_switch(folder / "mood.safetensors", llama_lm).card.fluent_eps == card.fluent_eps  # saved with its range
 
 
@@ -606,12 +607,13 @@ def test_save_to_library_never_overwrites(backend, folder, llama_lm):
     before = digest(folder)
     keeper = next(u for u in steer.refresh_sliders(backend, session) if u.visible and u.label.startswith("keeper:"))
     assert keeper.info.startswith(UNSAVED)  # this page's alone: the page asks before it goes (layout.LEAVE_JS)
-    assert "Saved 'keeper'" in app.save_switch(backend, "keeper", session)
+    assert "Saved 'keeper'" in app.save_switch(backend, "keeper", session, *[None] * 7)[0]
     slots = [u for u in steer.refresh_sliders(backend, session) if u.visible]  # as the page redraws them after a save
     assert "keeper:" in " ".join(u.label for u in slots) and not any(UNSAVED in (u.info or "") for u in slots)
     assert ls.load_switch(folder / "keeper.safetensors", llama_lm).name == "keeper"
-    with pytest.raises(gr.Error, match="already in the library"):
-        app.save_switch(backend, "keeper", session)
+    after_first = digest(folder)
+    again = app.save_switch(backend, "keeper", session, *[None] * 7)  # a second click: said, not an error
+    assert again[0] == "'keeper' is already in the library." and digest(folder)["keeper.safetensors"] == after_first["keeper.safetensors"]
     session.add(random_switch(llama_lm, seed=8, name="alpha"), backend.library)  # renamed: alpha-2
     assert "alpha-2" in session.available(backend.library)
     after = digest(folder)
@@ -882,3 +884,38 @@ def test_highlight_meters_a_switch_imported_twice_once(backend, tmp_path):
                                                 session)
     assert "**alpha**" in summary and "**beta**" in summary and "alpha-2" not in summary
     assert len(meter_fig.data) == 2 * 2
+
+
+def test_highlight_meters_the_picked_switch_when_the_session_has_more_than_the_meter_reads(backend, llama_lm, monkeypatch):
+    """With more switches than the meter reads at once, the picked one is read first and the others left out are
+    named (the meter read the first eight of the session and left the picked one out without a word)."""
+    monkeypatch.setattr(app_lens, "MAX_METER_SWITCHES", 3)
+    session = Session()
+    for seed in range(10, 13):
+        session.add(random_switch(llama_lm, seed=seed, name=f"extra{seed}"), backend.library)
+    *_, meter_fig, summary = app.run_highlight(backend, "the happy one was kind and the cruel one was sad", None, "extra12", -4, 3, 1,
+                                                session)
+    read = summary.split("**Style meter**")[1]
+    assert "**extra12**" in read and "**alpha**" in read and "**beta**" in read, read
+    assert "not read (3 switches at most, the picked one first): extra10, extra11" in read, read
+    assert len(meter_fig.data) == 3 * 2
+
+
+def test_a_switch_whose_name_another_page_saved_meanwhile_is_saved_under_a_free_name(backend, folder, llama_lm):
+    """Two pages train a switch with the default name; the first saves it. The second's Save used to answer "rename it
+    before saving", with nothing in the page to rename it: it is saved as 'my-switch-2', its slider and pickers follow."""
+    first, second = Session(), Session()
+    mine = random_switch(llama_lm, seed=21, name="my-switch")
+    assert first.add(random_switch(llama_lm, seed=20, name="my-switch"), backend.library) == "my-switch"
+    assert second.add(mine, backend.library) == "my-switch"
+    assert "Saved 'my-switch'" in app.save_switch(backend, "my-switch", first, *[None] * 7)[0]
+    theirs = digest(folder)["my-switch.safetensors"]
+    message, *pickers = app.save_switch(backend, "my-switch", second, *[None] * 3, "my-switch", *[None] * 3)
+    assert "Saved 'my-switch' as 'my-switch-2' (another page saved a switch named 'my-switch' meanwhile)" in message, message
+    assert pickers[3].value == "my-switch-2" and {"my-switch", "my-switch-2"} <= {c[0] for c in pickers[3].choices}
+    assert digest(folder)["my-switch.safetensors"] == theirs  # the other page's file untouched
+    assert torch.equal(ls.load_switch(folder / "my-switch-2.safetensors", llama_lm).W, mine.W)
+    order = second.available(backend.library)
+    assert order.index("my-switch-2") < order.index("my-switch")  # its slider kept its place; the library's comes after
+    assert not second.unsaved("my-switch-2") and torch.equal(second.get("my-switch", backend.library).W,
+                                                             backend.library.get("my-switch").W)  # the first page's

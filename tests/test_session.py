@@ -137,17 +137,20 @@ def test_add_refuses_bad_names_other_models_and_too_many_switches(library, llama
     assert s.switches.keys() == {"random1", "random2"}
 
 
-def test_session_save_moves_a_switch_into_the_library(library, llama_lm):
+def test_session_save_moves_a_switch_into_the_library(library, llama_lm, gpt2_lm):
     s, other = Session(), Session()
     s.add(random_switch(llama_lm, seed=7, name="keeper"), library)
     assert "keeper" not in other.available(library)  # private until saved
-    path = s.save("keeper", library)
-    assert path.name == "keeper.safetensors" and "keeper" not in s.switches
+    name, path = s.save("keeper", library)
+    assert name == "keeper" and path.name == "keeper.safetensors" and "keeper" not in s.switches
     assert "keeper" in s.available(library) and "keeper" in other.available(library)
     with pytest.raises(ValueError, match="already in the library"):
         s.save("keeper", library)
     with pytest.raises(ValueError, match="no session switch named 'ghost'"):
         s.save("ghost", library)
+    random_switch(gpt2_lm, seed=4, name="foreign-2").save(library.folder / "foreign-2.safetensors")
+    s.add(random_switch(llama_lm, seed=8), library, name="foreign")  # the library skips 'foreign' (another model's file)
+    assert s.save("foreign", library)[0] == "foreign-3"  # its file and the next one's are not overwritten
     with pytest.raises(ValueError, match="no switch is picked: pick one$"):  # an empty picker (it said "no switch named 'None'")
         s.get(None, library)
 
@@ -227,7 +230,7 @@ def test_spill_moves_unsaved_switches_to_disk_and_the_first_use_brings_them_back
     back = s.get("mood", library)  # the first use reads it back
     assert torch.equal(back.W, mood.W) and back.name == "mood" and back.card["recommended_eps"] == 3.5
     assert s.switches.keys() == {"mood"} and len(list(tmp_path.glob("*.safetensors"))) == 1  # its file is gone
-    assert s.spill(tmp_path) == 1 and s.save("mood", library).name == "mood.safetensors"  # saving reads it back too
+    assert s.spill(tmp_path) == 1 and s.save("mood", library)[1].name == "mood.safetensors"  # saving reads it back too
     assert torch.equal(library.get("mood").W, mood.W)
 
 

@@ -22,6 +22,19 @@ MAX_SESSION_SWITCHES = 32  # each is a d × d float32 matrix (1.3 MB for the emb
 SPOOL_QUOTA = 4 * 2**30  # bytes of closed sessions' switches on disk; past it, a closed session keeps them in memory
 
 
+class NameTaken(ValueError):
+    """The library already has a switch by that name."""
+
+
+def _free_name(base: str, taken: set[str]) -> str:
+    """``base``, or ``base-2``, ``base-3`` … : the first not in ``taken``."""
+    final, k = base, 1
+    while final in taken:
+        k += 1
+        final = f"{base}-{k}"
+    return final
+
+
 class SwitchLibrary:
     """The switches in one folder, validated against ``lm``; saving never overwrites a file.
 
@@ -76,7 +89,7 @@ class SwitchLibrary:
         path = self.folder / f"{name}.safetensors"
         with self._lock:
             if name in self._switches or path.exists():
-                raise ValueError(f"the library already has a switch named '{name}'; rename it before saving")
+                raise NameTaken(f"the library already has a switch named '{name}'")
             switch.name = name
             switch.save(path)
             self._switches[name] = switch
@@ -169,18 +182,17 @@ class Session:
             self._sync(library)  # library switches keep the first sliders
             if self.full():
                 raise ValueError(f"this session already holds {MAX_SESSION_SWITCHES} switches; save or reload to start over")
-            taken = set(self.switches) | set(self.order) | set(library.names())
-            final, k = base, 1
-            while final in taken:
-                k += 1
-                final = f"{base}-{k}"
+            final = _free_name(base, set(self.switches) | set(self.order) | set(library.names()))
             switch.name = final
             self.switches[final] = switch
             self.order.append(final)
         return final
 
-    def save(self, name: str, library: SwitchLibrary) -> Path:
-        """Save a session switch to the library folder (it then stays available under the same name)."""
+    def save(self, name: str, library: SwitchLibrary) -> tuple[str, Path]:
+        """Save a session switch to the library folder; returns the name it is saved under and its file.
+
+        It keeps its name unless another page has saved a switch by that name since: then it takes the first free
+        ``-2``, ``-3`` … name, in this session too (its slider stays in place; the library's switch gets a new one)."""
         with self._lock:
             self._restore(name)
             switch = self.switches.get(name)
@@ -191,11 +203,21 @@ class Session:
         if name in self.measuring:  # its card would be saved without the range, for every later session
             raise ValueError(f"the fluent ε range of '{name}' is still being measured (a few seconds): save it once the "
                              "Train tab says Done, so that the saved switch keeps its range")
-        path = library.save(name, switch)
+        final, tried = name, set()
+        while True:
+            try:
+                path = library.save(final, switch)
+                break
+            except NameTaken:  # saved from another page meanwhile (or a file the library skipped has that name)
+                tried.add(final)
+                with self._lock:
+                    final = _free_name(name, tried | set(self.switches) | set(self.order) | set(library.names()))
         with self._lock:
             self.switches.pop(name, None)
             self._forget_file(name)  # spilled meanwhile: the library has it now
-        return path
+            if final != name:
+                self.order[self.order.index(name)] = final
+        return final, path
 
     # --- a closed page ----------------------------------------------------------------
     def spill(self, folder: Path, quota: int = SPOOL_QUOTA) -> int:

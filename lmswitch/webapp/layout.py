@@ -236,7 +236,8 @@ def _wire_train_and_lenses(ui: SimpleNamespace, backend: Backend) -> None:
         **ui.regenerate)  # the text of a value moved into the new range (unchanged: the session's cache answers at once)
     ui.cancel.click(train.cancel_training, ui.session, ui.train_status, api_name="cancel_training", concurrency_limit=None, queue=False)
     ui.manage.change(bind(train.export_switch, backend), [ui.manage, ui.session], ui.download, api_visibility="private")
-    ui.save.click(bind(train.save_switch, backend), [ui.manage, ui.session], ui.manage_status, api_name="save_switch").then(
+    ui.save.click(bind(train.save_switch, backend), [ui.manage, ui.session, *ui.pickers], [ui.manage_status, *ui.pickers],
+                  api_name="save_switch").then(
         bind(steer.refresh_sliders, backend), [ui.session, *ui.sliders], ui.sliders, api_visibility="private", queue=False)  # saved
     ui.upload.upload(bind(train.import_switch, backend), [ui.upload, ui.session, *ui.pickers], [ui.manage_status, *ui.sliders, *ui.pickers],
                      api_name="import_switch")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from lmswitch.core.hidden import encode_text
-from lmswitch.core.switch import distinct
+from lmswitch.core.switch import Switch, distinct
 from lmswitch.harness import figures
 from lmswitch.io.resources import examples_dir
 from lmswitch.lenses.meter import MAX_SWITCHES as MAX_METER_SWITCHES
@@ -46,12 +46,21 @@ def inspect_switch(backend: Backend, name: str, dims, words, session: Session):
             figures.word_map_figure(word_map(lm, switch, words=min(words, MAP_WORDS))), word_rows)
 
 
-def _summary(result: Highlight, meter: Measurement, cut: bool) -> str:
+def _summary(result: Highlight, meter: Measurement, cut: bool, left_out: list[str]) -> str:
     lines = [f"- **{r.name}**: best ε {r.best_eps_alone:+.1f} → *{r.label_alone or 'neither'}* "
              f"(evidence {r.evidence_nats:.1f} nats{'; weak' if r.weak else ''})" for r in meter.switches]
+    if left_out:
+        lines.append(f"- not read ({MAX_METER_SWITCHES} switches at most, the picked one first): {', '.join(left_out)}")
     spans = "; ".join(f"“{s.text}” ({s.score:+.2f})" for s in result.spans) or "none: no part of the text reads that way"
     read = f"{meter.scored_tokens} token{'s' if meter.scored_tokens != 1 else ''}" + (f" of the first {MAX_METER_CHARS:,} characters" if cut else "")
     return f"**Spans toward {result.label}:** {spans}\n\n**Style meter** ({read}):\n" + "\n".join(lines)
+
+
+def _meter_switches(session: Session, library, picked: Switch) -> tuple[list[Switch], list[str]]:
+    """The switches the meter reads (the picked one first, then the session's others, one per matrix, at most
+    :data:`MAX_METER_SWITCHES`) and the names of those left out."""
+    others = distinct([picked, *(session.get(n, library) for n in session.available(library))])
+    return others[:MAX_METER_SWITCHES], [s.name for s in others[MAX_METER_SWITCHES:]]
 
 
 @user_errors
@@ -70,9 +79,9 @@ def run_highlight(backend: Backend, text: str, file: str | None, name: str, eps,
     result = highlight(lm, switch, encoded, eps=eps, max_span=max_span, n_spans=n_spans)
     # the meter tries many ε per switch, so it reads a long text's beginning (another body pass, on that part alone)
     cut = len(text) > MAX_METER_CHARS
-    meter = measure(lm, distinct([session.get(n, library) for n in session.available(library)])[:MAX_METER_SWITCHES],
-                    text[:MAX_METER_CHARS] if cut else encoded)
-    return result.highlighted, result.word_heatmap(), figures.meter_figure(meter), _summary(result, meter, cut)
+    read, left_out = _meter_switches(session, library, switch)
+    meter = measure(lm, read, text[:MAX_METER_CHARS] if cut else encoded)
+    return result.highlighted, result.word_heatmap(), figures.meter_figure(meter), _summary(result, meter, cut, left_out)
 
 
 def highlight_examples() -> list[list]:

@@ -266,12 +266,18 @@ def export_switch(backend: Backend, name: str | None, session: Session):
 
 @user_errors
 @computed(background=False)
-def save_switch(backend: Backend, name: str | None, session: Session) -> str:
+def save_switch(backend: Backend, name: str | None, session: Session, *current: str | None):
+    """Save the picked session switch to the library; the message and the pickers (a switch renamed on saving, because
+    another page saved one by its name meanwhile, is picked under its new name)."""
     _, library = backend.get(session=session)
     if not name:
         raise ValueError("pick a switch to save")
-    path = session.save(name, library)
-    return f"Saved '{name}' to `{path}`; it will be in every new session's library."
+    if not session.unsaved(name) and library.get(name) is not None:  # saved already (a second click, say)
+        return f"'{name}' is already in the library.", *dropdown_updates(session, library, current)
+    final, path = session.save(name, library)
+    renamed = "" if final == name else f" as '{final}' (another page saved a switch named '{name}' meanwhile)"
+    pickers = dropdown_updates(session, library, [final if value == name else value for value in current])
+    return f"Saved '{name}'{renamed} to `{path}`; it will be in every new session's library.", *pickers
 
 
 @user_errors
