@@ -695,17 +695,21 @@ def test_model_picker_and_transfer_steer_another_model(backend, llama_lm, make_l
     session = Session()
     status, *rest = app.select_model(backend, "tiny-other", session, *[None] * 7)
     assert other.name in status and session.model == "tiny-other"
+    assert rest[-1].value == backend.model_name and "tiny-other" not in rest[-1].choices  # the Transfer tab's target: another model
     assert not any(u.visible for u in rest[: app.MAX_SLOTS])  # the library's switches are made for the llama
     assert app.generate_api(backend, PROMPT, "", *gen_args(), session)["unsteered"] == ls.generate(other, PROMPT, [], **GEN)[0]
     with pytest.raises(gr.Error, match="no switch named 'alpha'"):
         app.generate_api(backend, PROMPT, "alpha=5", *gen_args(), session)
 
     app.select_model(backend, llama_lm.name, session, *[None] * 7)
+    with pytest.raises(gr.Error, match=f"'alpha' already steers {llama_lm.name}, the model this page steers: pick another target model"):
+        list(app.run_transfer(backend, "alpha", llama_lm.name, session, *[None] * 7))  # mapped onto itself, it read as another switch
     waiting, done = list(app.run_transfer(backend, "alpha", "tiny-other", session, *[None] * 7))
     assert waiting[0].startswith("⏳ Mapping 'alpha' onto tiny-other") and len(waiting) == len(done)  # what the wait is for
     report, pick, status, *rest = done
     moved_name = "alpha-to-" + other.name
     assert f"'{moved_name}' steers" in report and "R²" in report and pick.value == "tiny-other" and session.model == "tiny-other"
+    assert rest[-1].value == backend.model_name and "tiny-other" not in rest[-1].choices  # the next target: not tiny-other itself
     shown = [u for u in rest[: app.MAX_SLOTS] if u.visible]
     moved = session.get(moved_name, backend.model("tiny-other")[1])
     assert [u.label.split(":")[0] for u in shown] == [moved_name]

@@ -161,8 +161,7 @@ def _transfer_tab(ui: SimpleNamespace, backend: Backend, shipped: list[str]) -> 
                 "steers the target model in the Steer tab; its fluent ε range is probed on the target first, and its slider spans it.")
     with gr.Row():
         ui.tr_switch = _picker(shipped, "switch (of the current model)")
-        others = [m for m in backend.choices() if m != backend.model_name]
-        ui.tr_target = gr.Dropdown(backend.choices(), value=others[0] if others else backend.model_name, label="target model")
+        ui.tr_target = steer.target_picker(backend, backend.model_name, label="target model")
         ui.tr_go = gr.Button("Transfer", variant="primary", elem_id="transfer")
     ui.tr_report = gr.Markdown(elem_id="transfer-report")
 
@@ -203,11 +202,12 @@ def _wire_steer(ui: SimpleNamespace, backend: Backend, demo: gr.Blocks) -> None:
         slider.release(run_steer, steer_inputs, stream_out, api_visibility="private", **live)
     ui.wide.change(bind(steer.widen_sliders, backend), [ui.wide, ui.session, *ui.sliders], [ui.wide_warning, *ui.sliders], api_visibility="private",
                    concurrency_limit=None).then(run_steer, steer_inputs, stream_out, api_visibility="private", **live)  # a moved slider's text
-    ui.model_pick.input(bind(steer.select_model, backend), [ui.model_pick, ui.session, *ui.pickers], [ui.status, *ui.sliders, *ui.pickers],
+    ui.model_pick.input(bind(steer.select_model, backend), [ui.model_pick, ui.session, *ui.pickers],
+                        [ui.status, *ui.sliders, *ui.pickers, ui.tr_target],
                         api_name="select_model", show_progress_on=[ui.status]).then(run_steer, steer_inputs, stream_out,
                                                                                     api_visibility="private", **live)
     ui.tr_go.click(bind(steer.run_transfer, backend), [ui.tr_switch, ui.tr_target, ui.session, *ui.pickers],
-                   [ui.tr_report, ui.model_pick, ui.status, *ui.sliders, *ui.pickers], api_name="transfer",
+                   [ui.tr_report, ui.model_pick, ui.status, *ui.sliders, *ui.pickers, ui.tr_target], api_name="transfer",
                    show_progress_on=[ui.tr_report]).then(run_steer, steer_inputs, stream_out, api_visibility="private", **live)
     batch = dict(concurrency_id="generate", concurrency_limit=4)
     ui.api_go.click(bind(steer.generate_api, backend), [ui.prompt, ui.api_switches, *ui.gen, ui.session, ui.adaptive, ui.best_of, ui.guide,

@@ -82,7 +82,14 @@ def select_model(backend: Backend, name: str, session: Session, *current: str | 
     on the compute thread, so other users' generations go on meanwhile)."""
     _, library = backend.model(name)
     session.model = name
-    return [model_status(backend, session), *slot_updates(session, library, reset=True), *dropdown_updates(session, library, current)]
+    return [model_status(backend, session), *slot_updates(session, library, reset=True), *dropdown_updates(session, library, current),
+            target_picker(backend, name)]
+
+
+def target_picker(backend: Backend, model: str, **kwargs) -> gr.Dropdown:
+    """The Transfer tab's target model picker: the models other than ``model``, the one the page steers, the first picked."""
+    others = [m for m in backend.choices() if m != model]
+    return gr.Dropdown(choices=others, value=others[0] if others else None, **kwargs)
 
 
 def _transfer_report(final: str, target: str, moved: Switch, at: float) -> str:
@@ -100,7 +107,12 @@ def run_transfer(backend: Backend, name: str, target: str, session: Session, *cu
     first time) before the mapping goes to the compute thread, not on it."""
     source_lm, source_library = backend.get(session=session)
     switch = session.get(name, source_library)
-    yield [TRANSFERRING.format(name=name, target=target), *[gr.skip()] * (2 + MAX_SLOTS + len(current))]
+    source = session.model or backend.model_name
+    if not target:
+        raise ValueError("pick a target model")
+    if target == source:
+        raise ValueError(f"'{name}' already steers {target}, the model this page steers: pick another target model")
+    yield [TRANSFERRING.format(name=name, target=target), *[gr.skip()] * (3 + MAX_SLOTS + len(current))]
     target_lm, target_library = backend.model(target)
     moved = backend.run(transfer, switch, source_lm, target_lm, min_anchors=MIN_ANCHORS, background=True)
     moved.card = backend.calibrated(target_lm, moved)  # the scaled ε alone can read as word salad on the target
@@ -109,7 +121,7 @@ def run_transfer(backend: Backend, name: str, target: str, session: Session, *cu
     at = moved.on_slider(moved.card.recommended_eps or 0.0, session.wide_sliders)  # none when no +ε read fluently: 0
     yield [_transfer_report(final, target_lm.name, moved, at), gr.Dropdown(choices=backend.choices(), value=target),
             model_status(backend, session), *slot_updates(session, target_library, reset=True, values={final: at}),
-            *dropdown_updates(session, target_library, current)]
+            *dropdown_updates(session, target_library, current), target_picker(backend, target)]
 
 
 def _comparisons(backend: Backend, session: Session, prompt: str, pairs: Sequence[tuple[str, object]], widgets: Sequence,
