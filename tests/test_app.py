@@ -648,6 +648,25 @@ def test_import_validates_the_file(backend, tmp_path, llama_lm, make_lm):
     assert session.available(backend.library)[-1] == "My-Switch-v2"
 
 
+def test_import_refuses_an_empty_switch_stamps_one_without_a_model_and_says_where_anothers_goes(backend, tmp_path, llama_lm, make_lm):
+    """An all-zero switch steers nothing (it was imported, and saved, spread to every page's meter); one without a
+    fingerprint is stamped with the model it came into; one of another model the app serves is pointed to that model
+    in the page (the message named the command line)."""
+    session = Session()
+    zeros = ls.Switch(W=torch.zeros(llama_lm.hidden_size, llama_lm.hidden_size), name="zeros").save(tmp_path / "zeros.safetensors")
+    with pytest.raises(gr.Error, match="'zeros' is all zeros: it would not steer anything"):
+        app.import_switch(backend, str(zeros), session, *[None] * 7)
+    bare = ls.Switch(W=random_switch(llama_lm, seed=13).W, name="bare").save(tmp_path / "bare.safetensors")
+    assert "Imported 'bare'" in app.import_switch(backend, str(bare), session, *[None] * 7)[0]
+    assert session.get("bare", backend.library).model_fingerprint == llama_lm.fingerprint
+    other = make_lm("gpt2", hidden=llama_lm.hidden_size)
+    backend.add_model(other, "tiny-other")
+    theirs = random_switch(other, seed=14, name="theirs").save(tmp_path / "theirs.safetensors")
+    with pytest.raises(gr.Error, match="'theirs' was made for tiny-other, not .*: pick tiny-other in the Steer tab's model picker"):
+        app.import_switch(backend, str(theirs), session, *[None] * 7)
+    assert "zeros" not in session.available(backend.library) and "theirs" not in session.available(backend.library)
+
+
 # --- inspect and highlight ------------------------------------------------------------------
 
 

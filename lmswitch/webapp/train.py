@@ -280,6 +280,21 @@ def save_switch(backend: Backend, name: str | None, session: Session, *current: 
     return f"Saved '{name}'{renamed} to `{path}`; it will be in every new session's library.", *pickers
 
 
+def _importable(backend: Backend, switch: Switch, lm: LanguageModel) -> Switch:
+    """``switch`` when it can steer ``lm``, stamped with ``lm``'s fingerprint when it has none (so that a library saved
+    with it lists it as another model's, not as a broken file, when another model is picked); else what to do instead."""
+    made_for = next((n for n, (m, _) in backend.models.items() if m.fingerprint == switch.model_fingerprint), switch.model_name)
+    if switch.model_fingerprint and switch.model_fingerprint != lm.fingerprint and made_for in backend.choices():
+        raise ValueError(f"'{switch.name}' was made for {made_for}, not {lm.name}: pick {made_for} in the Steer tab's model "
+                         f"picker and import it there (to steer {lm.name} with it, transfer it there in the Transfer tab)")
+    switch.check_model(lm)
+    if not bool(switch.W.any()):
+        raise ValueError(f"'{switch.name}' is all zeros: it would not steer anything; train it or import another")
+    if not switch.model_fingerprint:
+        switch.model_fingerprint, switch.model_name = lm.fingerprint, switch.model_name or lm.name
+    return switch
+
+
 @user_errors
 @computed(background=False)
 def import_switch(backend: Backend, file: str | None, session: Session, *current: str | None):
@@ -290,7 +305,7 @@ def import_switch(backend: Backend, file: str | None, session: Session, *current
     path = Path(uploaded(file, "the switch file"))
     if path.suffix != ".safetensors":
         raise ValueError(f"{path.name} is not a .safetensors switch file")
-    switch = load_switch(path, lm)
+    switch = _importable(backend, load_switch(path), lm)
     final = session.add(switch, library, name=usable_name(switch.name))  # (named where names are free: a usable form)
     return (f"Imported '{final}' ({switch.positive_label} ↔ {switch.negative_label}); its slider is in the Steer tab.",
             *slot_updates(session, library), *dropdown_updates(session, library, current))
