@@ -147,3 +147,23 @@ def test_style_meter_classifies_held_out_sentences(lm, sentiment):
     right = [measure(lm, sentiment, t).switches[0].best_eps > 0 for t in pos]
     right += [measure(lm, sentiment, t).switches[0].best_eps < 0 for t in neg]
     assert sum(right) >= 15, right
+
+
+PLAIN = ["The weather is nice today and the children played happily in the park with their friends.",
+         "Please find attached the quarterly report for your review. Let me know if you have any questions.",
+         "The meeting is scheduled for Tuesday at 10 am in the main conference room.",
+         "I bought a new pair of shoes yesterday; they fit well and were on sale.",
+         "The recipe calls for two cups of flour, one egg and a pinch of salt.",
+         "Our train was delayed by twenty minutes because of maintenance work on the line."]
+
+
+def test_a_plain_sentences_toxic_span_is_weak_and_the_examples_spans_are_not(lm, detox):
+    """A text always has a best span; in a plain sentence, read toward toxic, it is marked weak (the Highlight tab labelled
+    "and the children played" toxic). Measured on 2026-11-30: plain sentences 0.14–0.87 nats; the tab's examples
+    1.41–3.89 (float32), against the 1-nat line."""
+    plain = [highlight(lm, detox, text, eps=-DEFAULT_EPS) for text in PLAIN]
+    assert all(h.spans and h.spans[0].weak for h in plain), [[(s.text, s.score) for s in h.spans] for h in plain]
+    assert {label for h in plain for _, label in h.highlighted if label} == {"toxic (weak)"}
+    for item in json.loads((examples_dir() / "highlight.json").read_text(encoding="utf-8")):
+        [span] = highlight(lm, ls.load_switch(item["switch"], lm), item["text"], eps=item["eps"], max_span=item["max_span"]).spans
+        assert not span.weak and item["finds"] in span.text, (item["finds"], span.text, span.score)

@@ -132,9 +132,12 @@ def test_planted_switch_highlights_the_promoted_word(gpt2_lm):
     c = lm.final_hidden(ids)[0]
     W = 2000 * torch.outer(E[target] / E[target].norm(), c.mean(0) / c.mean(0).norm())
     switch = ls.Switch(W=W, name="cruel", model_name=lm.name, model_fingerprint=lm.fingerprint)
-    h = highlight(lm, switch, TEXT, eps=5.0, max_span=1)
-    assert h.spans[0].text == "cruel"
+    h = highlight(lm, switch, TEXT, eps=20.0, max_span=1)
+    assert h.spans[0].text == "cruel" and not h.spans[0].weak, h.spans[0].score
     assert h.highlighted == [(TEXT[: TEXT.index("cruel")], None), ("cruel", "positive"), (TEXT[TEXT.index("cruel") + 5 :], None)]
+    faint = highlight(lm, switch, TEXT, eps=5.0, max_span=1)  # a quarter of the push: under a nat, said to be weak
+    assert faint.spans[0].text == "cruel" and faint.spans[0].weak, faint.spans[0].score
+    assert ("cruel", "positive (weak)") in faint.highlighted
 
 
 def test_only_spans_that_read_toward_the_side_are_shown(gpt2_lm):
@@ -275,7 +278,7 @@ def test_highlight_to_dict_is_the_plain_json_shape(gpt2_lm):
     d = json.loads(json.dumps(h.to_dict()))
     assert list(d) == ["switch", "eps", "label", "text", "spans", "highlighted", "heatmap", "tokens", "total_delta", "windows"]
     assert (d["switch"], d["eps"], d["label"], d["text"], d["windows"]) == ("random6", -8.0, "negative", text, 1)
-    assert d["spans"] == [{"start": s.start, "end": s.end, "text": s.text, "score": s.score, "tokens": s.tokens} for s in h.spans]
+    assert d["spans"] == [{"start": s.start, "end": s.end, "text": s.text, "score": s.score, "tokens": s.tokens, "weak": s.weak} for s in h.spans]
     assert [tuple(x) for x in d["highlighted"]] == h.highlighted and [tuple(x) for x in d["heatmap"]] == h.heatmap
     assert d["tokens"] == [{"text": t.text, "start": t.start, "end": t.end, "delta": t.delta, "scored": t.scored} for t in h.tokens]
     assert d["total_delta"] == pytest.approx(sum(t.delta for t in h.tokens))

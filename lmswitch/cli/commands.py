@@ -31,6 +31,7 @@ from lmswitch.harness.pretrained import PRETRAINED_DIR, build_pretrained
 from lmswitch.io.parse import FALLBACK_EPS
 from lmswitch.io.resources import examples_dir
 from lmswitch.lenses.meter import measure
+from lmswitch.lenses.options import WEAK_EVIDENCE_NATS
 from lmswitch.lenses.spans import highlight
 from lmswitch.lenses.svd import RARE_NOTE, promoted_words, svd_dimensions
 
@@ -175,7 +176,10 @@ def cmd_highlight(args: argparse.Namespace, lm: LanguageModel) -> None:
     switch = load_switch(args.switch, lm)
     h = highlight(lm, switch, text_arg(args), eps=args.eps, max_span=args.max_span, n_spans=args.spans).to_dict()
     marked = "".join(f"[[{piece}]]" if label else piece for piece, label in h["highlighted"])
-    lines = [marked, ""] + [f"span {s['start']}:{s['end']}  Δ={s['score']:+.3f} nats  {s['text']!r}" for s in h["spans"]]
+    lines = [marked, ""] + [f"span {s['start']}:{s['end']}  Δ={s['score']:+.3f} nats  {s['text']!r}{'  (weak)' if s['weak'] else ''}"
+                            for s in h["spans"]]
+    if any(s["weak"] for s in h["spans"]):
+        lines.append(f"weak: a span under {WEAK_EVIDENCE_NATS:g} nat; the text hardly reads toward {h['label']} there")
     if len(h["spans"]) < args.spans:  # the others would have read the other way, or not at all
         lines.append(f"{len(h['spans'])} of the {args.spans} spans asked read toward {h['label']} (summed Δ > 0)")
     data = {k: h[k] for k in ("switch", "eps", "label", "spans", "total_delta", "windows")}

@@ -54,7 +54,7 @@ class Learned:
         parts = [f"**Promotes** (toward *{_escaped(self.positive_label)}*): {_word_list(self.promoted)}  \n"
                  f"**Demotes** (toward *{_escaped(self.negative_label)}*): {_word_list(self.demoted)}"]
         if self.text:
-            rows = [f"{i}. {_in_context(self.text, s)} ({s.score:+.2f} nats)" for i, s in enumerate(self.spans, 1)]
+            rows = [f"{i}. {_in_context(self.text, s)} ({s.score:+.2f} nats{', weak' if s.weak else ''})" for i, s in enumerate(self.spans, 1)]
             parts.append(f"**Most *{_escaped(self.positive_label)}* passages of the document**:\n"
                          + ("\n".join(rows) or "none: no passage reads more like that side with the switch on"))
         if self.verdict:

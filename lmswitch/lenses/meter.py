@@ -23,10 +23,9 @@ from lmswitch.core.hidden import HEAD_CHUNK, EncodedText, encode_text
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.pause import pause_point
 from lmswitch.core.switch import Switch, check_switch
-from lmswitch.lenses.options import DEFAULT_POINTS
+from lmswitch.lenses.options import DEFAULT_POINTS, WEAK_EVIDENCE_NATS
 
 MAX_SWITCHES = 8
-WEAK_EVIDENCE_NATS = 1.0  # below this log-likelihood ratio a reading's sign means little
 MAX_GRID = 201
 CACHE_FLOATS = 96 * 1024**2  # cache base and per-switch logit changes up to ~400 MB, else recompute per evaluation
 # rows per piece of an evaluation: its (rows, V) float32 temporaries (6 MB at V = 49,152) stay in the CPU's cache, ~2×

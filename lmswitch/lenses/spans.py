@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
@@ -21,7 +21,7 @@ from lmswitch.core.hidden import EncodedText, encode_text, target_logprobs
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.steering import Setting, check_setting, steering_matrix
 from lmswitch.core.switch import Switch
-from lmswitch.lenses.options import DEFAULT_EPS, DEFAULT_MAX_SPAN, DEFAULT_SPANS
+from lmswitch.lenses.options import DEFAULT_EPS, DEFAULT_MAX_SPAN, DEFAULT_SPANS, WEAK_EVIDENCE_NATS
 
 # best_spans costs O(tokens × spans × span length) in Python: these keep one call on a 100,000-character text to seconds
 MAX_SPAN_TOKENS = 64
@@ -37,6 +37,10 @@ class Span:
     text: str
     score: float  # Σ Δ_i over the span's tokens (nats)
     tokens: list[int]  # [a, b): the exact token range the dynamic programme chose
+    weak: bool = field(init=False)  # score below WEAK_EVIDENCE_NATS: the text hardly reads that way here
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "weak", self.score < WEAK_EVIDENCE_NATS)
 
 
 @dataclass(frozen=True)
@@ -224,7 +228,7 @@ def _highlighted(text: str, spans: list[Span], label: str) -> list[tuple[str, st
         if span.start > cursor:
             out.append((text[cursor : span.start], None))
         if span.end > span.start:
-            out.append((span.text, label))
+            out.append((span.text, f"{label} (weak)" if span.weak else label))
         cursor = max(cursor, span.end)
     if cursor < len(text):
         out.append((text[cursor:], None))

@@ -10,6 +10,7 @@ from lmswitch.harness import figures
 from lmswitch.io.resources import examples_dir
 from lmswitch.lenses.meter import MAX_SWITCHES as MAX_METER_SWITCHES
 from lmswitch.lenses.meter import Measurement, measure
+from lmswitch.lenses.options import WEAK_EVIDENCE_NATS
 from lmswitch.lenses.spans import Highlight, check_highlight_args, highlight
 from lmswitch.lenses.svd import Dimension, promoted_words, svd_dimensions, word_map
 from lmswitch.serve.limits import MAX_METER_CHARS
@@ -20,6 +21,7 @@ from lmswitch.webapp.widgets import number, read_input
 MAX_HIGHLIGHT_CHARS = 100_000  # ~25k tokens scored in windows
 TABLE_WORDS = 6  # words per pole in the SVD table (the word lists below it are longer)
 MAP_WORDS = 15  # words per group on the word map
+WEAK_SPAN = f"; weak: under {WEAK_EVIDENCE_NATS:g} nat, the text hardly reads that way"
 
 
 def _dimension_row(d: Dimension) -> list:
@@ -51,7 +53,7 @@ def _summary(result: Highlight, meter: Measurement, cut: bool, left_out: list[st
              f"(evidence {r.evidence_nats:.1f} nats{'; weak' if r.weak else ''})" for r in meter.switches]
     if left_out:
         lines.append(f"- not read ({MAX_METER_SWITCHES} switches at most, the picked one first): {', '.join(left_out)}")
-    spans = "; ".join(f"“{s.text}” ({s.score:+.2f})" for s in result.spans) or "none: no part of the text reads that way"
+    spans = "; ".join(f"“{s.text}” ({s.score:+.2f}{WEAK_SPAN if s.weak else ''})" for s in result.spans) or "none: no part of the text reads that way"
     read = f"{meter.scored_tokens} token{'s' if meter.scored_tokens != 1 else ''}" + (f" of the first {MAX_METER_CHARS:,} characters" if cut else "")
     return f"**Spans toward {result.label}:** {spans}\n\n**Style meter** ({read}):\n" + "\n".join(lines)
 
