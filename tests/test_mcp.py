@@ -74,7 +74,7 @@ def test_steer_highlight_and_measure_over_mcp(app_server, lm32):
     assert e4 and "no-such-switch" in unknown and "available" in unknown
     assert e5 and "n_spans" in bad or "span" in bad
     assert not unknown.startswith(("'", '"'))  # the message as written, not its repr
-    said = ["more than this server generates per request (1,024)", "this server reads at most 2,048", "reads at most 8,000"]
+    said = ["more than this server generates per request (1,024)", "this server reads at most 2,048", "reads at most 2,000"]
     assert [error for error, _ in capped] == [True] * 3 and all(s in text for s, (_, text) in zip(said, capped, strict=True))
 
 

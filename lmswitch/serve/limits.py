@@ -17,7 +17,14 @@ MAX_NEW_TOKENS = 1024  # new tokens per request
 # prompt tokens per request: reading 2,048 takes ~2–3 s on 2 CPU cores, 8,000 about a minute (attention is quadratic)
 MAX_PROMPT_TOKENS = 2048
 MAX_TRAIN_STEPS = 5_000  # optimiser steps per training (it stops earlier on its held-out criterion; the CLI takes more)
-MAX_METER_CHARS = 8_000  # text read by the style meter (~2,000 tokens: a few seconds per switch; it scores every ε it tries)
+# the style meter's reading: it scores every ε it tries, jointly for its switches, so its time grows with the text and
+# faster than with the switches (SmolLM2 on 2 cores, 2026-11-30: 3 switches on 620 tokens 4.7 s, on 1,221 tokens 14 s;
+# 8 switches on 620 tokens 45 s, on 1,221 tokens 96 s; a highlight of a long text with eight switches held every other
+# user's Inspect, highlight and sweep for five minutes)
+MAX_METER_CHARS = 2_000  # ~600 tokens
+MAX_METER_SWITCHES = 3
+# text a highlight reads: one body pass and one head pass over it (~10 s for 20,000 characters, ~5,900 tokens)
+MAX_HIGHLIGHT_CHARS = 20_000
 
 
 def prompt_limit(lm: LanguageModel, options: SamplingOptions) -> int:

@@ -8,17 +8,15 @@ from lmswitch.core.hidden import encode_text
 from lmswitch.core.switch import Switch, distinct
 from lmswitch.harness import figures
 from lmswitch.io.resources import examples_dir
-from lmswitch.lenses.meter import MAX_SWITCHES as MAX_METER_SWITCHES
 from lmswitch.lenses.meter import Measurement, measure
 from lmswitch.lenses.options import WEAK_EVIDENCE_NATS
 from lmswitch.lenses.spans import Highlight, check_highlight_args, highlight
 from lmswitch.lenses.svd import Dimension, promoted_words, svd_dimensions, word_map
-from lmswitch.serve.limits import MAX_METER_CHARS
+from lmswitch.serve.limits import MAX_HIGHLIGHT_CHARS, MAX_METER_CHARS, MAX_METER_SWITCHES
 from lmswitch.serve.session import Session
 from lmswitch.webapp.backend import Backend, computed, user_errors
 from lmswitch.webapp.widgets import number, read_input
 
-MAX_HIGHLIGHT_CHARS = 100_000  # ~25k tokens scored in windows
 TABLE_WORDS = 6  # words per pole in the SVD table (the word lists below it are longer)
 MAP_WORDS = 15  # words per group on the word map
 WEAK_SPAN = f"; weak: under {WEAK_EVIDENCE_NATS:g} nat, the text hardly reads that way"

@@ -21,15 +21,13 @@ from lmswitch.core.options import SAMPLING, SEED, TrainConfig
 from lmswitch.core.switch import distinct
 from lmswitch.core.train import train_switch
 from lmswitch.io.parse import parse_names
-from lmswitch.lenses.meter import MAX_SWITCHES as MAX_METER_SWITCHES
 from lmswitch.lenses.meter import measure
 from lmswitch.lenses.options import DEFAULT_EPS, DEFAULT_SPANS
 from lmswitch.lenses.spans import highlight
 from lmswitch.lenses.svd import promoted_words
-from lmswitch.serve.limits import MAX_METER_CHARS, check_train_steps
+from lmswitch.serve.limits import MAX_HIGHLIGHT_CHARS, MAX_METER_CHARS, MAX_METER_SWITCHES, check_train_steps
 from lmswitch.serve.session import MAX_SESSION_SWITCHES, Session, check_name
 from lmswitch.webapp.backend import Backend, user_errors
-from lmswitch.webapp.lens import MAX_HIGHLIGHT_CHARS
 from lmswitch.webapp.steer import generate_api
 from lmswitch.webapp.train import MODES, training_data
 
@@ -139,7 +137,7 @@ class McpTools:
         """Find the span(s) of a text that carry a switch's style most, e.g. the insult in a toxic comment (detox at negative ε).
 
         Args:
-            text: the text to look at (up to 100,000 characters).
+            text: the text to look at (up to 20,000 characters).
             switch: the switch whose style to find (see list_switches).
             eps: the strength and side to look for: positive ε for the switch's positive style, negative for its negative style.
             spans: how many separate spans to return.
@@ -156,8 +154,8 @@ class McpTools:
         """The style meter: which ε of each switch explains a text best (positive: the switch's positive style, negative: the other).
 
         Args:
-            text: the text to measure (at most 8,000 characters: the meter tries many ε per switch).
-            switches: comma-separated switch names (empty: every switch; the meter reads at most 8).
+            text: the text to measure (at most 2,000 characters: the meter tries many ε per switch).
+            switches: comma-separated switch names (empty: the first three; the meter reads at most 3).
 
         Returns:
             per switch, the best ε, the style it points to and the evidence in nats.
