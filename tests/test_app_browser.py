@@ -339,6 +339,15 @@ def test_highlight_finds_the_insult_of_the_first_example(ui):
         expect(page.locator("#hl-heatmap .token").first).to_be_visible()
         expect(panel.locator("[data-testid=plotly]")).to_have_count(1)  # the style meter
         expect(panel.locator(".js-plotly-plot")).to_contain_text("detox")
+        # a refused input (the text cleared) is said in a toast and marked on the spans alone: the heatmap, the meter and
+        # its summary stay (every output showed Gradio's "Error" badge over it)
+        page.locator("#hl-text textarea").fill("")
+        page.locator("#highlight").click()
+        expect(page.locator(".toast-body").filter(has_text="empty")).to_be_visible(timeout=GENERATE_TIMEOUT)
+        expect(page.locator("#hl-spans").get_by_text("Error", exact=True)).to_be_visible()
+        expect(page.get_by_text("Error", exact=True)).to_have_count(2)  # the toast's title and the spans' badge
+        expect(page.locator("#hl-heatmap .token").first).to_be_visible()
+        expect(panel.locator(".js-plotly-plot")).to_contain_text("detox")
 
 
 def test_transfer_panel_moves_a_switch_to_gemma_and_steers_it(ui):

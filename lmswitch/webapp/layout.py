@@ -216,12 +216,10 @@ def _wire_steer(ui: SimpleNamespace, backend: Backend, demo: gr.Blocks) -> None:
                     api_name="generate", **batch)
     ui.sweep_go.click(bind(steer.run_sweep, backend), [ui.sweep_switch, ui.sweep_eps, ui.sweep_samples, ui.prompt, *ui.gen, ui.session,
                                                        ui.adaptive, ui.best_of, ui.guide, ui.repeat_guard],
-                      [ui.sweep_plot, ui.sweep_table], api_name="sweep", **batch)
+                      [ui.sweep_plot, ui.sweep_table], api_name="sweep", show_progress_on=[ui.sweep_plot], **batch)
     ui.grid_go.click(bind(steer.run_grid, backend), [ui.grid_a, ui.grid_b, ui.grid_eps_a, ui.grid_eps_b, ui.grid_samples, ui.prompt,
                                                      *ui.gen, ui.session, ui.adaptive, ui.best_of, ui.guide, ui.repeat_guard],
-                     [ui.grid_plot, ui.grid_table],
-                     api_name="compose",
-                     **batch)
+                     [ui.grid_plot, ui.grid_table], api_name="compose", show_progress_on=[ui.grid_plot], **batch)
 
 
 def _wire_train_and_lenses(ui: SimpleNamespace, backend: Backend) -> None:
@@ -236,15 +234,16 @@ def _wire_train_and_lenses(ui: SimpleNamespace, backend: Backend) -> None:
         **ui.regenerate)  # the text of a value moved into the new range (unchanged: the session's cache answers at once)
     ui.cancel.click(train.cancel_training, ui.session, ui.train_status, api_name="cancel_training", concurrency_limit=None, queue=False)
     ui.manage.change(bind(train.export_switch, backend), [ui.manage, ui.session], ui.download, api_visibility="private")
+    # show_progress_on: one output shows the progress, or on a refusal Gradio's "Error" badge, where all of them did
     ui.save.click(bind(train.save_switch, backend), [ui.manage, ui.session, *ui.pickers], [ui.manage_status, *ui.pickers],
-                  api_name="save_switch").then(
+                  api_name="save_switch", show_progress_on=[ui.manage_status]).then(
         bind(steer.refresh_sliders, backend), [ui.session, *ui.sliders], ui.sliders, api_visibility="private", queue=False)  # saved
     ui.upload.upload(bind(train.import_switch, backend), [ui.upload, ui.session, *ui.pickers], [ui.manage_status, *ui.sliders, *ui.pickers],
-                     api_name="import_switch")
+                     api_name="import_switch", show_progress_on=[ui.manage_status])
     ui.inspect_go.click(bind(lens.inspect_switch, backend), [ui.inspect_name, ui.dims, ui.words, ui.session],
-                        [ui.svd_table, ui.spectrum, ui.scatter, ui.word_table], api_name="inspect")
+                        [ui.svd_table, ui.spectrum, ui.scatter, ui.word_table], api_name="inspect", show_progress_on=[ui.svd_table])
     ui.hl_go.click(bind(lens.run_highlight, backend), [ui.hl_text, ui.hl_file, ui.hl_switch, *ui.hl_settings, ui.session],
-                   [ui.hl_spans, ui.hl_heat, ui.meter_plot, ui.hl_summary], api_name="highlight")
+                   [ui.hl_spans, ui.hl_heat, ui.meter_plot, ui.hl_summary], api_name="highlight", show_progress_on=[ui.hl_spans])
 
 
 def _tabs(ui: SimpleNamespace, backend: Backend, shipped: list[str]) -> None:
