@@ -624,8 +624,10 @@ def test_save_to_library_never_overwrites(backend, folder, llama_lm):
 def test_import_validates_the_file(backend, tmp_path, llama_lm, make_lm):
     session = Session()
     good = random_switch(llama_lm, seed=11, name="imported").save(tmp_path / "imported.safetensors")
-    status, *rest = app.import_switch(backend, str(good), session, *[None] * 7)
+    status, *rest = app.import_switch(backend, str(good), session, *["beta"] * 7)
     assert "Imported 'imported'" in status and any(u.visible and u.label.startswith("imported") for u in rest[: app.MAX_SLOTS])
+    pickers = rest[app.MAX_SLOTS :]  # Save and the download (the Train tab's picker) take the new switch; the others stay
+    assert pickers[app_widgets.MANAGE_PICKER].value == "imported" and [p.value for p in pickers].count("beta") == 6
 
     other_model = make_lm("gpt2", hidden=48)
     foreign = random_switch(other_model, seed=1, name="foreign").save(tmp_path / "foreign.safetensors")

@@ -199,13 +199,15 @@ def test_sliders_beyond_the_fluent_range_toggle(ui):
 
 def test_a_value_typed_in_a_sliders_box_steers_on_enter_and_one_past_its_end_goes_to_the_end(ui):
     """Gradio applies a slider's typed value only when its box loses focus, and sends one past the ends as typed, to be
-    refused ("Value 99 is greater than maximum value …") and then shown at the end unsteered by it (sliders.html)."""
+    refused ("Value 99 is greater than maximum value …") and then shown at the end unsteered by it; one between steps it
+    sent while the thumb showed the step, and an empty box failed ("Could not preprocess input component …"):
+    sliders.html."""
     with ui.view("typed-eps") as page:
         ui.tab("Steer")
         slot = ui.slider("formality:")
         box, top = slot.locator("input[type=number]"), float(slot.locator("input[type=range]").get_attribute("max"))
-        for typed, expected in ((1, 1.0), (99, top)):
-            box.fill(str(typed))
+        for typed, expected in (("1", 1.0), ("99", top), ("0.3", 0.5), ("", 0.5)):  # (the formality slider's step: 0.5)
+            box.fill(typed)
             with page.expect_request(lambda r: "/queue/join" in r.url and r.method == "POST", timeout=10_000) as request:
                 box.press("Enter")
             sent = json.loads(request.value.post_data or "{}")
@@ -213,6 +215,7 @@ def test_a_value_typed_in_a_sliders_box_steers_on_enter_and_one_past_its_end_goe
             expect(box).to_have_value(f"{expected:g}")
             expect(page.locator("#tokens .tokens .tok").first).to_be_visible(timeout=GENERATE_TIMEOUT)
         expect(page.get_by_text("greater than maximum")).to_have_count(0)
+        expect(page.get_by_text("Could not preprocess")).to_have_count(0)
         box.fill("0")
         box.press("Enter")  # leaves formality at 0 for the tests after this one
         expect(box).to_have_value("0")

@@ -48,6 +48,9 @@ def test_switch_specs_take_the_last_equals_sign():
 
 def test_eps_lists():
     assert parse_eps_list("-10, -5; 0,5 ,10") == [-10.0, -5.0, 0.0, 5.0, 10.0]
+    # the app writes ε with the typographic minus ("− → toxic"), and "1 2 3" was refused while "1;2" passed
+    assert parse_eps_list("−2, 2") == [-2.0, 2.0] and parse_eps_list(" 1 2\t3 ") == [1.0, 2.0, 3.0]
+    assert parse_setting("sentiment=−2") == [("sentiment", -2.0)]
     assert parse_eps_list("", default=[1.0]) == [1.0]
     with pytest.raises(ValueError, match="at least one"):
         parse_eps_list(" ")

@@ -11,10 +11,16 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 
 FALLBACK_EPS = 5.0  # the paper's 5ε0: ``generate --switch S`` without ``=EPS`` when S's card recommends no ε and was never probed
 MAX_EPS_VALUES = 15  # one interactive sweep or grid axis
+
+
+def _ascii_minus(text: str) -> str:
+    """``text`` with the typographic minus (U+2212, as the app's labels write ε) as ``-``."""
+    return text.replace("\u2212", "-")
 
 
 def parse_eps(value: object, name: str = "switch") -> float:
@@ -22,7 +28,7 @@ def parse_eps(value: object, name: str = "switch") -> float:
     if isinstance(value, bool):
         raise ValueError(f"the ε of '{name}' must be a number; got {value!r}")
     try:
-        eps = float(value.strip() if isinstance(value, str) else value)  # type: ignore[arg-type]
+        eps = float(_ascii_minus(value).strip() if isinstance(value, str) else value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         raise ValueError(f"the ε of '{name}' must be a number; got {value!r}") from None
     if not math.isfinite(eps):
@@ -79,15 +85,16 @@ def parse_names(value: str | None) -> list[str]:
 
 
 def parse_eps_list(value: str | None, default: list[float] | None = None, max_values: int = MAX_EPS_VALUES) -> list[float]:
-    """``"-10, -5, 0, 5, 10"`` (commas or semicolons) → floats; empty → ``default`` (or an error without one)."""
+    """``"-10, -5, 0, 5, 10"`` (commas, semicolons or spaces; ``−`` as ``-``) → floats; empty → ``default`` (or an error
+    without one)."""
     if value is None or not str(value).strip():
         if default is None:
             raise ValueError("give at least one ε value, e.g. -5,0,5")
         return list(default)
     try:
-        values = [float(v) for v in str(value).replace(";", ",").split(",") if v.strip()]
+        values = [float(v) for v in re.split(r"[,;\s]+", _ascii_minus(str(value))) if v]
     except ValueError:
-        raise ValueError(f"ε values must be numbers separated by commas, like -10, -5, 0, 5, 10; got {value!r}") from None
+        raise ValueError(f"ε values must be numbers separated by commas or spaces, like -10, -5, 0, 5, 10; got {value!r}") from None
     if not values or not all(math.isfinite(v) for v in values):
         raise ValueError(f"give finite ε values separated by commas; got {value!r}")
     if len(values) > max_values:

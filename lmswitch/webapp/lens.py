@@ -47,8 +47,8 @@ def inspect_switch(backend: Backend, name: str, dims, words, session: Session):
 
 
 def _summary(result: Highlight, meter: Measurement, cut: bool, left_out: list[str]) -> str:
-    lines = [f"- **{r.name}**: best ε {r.best_eps_alone:+.1f} → *{r.label_alone or 'neither'}* "
-             f"(evidence {r.evidence_nats:.1f} nats{'; weak' if r.weak else ''})" for r in meter.switches]
+    lines = [f"- **{r.name}**: best ε {r.best_eps_alone:+.1f} → *{(r.label_alone if round(r.best_eps_alone, 1) else None) or 'neither'}* "
+             f"(evidence {r.evidence_nats:.1f} nats{'; weak' if r.weak else ''})" for r in meter.switches]  # (ε shown as +0.0: neither)
     if left_out:
         lines.append(f"- not read ({MAX_METER_SWITCHES} switches at most, the picked one first): {', '.join(left_out)}")
     spans = "; ".join(f"“{s.text}” ({s.score:+.2f}{WEAK_SPAN if s.weak else ''})" for s in result.spans) or "none: no part of the text reads that way"

@@ -21,6 +21,7 @@ from lmswitch.serve.limits import check_train_steps
 from lmswitch.serve.session import Session, SwitchLibrary, check_name
 from lmswitch.webapp.backend import USER_ERRORS, Backend, computed, user_errors
 from lmswitch.webapp.widgets import (
+    MANAGE_PICKER,
     MAX_SLOTS,
     PICKER_DEFAULTS,
     dropdown_updates,
@@ -224,8 +225,8 @@ def _finished(backend: Backend, session: Session, name: str, final: str, switch:
     manage = [gr.Dropdown(choices=names, value=final)] if ours else [gr.skip()]
     download = gr.DownloadButton(value=backend.run(export_path, backend, switch), label=f"Download {final}.safetensors") if ours else gr.skip()
     return ("Done.", figures.loss_figure(card["train_losses"], card["heldout_losses"], total_steps=card["steps"]),
-            _report(final, name, switch), *[gr.skip()] * (MAX_SLOTS + 3), *manage,  # (the fourth picker: PICKER_DEFAULTS)
-            *[gr.skip()] * (len(PICKER_DEFAULTS) - 4), download)
+            _report(final, name, switch), *[gr.skip()] * (MAX_SLOTS + MANAGE_PICKER), *manage,
+            *[gr.skip()] * (len(PICKER_DEFAULTS) - MANAGE_PICKER - 1), download)
 
 
 def _learned(backend: Backend, lm: LanguageModel, done: Done, positive: str | list[str], negative: str | list[str] | None) -> str:
@@ -307,5 +308,6 @@ def import_switch(backend: Backend, file: str | None, session: Session, *current
         raise ValueError(f"{path.name} is not a .safetensors switch file")
     switch = _importable(backend, load_switch(path), lm)
     final = session.add(switch, library, name=usable_name(switch.name))  # (named where names are free: a usable form)
+    picked = [final if i == MANAGE_PICKER else value for i, value in enumerate(current)]  # Save and download: the new one
     return (f"Imported '{final}' ({switch.positive_label} ↔ {switch.negative_label}); its slider is in the Steer tab.",
-            *slot_updates(session, library), *dropdown_updates(session, library, current))
+            *slot_updates(session, library), *dropdown_updates(session, library, picked))
