@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--chars", default="2000,4000,8000", help="meter readings to time, in characters")
     parser.add_argument("--switches", default="3,8", help="meter switch counts to time")
     args = parser.parse_args()
-    backend = app.Backend(dtype=args.dtype).start()
+    backend = app.Backend(switches=app.DEFAULT_SWITCHES, dtype=args.dtype).start()
     lm, library = backend.get()
     shipped = list(load_pretrained(lm).values())
     pool = shipped + shuffled(shipped, 8, lm)
