@@ -35,8 +35,8 @@ def measuring_note(wide: bool = False) -> str:
 PENDING = "<small>generating… scores follow when the text is complete</small>"
 # first choice of each switch picker (sweep, composition rows, composition columns, manage, inspect, highlight, transfer):
 # a preferred name, else the switch in that slot
-MANAGE_PICKER = 3  # the Train tab's own picker (Save, download) among the pickers: PICKER_DEFAULTS, layout's ui.pickers
 PICKER_DEFAULTS = (("sentiment", 0), ("sentiment", 0), ("detox", 1), (None, 0), ("sentiment", 0), ("detox", 0), ("sentiment", 0))
+MANAGE_PICKER = 3  # the Train tab's own picker (Save, download) among them (and among layout's ui.pickers)
 
 
 def number(value, label: str, kind: type = float):
