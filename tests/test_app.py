@@ -944,3 +944,15 @@ def test_a_switch_whose_name_another_page_saved_meanwhile_is_saved_under_a_free_
     assert order.index("my-switch-2") < order.index("my-switch")  # its slider kept its place; the library's comes after
     assert not second.unsaved("my-switch-2") and torch.equal(second.get("my-switch", backend.library).W,
                                                              backend.library.get("my-switch").W)  # the first page's
+
+
+def test_the_meter_summary_reads_neither_way_at_a_best_eps_shown_as_zero():
+    """It said "best ε +0.0 → formal (evidence 0.0 nats; weak)": the side of a sign too small to show."""
+    from lmswitch.lenses.meter import MeterRow
+
+    def row(eps: float) -> MeterRow:
+        return MeterRow(name="formality", positive_label="formal", negative_label="informal", grid=[0.0], loglik=[0.0], best_eps=eps,
+                        best_eps_alone=eps, evidence_nats=0.0, at_bound=False, label=None)
+
+    assert app_lens._reading(row(0.04)) == "- **formality**: best ε +0.0 → *neither* (evidence 0.0 nats; weak)"
+    assert app_lens._reading(row(-0.06)).startswith("- **formality**: best ε -0.1 → *informal*")

@@ -8,7 +8,7 @@ from lmswitch.core.hidden import encode_text
 from lmswitch.core.switch import Switch, distinct
 from lmswitch.harness import figures
 from lmswitch.io.resources import examples_dir
-from lmswitch.lenses.meter import Measurement, measure
+from lmswitch.lenses.meter import Measurement, MeterRow, measure
 from lmswitch.lenses.options import WEAK_EVIDENCE_NATS
 from lmswitch.lenses.spans import Highlight, check_highlight_args, highlight
 from lmswitch.lenses.svd import Dimension, promoted_words, svd_dimensions, word_map
@@ -46,9 +46,15 @@ def inspect_switch(backend: Backend, name: str, dims, words, session: Session):
             figures.word_map_figure(word_map(lm, switch, words=min(words, MAP_WORDS))), word_rows)
 
 
+def _reading(row: MeterRow) -> str:
+    """One switch's line of the meter summary; a best ε shown as +0.0 reads neither way, whatever its sign."""
+    eps = f"{row.best_eps_alone:+.1f}"
+    side = (row.label_alone if float(eps) else None) or "neither"
+    return f"- **{row.name}**: best ε {eps} → *{side}* (evidence {row.evidence_nats:.1f} nats{'; weak' if row.weak else ''})"
+
+
 def _summary(result: Highlight, meter: Measurement, cut: bool, left_out: list[str]) -> str:
-    lines = [f"- **{r.name}**: best ε {r.best_eps_alone:+.1f} → *{(r.label_alone if round(r.best_eps_alone, 1) else None) or 'neither'}* "
-             f"(evidence {r.evidence_nats:.1f} nats{'; weak' if r.weak else ''})" for r in meter.switches]  # (ε shown as +0.0: neither)
+    lines = [_reading(r) for r in meter.switches]
     if left_out:
         lines.append(f"- not read ({MAX_METER_SWITCHES} switches at most, the picked one first): {', '.join(left_out)}")
     spans = "; ".join(f"“{s.text}” ({s.score:+.2f}{WEAK_SPAN if s.weak else ''})" for s in result.spans) or "none: no part of the text reads that way"
