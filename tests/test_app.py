@@ -656,8 +656,11 @@ def test_import_refuses_an_empty_switch_stamps_one_without_a_model_and_says_wher
     in the page (the message named the command line)."""
     session = Session()
     zeros = ls.Switch(W=torch.zeros(llama_lm.hidden_size, llama_lm.hidden_size), name="zeros").save(tmp_path / "zeros.safetensors")
-    with pytest.raises(gr.Error, match="'zeros' is all zeros: it would not steer anything"):
+    with pytest.raises(gr.Error, match=r"'zeros' is all zeros \(or too small to change anything\): it would not steer anything"):
         app.import_switch(backend, str(zeros), session, *[None] * 7)
+    tiny = ls.Switch(W=random_switch(llama_lm, seed=13).W * 1e-30, name="tiny").save(tmp_path / "tiny.safetensors")
+    with pytest.raises(gr.Error, match="'tiny' is all zeros"):  # a rounding's worth of a switch steers nothing either
+        app.import_switch(backend, str(tiny), session, *[None] * 7)
     bare = ls.Switch(W=random_switch(llama_lm, seed=13).W, name="bare").save(tmp_path / "bare.safetensors")
     assert "Imported 'bare'" in app.import_switch(backend, str(bare), session, *[None] * 7)[0]
     assert session.get("bare", backend.library).model_fingerprint == llama_lm.fingerprint

@@ -42,7 +42,11 @@ def file_bytes(folder) -> dict[str, bytes]:
 # --- the library folder ------------------------------------------------------------------------
 
 
-def test_library_loads_good_switches_and_skips_bad_files_with_the_reason(library, gpt2_lm):
+def test_library_loads_good_switches_and_skips_bad_files_with_the_reason(llama_lm, folder, gpt2_lm):
+    Switch(W=torch.zeros(llama_lm.hidden_size, llama_lm.hidden_size), name="empty", model_name=llama_lm.name,
+           model_fingerprint=llama_lm.fingerprint).save(folder / "empty.safetensors")
+    library = SwitchLibrary(llama_lm, folder)
+    assert "would not steer anything" in library.skipped.pop("empty.safetensors")
     assert library.names() == ["alpha", "beta"]
     assert torch.equal(library.get("alpha").W, load_switch(library.folder / "alpha.safetensors").W)
     assert set(library.skipped) == {"broken.safetensors", "small.safetensors"}

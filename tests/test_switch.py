@@ -345,3 +345,20 @@ def test_distinct_keeps_the_first_of_each_matrix_in_order(switch):
     twin = copy.deepcopy(switch)
     twin.name = "twin"
     assert [s.name for s in distinct([switch, other, twin])] == [switch.name, other.name]
+
+
+def test_a_switch_too_small_to_change_a_head_input_steers_nothing(switch):
+    """All zeros, or a rounding's worth (a 1e-30 switch passed the all-zero check, and a page's meter read it): even
+    ε at the end of any switch's range leaves the head input as it was in float32; a trained switch's does not."""
+    c = torch.randn(8, switch.dim, generator=torch.Generator().manual_seed(0))
+    eps = lmswitch.core.switch.MAX_EPS_RANGE
+
+    def moved(s: Switch) -> torch.Tensor:
+        return c + eps * s.eps0 * c @ s.W.T
+
+    tiny = Switch(W=switch.W * 1e-12 / float(torch.linalg.matrix_norm(switch.W)), eps0=switch.eps0)
+    assert Switch(W=torch.zeros_like(switch.W)).steers_nothing and tiny.steers_nothing
+    assert torch.equal(moved(tiny), c)
+    assert not switch.steers_nothing and not torch.equal(moved(switch), c)
+    small = Switch(W=switch.W * 1e-3 / float(torch.linalg.matrix_norm(switch.W)), eps0=switch.eps0)  # ε = 1000 moves it 2e-3
+    assert not small.steers_nothing and not torch.equal(moved(small), c)

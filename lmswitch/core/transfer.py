@@ -82,8 +82,9 @@ def _strength(lm: LanguageModel, W: torch.Tensor) -> float:
 
 def _check_transfer(switch: Switch, source: LanguageModel, anchors: int, min_anchors: int, method: str, ridge: float) -> None:
     check_switch(switch, source)  # a switch made for another model than the stated source: clear error
-    if not switch.W.any():
-        raise ValueError(f"switch '{switch.name}' is all zeros (it steers nothing), so there is nothing to transfer")
+    if switch.steers_nothing:
+        raise ValueError(f"switch '{switch.name}' is all zeros or too small to change anything (it steers nothing), so there "
+                         "is nothing to transfer")
     check_anchors(anchors, min_anchors)
     if method not in ("procrustes", "ridge"):
         raise ValueError(f"method must be 'procrustes' or 'ridge'; got {method!r}")

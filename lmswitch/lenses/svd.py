@@ -347,10 +347,11 @@ def svd_dimensions(lm: LanguageModel, switch: Switch, *, dims: int = DEFAULT_DIM
     """
     _check_counts(dims, words)
     check_switch(switch, lm)
+    if switch.steers_nothing:
+        raise ValueError(f"switch '{switch.name}' is all zeros (or too small to change anything): it has no directions to "
+                         "list; train it or load another")
     dirs = _directions(lm, switch, dims, reference)
     S, k = dirs.S, len(dirs.sign)
-    if float(S[0]) == 0.0:
-        raise ValueError(f"switch '{switch.name}' is all zeros: it has no directions to list; train it or load another")
     live = sum(float(S[i]) > NULL_DIRECTION * float(S[0]) for i in range(k))  # past the switch's rank: noise, not listed
     total = float((S**2).sum()) or 1.0
     rankings = torch.cat([dirs.oriented, -dirs.oriented])
@@ -442,10 +443,11 @@ def word_map(lm: LanguageModel, switch: Switch, *, words: int = 15, reference: l
     >>> [(p.word, p.x) for p in m.points if p.group == "promoted 1"]  # doctest: +SKIP
     """
     _check_counts(2, words)
+    if switch.steers_nothing:
+        raise ValueError(f"switch '{switch.name}' is all zeros (or too small to change anything): it has no directions to "
+                         "map; train it or load another")
     dirs = _directions(lm, switch, 2, reference)
     S = dirs.S
-    if float(S[0]) == 0.0:
-        raise ValueError(f"switch '{switch.name}' is all zeros: it has no directions to map; train it or load another")
     live = [i < len(dirs.sign) and float(S[i]) > NULL_DIRECTION * float(S[0]) for i in range(2)]
     rankings = torch.cat([dirs.oriented, -dirs.oriented])  # rows: promoted 0..k-1, then suppressed 0..k-1
     points = _map_points(dirs, _top_words(lm, rankings, dirs.ids, dirs.surfaces, words, dirs.written), live)

@@ -61,6 +61,8 @@ class SwitchLibrary:
                     self.other_models[path.name] = switch.model_name or switch.model_fingerprint
                     continue
                 switch.check_model(lm)
+                if switch.steers_nothing:  # an old import of an empty switch: every page's meter would read it
+                    raise SwitchFileError("it is all zeros (or too small to change anything): it would not steer anything")
                 self._switches[path.stem] = switch
             except SwitchFileError as err:
                 self.skipped[path.name] = str(err)

@@ -289,8 +289,9 @@ def _importable(backend: Backend, switch: Switch, lm: LanguageModel) -> Switch:
         raise ValueError(f"'{switch.name}' was made for {made_for}, not {lm.name}: pick {made_for} in the Steer tab's model "
                          f"picker and import it there (to steer {lm.name} with it, transfer it there in the Transfer tab)")
     switch.check_model(lm)
-    if not bool(switch.W.any()):
-        raise ValueError(f"'{switch.name}' is all zeros: it would not steer anything; train it or import another")
+    if switch.steers_nothing:
+        raise ValueError(f"'{switch.name}' is all zeros (or too small to change anything): it would not steer anything; "
+                         "train it or import another")
     if not switch.model_fingerprint:
         switch.model_fingerprint, switch.model_name = lm.fingerprint, switch.model_name or lm.name
     return switch
