@@ -228,8 +228,8 @@ def test_long_text_is_scored_in_windows(gpt2_lm):
         ("the kind\x00 one", {}, "NUL"),
         (TEXT, {"max_span": 0}, "max_span"),
         (TEXT, {"n_spans": 0}, "n_spans"),
-        (TEXT, {"eps": float("nan")}, "eps"),
-        (TEXT, {"eps": 0.0}, "eps"),
+        (TEXT, {"eps": float("nan")}, "ε must be a finite non-zero number"),
+        (TEXT, {"eps": 0.0}, "ε must be a finite non-zero number"),
         (TEXT, {"eps": 5000.0}, "out of range"),
     ],
 )

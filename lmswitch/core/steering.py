@@ -40,8 +40,8 @@ def check_setting(lm: LanguageModel, setting: Setting) -> None:
             raise ValueError(f"eps for '{switch.name}' must be a finite number; got {eps!r}")
         if abs(eps) > MAX_ABS_EPS:
             raise ValueError(
-                f"eps {eps:g} for '{switch.name}' is out of range (|eps| ≤ {MAX_ABS_EPS:g} in eps0 units; "
-                f"its slider's range is {switch.slider_range()[0]:g}…{switch.slider_range()[1]:g})"
+                f"ε {eps:g} for '{switch.name}' is out of range: |ε| ≤ {MAX_ABS_EPS:g} (ε counts steps of ε0 = {switch.eps0:g}), "
+                f"and its slider's range is {switch.slider_range()[0]:g}…{switch.slider_range()[1]:g}"
             )
 
 

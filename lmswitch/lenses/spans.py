@@ -284,7 +284,7 @@ def token_deltas(lm: LanguageModel, switch: Switch, enc: EncodedText, eps: float
 def check_highlight_args(eps: object, max_span: object, n_spans: object) -> None:
     """Refuse settings :func:`highlight` cannot use (a caller about to read the text can check them first)."""
     if not is_number(eps) or eps == 0:
-        raise ValueError(f"eps must be a finite non-zero number (in eps0 units); got {eps!r}")
+        raise ValueError(f"ε must be a finite non-zero number (in steps of the switch's ε0); got {eps!r}")
     _check_span_args(max_span, n_spans)
 
 
