@@ -213,6 +213,11 @@ def test_evaluate_shapes_coupling_and_sweeps(llama_lm):
 
     fig = sweep_figure(sweep, "s", ("positive_share", "toxicity_prob"))
     assert [list(t.x) for t in fig.data] == [[-20, 0, 20]] * 3  # two metrics + perplexity
+    assert not fig.layout.shapes
+    shaded = sweep_figure(sweep, "s", ("positive_share",), fluent=(-3.0, 4.0))  # the card's fluent range, shaded
+    (band,) = shaded.layout.shapes
+    assert (band.x0, band.x1, band.xref, band.yref) == (-3.0, 4.0, "x", "y domain")
+    assert shaded.layout.annotations[0].text == "fluent range"
     heat = grid_figure(grid, "s", "o", ("positive_share", "toxicity_prob"))
     assert len(heat.data) == 2 and list(heat.data[0].x) == [-20, 0, 20] and list(heat.data[0].y) == [0, 20]
     # each colour bar sits in the gap after its own map, clear of the next map; the shared y title only on the first

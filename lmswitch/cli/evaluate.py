@@ -63,7 +63,7 @@ def _sweep(args: argparse.Namespace, lm: LanguageModel, switch: Switch, prompts:
     data = {"switch": switch.name, "eps": args.eps, "sweep": [ev.summary() for ev in evals]}
     lines = [f"eps {ev.setting.get(switch.name, 0):+6g}: " + ", ".join(f"{m} {getattr(ev, m):.3f}" for m in [*metrics, "perplexity", "dist3"])
              for ev in evals]
-    return _Outcome(data, sweep_figure(evals, switch.name, metrics), lines, evals, "sweep")
+    return _Outcome(data, sweep_figure(evals, switch.name, metrics, fluent=switch.card.fluent_eps), lines, evals, "sweep")
 
 
 def _write(outcome: _Outcome, folder: str, png: bool) -> None:

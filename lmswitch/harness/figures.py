@@ -42,8 +42,10 @@ def _check_metric(metric: str) -> str:
     return metric
 
 
-def sweep_figure(evals: Sequence[Evaluation], switch: str, metrics: Sequence[str] = ("positive_share", "toxicity_prob")) -> go.Figure:
-    """Scores vs ε of one switch (left axis) and perplexity (right axis)."""
+def sweep_figure(evals: Sequence[Evaluation], switch: str, metrics: Sequence[str] = ("positive_share", "toxicity_prob"),
+                 fluent: tuple[float, float] | None = None) -> go.Figure:
+    """Scores vs ε of one switch (left axis) and perplexity (right axis); ``fluent``: the switch's calibrated fluent
+    range (its card's ``fluent_eps``), shaded, so that ε values past it read as such."""
     if not evals:
         raise ValueError("no evaluations to plot")
     eps = [ev.setting.get(switch, 0.0) for ev in evals]
@@ -55,6 +57,9 @@ def sweep_figure(evals: Sequence[Evaluation], switch: str, metrics: Sequence[str
         go.Scatter(x=eps, y=[ev.perplexity for ev in evals], mode="lines+markers", name="perplexity", line={"dash": "dot", "color": "gray"}),
         secondary_y=True,
     )
+    if fluent is not None:
+        fig.add_vrect(x0=fluent[0], x1=fluent[1], fillcolor="#2ca02c", opacity=0.08, line_width=0, layer="below",
+                      annotation_text="fluent range", annotation_position="top left")
     fig.update_layout(title=f"ε sweep of '{switch}'", xaxis_title=f"ε of {switch} (ε0 units)", legend={"orientation": "h", "y": -0.2},
                       template="plotly_white", margin={"t": 50})
     fig.update_yaxes(title_text="share", range=[0, 1.02], secondary_y=False)

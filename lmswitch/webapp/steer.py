@@ -205,7 +205,7 @@ def run_sweep(backend: Backend, name: str, eps_text: str, samples, prompt: str, 
     eps = _eps_values(eps_text, session, switch, SWEEP_POINTS)
     protocol = batch_protocol(lm, prompt, len(eps), samples, (max_new_tokens, temperature, top_p, seed, chat, adaptive, best_of, guide, repeat_guard))
     evals = evaluate_settings(lm, [[(switch, e)] for e in eps], [prompt], protocol)
-    fig = figures.sweep_figure(evals, switch.name, metrics=("positive_share", "mean_toxicity"))
+    fig = figures.sweep_figure(evals, switch.name, metrics=("positive_share", "mean_toxicity"), fluent=switch.card.fluent_eps)
     rows = [[e, k, t.text, t.sentiment, t.toxicity] for e, ev in zip(eps, evals, strict=True) for k, t in enumerate(ev.texts)]
     return fig, rows
 
