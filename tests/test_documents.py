@@ -64,6 +64,15 @@ def test_txt_accepts_utf16_with_bom(tmp_path):
     assert read_document(path) == "naïve café\nzweite Zeile"
 
 
+@pytest.mark.parametrize("codec", ["utf-16-le", "utf-16-be"])
+def test_txt_accepts_utf16_without_bom_and_binary_stays_refused(tmp_path, codec):
+    """Without a byte-order mark (as some Windows tools save) it was called binary for its NUL bytes."""
+    text = "naïve café\r\nzweite Zeile, — und 42 € mehr.\tEnde"
+    assert read_document(_write(tmp_path / "u16.txt", text.encode(codec))) == "naïve café\nzweite Zeile, — und 42 € mehr.\tEnde"
+    for raw in (b"ab\x00\x01" * 8, b"\x00a\x00\x01" * 4, bytes(range(1, 9)) + b"\x00\x00"):  # NULs that are not UTF-16 text
+        assert "binary" in _refusal(_write(tmp_path / "data.txt", raw))
+
+
 def test_markdown_is_read_as_text(tmp_path):
     for ext in (".md", ".markdown"):
         path = _write(tmp_path / f"readme{ext}", "# Title\n\nSome *kind* words.\n- item\n")

@@ -25,6 +25,21 @@ class DocumentError(ValueError):
     """A document that cannot be read as text; the message names the file and what to do."""
 
 
+def _utf16_without_bom(raw: bytes) -> str | None:
+    """Text saved as UTF-16 without a byte-order mark (Windows tools write it): in mostly Latin text every other
+    byte is NUL, and only those; else None (a binary file has NULs anywhere)."""
+    if len(raw) % 2 or not raw:
+        return None
+    for codec, high, low in (("utf-16-le", raw[1::2], raw[0::2]), ("utf-16-be", raw[0::2], raw[1::2])):
+        if high.count(0) >= len(high) / 2 and low.count(0) == 0:
+            try:
+                text = raw.decode(codec)
+            except UnicodeDecodeError:
+                return None
+            return text if all(ch.isprintable() or ch in "\t\n\r\f" for ch in text) else None
+    return None
+
+
 def _plain_text(raw: bytes, name: str) -> str:
     if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         try:
@@ -32,6 +47,8 @@ def _plain_text(raw: bytes, name: str) -> str:
         except UnicodeDecodeError as err:
             raise DocumentError(f"{name} has a UTF-16 byte-order mark but is not valid UTF-16 ({err.reason} at byte {err.start})") from None
     if b"\x00" in raw:
+        if (text := _utf16_without_bom(raw)) is not None:
+            return text
         raise DocumentError(f"{name} looks binary (it contains NUL bytes); give a UTF-8 text file")
     try:
         return raw.decode("utf-8-sig")
