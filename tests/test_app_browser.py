@@ -354,8 +354,12 @@ def test_highlight_finds_the_insult_of_the_first_example(ui):
 
 
 def test_transfer_panel_moves_a_switch_to_gemma_and_steers_it(ui):
-    """Runs last: it switches this page's session to Gemma-3-270M."""
+    """Runs last: it switches this page's session to Gemma-3-270M. The Inspect tab's tables of the embedded model's
+    switch are emptied then (they stayed, under a picker of Gemma's switches)."""
     with ui.view("transfer") as page:
+        inspect = ui.tab("Inspect")
+        inspect.get_by_role("button", name="Inspect", exact=True).click()
+        expect(inspect.get_by_test_id("cell-0-0")).to_have_count(2, timeout=GENERATE_TIMEOUT)
         ui.tab("Steer")
         before = text_of(page, "unsteered")
         panel = ui.tab("Transfer")
@@ -375,3 +379,6 @@ def test_transfer_panel_moves_a_switch_to_gemma_and_steers_it(ui):
         expect(page.locator("#unsteered textarea")).not_to_have_value(before, timeout=GENERATE_TIMEOUT)  # Gemma's own text now
         expect(page.locator("#steered-scores")).to_contain_text("perplexity", timeout=GENERATE_TIMEOUT)
         expect(page.locator("#tokens .tokens .tok").first).to_be_visible(timeout=GENERATE_TIMEOUT)  # a steered Gemma generation
+        inspect = ui.tab("Inspect")
+        expect(inspect.get_by_test_id("cell-0-0")).to_have_count(0)
+        expect(inspect.locator(".js-plotly-plot")).to_have_count(0)

@@ -59,9 +59,15 @@ def test_txt_normalises_newlines_bom_and_trailing_space(tmp_path):
     assert read_lines(path) == ["first line", "second line", "third"]
 
 
-def test_txt_accepts_utf16_with_bom(tmp_path):
-    path = _write(tmp_path / "u16.txt", "naïve café\nzweite Zeile".encode("utf-16"))
-    assert read_document(path) == "naïve café\nzweite Zeile"
+@pytest.mark.parametrize("codec", ["utf-16", "utf-16-be", "utf-32", "utf-32-be"])
+def test_txt_accepts_utf16_and_utf32_with_bom(tmp_path, codec):
+    """UTF-32's little-endian mark begins with UTF-16's: such a file was read as UTF-16 full of NULs, then refused."""
+    raw = "naïve café\nzweite Zeile".encode(codec)
+    if codec.endswith("-be"):  # the codec writes no mark of its own
+        raw = "\ufeff".encode(codec) + raw
+    assert read_document(_write(tmp_path / "u.txt", raw)) == "naïve café\nzweite Zeile"
+    message = _refusal(_write(tmp_path / "cut.txt", raw[:-1]))
+    assert "cut.txt" in message and f"{codec[:6].upper()} byte-order mark" in message and "UTF-8" in message
 
 
 @pytest.mark.parametrize("codec", ["utf-16-le", "utf-16-be"])

@@ -41,11 +41,14 @@ def _utf16_without_bom(raw: bytes) -> str | None:
 
 
 def _plain_text(raw: bytes, name: str) -> str:
-    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        try:
-            return raw.decode("utf-16")
-        except UnicodeDecodeError as err:
-            raise DocumentError(f"{name} has a UTF-16 byte-order mark but is not valid UTF-16 ({err.reason} at byte {err.start})") from None
+    # UTF-32's little-endian mark begins with UTF-16's: it is looked for first
+    for codec, marks in (("utf-32", (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)), ("utf-16", (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))):
+        if raw.startswith(marks):
+            try:
+                return raw.decode(codec)
+            except UnicodeDecodeError as err:
+                raise DocumentError(f"{name} has a {codec.upper()} byte-order mark but is not valid {codec.upper()} "
+                                    f"({err.reason} at byte {err.start}); re-save it as UTF-8, or {INSTEAD}") from None
     if b"\x00" in raw:
         if (text := _utf16_without_bom(raw)) is not None:
             return text

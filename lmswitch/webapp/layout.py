@@ -202,13 +202,19 @@ def _wire_steer(ui: SimpleNamespace, backend: Backend, demo: gr.Blocks) -> None:
         slider.release(run_steer, steer_inputs, stream_out, api_visibility="private", **live)
     ui.wide.change(bind(steer.widen_sliders, backend), [ui.wide, ui.session, *ui.sliders], [ui.wide_warning, *ui.sliders], api_visibility="private",
                    concurrency_limit=None).then(run_steer, steer_inputs, stream_out, api_visibility="private", **live)  # a moved slider's text
-    ui.model_pick.input(bind(steer.select_model, backend), [ui.model_pick, ui.session, *ui.pickers],
-                        [ui.status, *ui.sliders, *ui.pickers, ui.tr_target],
-                        api_name="select_model", show_progress_on=[ui.status]).then(run_steer, steer_inputs, stream_out,
-                                                                                    api_visibility="private", **live)
-    ui.tr_go.click(bind(steer.run_transfer, backend), [ui.tr_switch, ui.tr_target, ui.session, *ui.pickers],
-                   [ui.tr_report, ui.model_pick, ui.status, *ui.sliders, *ui.pickers, ui.tr_target], api_name="transfer",
-                   show_progress_on=[ui.tr_report]).then(run_steer, steer_inputs, stream_out, api_visibility="private", **live)
+    # results read with the model the page steered before (Inspect, Highlight, the sweep and map): emptied once it changes
+    stale = [ui.svd_table, ui.spectrum, ui.scatter, ui.word_table, ui.hl_spans, ui.hl_heat, ui.meter_plot, ui.hl_summary,
+             ui.sweep_plot, ui.sweep_table, ui.grid_plot, ui.grid_table]
+    clear = dict(fn=lambda: [None] * len(stale), inputs=None, outputs=stale, api_visibility="private", queue=False)
+    picked = ui.model_pick.input(bind(steer.select_model, backend), [ui.model_pick, ui.session, *ui.pickers],
+                                 [ui.status, *ui.sliders, *ui.pickers, ui.tr_target], api_name="select_model", show_progress_on=[ui.status])
+    picked.success(**clear)
+    picked.then(run_steer, steer_inputs, stream_out, api_visibility="private", **live)
+    moved = ui.tr_go.click(bind(steer.run_transfer, backend), [ui.tr_switch, ui.tr_target, ui.session, *ui.pickers],
+                           [ui.tr_report, ui.model_pick, ui.status, *ui.sliders, *ui.pickers, ui.tr_target], api_name="transfer",
+                           show_progress_on=[ui.tr_report])
+    moved.success(**clear)
+    moved.then(run_steer, steer_inputs, stream_out, api_visibility="private", **live)
     batch = dict(concurrency_id="generate", concurrency_limit=4)
     ui.api_go.click(bind(steer.generate_api, backend), [ui.prompt, ui.api_switches, *ui.gen, ui.session, ui.adaptive, ui.best_of, ui.guide,
                                                         ui.repeat_guard],
