@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import pathlib
 import random
+import textwrap
 import threading
 from dataclasses import replace
 
@@ -17,7 +18,8 @@ from tiny import sample_texts
 from lmswitch import Switch, TrainingCancelled, steer, train_switch
 from lmswitch.core.hidden import encode_texts
 from lmswitch.core.options import TrainConfig
-from lmswitch.core.train import data_advice
+from lmswitch.core.train import NEAR_COPY_SHARE, data_advice, shared_share
+from lmswitch.io.resources import read_data_text
 from lmswitch.lenses.svd import reference_hidden
 
 
@@ -198,6 +200,7 @@ def test_cancel_with_a_callable_and_before_the_first_step(small_lm, small_data):
 # --- bad inputs -------------------------------------------------------------------------------
 
 
+ARTICLE = read_data_text("stance/four_day_week/article_a.txt")
 GOOD = ["the happy and good one", "a warm kind smile for all"]
 POS = [*GOOD, "the bright sweet joy of a kind and happy day", "love and joy for the good and warm",
        "a great smile and a sweet warm love"]
@@ -225,6 +228,8 @@ BAD = ["the sad one", "the bad one", "the cold one", "a cruel and bitter frown",
         ((GOOD, 42), {}, "a document \\(a string\\) or a list of texts; got int"),
         ((GOOD,), {"config": {"steps": 10}}, "config must be a TrainConfig"),
         ((POS, [" ".join(p.upper().split()) for p in reversed(POS)]), {}, "identical"),
+        ((ARTICLE, "Title\n" + textwrap.fill(ARTICLE, 50)), {}, r"nearly one text \(100% of the shorter"),  # a PDF and a Word save
+        ((ARTICLE, ARTICLE[: len(ARTICLE) // 2]), {}, "nearly one text"),  # an article and a part of it
         ((["the good", 42],), {}, "not a string"),
         ((["the good\x00one"],), {}, "NUL"),
         ((GOOD,), {"config": TrainConfig(steps=0)}, "steps must be an integer"),
@@ -243,6 +248,13 @@ BAD = ["the sad one", "the bad one", "the cold one", "a cruel and bitter frown",
 def test_bad_inputs_are_refused_with_a_clear_message(small_lm, args, kwargs, match):
     with pytest.raises(ValueError, match=match):
         train_switch(small_lm, *args, **kwargs)
+
+
+@pytest.mark.parametrize("topic", ["four_day_week", "homework_limits", "night_trains", "school_phones", "tourist_tax", "wind_farm"])
+def test_two_opposing_articles_on_one_topic_are_far_from_one_text(topic):
+    """The near-copy refusal leaves real A-vs-B data alone: the stance data's opposing articles share at most 18%."""
+    a, b = (read_data_text(f"stance/{topic}/article_{side}.txt") for side in "ab")
+    assert shared_share([a], [b]) < NEAR_COPY_SHARE / 4
 
 
 # --- other input shapes -----------------------------------------------------------------------

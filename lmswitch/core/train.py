@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -181,8 +182,23 @@ MIN_DOCUMENT_TOKENS = 32  # a side given as one document shorter than this canno
 FOREIGN_TOKEN_RATIO = 1.4  # tokens per character this many times the bundled English reference's: warn
 
 
+# sides that share this share of the shorter one's five-word runs are one text (two saves of one article, as PDF and
+# Word, or one and a part of it); opposing articles on one topic share 1–18% (the stance data), sentence lists under 7%
+NEAR_COPY_SHARE = 0.9
+
+
 def _normalised(texts: Sequence[str]) -> list[str]:
     return sorted(" ".join(t.split()).casefold() for t in texts)
+
+
+def shared_share(a: Sequence[str], b: Sequence[str], n: int = 5) -> float:
+    """The share of the shorter side's runs of ``n`` words (case and punctuation ignored) that the other side has too."""
+    def runs(texts: Sequence[str]) -> set[tuple[str, ...]]:
+        words = re.findall(r"\w+", " ".join(texts).casefold())
+        return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+    ra, rb = runs(a), runs(b)
+    return len(ra & rb) / min(len(ra), len(rb)) if ra and rb else 0.0
 
 
 def _check_sides(lm: LanguageModel, pos: list[str], neg: list[str]) -> None:
@@ -191,6 +207,10 @@ def _check_sides(lm: LanguageModel, pos: list[str], neg: list[str]) -> None:
     if neg and _normalised(pos) == _normalised(neg):
         raise ValueError("the positive and negative texts are identical (ignoring spacing and case): a switch learns what "
                          "differs between them, so give two different documents or lists")
+    if neg and (share := shared_share(pos, neg)) >= NEAR_COPY_SHARE:
+        raise ValueError(f"the positive and negative texts are nearly one text ({share:.0%} of the shorter one's five-word runs "
+                         "are in the other; two saves of one article, or an article and a part of it, are one text): a switch "
+                         "learns what differs between them, so give two documents or lists that differ")
     for what, texts in (("positive", pos), ("negative", neg)):
         tokens = len(lm.tokenizer(texts[0], add_special_tokens=False).input_ids) if len(texts) == 1 else None
         if tokens is not None and tokens < MIN_DOCUMENT_TOKENS:  # one document, or a list of one sentence
