@@ -218,9 +218,9 @@ BAD = ["the sad one", "the bad one", "the cold one", "a cruel and bitter frown",
         ((GOOD, ["the sad one", ""]), {}, "negative text #2 is empty"),
         (([*POS, "happy"],), {}, r"the positive text #6 \('happy'\) has 1 token\(s\).*remove it, or join it"),
         ((POS, ["the sad one", "the cruel one", "sad"]), {}, r"the negative text #3 \('sad'\) has 1 token"),  # by side
-        (("the happy and good one",), {}, r"the positive side is one text of 5 tokens; a switch needs at least 32 tokens"),
-        ((POS, "the sad one"), {}, r"the negative side is one text of 3 tokens.*or give two or more example sentences"),
-        ((POS, ["the sad one"]), {}, r"the negative side is one text of 3 tokens"),  # a list of one sentence, not a document
+        (("the happy and good one",), {}, r"the document is 5 tokens long; a switch needs at least 32 tokens.*much better$"),
+        ((POS, "the sad one"), {}, r"the negative side is one text 3 tokens long.*or give two or more example sentences a side"),
+        ((POS, ["the sad one"]), {}, r"the negative side is one text 3 tokens long"),  # a list of one sentence, not a document
         ((GOOD, ["the sad one", "the cruel one"]), {"labels": [0.0] * 4}, "every label is 0"),
         ((pathlib.Path(__file__),), {}, r"the name of a file .* read it first"),
         ((__file__,), {}, r"the positive side is the name of a file"),
@@ -372,7 +372,9 @@ def card(**kw) -> dict:
         ),
         (dict(heldout_gain=0.0, stopped_early=True, heldout_nll_reversed_switch=3.1), ["+0.000 nats/token", "memorised", "a lower learning rate"]),
         (dict(heldout_gain=-0.273, optimizer="lbfgs", heldout_nll_reversed_switch=3.1),
-         ["-0.273 nats/token", "no better than the model", "guided decoding with 8"]),
+         ["-0.273 nats/token", "no better than the model", "Add more examples", "guided decoding with 8", "30 + 30 sentiment"]),
+        (dict(heldout_gain=-0.273, optimizer="lbfgs", heldout_nll_reversed_switch=3.1, n_positive=1, n_negative=1, negatives="given",
+              data_shape="two documents"), ["Train on longer documents", "guided decoding with 8"]),  # no sentence example
         (dict(heldout_gain=-0.1, optimizer="lbfgs", n_negative=0), ["no better than the model", "self-contrast negatives"]),
         # the default recipe on the first-release sentiment data: W adds nothing beyond the dummy, but points the right way
         (dict(heldout_gain=-0.0367, optimizer="lbfgs-sampled", tokens_train=11867, heldout_nll_with_switch=4.1995,
@@ -386,6 +388,7 @@ def test_data_advice_branches(kw, expect):
     text = data_advice(card(**kw))
     for part in expect:
         assert part in text, (part, text)
+    assert "sentiment sentences" not in text or kw.get("data_shape", "examples") == "examples"
     assert 1 <= text.count(". ") + 1 <= 2 and text.endswith(".")
 
 

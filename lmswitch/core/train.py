@@ -214,9 +214,10 @@ def _check_sides(lm: LanguageModel, pos: list[str], neg: list[str]) -> None:
     for what, texts in (("positive", pos), ("negative", neg)):
         tokens = len(lm.tokenizer(texts[0], add_special_tokens=False).input_ids) if len(texts) == 1 else None
         if tokens is not None and tokens < MIN_DOCUMENT_TOKENS:  # one document, or a list of one sentence
-            raise ValueError(f"the {what} side is one text of {tokens} tokens; a switch needs at least {MIN_DOCUMENT_TOKENS} "
-                             f"tokens (about {MIN_DOCUMENT_TOKENS * 3 // 4} words) to learn from one text, and a document of "
-                             "300+ words works much better; or give two or more example sentences")
+            whose = f"the {what} side is one text" if neg else "the document is"  # a document alone has no sides
+            raise ValueError(f"{whose} {tokens} tokens long; a switch needs at least {MIN_DOCUMENT_TOKENS} tokens (about "
+                             f"{MIN_DOCUMENT_TOKENS * 3 // 4} words) to learn from one text, and a document of 300+ words "
+                             "works much better" + ("; or give two or more example sentences a side" if neg else ""))
 
 
 def language_warning(lm: LanguageModel, texts: str | Sequence[str]) -> str | None:
@@ -711,9 +712,10 @@ def _advice(card: Mapping) -> str:
                 f"its fluent range.")
     if gain <= 0:
         if card.get("optimizer") in solver.RECIPES:
-            then = ("Add more varied text; meanwhile guided decoding with 8 candidates moves generation furthest within "
-                    "the fluent range (a switch from 30 + 30 sentiment sentences: 0.85 positive on test prompts with it, "
-                    "about half without)" if card.get("n_negative") else
+            sentences = (card.get("data_shape") or _older_data_kind(card)) == "examples"  # the measured case below
+            then = (f"{_more_text(card)}; meanwhile guided decoding with 8 candidates moves generation furthest within the "
+                    "fluent range" + (" (a switch from 30 + 30 sentiment sentences: 0.85 positive on test prompts with it, "
+                                      "about half without)" if sentences else "") if card.get("n_negative") else
                     "Add more varied text, or for one document try self-contrast negatives; generation may still move in "
                     "the intended direction")
             return (f"Held-out gain {gain:+.3f} nats/token on {held:,} tokens: the switch explains held-out text no better "
