@@ -151,7 +151,7 @@ def test_train_from_a_short_document_then_steer_with_it_privately(app_server, tm
     status, _, report = out[:3]
     assert status == "Done." and "'praise'" in report and "is ready" in report and "held-out gain" in report
     learned = out[-1]  # what it learned: the words, the document's spans and the meter's reading of it
-    assert "**Promotes** (toward *like the document*)" in learned and "passages of the document" in learned and "The document measures ε" in learned
+    assert "**Promotes** (toward *like the document*)" in learned and "**Telling passages** (they read most toward *like the document*" in learned and "The document measures ε" in learned
     res = c.predict(prompt=PROMPT, switches="praise=5", max_new_tokens=20, api_name="/generate")
     assert res["setting"] == {"praise": 5.0} and res["steered"] != res["unsteered"]
     with pytest.raises(AppError, match="no switch named 'praise'"):

@@ -55,7 +55,7 @@ class Learned:
                  f"**Demotes** (toward *{_escaped(self.negative_label)}*): {_word_list(self.demoted)}"]
         if self.text:
             rows = [f"{i}. {_in_context(self.text, s)} ({s.score:+.2f} nats{', weak' if s.weak else ''})" for i, s in enumerate(self.spans, 1)]
-            parts.append(f"**Most *{_escaped(self.positive_label)}* passages of the document**:\n"
+            parts.append(f"**Telling passages** (they read most toward *{_escaped(self.positive_label)}* with the switch on):\n"
                          + ("\n".join(rows) or "none: no passage reads more like that side with the switch on"))
         if self.verdict:
             parts.append("**Style meter**:\n" + "\n".join(f"- {line}" for line in self.verdict.splitlines()))
