@@ -316,9 +316,13 @@ def test_training_from_one_document_and_two_documents(backend, tmp_path):
     assert session.get("doc", backend.library).card["n_negative"] == 0
     # blank labels are the data's, as the boxes' placeholders say for the mode
     for name, mode in (("doc", app.MODES[0]), ("ab", app.MODES[1])):
-        switch, (side_b, pos, neg) = session.get(name, backend.library), app_train.mode_changed(mode)
+        switch, (side_b, pos, neg, text_a, text_b) = session.get(name, backend.library), app_train.mode_changed(mode)
         assert (switch.positive_label, switch.negative_label) == (pos.placeholder, neg.placeholder)
         assert side_b.visible == (mode != app.MODES[0])
+        assert text_a.label == ("the document" if mode == app.MODES[0] else "document A")  # not "positive sentences…"
+        assert (text_b.label == "document B") == (mode == app.MODES[1])
+    assert [box.label for box in app_train.mode_changed(app.MODES[2])[3:]] == ["positive sentences, one per line",
+                                                                               "negative sentences, one per line"]
     assert [session.get(n, backend.library).negative_label for n in ("doc", "ab")] == ["unlike the document", "document B"]
     first = two[0]  # the second run's first message clears the first run's report and what it learned
     assert first[0] == "Encoding the text…" and first[2] == "" and first[-1] == "" and all(u == gr.skip() for u in first[3:-1])
@@ -328,10 +332,10 @@ def test_training_from_one_document_and_two_documents(backend, tmp_path):
     ("kw", "shown", "not_shown"),
     [
         (dict(), ["**Promotes** (toward *happy*)", "**Demotes** (toward *sad*)"], ["passages", "Style meter"]),
-        (dict(mode=app.MODES[0], text_a=" ".join(POSITIVE), text_b=""), ["**Promotes**", "passages of the document**", "The document measures ε"],
+        (dict(mode=app.MODES[0], text_a=" ".join(POSITIVE), text_b=""), ["**Promotes**", "**Telling passages** (they read most toward", "The document measures ε"],
          ["Document B"]),
         (dict(mode=app.MODES[1], text_a=" ".join(POSITIVE), text_b=" ".join(NEGATIVE)),
-         ["**Promotes**", "passages of the document**", "Document A measures ε", "Document B measures ε"], []),
+         ["**Promotes**", "**Telling passages** (they read most toward", "Document A measures ε", "Document B measures ε"], []),
     ],
 )
 def test_training_shows_what_the_switch_learned(backend, kw, shown, not_shown, monkeypatch):
@@ -496,6 +500,14 @@ def test_bad_training_input_is_refused(backend, kw, match):
     with pytest.raises(gr.Error, match=match):
         run_training(backend, session, **kw)
     assert len(run_training(backend, session)) > 1  # the refused call left no training running in the session
+
+
+def test_an_uploaded_file_past_the_apps_limit_is_refused_naming_that_limit(backend, tmp_path):
+    """It was refused at the library's 2,000,000 characters, so a file split to 1.9 million was refused again."""
+    big = tmp_path / "big.txt"
+    big.write_text("the happy one. " * 30_000, encoding="utf-8")
+    with pytest.raises(gr.Error, match="big.txt has 449,999 characters of text, more than the 400,000 read here"):
+        run_training(backend, Session(), mode=app.MODES[0], text_a="", file_a=str(big))
 
 
 def test_input_refused_once_training_began_says_so_in_the_status(backend):

@@ -261,6 +261,7 @@ def test_train_from_pasted_sentences_adds_a_slider(ui):
         steps.press("Tab")
         expect(steps).to_have_value("30")
         page.locator("#train").click()
+        expect(page.locator("#train")).to_be_disabled()  # while it runs: a second click's refusal showed as an Error badge
         status, report = page.locator("#train-status"), page.locator("#train-report")
         expect(status).to_contain_text(re.compile(r"Ready to steer|Done\."), timeout=TRAIN_TIMEOUT)  # its slider is there
         expect(report).to_contain_text("is ready")
@@ -286,6 +287,7 @@ def test_train_from_pasted_sentences_adds_a_slider(ui):
         # once the range is measured the slider spans it (Switch.slider_range: whole ε inside it), the value moved
         # inside (Gradio refused the value it had, outside the new range, and every slider showed "Error" before)
         expect(status).to_contain_text("Done.", timeout=TRAIN_TIMEOUT)
+        expect(page.locator("#train")).to_be_enabled()
         expect(report).to_contain_text("Fluent ε range")
         fluent = re.search(r"range\): ([-+−\d.]+) … ([-+\d.]+)", report.text_content())
         low, high = (float(x.replace("−", "-")) for x in fluent.groups())
@@ -305,6 +307,10 @@ def test_train_from_pasted_sentences_adds_a_slider(ui):
         ui.tab("Train")
         expect(panel.locator("[data-testid=plotly]")).to_have_count(1)  # the loss curve
         ui.screenshot("train")
+        expect(page.locator("#status")).to_contain_text(f"{len(SWITCHES)} switches in")
+        panel.get_by_role("button", name="Save to library", exact=True).click()
+        expect(panel).to_contain_text(f"Saved '{NEW_SWITCH}'")
+        expect(page.locator("#status")).to_contain_text(f"{len(SWITCHES) + 1} switches in")  # the header's count follows
         ui.tab("Steer")
     ui.screenshot("steer-after-training")
 

@@ -236,11 +236,11 @@ def test_password_protected_pdf(tmp_path, pdfs):
     assert "Quarterly notes" in read_document(tmp_path / "owner.pdf")
 
 
-def test_too_much_extracted_text(tmp_path, monkeypatch):
-    monkeypatch.setattr(documents, "MAX_TEXT_CHARS", 100)
-    message = _refusal(_write(tmp_path / "long.md", "x" * 101))
-    assert "long.md" in message and "100 characters" in message
-    assert read_document(_write(tmp_path / "ok.md", "x" * 100)) == "x" * 100
+def test_too_much_extracted_text_names_the_callers_limit(tmp_path):
+    message = _refusal(_write(tmp_path / "long.md", "x" * 101), max_chars=100)
+    assert "long.md has 101 characters of text, more than the 100 read here" in message
+    assert read_document(_write(tmp_path / "ok.md", "x" * 100), max_chars=100) == "x" * 100
+    assert f"the {documents.MAX_TEXT_CHARS:,} read here" in _refusal(_write(tmp_path / "huge.txt", "x" * (documents.MAX_TEXT_CHARS + 1)))
 
 
 def test_document_error_is_a_value_error():

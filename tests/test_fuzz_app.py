@@ -62,8 +62,8 @@ def strategy(component, junk_file: str):
 GOOD = {  # values the endpoints accept, by widget label (small, so that a good call is quick on the tiny model)
     "switches": "alpha=5", "ε values": "-5, 0, 5", "ε values (rows)": "-5, 5", "ε values (columns)": "0, 5", "switch (columns)": "beta",
     "samples per ε": 1, "samples per cell": 1, "max new tokens": 6, "steps": 5, "target model": "tiny", "what to learn from": "labelled sentences",
-    "positive sentences, one per line (or document / document A)": "a happy day\na glad day\na warm day",
-    "negative sentences, one per line (or document B)": "a sad night\na grim night\na cold night", "name": "fuzzed",
+    "positive sentences, one per line": "a happy day\na glad day\na warm day",
+    "negative sentences, one per line": "a sad night\na grim night\na cold night", "name": "fuzzed",
     "text": "you are a happy and warm person, but that idea was awful",
 }
 

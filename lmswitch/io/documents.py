@@ -139,8 +139,10 @@ def _docx_text(path: Path, name: str) -> str:
         raise DocumentError(f"{bad} ({type(err).__name__}: {err})") from None
 
 
-def read_document(path: str | Path, *, max_bytes: int = MAX_DOCUMENT_BYTES, name: str | None = None) -> str:
-    """The text of a document; ``name`` (default: the path's name) is shown in errors and decides the format."""
+def read_document(path: str | Path, *, max_bytes: int = MAX_DOCUMENT_BYTES, name: str | None = None,
+                  max_chars: int = MAX_TEXT_CHARS) -> str:
+    """The text of a document; ``name`` (default: the path's name) is shown in errors and decides the format; a text
+    longer than ``max_chars`` (the caller's limit) is refused."""
     p = Path(path).expanduser()
     shown = Path(name).name if name else p.name
     if not p.exists():
@@ -166,8 +168,9 @@ def read_document(path: str | Path, *, max_bytes: int = MAX_DOCUMENT_BYTES, name
     text = "\n".join(line.rstrip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")).strip("\n")
     if not text.strip():
         raise DocumentError(f"{shown} is empty (no text found); give a file with some text")
-    if len(text) > MAX_TEXT_CHARS:
-        raise DocumentError(f"{shown} has more than {MAX_TEXT_CHARS:,} characters of text; split it into parts")
+    if len(text) > max_chars:
+        raise DocumentError(f"{shown} has {len(text):,} characters of text, more than the {max_chars:,} read here; "
+                            "split it into parts, or keep the part you need")
     return text
 
 

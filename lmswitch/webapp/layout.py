@@ -106,10 +106,10 @@ def _train_inputs(ui: SimpleNamespace) -> None:
     upload = "…or upload .txt .md .html .pdf .docx (20 MB max)"
     with gr.Row():
         with gr.Column():
-            ui.text_a = gr.Textbox("", label="positive sentences, one per line (or document / document A)", lines=10, elem_id="text-a")
+            ui.text_a = gr.Textbox("", label=train.TEXT_LABELS[train.KINDS[mode]][0], lines=10, elem_id="text-a")
             ui.file_a = gr.File(label=upload, file_types=DOCUMENT_TYPES, type="filepath")
         with gr.Column() as ui.side_b:
-            ui.text_b = gr.Textbox("", label="negative sentences, one per line (or document B)", lines=10, elem_id="text-b")
+            ui.text_b = gr.Textbox("", label=train.TEXT_LABELS[train.KINDS[mode]][1], lines=10, elem_id="text-b")
             ui.file_b = gr.File(label=upload, file_types=DOCUMENT_TYPES, type="filepath")
     with gr.Accordion("advanced settings", open=False), gr.Row():
         ui.train_settings = [gr.Number(value=TRAIN.steps, precision=0, minimum=1, maximum=MAX_TRAIN_STEPS, label="steps",
@@ -230,20 +230,26 @@ def _wire_steer(ui: SimpleNamespace, backend: Backend, demo: gr.Blocks) -> None:
 
 def _wire_train_and_lenses(ui: SimpleNamespace, backend: Backend) -> None:
     bind = functools.partial
-    ui.mode.change(train.mode_changed, ui.mode, [ui.side_b, ui.pos_label, ui.neg_label], api_visibility="private", queue=False)
-    ui.train_go.click(bind(train.train, backend), [ui.mode, ui.new_name, ui.pos_label, ui.neg_label, ui.text_a, ui.file_a, ui.text_b,
-                                                   ui.file_b, *ui.train_settings, ui.session, *ui.pickers],
-                      [ui.train_status, ui.loss_plot, ui.train_report, *ui.sliders, *ui.pickers, ui.download, ui.train_learned],
-                      api_name="train", concurrency_id="train", concurrency_limit=2, show_progress_on=[ui.train_status],
-                      trigger_mode="multiple").then(  # a second click while one runs is told so (Gradio's "once" dropped it)
-        bind(steer.refresh_sliders, backend), [ui.session, *ui.sliders], ui.sliders, api_visibility="private", queue=False).then(
+    ui.mode.change(train.mode_changed, ui.mode, [ui.side_b, ui.pos_label, ui.neg_label, ui.text_a, ui.text_b], api_visibility="private",
+                   queue=False)
+    # the Train button is off while its run lasts (a second click's refusal covered the running one's status with an Error
+    # badge); a script calling /train meanwhile is still refused with a message
+    button = dict(inputs=None, outputs=ui.train_go, api_visibility="private", queue=False)
+    trained = ui.train_go.click(lambda: gr.Button(interactive=False), **button).then(
+        bind(train.train, backend), [ui.mode, ui.new_name, ui.pos_label, ui.neg_label, ui.text_a, ui.file_a, ui.text_b,
+                                     ui.file_b, *ui.train_settings, ui.session, *ui.pickers],
+        [ui.train_status, ui.loss_plot, ui.train_report, *ui.sliders, *ui.pickers, ui.download, ui.train_learned],
+        api_name="train", concurrency_id="train", concurrency_limit=2, show_progress_on=[ui.train_status])
+    trained.then(lambda: gr.Button(interactive=True), **button)
+    trained.then(bind(steer.refresh_sliders, backend), [ui.session, *ui.sliders], ui.sliders, api_visibility="private", queue=False).then(
         **ui.regenerate)  # the text of a value moved into the new range (unchanged: the session's cache answers at once)
     ui.cancel.click(train.cancel_training, ui.session, ui.train_status, api_name="cancel_training", concurrency_limit=None, queue=False)
     ui.manage.change(bind(train.export_switch, backend), [ui.manage, ui.session], ui.download, api_visibility="private")
     # show_progress_on: one output shows the progress, or on a refusal Gradio's "Error" badge, where all of them did
     ui.save.click(bind(train.save_switch, backend), [ui.manage, ui.session, *ui.pickers], [ui.manage_status, *ui.pickers],
                   api_name="save_switch", show_progress_on=[ui.manage_status]).then(
-        bind(steer.refresh_sliders, backend), [ui.session, *ui.sliders], ui.sliders, api_visibility="private", queue=False)  # saved
+        bind(steer.refresh_sliders, backend), [ui.session, *ui.sliders], ui.sliders, api_visibility="private", queue=False).then(
+        bind(steer.model_status, backend), ui.session, ui.status, api_visibility="private", queue=False)  # saved; the count
     ui.upload.upload(bind(train.import_switch, backend), [ui.upload, ui.session, *ui.pickers], [ui.manage_status, *ui.sliders, *ui.pickers],
                      api_name="import_switch", show_progress_on=[ui.manage_status])
     ui.inspect_go.click(bind(lens.inspect_switch, backend), [ui.inspect_name, ui.dims, ui.words, ui.session],

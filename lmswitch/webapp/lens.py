@@ -74,7 +74,7 @@ def _meter_switches(session: Session, library, picked: Switch) -> tuple[list[Swi
 def run_highlight(backend: Backend, text: str, file: str | None, name: str, eps, max_span, n_spans, session: Session):
     """Most style-indicative span(s) of the text, a per-word heatmap, and the style meter over the session's switches."""
     lm, library = backend.get(session=session)
-    text = read_input(text, file, "the text")
+    text = read_input(text, file, "the text", MAX_HIGHLIGHT_CHARS)
     if len(text) > MAX_HIGHLIGHT_CHARS:
         raise ValueError(f"the text has {len(text):,} characters; highlighting takes at most {MAX_HIGHLIGHT_CHARS:,}. "
                          "Paste the part you want to look at, or use python -m lmswitch highlight --file")

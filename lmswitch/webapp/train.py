@@ -35,6 +35,9 @@ from lmswitch.webapp.widgets import (
 
 MODES = ("one document", "two documents (A vs B)", "labelled sentences")
 KINDS = dict(zip(MODES, ("one document", "two documents", "examples"), strict=True))  # each mode's data shape (train.data_kind)
+# the two text boxes' labels by the mode's data shape (one document has no second box)
+TEXT_LABELS = {"one document": ("the document", "(not used for one document)"), "two documents": ("document A", "document B"),
+               "examples": ("positive sentences, one per line", "negative sentences, one per line")}
 MAX_TRAIN_CHARS = 400_000  # ~100k tokens: trains in minutes on a CPU; bigger corpora belong to `python -m lmswitch train`
 MAX_LABEL_CHARS = 80  # a side's label (shown on the slider, stored in the card)
 UPDATE_EVERY = 0.3  # seconds between progress updates of the loss curve
@@ -46,12 +49,12 @@ PROBING = "⏳ Ready to steer. Measuring its fluent ε range on a few dev prompt
 
 def _training_data(mode: str, text_a, file_a, text_b, file_b) -> tuple[str | list[str], str | list[str] | None]:
     if mode == MODES[0]:
-        return read_input(text_a, file_a, "the document"), None
+        return read_input(text_a, file_a, "the document", MAX_TRAIN_CHARS), None
     if mode == MODES[1]:
-        return read_input(text_a, file_a, "document A"), read_input(text_b, file_b, "document B")
+        return read_input(text_a, file_a, "document A", MAX_TRAIN_CHARS), read_input(text_b, file_b, "document B", MAX_TRAIN_CHARS)
     if mode == MODES[2]:
-        pos = split_lines(read_input(text_a, file_a, "the positive list"))
-        neg = split_lines(read_input(text_b, file_b, "the negative list"))
+        pos = split_lines(read_input(text_a, file_a, "the positive list", MAX_TRAIN_CHARS))
+        neg = split_lines(read_input(text_b, file_b, "the negative list", MAX_TRAIN_CHARS))
         if len(pos) < 2 or len(neg) < 2:
             raise ValueError(f"give at least 2 sentences per side, one per line (got {len(pos)} positive, {len(neg)} negative); "
                              "20+ each works much better")
@@ -60,11 +63,12 @@ def _training_data(mode: str, text_a, file_a, text_b, file_b) -> tuple[str | lis
 
 
 def mode_changed(mode: str) -> tuple:
-    """A new training mode: document B's side shown for two documents and sentences, and the labels' placeholders
-    (what a blank label becomes) for the mode's data."""
-    named = NAMINGS[KINDS[mode]] if mode in KINDS else NAMINGS["examples"]
+    """A new training mode: document B's side shown for two documents and sentences, the labels' placeholders (what a
+    blank label becomes) and the text boxes' labels for the mode's data."""
+    kind = KINDS.get(mode, "examples")
+    named, (text_a, text_b) = NAMINGS[kind], TEXT_LABELS[kind]
     return (gr.Column(visible=mode != MODES[0]), gr.Textbox(placeholder=named.positive_label),
-            gr.Textbox(placeholder=named.negative_label))
+            gr.Textbox(placeholder=named.negative_label), gr.Textbox(label=text_a), gr.Textbox(label=text_b))
 
 
 def training_data(mode: str, text_a, file_a, text_b, file_b) -> tuple[str | list[str], str | list[str] | None]:

@@ -89,14 +89,15 @@ def uploaded(file: object, what: str) -> str:
     return os.fspath(file)
 
 
-def read_input(text: str | None, file: str | None, what: str) -> str:
-    """Text from an uploaded file (.txt .md .html .pdf .docx) or the pasted text; both at once is refused (which one
-    was meant is not known, and the other would be dropped without a word)."""
+def read_input(text: str | None, file: str | None, what: str, max_chars: int) -> str:
+    """Text from an uploaded file (.txt .md .html .pdf .docx; one of more than ``max_chars`` characters, the caller's
+    limit, is refused) or the pasted text; both at once is refused (which one was meant is not known, and the other
+    would be dropped without a word)."""
     if file:
         if optional_text(text, what).strip():
             raise ValueError(f"{what} was given twice: pasted text and the file {os.path.basename(file)}. Clear one (the "
                              "box, or the file with its ×) so it is clear which to read")
-        return read_document(uploaded(file, what))
+        return read_document(uploaded(file, what), max_chars=max_chars)
     if not optional_text(text, what).strip():
         raise ValueError(f"{what} is empty: paste text or upload a .txt, .md, .html, .pdf or .docx file")
     return text
