@@ -154,8 +154,11 @@ def test_train_from_a_short_document_then_steer_with_it_privately(app_server, tm
     assert "**Promotes** (toward *like the document*)" in learned and "**Telling passages** (they read most toward *like the document*" in learned and "The document measures ε" in learned
     res = c.predict(prompt=PROMPT, switches="praise=5", max_new_tokens=20, api_name="/generate")
     assert res["setting"] == {"praise": 5.0} and res["steered"] != res["unsteered"]
+    before = len(app_server.log_path.read_text())
     with pytest.raises(AppError, match="no switch named 'praise'"):
         client(app_server).predict(prompt=PROMPT, switches="praise=5", api_name="/generate")
+    app_server.log()  # flushed
+    assert "Traceback" not in app_server.log_path.read_text()[before:]  # a refused input is the user's, not the server's, error
 
 
 def test_highlight_lights_up_the_insult(app_server):

@@ -212,7 +212,7 @@ def user_errors(fn: Callable) -> Callable:
             except gr.Error:  # already a message for people (a wrapped call): str() would quote it
                 raise
             except USER_ERRORS as err:
-                raise gr.Error(str(err)) from None
+                raise gr.Error(str(err), print_exception=False) from None  # the user's error: no traceback in the log
 
         return stream
 
@@ -223,7 +223,7 @@ def user_errors(fn: Callable) -> Callable:
         except gr.Error:
             raise
         except USER_ERRORS as err:
-            raise gr.Error(str(err)) from None
+            raise gr.Error(str(err), print_exception=False) from None  # the user's error: no traceback in the log
 
     return call
 
