@@ -493,7 +493,11 @@ def test_an_output_folder_or_report_that_cannot_be_written_is_refused_before_loa
                        (["eval", "--switch", "sentiment", "--out", "{tmp}/afile"], "is a file; give a folder"),
                        (["build-pretrained", "--out", "{tmp}/afile/x"], "is a file, not a folder"),
                        (["eval", "--report", "{tmp}"], "is a folder; give a file name"),
-                       (["eval", "--report", "{tmp}/afile/E.md", "--quick"], "is a file, not a folder")):
+                       (["eval", "--report", "{tmp}/afile/E.md", "--quick"], "is a file, not a folder"),
+                       # permission bits say yes to root there; a file made and removed says no (it failed after the work)
+                       (["export", "--switch", "sentiment", "--out", "/proc/lmswitch-export"], "/proc takes no new files"),
+                       (["build-pretrained", "--out", "/proc/x"], "/proc takes no new files"),
+                       (["train", "--positive", "{tmp}/afile", "--out", "/proc/x.safetensors"], "/proc takes no new files")):
         assert main(["--model", "no-such-model", *(a.format(tmp=tmp_path) for a in argv)]) == 2, argv
         err = capsys.readouterr().err
         assert err.startswith("error:") and said in err, (argv, err)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import secrets
 import stat
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,8 +30,12 @@ def writable(path: str | os.PathLike, *, folder: bool = False) -> Path:
     nearest = next(a for a in (p if folder else p.parent, *p.parents) if a.exists())
     if not nearest.is_dir():
         raise ValueError(f"cannot write {p}: {nearest} is a file, not a folder")
-    if not os.access(nearest, os.W_OK | os.X_OK):
-        raise ValueError(f"cannot write {p}: no permission to write in {nearest}")
+    try:  # a file made and removed there: permission bits say yes to root on a read-only or special file system
+        fd, probe = tempfile.mkstemp(prefix=".lmswitch-probe-", dir=nearest)
+    except OSError as err:
+        raise ValueError(f"cannot write {p}: {nearest} takes no new files ({err.strerror.lower() if err.strerror else err})") from None
+    os.close(fd)
+    os.unlink(probe)
     return p
 
 
