@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -554,6 +555,10 @@ def test_where_a_switch_goes_and_its_name_are_checked_before_the_model_loads(tmp
     copy = shipped_switch_path("sentiment")  # by name and by its file's path: the effect would be doubled without a word
     assert main(["--model", "no-such-model", "export", "--switch", "sentiment=2", "--switch", f"{copy}=2", "--out", str(tmp_path / "x")]) == 2
     assert f"--switch sentiment and --switch {copy} (the same file) are one switch" in capsys.readouterr().err
+    shutil.copy(copy, tmp_path / "mine.safetensors")  # a copy of its file: the same matrix (it was steered with twice)
+    assert main(["--model", "no-such-model", "generate", "--prompt", "Hi", "--switch", "sentiment=1",
+                 "--switch", f"{tmp_path / 'mine.safetensors'}=2"]) == 2
+    assert f"--switch sentiment and --switch {tmp_path / 'mine.safetensors'} (the same matrix) are one switch" in capsys.readouterr().err
 
 
 def test_a_home_relative_out_is_written_where_it_is_read(run, tmp_path, monkeypatch):

@@ -90,12 +90,14 @@ def checked_before_loading(args: argparse.Namespace) -> None:
 
 
 def _once(refs: list[str]) -> None:
-    """Refuse a switch given twice, also once by name and once by its file's path (its steering would be doubled)."""
-    files = [_file_of(ref) for ref in refs]
-    for i, file in enumerate(files):
-        j = files.index(file)
+    """Refuse a switch given twice, also once by name and once by its file's path, or as a copy of its file (its
+    steering would be doubled)."""
+    files, matrices = [_file_of(ref) for ref in refs], [_matrix_of(ref) for ref in refs]
+    for i, (file, matrix) in enumerate(zip(files, matrices, strict=True)):
+        j = min(files.index(file), matrices.index(matrix))
         if j < i:
-            same = f"--switch {refs[i]}" if refs[i] == refs[j] else f"--switch {refs[j]} and --switch {refs[i]} (the same file)"
+            how = "the same file" if files[j] == file else "the same matrix"
+            same = f"--switch {refs[i]}" if refs[i] == refs[j] else f"--switch {refs[j]} and --switch {refs[i]} ({how})"
             raise ValueError(f"{same} {'is given twice' if refs[i] == refs[j] else 'are one switch'}; give each switch once")
 
 
@@ -104,6 +106,14 @@ def _file_of(ref: str) -> str:
     try:
         return str(resolve_switch_file(ref).resolve())
     except (FileNotFoundError, OSError):
+        return ref
+
+
+def _matrix_of(ref: str) -> str:
+    """The content id of the switch ``ref`` names (:attr:`Switch.digest`), or ``ref`` itself when it does not load."""
+    try:
+        return load_switch(ref).digest
+    except (ValueError, OSError):
         return ref
 
 
