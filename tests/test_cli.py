@@ -615,3 +615,22 @@ def test_eval_highlight_and_stance_write_their_json_and_report_section(run, mode
         assert f"{heading}\n\nCommand: `{command}`" in text and "## Other\n\nkept" in text
         assert out.strip() and out.strip() in text  # the terminal gets the section's body
     assert "detox: chosen on dev" in report.read_text(encoding="utf-8")
+
+
+def test_a_multi_line_text_stays_in_its_rows_column():
+    """A generation's later lines sat at the left edge, where the next row's ε is read (sweep, demo, generate)."""
+    from lmswitch.cli.commands import _row
+
+    assert _row("eps     +2", "My day was\nfine.\n") == "eps     +2 | My day was\n           | fine.\n           | "
+    assert _row("[seed 0]", "one line") == "[seed 0] | one line"
+
+
+def test_a_list_of_eps_that_starts_with_a_minus_needs_no_equals_sign(run, switch_file):
+    """``--eps -2,0,2`` was refused with "expected one argument" (argparse reads "-2,0,2" as an option; "-2" it takes)."""
+    from lmswitch.cli.parser import values_after_options
+
+    assert values_after_options(["sweep", "--eps", "-2,0,2", "--seed", "-1", "--json"]) == ["sweep", "--eps=-2,0,2", "--seed=-1", "--json"]
+    assert values_after_options(["--eps", "−2, 0", "--max-new-tokens", "4"]) == ["--eps=−2, 0", "--max-new-tokens", "4"]
+    assert values_after_options(["--eps=-1", "-h"]) == ["--eps=-1", "-h"]
+    code, out, _ = run("sweep", "--prompt", "the", "--switch", str(switch_file), "--eps", "-3,0", "--max-new-tokens", "2", "--json")
+    assert code == 0 and [r["eps"] for r in json.loads(out)["rows"]] == [-3.0, 0.0]

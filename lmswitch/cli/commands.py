@@ -85,6 +85,7 @@ def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
         switch = train_switch(lm, positive, negative, name=args.name, description=args.description,
                               positive_label=args.positive_label, negative_label=args.negative_label, config=config,
                               progress=_progress_bar(bar))
+        bar.total = bar.n  # done: a run its stopping rule ended early shows a full bar, not one left at 67%
     fluent = _save_and_probe(args, lm, switch)
     fluent = f"; fluent ε {fluent}" if fluent else ""
     card = card_without_curves(switch)
@@ -121,14 +122,19 @@ def cmd_generate(args: argparse.Namespace, lm: LanguageModel) -> None:
     used = [{"path": ref, "eps": eps} for (ref, _), (_, eps) in zip(args.switch, setting, strict=True)]
     data = {"prompt": args.prompt, "switches": used, "seed": args.seed,
             "samples": [{"seed": args.seed + k, "text": t} for k, t in enumerate(texts)]}
-    emit(args, data, "\n".join(f"[seed {args.seed + k}] {_shown(args, t)}" for k, t in enumerate(texts)))
+    emit(args, data, "\n".join(_row(f"[seed {args.seed + k}]", _shown(args, t)) for k, t in enumerate(texts)))
 
 
 def cmd_sweep(args: argparse.Namespace, lm: LanguageModel) -> None:
     switch = load_switch(args.switch, lm)
     rows = sweep(lm, args.prompt, switch, args.eps or switch.card.fluent_row or SWEEP_EPS, seed=args.seed, **_sampling(args))
     data = {"prompt": args.prompt, "switch": args.switch, "seed": args.seed, "rows": [{"eps": e, "text": t} for e, t in rows]}
-    emit(args, data, "\n".join(f"eps {e:+6g} | {_shown(args, t)}" for e, t in rows))
+    emit(args, data, "\n".join(_row(f"eps {e:+6g}", _shown(args, t)) for e, t in rows))
+
+
+def _row(label: str, text: str) -> str:
+    """``label | text``, a text's later lines under its first (a multi-line generation broke the sweep's table)."""
+    return f"{label} | " + text.replace("\n", "\n" + " " * len(label) + " | ")
 
 
 def _shown(args: argparse.Namespace, text: str) -> str:
@@ -148,7 +154,7 @@ def cmd_demo(args: argparse.Namespace, lm: LanguageModel) -> None:
     rows = sweep(lm, args.prompt, switch, switch.card.fluent_row, max_new_tokens=DEMO_NEW_TOKENS)
     data = {"fluent_eps": switch.card.fluent_eps, "prompt": args.prompt, "sweep": [{"eps": eps, "text": text} for eps, text in rows]}
     emit(args, data, f"fluent ε {switch.card.fluent_text}; the same prompt and seed across that range:\n\n"
-         + "\n".join(f"eps {eps:+5g} | {args.prompt}{text}" for eps, text in rows))
+         + "\n".join(_row(f"eps {eps:+5g}", f"{args.prompt}{text}") for eps, text in rows))
 
 
 def cmd_svd(args: argparse.Namespace, lm: LanguageModel) -> None:

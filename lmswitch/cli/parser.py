@@ -16,6 +16,7 @@ Switch settings and ε lists go through the one parser in :mod:`lmswitch.io.pars
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import fields
@@ -305,6 +306,21 @@ SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = 
 }
 
 
+_NEGATIVE_LIST = re.compile(r"^[-−]\d*\.?\d+(\s*[,;]\s*|\s+|$)")  # "-2,0,2", "-0.5, 1", "−2": a value, not an option
+
+
+def values_after_options(argv: list[str]) -> list[str]:
+    """``argv`` with an option's value that starts with a minus joined to it (``--eps -2,0,2`` → ``--eps=-2,0,2``):
+    argparse takes "-2" for a value but "-2,0,2" for an unknown option, and said only "expected one argument"."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1].startswith("--") and "=" not in out[-1] and _NEGATIVE_LIST.match(arg):
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 class _Formatter(argparse.HelpFormatter):
     """Help that gives each option's default, unless its help already speaks of it (or it has none to give: a flag
     such as ``--no-calibrate``, whose stored default True would read as "skipped by default")."""
@@ -312,7 +328,7 @@ class _Formatter(argparse.HelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str:
         help_text = action.help or ""
         if ("default" in help_text or action.required or not action.option_strings or action.nargs == 0
-                or action.default in (None, False, argparse.SUPPRESS)):
+                or action.default is None or action.default is False or action.default == argparse.SUPPRESS):  # 0 is shown
             return help_text
         return f"{help_text} (default %(default)s)" if help_text else "default %(default)s"
 

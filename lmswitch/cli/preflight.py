@@ -127,7 +127,7 @@ def cmd_switch_card(args: argparse.Namespace) -> None:
     s = load_switch(args.switch)
     data = {"path": args.switch, **s.header(), "dim": s.dim}
     data["card"] = card_without_curves(s)
-    lines = [f"{s.name}: {s.description}", f"  made for {s.model_name} ({s.model_fingerprint}), d = {s.dim}"]
+    lines = [f"{s.name}: {s.description}" if s.description else s.name, f"  made for {s.model_name} ({s.model_fingerprint}), d = {s.dim}"]
     lo, hi = s.slider_range()
     recommended = f"recommended eps {s.card.recommended_eps:+g}; " if s.card.recommended_eps is not None else ""
     lines.append(f"  +eps → {s.positive_label}, -eps → {s.negative_label}; {recommended}"

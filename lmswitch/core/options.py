@@ -55,7 +55,7 @@ class Naming:
 
 
 # train_switch's naming by the shape of its data: example lists, one document alone, two documents (A vs B)
-NAMINGS = {"examples": Naming(),
+NAMINGS = {"examples": Naming(description="learned from labelled examples"),
            "one document": Naming("like the document", "unlike the document", "learned from one document"),
            "two documents": Naming("document A", "document B", "document A (+) vs document B (−)")}
 ANCHORS = 4000  # transfer: shared word tokens the map is fitted on (at most)
@@ -172,13 +172,14 @@ class TrainConfig:
 
     optimizer: str = field(default="lbfgs-sampled", metadata={
         "help": "'lbfgs-sampled': full-batch L-BFGS on each token's likely next words and 16 words drawn from the rest of "
-                "the vocabulary, along a ridge path, λ chosen on held-out text (fast; lr, l2, batch_tokens, eval_every, "
-                "patience, min_steps do not apply); 'lbfgs': the first release of it (the rest of the vocabulary as one "
+                "the vocabulary, along a ridge path, λ chosen on held-out text (fast; Adam's settings, "
+                "such as the learning rate and L2 penalty, do not apply); 'lbfgs': the first release of it (the rest of the vocabulary as one "
                 "bound, taken again at each λ: slower; the shipped sentiment switch's); 'adam': the paper's Adam steps"})
     self_contrast: bool = field(default=False, metadata={
         "help": "add the model's own continuations of the texts' sentence openings as negatives (label -1 for one document, "
                 "0 beside given negatives), so the switch learns what the text does differently, not its topic"})
-    steps: int = field(default=200, metadata={"help": "maximum optimiser steps (lbfgs: loss evaluations)"})
+    steps: int = field(default=200, metadata={"help": "maximum optimiser steps (lbfgs: loss evaluations; its "
+                                                       "ridge path usually ends sooner)"})
     lr: float = field(default=1e-2, metadata={"help": "Adam learning rate (paper: 1e-2)"})
     eps0: float = field(default=1e-3, metadata={"help": "the ε unit the switch is fitted at (paper: 1e-3)"})
     l2: float = field(default=0.0, metadata={"help": "L2 penalty on ε0·W (and the dummy matrix)"})
