@@ -166,6 +166,7 @@ def test_binary_and_non_utf8_text(tmp_path):
     assert "data.txt" in message and "binary" in message
     message = _refusal(_write(tmp_path / "latin.txt", "café".encode("latin-1")))
     assert "latin.txt" in message and "UTF-8" in message and "byte 3" in message
+    assert "as a .txt file" not in message  # it is one: re-saving it as UTF-8 is the advice
 
 
 def test_too_large_is_refused_with_sizes_in_mb(tmp_path):

@@ -109,6 +109,11 @@ def test_a_new_file_gets_the_umasks_permissions_and_a_replaced_one_keeps_its_own
 # --- corrupted files ----------------------------------------------------------------------------
 
 
+def test_a_folder_given_as_a_switch_is_called_a_folder(tmp_path):
+    with pytest.raises(SwitchFileError, match=f"{tmp_path} is a folder; give a switch file in it"):
+        load_switch(tmp_path)
+
+
 def test_missing_file_names_the_shipped_switches(tmp_path):
     with pytest.raises(SwitchFileError, match="no switch file .*nope.safetensors.* one of: detox, formality, sentiment"):
         load_switch(tmp_path / "nope.safetensors")

@@ -187,7 +187,8 @@ def cmd_highlight(args: argparse.Namespace, lm: LanguageModel) -> None:
     if any(s["weak"] for s in h["spans"]):
         lines.append(f"weak: a span under {WEAK_EVIDENCE_NATS:g} nat; the text hardly reads toward {h['label']} there")
     if len(h["spans"]) < args.spans:  # the others would have read the other way, or not at all
-        lines.append(f"{len(h['spans'])} of the {args.spans} spans asked read toward {h['label']} (summed Δ > 0)")
+        asked = f"the {args.spans} spans asked" if args.spans > 1 else "the span asked"
+        lines.append(f"{len(h['spans'])} of {asked} read toward {h['label']} (summed Δ > 0)")
     data = {k: h[k] for k in ("switch", "eps", "label", "spans", "total_delta", "windows")}
     data["tokens"] = [{"text": t["text"], "start": t["start"], "end": t["end"], "delta": t["delta"]} for t in h["tokens"]]
     emit(args, data, "\n".join(lines))

@@ -215,7 +215,7 @@ def _check_sides(lm: LanguageModel, pos: list[str], neg: list[str]) -> None:
         tokens = len(lm.tokenizer(texts[0], add_special_tokens=False).input_ids) if len(texts) == 1 else None
         if tokens is not None and tokens < MIN_DOCUMENT_TOKENS:  # one document, or a list of one sentence
             whose = f"the {what} side is one text" if neg else "the document is"  # a document alone has no sides
-            raise ValueError(f"{whose} {tokens} tokens long; a switch needs at least {MIN_DOCUMENT_TOKENS} tokens (about "
+            raise ValueError(f"{whose} {tokens} token{'s' if tokens != 1 else ''} long; a switch needs at least {MIN_DOCUMENT_TOKENS} tokens (about "
                              f"{MIN_DOCUMENT_TOKENS * 3 // 4} words) to learn from one text, and a document of 300+ words "
                              "works much better" + ("; or give two or more example sentences a side" if neg else ""))
 

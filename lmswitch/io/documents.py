@@ -48,7 +48,7 @@ def _plain_text(raw: bytes, name: str) -> str:
                 return raw.decode(codec)
             except UnicodeDecodeError as err:
                 raise DocumentError(f"{name} has a {codec.upper()} byte-order mark but is not valid {codec.upper()} "
-                                    f"({err.reason} at byte {err.start}); re-save it as UTF-8, or {INSTEAD}") from None
+                                    f"({err.reason} at byte {err.start}); re-save it as UTF-8 (or, in the app, paste its text)") from None
     if b"\x00" in raw:
         if (text := _utf16_without_bom(raw)) is not None:
             return text
@@ -57,7 +57,7 @@ def _plain_text(raw: bytes, name: str) -> str:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise DocumentError(f"{name} is not UTF-8 text ({err.reason} at byte {err.start}); "
-                            f"re-save it as UTF-8, or {INSTEAD}") from None
+                            "re-save it as UTF-8 (or, in the app, paste its text)") from None
 
 
 def _html_text(raw: bytes) -> str:

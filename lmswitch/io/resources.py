@@ -65,8 +65,10 @@ def resolve_switch_file(ref: str | Path) -> Path:
     if path.is_file():
         return path
     shipped = shipped_switch_path(str(ref)) if str(ref).strip() else None
-    if shipped is not None:
+    if shipped is not None:  # (a shipped name wins over a folder of that name)
         return shipped
+    if str(ref).strip() and path.is_dir():  # ("" is the current folder, and no name)
+        raise FileNotFoundError(f"{path} is a folder; give a switch file in it (a .safetensors file) or a shipped switch's name")
     several = "; give several switches one by one (on the command line: --switch sentiment=2 --switch formality=1)" if "," in str(ref) else ""
     raise FileNotFoundError(
         f"no switch file '{ref}' and no shipped switch of that name; give a .safetensors path or one of: "
