@@ -103,7 +103,7 @@ def test_generate_best_of_is_the_librarys_choice_and_bad_values_are_refused(run,
     want = ls.generate(lm, "the", [(ls.load_switch(switch_file, lm), 3.0)], seed=2, max_new_tokens=6, best_of=3)
     assert code == 0 and [s["text"] for s in json.loads(out)["samples"]] == want
     code, _, err = run("generate", "--prompt", "the", "--max-new-tokens", "2", "--best-of", "0")
-    assert code != 0 and "best_of must be an integer from 1 to 16" in err
+    assert code != 0 and "--best-of must be an integer from 1 to 16" in err
 
 
 def test_generate_guided_is_the_librarys_choice(run, switch_file, model_dir):
@@ -131,7 +131,7 @@ def test_generate_repeat_guard_is_the_librarys_and_bad_values_are_refused(run, s
         want = ls.generate(lm, "the happy", [(switch, 8.0)], seed=1, samples=3, max_new_tokens=10, repeat_guard=int(guard))
         assert code == 0 and [s["text"] for s in json.loads(out)["samples"]] == want
     code, _, err = run("generate", "--prompt", "the", "--max-new-tokens", "2", "--repeat-guard", "-1")
-    assert code != 0 and "repeat_guard must be an integer from 0 (off) to 64" in err
+    assert code != 0 and "--repeat-guard must be an integer from 0 (off) to 64" in err
 
 
 def test_svd_json_and_text(run, switch_file):
@@ -634,3 +634,13 @@ def test_a_list_of_eps_that_starts_with_a_minus_needs_no_equals_sign(run, switch
     assert values_after_options(["--eps=-1", "-h"]) == ["--eps=-1", "-h"]
     code, out, _ = run("sweep", "--prompt", "the", "--switch", str(switch_file), "--eps", "-3,0", "--max-new-tokens", "2", "--json")
     assert code == 0 and [r["eps"] for r in json.loads(out)["rows"]] == [-3.0, 0.0]
+
+
+def test_bad_decoding_values_are_refused_before_loading_naming_the_flags(capsys):
+    """They were refused after the model loaded (7–12 s), naming the library's fields (max_new_tokens)."""
+    for argv, said in ((["generate", "--prompt", "Hi", "--max-new-tokens", "0"], "--max-new-tokens must be an integer from 1"),
+                       (["sweep", "--prompt", "Hi", "--switch", "sentiment", "--top-p", "2"], "--top-p must be a number from 0 to 1"),
+                       (["generate", "--prompt", "Hi", "--temperature", "0", "--best-of", "2"], "--best-of > 1 needs sampling (--temperature > 0)")):
+        assert main(["--model", "no-such-model", *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and said in err and "Cannot find model" not in err, (argv, err)

@@ -15,11 +15,11 @@ from tqdm import tqdm
 from lmswitch.cli.common import emit, log, read_examples, text_arg
 from lmswitch.cli.evaluate import cmd_eval
 from lmswitch.cli.parser import DEMO_NEW_TOKENS, SWEEP_EPS
-from lmswitch.cli.preflight import card_without_curves
+from lmswitch.cli.preflight import card_without_curves, sampling_options
 from lmswitch.core.export import export
 from lmswitch.core.generate import generate, sweep
 from lmswitch.core.models import LanguageModel, load_model
-from lmswitch.core.options import SamplingOptions, TrainConfig
+from lmswitch.core.options import TrainConfig
 from lmswitch.core.parallel import is_main
 from lmswitch.core.solver import RECIPES
 from lmswitch.core.steering import check_setting
@@ -38,8 +38,7 @@ from lmswitch.lenses.svd import RARE_NOTE, promoted_words, svd_dimensions
 
 def _sampling(args: argparse.Namespace) -> dict:
     """The decoding options of ``generate``/``sweep`` as keyword arguments."""
-    return SamplingOptions(args.max_new_tokens, args.temperature, args.top_p, args.chat, args.adaptive, args.kl_budget,
-                           args.generation_budget, args.best_of, args.guide, args.repeat_guard).to_dict()
+    return sampling_options(args).to_dict()
 
 
 def cmd_info(args: argparse.Namespace, lm: LanguageModel) -> None:

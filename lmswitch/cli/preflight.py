@@ -9,10 +9,13 @@ answer in about a second.
 from __future__ import annotations
 
 import argparse
+import re
+from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 
 from lmswitch.cli.common import emit
-from lmswitch.core.options import SAMPLING
+from lmswitch.core.options import SAMPLING, SamplingOptions
 from lmswitch.core.switch import Switch, check_name, load_switch, switch_path, usable_name
 from lmswitch.io.atomic import writable
 from lmswitch.io.resources import resolve_switch_file
@@ -84,9 +87,26 @@ def checked_before_loading(args: argparse.Namespace) -> None:
         args.report = str(writable(args.report))
     if args.command == "train":
         args.name = check_name(args.name) if args.name else usable_name(Path(args.out).stem)  # (a file's name may be freer)
+    if args.command in ("generate", "sweep"):
+        _as_flags(sampling_options(args).validate)
     given = getattr(args, "switch", None)
     if isinstance(given, list):  # generate, measure, export take several: one given twice is a typo
         _once([g[0] if isinstance(g, tuple) else g for g in given])
+
+
+def sampling_options(args: argparse.Namespace) -> SamplingOptions:
+    """The decoding options of ``generate`` and ``sweep``."""
+    return SamplingOptions(args.max_new_tokens, args.temperature, args.top_p, args.chat, args.adaptive, args.kl_budget,
+                           args.generation_budget, args.best_of, args.guide, args.repeat_guard)
+
+
+def _as_flags(check: Callable[[], None]) -> None:
+    """``check()``, its refusal naming the command line's flags (``--max-new-tokens``), not the library's fields."""
+    try:
+        check()
+    except ValueError as err:
+        names = "|".join(f.name for f in fields(SamplingOptions) if f.type != "bool")  # (flags: "adaptive strength")
+        raise ValueError(re.sub(rf"\b({names})\b", lambda m: "--" + m[1].replace("_", "-"), str(err))) from None
 
 
 def _once(refs: list[str]) -> None:

@@ -115,9 +115,13 @@ class SamplingOptions:
     def __post_init__(self) -> None:
         _plain_fields(self)
 
-    def validate(self, lm: LanguageModel) -> None:
-        if not _whole(self.max_new_tokens) or not 1 <= self.max_new_tokens < lm.context_length:
-            raise ValueError(f"max_new_tokens must be an integer from 1 to {lm.context_length - 1}; got {self.max_new_tokens!r}")
+    def validate(self, lm: LanguageModel | None = None) -> None:
+        """Refuse settings that make no sense; without ``lm``, all but the model's part (its context length, a chat
+        template), so that the command line refuses them before it loads the model."""
+        top = lm.context_length - 1 if lm is not None else None
+        if not _whole(self.max_new_tokens) or self.max_new_tokens < 1 or (top is not None and self.max_new_tokens > top):
+            raise ValueError(f"max_new_tokens must be an integer from 1 to {top or 'the model context length − 1'}; "
+                             f"got {self.max_new_tokens!r}")
         if not (_finite(self.temperature) and 0 <= self.temperature <= 100):
             raise ValueError(f"temperature must be a number from 0 (greedy) to 100; got {self.temperature!r}")
         if not (_finite(self.top_p) and 0 <= self.top_p <= 1):
@@ -141,7 +145,7 @@ class SamplingOptions:
                              "adaptive strength: choose one of them")
         if not _whole(self.repeat_guard) or not 0 <= self.repeat_guard <= MAX_REPEAT_GUARD:
             raise ValueError(f"repeat_guard must be an integer from 0 (off) to {MAX_REPEAT_GUARD} tokens; got {self.repeat_guard!r}")
-        if self.chat and not lm.has_chat_template:
+        if lm is not None and self.chat and not lm.has_chat_template:
             raise ValueError(f"model '{lm.name}' has no chat template; generate without chat=True")
 
     @property
