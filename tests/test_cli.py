@@ -632,6 +632,7 @@ def test_a_list_of_eps_that_starts_with_a_minus_needs_no_equals_sign(run, switch
     assert values_after_options(["sweep", "--eps", "-2,0,2", "--seed", "-1", "--json"]) == ["sweep", "--eps=-2,0,2", "--seed=-1", "--json"]
     assert values_after_options(["--eps", "−2, 0", "--max-new-tokens", "4"]) == ["--eps=−2, 0", "--max-new-tokens", "4"]
     assert values_after_options(["--eps=-1", "-h"]) == ["--eps=-1", "-h"]
+    assert values_after_options(["--eps", "-1e-3,0", "--", "-5"]) == ["--eps=-1e-3,0", "--", "-5"]
     code, out, _ = run("sweep", "--prompt", "the", "--switch", str(switch_file), "--eps", "-3,0", "--max-new-tokens", "2", "--json")
     assert code == 0 and [r["eps"] for r in json.loads(out)["rows"]] == [-3.0, 0.0]
 

@@ -72,9 +72,10 @@ def test_txt_accepts_utf16_and_utf32_with_bom(tmp_path, codec):
 
 @pytest.mark.parametrize("codec", ["utf-16-le", "utf-16-be"])
 def test_txt_accepts_utf16_without_bom_and_binary_stays_refused(tmp_path, codec):
-    """Without a byte-order mark (as some Windows tools save) it was called binary for its NUL bytes."""
-    text = "naïve café\r\nzweite Zeile, — und 42 € mehr.\tEnde"
-    assert read_document(_write(tmp_path / "u16.txt", text.encode(codec))) == "naïve café\nzweite Zeile, — und 42 € mehr.\tEnde"
+    """Without a byte-order mark (as some Windows tools save) it was called binary for its NUL bytes; no-break spaces,
+    a soft hyphen and a CJK character (whose low byte is NUL) are text too."""
+    text = "naïve café\r\nzweite Zeile, — und 42 € mehr.\tEnde. Prix\xa0: 3\u202f€, Zei\xadle, hello 一 world"
+    assert read_document(_write(tmp_path / "u16.txt", text.encode(codec))) == text.replace("\r\n", "\n")
     for raw in (b"ab\x00\x01" * 8, b"\x00a\x00\x01" * 4, bytes(range(1, 9)) + b"\x00\x00"):  # NULs that are not UTF-16 text
         assert "binary" in _refusal(_write(tmp_path / "data.txt", raw))
 
@@ -237,11 +238,12 @@ def test_password_protected_pdf(tmp_path, pdfs):
     assert "Quarterly notes" in read_document(tmp_path / "owner.pdf")
 
 
-def test_too_much_extracted_text_names_the_callers_limit(tmp_path):
-    message = _refusal(_write(tmp_path / "long.md", "x" * 101), max_chars=100)
-    assert "long.md has 101 characters of text, more than the 100 read here" in message
+def test_too_much_extracted_text_is_refused_at_the_callers_limit(tmp_path):
+    with pytest.raises(documents.TextTooLong, match="long.md has more than 100 characters of text") as err:
+        read_document(_write(tmp_path / "long.md", "x" * 101), max_chars=100)
+    assert err.value.limit == 100 and isinstance(err.value, DocumentError)
     assert read_document(_write(tmp_path / "ok.md", "x" * 100), max_chars=100) == "x" * 100
-    assert f"the {documents.MAX_TEXT_CHARS:,} read here" in _refusal(_write(tmp_path / "huge.txt", "x" * (documents.MAX_TEXT_CHARS + 1)))
+    assert f"more than {documents.MAX_TEXT_CHARS:,}" in _refusal(_write(tmp_path / "huge.txt", "x" * (documents.MAX_TEXT_CHARS + 1)))
 
 
 def test_document_error_is_a_value_error():

@@ -218,9 +218,9 @@ BAD = ["the sad one", "the bad one", "the cold one", "a cruel and bitter frown",
         ((GOOD, ["the sad one", ""]), {}, "negative text #2 is empty"),
         (([*POS, "happy"],), {}, r"the positive text #6 \('happy'\) has 1 token\(s\).*remove it, or join it"),
         ((POS, ["the sad one", "the cruel one", "sad"]), {}, r"the negative text #3 \('sad'\) has 1 token"),  # by side
-        (("the happy and good one",), {}, r"the document is 5 tokens long; a switch needs at least 32 tokens.*much better$"),
-        ((POS, "the sad one"), {}, r"the negative side is one text 3 tokens long.*or give two or more example sentences a side"),
-        ((POS, ["the sad one"]), {}, r"the negative side is one text 3 tokens long"),  # a list of one sentence, not a document
+        (("the happy and good one",), {}, r"the document has 5 tokens; a switch needs at least 32 tokens.*much better$"),
+        ((POS, "the sad one"), {}, r"the negative side is one text of 3 tokens;.*or give two or more example sentences a side"),
+        ((POS, ["the sad one"]), {}, r"the negative side is one text of 3 tokens;"),  # a list of one sentence, not a document
         ((GOOD, ["the sad one", "the cruel one"]), {"labels": [0.0] * 4}, "every label is 0"),
         ((pathlib.Path(__file__),), {}, r"the name of a file .* read it first"),
         ((__file__,), {}, r"the positive side is the name of a file"),
@@ -255,6 +255,9 @@ def test_two_opposing_articles_on_one_topic_are_far_from_one_text(topic):
     """The near-copy refusal leaves real A-vs-B data alone: the stance data's opposing articles share at most 18%."""
     a, b = (read_data_text(f"stance/{topic}/article_{side}.txt") for side in "ab")
     assert shared_share([a], [b]) < NEAR_COPY_SHARE / 4
+    words = a.split()  # an article against a copy with one word in 80 changed (a rewrite of its stance) is two texts
+    edited = " ".join("not" if i % 80 == 40 else w for i, w in enumerate(words))
+    assert 0.8 < shared_share([a], [edited]) < NEAR_COPY_SHARE
 
 
 # --- other input shapes -----------------------------------------------------------------------

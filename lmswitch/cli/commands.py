@@ -186,8 +186,9 @@ def cmd_highlight(args: argparse.Namespace, lm: LanguageModel) -> None:
     if any(s["weak"] for s in h["spans"]):
         lines.append(f"weak: a span under {WEAK_EVIDENCE_NATS:g} nat; the text hardly reads toward {h['label']} there")
     if len(h["spans"]) < args.spans:  # the others would have read the other way, or not at all
-        asked = f"the {args.spans} spans asked" if args.spans > 1 else "the span asked"
-        lines.append(f"{len(h['spans'])} of {asked} read toward {h['label']} (summed Δ > 0)")
+        found, asked = len(h["spans"]), f"the {args.spans} spans asked" if args.spans > 1 else "the span asked"
+        lines.append(f"{found} of {asked} read toward {h['label']} (summed Δ > 0)" if found else
+                     f"no span reads toward {h['label']} (summed Δ > 0)")
     data = {k: h[k] for k in ("switch", "eps", "label", "spans", "total_delta", "windows")}
     data["tokens"] = [{"text": t["text"], "start": t["start"], "end": t["end"], "delta": t["delta"]} for t in h["tokens"]]
     emit(args, data, "\n".join(lines))

@@ -306,7 +306,7 @@ SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = 
 }
 
 
-_NEGATIVE_LIST = re.compile(r"^[-−]\d*\.?\d+(\s*[,;]\s*|\s+|$)")  # "-2,0,2", "-0.5, 1", "−2": a value, not an option
+_NEGATIVE_LIST = re.compile(r"^[-−]\.?\d")  # "-2,0,2", "-.5, 1", "-1e-3,0", "−2": a value, not an option
 
 
 def values_after_options(argv: list[str]) -> list[str]:
@@ -314,7 +314,7 @@ def values_after_options(argv: list[str]) -> list[str]:
     argparse takes "-2" for a value but "-2,0,2" for an unknown option, and said only "expected one argument"."""
     out: list[str] = []
     for arg in argv:
-        if out and out[-1].startswith("--") and "=" not in out[-1] and _NEGATIVE_LIST.match(arg):
+        if out and out[-1].startswith("--") and out[-1] != "--" and "=" not in out[-1] and _NEGATIVE_LIST.match(arg):
             out[-1] = f"{out[-1]}={arg}"
         else:
             out.append(arg)

@@ -105,13 +105,15 @@ def _as_flags(check: Callable[[], None]) -> None:
     try:
         check()
     except ValueError as err:
-        names = "|".join(f.name for f in fields(SamplingOptions) if f.type != "bool")  # (flags: "adaptive strength")
-        raise ValueError(re.sub(rf"\b({names})\b", lambda m: "--" + m[1].replace("_", "-"), str(err))) from None
+        names = "|".join(f.name for f in fields(SamplingOptions) if f.name not in ("chat", "adaptive"))  # ("adaptive strength")
+        raise ValueError(re.sub(rf"\b({names})\b", lambda m: _flags([m[1]]), str(err))) from None
 
 
 def _once(refs: list[str]) -> None:
     """Refuse a switch given twice, also once by name and once by its file's path, or as a copy of its file (its
     steering would be doubled)."""
+    if len(refs) < 2:
+        return
     files, matrices = [_file_of(ref) for ref in refs], [_matrix_of(ref) for ref in refs]
     for i, (file, matrix) in enumerate(zip(files, matrices, strict=True)):
         j = min(files.index(file), matrices.index(matrix))

@@ -34,6 +34,7 @@ MAX_EPS_RANGE = 1000.0  # |ε| of a switch's search range at most (the steering 
 # a switch steers nothing when even the largest ε moves the head input by less than this share of its length
 # (``|ε|·ε0·‖W‖ ≤ MAX_EPS_RANGE·ε0·‖W‖_F``): below float32's rounding; a shipped switch's ‖W‖_F·ε0 is ~0.1
 NULL_EFFECT = 1e-7
+STEERS_NOTHING = "is all zeros (or too small to change anything)"  # what is said of such a switch (Switch.steers_nothing)
 MAX_FILE_BYTES = 2 * 1024**3  # a 16k × 16k float32 matrix is 1 GiB; anything much larger is not a switch
 
 
@@ -110,7 +111,7 @@ class Switch:
     def steers_nothing(self) -> bool:
         """True for an all-zero switch, or one so small that even ε = ±:data:`MAX_EPS_RANGE` changes no head input
         beyond float32's rounding (:data:`NULL_EFFECT`): it would not steer anything."""
-        return float(torch.linalg.matrix_norm(self.W.double())) * self.eps0 * MAX_EPS_RANGE <= NULL_EFFECT
+        return float(torch.linalg.vector_norm(self.W)) * self.eps0 * MAX_EPS_RANGE <= NULL_EFFECT
 
     @property
     def digest(self) -> str:

@@ -182,9 +182,11 @@ MIN_DOCUMENT_TOKENS = 32  # a side given as one document shorter than this canno
 FOREIGN_TOKEN_RATIO = 1.4  # tokens per character this many times the bundled English reference's: warn
 
 
-# sides that share this share of the shorter one's five-word runs are one text (two saves of one article, as PDF and
-# Word, or one and a part of it); opposing articles on one topic share 1–18% (the stance data), sentence lists under 7%
-NEAR_COPY_SHARE = 0.9
+# two documents that share this share of the shorter one's five-word runs are one text (two saves of one article, as
+# PDF and Word: 100%; an article and a part of it: 99.6%); opposing articles on one topic share 1–18% (the stance data),
+# an article and a copy with one word in 80 changed 94%. (Sentence lists are left alone: one prompt before contrasting
+# replies shares most of its runs.)
+NEAR_COPY_SHARE = 0.98
 
 
 def _normalised(texts: Sequence[str]) -> list[str]:
@@ -207,15 +209,15 @@ def _check_sides(lm: LanguageModel, pos: list[str], neg: list[str]) -> None:
     if neg and _normalised(pos) == _normalised(neg):
         raise ValueError("the positive and negative texts are identical (ignoring spacing and case): a switch learns what "
                          "differs between them, so give two different documents or lists")
-    if neg and (share := shared_share(pos, neg)) >= NEAR_COPY_SHARE:
-        raise ValueError(f"the positive and negative texts are nearly one text ({share:.0%} of the shorter one's five-word runs "
-                         "are in the other; two saves of one article, or an article and a part of it, are one text): a switch "
-                         "learns what differs between them, so give two documents or lists that differ")
+    if len(pos) == len(neg) == 1 and (share := shared_share(pos, neg)) >= NEAR_COPY_SHARE:
+        raise ValueError(f"the two documents are nearly one text ({share:.0%} of the shorter one's five-word runs are in the "
+                         "other; two saves of one article, or an article and a part of it, are one text): a switch learns "
+                         "what differs between them, so give two documents that differ")
     for what, texts in (("positive", pos), ("negative", neg)):
         tokens = len(lm.tokenizer(texts[0], add_special_tokens=False).input_ids) if len(texts) == 1 else None
         if tokens is not None and tokens < MIN_DOCUMENT_TOKENS:  # one document, or a list of one sentence
-            whose = f"the {what} side is one text" if neg else "the document is"  # a document alone has no sides
-            raise ValueError(f"{whose} {tokens} token{'s' if tokens != 1 else ''} long; a switch needs at least {MIN_DOCUMENT_TOKENS} tokens (about "
+            whose = f"the {what} side is one text of" if neg else "the document has"  # a document alone has no sides
+            raise ValueError(f"{whose} {tokens} token{'s' if tokens != 1 else ''}; a switch needs at least {MIN_DOCUMENT_TOKENS} tokens (about "
                              f"{MIN_DOCUMENT_TOKENS * 3 // 4} words) to learn from one text, and a document of 300+ words "
                              "works much better" + ("; or give two or more example sentences a side" if neg else ""))
 
@@ -671,9 +673,14 @@ def _reversal(card: Mapping) -> float | None:
     return float(reversed_w) - float(with_w) if known else None
 
 
+def _card_kind(card: Mapping) -> str:
+    """The card's shape of data (:func:`data_kind`; guessed from the counts on older cards)."""
+    return card.get("data_shape") or _older_data_kind(card)
+
+
 def _more_text(card: Mapping) -> str:
-    """What more to train on, for the card's shape of data (:func:`data_kind`; guessed from the counts on older cards)."""
-    kind = card.get("data_shape") or _older_data_kind(card)
+    """What more to train on, for the card's shape of data."""
+    kind = _card_kind(card)
     if kind == "one document":
         return "Train on a longer document (a few thousand tokens, several pages)"
     if kind == "two documents":
@@ -712,7 +719,7 @@ def _advice(card: Mapping) -> str:
                 f"its fluent range.")
     if gain <= 0:
         if card.get("optimizer") in solver.RECIPES:
-            sentences = (card.get("data_shape") or _older_data_kind(card)) == "examples"  # the measured case below
+            sentences = _card_kind(card) == "examples"  # the measured case below
             then = (f"{_more_text(card)}; meanwhile guided decoding with 8 candidates moves generation furthest within the "
                     "fluent range" + (" (a switch from 30 + 30 sentiment sentences: 0.85 positive on test prompts with it, "
                                       "about half without)" if sentences else "") if card.get("n_negative") else

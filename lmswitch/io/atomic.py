@@ -10,6 +10,7 @@ loading an exported adapter, a container).
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import stat
@@ -33,9 +34,12 @@ def writable(path: str | os.PathLike, *, folder: bool = False) -> Path:
     try:  # a file made and removed there: permission bits say yes to root on a read-only or special file system
         fd, probe = tempfile.mkstemp(prefix=".lmswitch-probe-", dir=nearest)
     except OSError as err:
-        raise ValueError(f"cannot write {p}: {nearest} takes no new files ({err.strerror.lower() if err.strerror else err})") from None
-    os.close(fd)
-    os.unlink(probe)
+        why = "" if err.errno == errno.ENOENT else f" ({(err.strerror or str(err)).lower()})"  # (ENOENT: /proc's answer)
+        raise ValueError(f"cannot write {p}: {nearest} takes no new files{why}") from None
+    try:
+        os.close(fd)
+    finally:
+        os.unlink(probe)
     return p
 
 

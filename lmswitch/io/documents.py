@@ -5,6 +5,7 @@ from __future__ import annotations
 import codecs
 import logging
 import re
+import unicodedata
 import zipfile
 from pathlib import Path
 
@@ -15,6 +16,8 @@ SUPPORTED = (".txt", ".md", ".markdown", ".html", ".htm", ".pdf", ".docx")
 MAX_UNZIPPED_BYTES = 256 * 1024 * 1024  # a .docx whose parts unpack to more than this is refused (zip bomb)
 _MB = 1024 * 1024
 INSTEAD = "save its text as a .txt file (in the app, paste it) instead"  # what to do with a file that cannot be read
+AS_UTF8 = "re-save it as UTF-8 (or, in the app, paste its text)"  # what to do with a text file in another encoding
+_NOT_TEXT = {"Cc", "Cs", "Co", "Cn"}  # control, surrogate, private-use and unassigned characters: not in a text
 _DROP_TAGS = ["script", "style", "noscript", "template"]
 _BLOCK_TAGS = ["address", "article", "aside", "blockquote", "dd", "div", "dl", "dt", "figcaption", "figure", "footer",
                "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr", "li", "main", "nav", "ol", "p", "pre",
@@ -25,18 +28,27 @@ class DocumentError(ValueError):
     """A document that cannot be read as text; the message names the file and what to do."""
 
 
+class TextTooLong(DocumentError):
+    """A document with more text than its reader takes (``limit`` characters), which a caller may word its own way."""
+
+    def __init__(self, message: str, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
 def _utf16_without_bom(raw: bytes) -> str | None:
-    """Text saved as UTF-16 without a byte-order mark (Windows tools write it): in mostly Latin text every other
-    byte is NUL, and only those; else None (a binary file has NULs anywhere)."""
+    """Text saved as UTF-16 without a byte-order mark (Windows tools write it): in mostly Latin text the high byte of
+    most characters is NUL, and few low bytes are; it must then decode to characters a text holds (no controls but
+    whitespace, no surrogates, private-use or unassigned ones); else None (a binary file has NULs anywhere)."""
     if len(raw) % 2 or not raw:
         return None
     for codec, high, low in (("utf-16-le", raw[1::2], raw[0::2]), ("utf-16-be", raw[0::2], raw[1::2])):
-        if high.count(0) >= len(high) / 2 and low.count(0) == 0:
+        if high.count(0) >= len(high) / 2 and low.count(0) <= len(low) / 10:
             try:
                 text = raw.decode(codec)
             except UnicodeDecodeError:
                 return None
-            return text if all(ch.isprintable() or ch in "\t\n\r\f" for ch in text) else None
+            return text if not any(unicodedata.category(ch) in _NOT_TEXT and ch not in "\t\n\r\f\v" for ch in text) else None
     return None
 
 
@@ -48,16 +60,17 @@ def _plain_text(raw: bytes, name: str) -> str:
                 return raw.decode(codec)
             except UnicodeDecodeError as err:
                 raise DocumentError(f"{name} has a {codec.upper()} byte-order mark but is not valid {codec.upper()} "
-                                    f"({err.reason} at byte {err.start}); re-save it as UTF-8 (or, in the app, paste its text)") from None
+                                    f"({err.reason} at byte {err.start}); {AS_UTF8}") from None
     if b"\x00" in raw:
         if (text := _utf16_without_bom(raw)) is not None:
             return text
-        raise DocumentError(f"{name} looks binary (it contains NUL bytes); give a UTF-8 text file")
+        raise DocumentError(f"{name} looks binary (it contains NUL bytes); give a UTF-8 text file (if it is UTF-16 or UTF-32 "
+                            f"text, {AS_UTF8})")
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise DocumentError(f"{name} is not UTF-8 text ({err.reason} at byte {err.start}); "
-                            "re-save it as UTF-8 (or, in the app, paste its text)") from None
+                            f"{AS_UTF8}") from None
 
 
 def _html_text(raw: bytes) -> str:
@@ -80,7 +93,7 @@ def _html_text(raw: bytes) -> str:
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines))
 
 
-def _pdf_text(path: Path, name: str) -> str:
+def _pdf_text(path: Path, name: str, max_chars: int) -> str:
     from pypdf import PdfReader
     from pypdf.errors import DependencyError, FileNotDecryptedError
 
@@ -95,7 +108,7 @@ def _pdf_text(path: Path, name: str) -> str:
         for page in reader.pages:
             pages.append(page.extract_text() or "")
             total += len(pages[-1])
-            if total > MAX_TEXT_CHARS:  # the caller refuses it; stop extracting early
+            if total > max_chars:  # refused below: no need to extract the rest
                 break
     except (FileNotDecryptedError, DependencyError):  # DependencyError: AES without the cryptography package
         raise DocumentError(f"{name} is encrypted (password-protected); remove the protection, or {INSTEAD}") from None
@@ -158,7 +171,7 @@ def read_document(path: str | Path, *, max_bytes: int = MAX_DOCUMENT_BYTES, name
         kind = f"type {ext}" if ext else "type (no extension)"
         raise DocumentError(f"{shown}: unsupported file {kind}; supported: {', '.join(SUPPORTED)}")
     if ext == ".pdf":
-        text = _pdf_text(p, shown)
+        text = _pdf_text(p, shown, max_chars)
     elif ext == ".docx":
         text = _docx_text(p, shown)
     elif ext in (".html", ".htm"):
@@ -169,8 +182,8 @@ def read_document(path: str | Path, *, max_bytes: int = MAX_DOCUMENT_BYTES, name
     if not text.strip():
         raise DocumentError(f"{shown} is empty (no text found); give a file with some text")
     if len(text) > max_chars:
-        raise DocumentError(f"{shown} has {len(text):,} characters of text, more than the {max_chars:,} read here; "
-                            "split it into parts, or keep the part you need")
+        raise TextTooLong(f"{shown} has more than {max_chars:,} characters of text; split it into parts, or keep the part "
+                          "you need", max_chars)
     return text
 
 

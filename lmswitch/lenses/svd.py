@@ -31,7 +31,7 @@ from lmswitch.core.checks import is_whole
 from lmswitch.core.hidden import encode_texts
 from lmswitch.core.models import LanguageModel, cache_dir
 from lmswitch.core.pause import pause_point
-from lmswitch.core.switch import Switch, check_switch
+from lmswitch.core.switch import STEERS_NOTHING, Switch, check_switch
 from lmswitch.io.atomic import write_file
 from lmswitch.io.resources import read_data_text
 from lmswitch.lenses.options import DEFAULT_DIMS, DEFAULT_WORDS
@@ -348,8 +348,7 @@ def svd_dimensions(lm: LanguageModel, switch: Switch, *, dims: int = DEFAULT_DIM
     _check_counts(dims, words)
     check_switch(switch, lm)
     if switch.steers_nothing:
-        raise ValueError(f"switch '{switch.name}' is all zeros (or too small to change anything): it has no directions to "
-                         "list; train it or load another")
+        raise ValueError(f"switch '{switch.name}' {STEERS_NOTHING}: it has no directions to list; train it or load another")
     dirs = _directions(lm, switch, dims, reference)
     S, k = dirs.S, len(dirs.sign)
     live = sum(float(S[i]) > NULL_DIRECTION * float(S[0]) for i in range(k))  # past the switch's rank: noise, not listed
@@ -444,8 +443,7 @@ def word_map(lm: LanguageModel, switch: Switch, *, words: int = 15, reference: l
     """
     _check_counts(2, words)
     if switch.steers_nothing:
-        raise ValueError(f"switch '{switch.name}' is all zeros (or too small to change anything): it has no directions to "
-                         "map; train it or load another")
+        raise ValueError(f"switch '{switch.name}' {STEERS_NOTHING}: it has no directions to map; train it or load another")
     dirs = _directions(lm, switch, 2, reference)
     S = dirs.S
     live = [i < len(dirs.sign) and float(S[i]) > NULL_DIRECTION * float(S[0]) for i in range(2)]

@@ -16,7 +16,7 @@ import weakref
 from pathlib import Path
 
 from lmswitch.core.models import LanguageModel
-from lmswitch.core.switch import Switch, SwitchFileError, check_name, load_switch
+from lmswitch.core.switch import STEERS_NOTHING, Switch, SwitchFileError, check_name, load_switch
 
 MAX_SESSION_SWITCHES = 32  # each is a d × d float32 matrix (1.3 MB for the embedded model)
 SPOOL_QUOTA = 4 * 2**30  # bytes of closed sessions' switches on disk; past it, a closed session keeps them in memory
@@ -62,7 +62,7 @@ class SwitchLibrary:
                     continue
                 switch.check_model(lm)
                 if switch.steers_nothing:  # an old import of an empty switch: every page's meter would read it
-                    raise SwitchFileError("it is all zeros (or too small to change anything): it would not steer anything")
+                    raise SwitchFileError(f"it {STEERS_NOTHING}: it would not steer anything")
                 self._switches[path.stem] = switch
             except SwitchFileError as err:
                 self.skipped[path.name] = str(err)

@@ -176,9 +176,9 @@ class Backend:
     def get(self, timeout: float | None = 300, session: Session | None = None) -> tuple[LanguageModel, SwitchLibrary]:
         """The session's model (default: the one the app started with) and its switch library; waits while it loads."""
         if not self.ready.wait(timeout):
-            raise gr.Error(f"The model '{self.model_name}' is still loading; try again in a few seconds.")
+            raise gr.Error(f"The model '{self.model_name}' is still loading; try again in a few seconds.", print_exception=False)
         if self.error:
-            raise gr.Error(f"The model could not be loaded ({self.error}); restart the app with another --model.")
+            raise gr.Error(f"The model could not be loaded ({self.error}); restart the app with another --model.", print_exception=False)
         if session is not None and session.model and session.model in self.models:
             return self.models[session.model]
         return self.lm, self.library

@@ -74,10 +74,7 @@ def _meter_switches(session: Session, library, picked: Switch) -> tuple[list[Swi
 def run_highlight(backend: Backend, text: str, file: str | None, name: str, eps, max_span, n_spans, session: Session):
     """Most style-indicative span(s) of the text, a per-word heatmap, and the style meter over the session's switches."""
     lm, library = backend.get(session=session)
-    text = read_input(text, file, "the text", MAX_HIGHLIGHT_CHARS)
-    if len(text) > MAX_HIGHLIGHT_CHARS:
-        raise ValueError(f"the text has {len(text):,} characters; highlighting takes at most {MAX_HIGHLIGHT_CHARS:,}. "
-                         "Paste the part you want to look at, or use python -m lmswitch highlight --file")
+    text = read_input(text, file, "the text", MAX_HIGHLIGHT_CHARS, HIGHLIGHT_ADVICE)
     switch = session.get(name, library)
     eps, max_span, n_spans = number(eps, "ε"), number(max_span, "max span", int), number(n_spans, "spans", int)
     check_highlight_args(eps, max_span, n_spans)  # before the body pass
@@ -88,6 +85,10 @@ def run_highlight(backend: Backend, text: str, file: str | None, name: str, eps,
     read, left_out = _meter_switches(session, library, switch)
     meter = measure(lm, read, text[:MAX_METER_CHARS] if cut else encoded)
     return result.highlighted, result.word_heatmap(), figures.meter_figure(meter), _summary(result, meter, cut, left_out)
+
+
+HIGHLIGHT_ADVICE = (f"highlighting takes at most {MAX_HIGHLIGHT_CHARS:,}. Paste the part you want to look at, or use "
+                    "python -m lmswitch highlight --file")
 
 
 def highlight_examples() -> list[list]:

@@ -12,7 +12,7 @@ import gradio as gr
 
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import NAMINGS, TrainConfig
-from lmswitch.core.switch import Switch, load_switch, usable_name
+from lmswitch.core.switch import STEERS_NOTHING, Switch, load_switch, usable_name
 from lmswitch.core.train import Done, Encoded, Evaluated, Step, TrainEvent, TrainingCancelled, data_advice, train_events
 from lmswitch.harness import figures
 from lmswitch.io.documents import split_lines
@@ -39,6 +39,8 @@ KINDS = dict(zip(MODES, ("one document", "two documents", "examples"), strict=Tr
 TEXT_LABELS = {"one document": ("the document", "(not used for one document)"), "two documents": ("document A", "document B"),
                "examples": ("positive sentences, one per line", "negative sentences, one per line")}
 MAX_TRAIN_CHARS = 400_000  # ~100k tokens: trains in minutes on a CPU; bigger corpora belong to `python -m lmswitch train`
+TRAIN_ADVICE = (f"the app trains on at most {MAX_TRAIN_CHARS:,} (about {MAX_TRAIN_CHARS // 4:,} tokens) in all. Trim it, or "
+                "train on the command line: python -m lmswitch train --help")
 MAX_LABEL_CHARS = 80  # a side's label (shown on the slider, stored in the card)
 UPDATE_EVERY = 0.3  # seconds between progress updates of the loss curve
 READING = "⏳ Trained. Reading what the switch learned…"
@@ -49,12 +51,12 @@ PROBING = "⏳ Ready to steer. Measuring its fluent ε range on a few dev prompt
 
 def _training_data(mode: str, text_a, file_a, text_b, file_b) -> tuple[str | list[str], str | list[str] | None]:
     if mode == MODES[0]:
-        return read_input(text_a, file_a, "the document", MAX_TRAIN_CHARS), None
+        return read_input(text_a, file_a, "the document", MAX_TRAIN_CHARS, TRAIN_ADVICE), None
     if mode == MODES[1]:
-        return read_input(text_a, file_a, "document A", MAX_TRAIN_CHARS), read_input(text_b, file_b, "document B", MAX_TRAIN_CHARS)
+        return read_input(text_a, file_a, "document A", MAX_TRAIN_CHARS, TRAIN_ADVICE), read_input(text_b, file_b, "document B", MAX_TRAIN_CHARS, TRAIN_ADVICE)
     if mode == MODES[2]:
-        pos = split_lines(read_input(text_a, file_a, "the positive list", MAX_TRAIN_CHARS))
-        neg = split_lines(read_input(text_b, file_b, "the negative list", MAX_TRAIN_CHARS))
+        pos = split_lines(read_input(text_a, file_a, "the positive list", MAX_TRAIN_CHARS, TRAIN_ADVICE))
+        neg = split_lines(read_input(text_b, file_b, "the negative list", MAX_TRAIN_CHARS, TRAIN_ADVICE))
         if len(pos) < 2 or len(neg) < 2:
             raise ValueError(f"give at least 2 sentences per side, one per line (got {len(pos)} positive, {len(neg)} negative); "
                              "20+ each works much better")
@@ -77,8 +79,7 @@ def training_data(mode: str, text_a, file_a, text_b, file_b) -> tuple[str | list
     size = sum(map(len, [positive] if isinstance(positive, str) else positive))
     size += sum(map(len, [negative] if isinstance(negative, str) else negative or []))
     if size > MAX_TRAIN_CHARS:
-        raise ValueError(f"the training text has {size:,} characters; the app trains on at most {MAX_TRAIN_CHARS:,} (about "
-                         f"{MAX_TRAIN_CHARS // 4:,} tokens). Trim it, or train on the command line: python -m lmswitch train --help")
+        raise ValueError(f"the training text has {size:,} characters; {TRAIN_ADVICE}")
     return positive, negative
 
 
@@ -294,8 +295,7 @@ def _importable(backend: Backend, switch: Switch, lm: LanguageModel) -> Switch:
                          f"picker and import it there (to steer {lm.name} with it, transfer it there in the Transfer tab)")
     switch.check_model(lm)
     if switch.steers_nothing:
-        raise ValueError(f"'{switch.name}' is all zeros (or too small to change anything): it would not steer anything; "
-                         "train it or import another")
+        raise ValueError(f"'{switch.name}' {STEERS_NOTHING}: it would not steer anything; train it or import another")
     if not switch.model_fingerprint:
         switch.model_fingerprint, switch.model_name = lm.fingerprint, switch.model_name or lm.name
     return switch

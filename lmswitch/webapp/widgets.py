@@ -14,7 +14,7 @@ from lmswitch.core.options import SAMPLING, SamplingOptions
 from lmswitch.core.switch import Switch
 from lmswitch.harness.evaluate import TextScores
 from lmswitch.harness.frontier import Probe
-from lmswitch.io.documents import read_document
+from lmswitch.io.documents import TextTooLong, read_document
 from lmswitch.io.parse import parse_eps
 from lmswitch.lenses.spans import TokenChange
 from lmswitch.serve.session import Session, SwitchLibrary
@@ -89,17 +89,22 @@ def uploaded(file: object, what: str) -> str:
     return os.fspath(file)
 
 
-def read_input(text: str | None, file: str | None, what: str, max_chars: int) -> str:
-    """Text from an uploaded file (.txt .md .html .pdf .docx; one of more than ``max_chars`` characters, the caller's
-    limit, is refused) or the pasted text; both at once is refused (which one was meant is not known, and the other
-    would be dropped without a word)."""
+def read_input(text: str | None, file: str | None, what: str, max_chars: int, advice: str) -> str:
+    """Text from an uploaded file (.txt .md .html .pdf .docx) or the pasted text; both at once is refused (which one
+    was meant is not known, and the other would be dropped without a word), and so is a text of more than
+    ``max_chars`` characters, the caller's limit, with its ``advice`` (a file's extraction stops past it)."""
     if file:
         if optional_text(text, what).strip():
             raise ValueError(f"{what} was given twice: pasted text and the file {os.path.basename(file)}. Clear one (the "
                              "box, or the file with its ×) so it is clear which to read")
-        return read_document(uploaded(file, what), max_chars=max_chars)
+        try:
+            return read_document(uploaded(file, what), max_chars=max_chars)
+        except TextTooLong:
+            raise ValueError(f"{what} ({os.path.basename(file)}) has more than {max_chars:,} characters; {advice}") from None
     if not optional_text(text, what).strip():
         raise ValueError(f"{what} is empty: paste text or upload a .txt, .md, .html, .pdf or .docx file")
+    if len(text) > max_chars:
+        raise ValueError(f"{what} has {len(text):,} characters; {advice}")
     return text
 
 
