@@ -202,30 +202,26 @@ def _wire_steer(ui: SimpleNamespace, backend: Backend, demo: gr.Blocks) -> None:
         slider.release(run_steer, steer_inputs, stream_out, api_visibility="private", **live)
     ui.wide.change(bind(steer.widen_sliders, backend), [ui.wide, ui.session, *ui.sliders], [ui.wide_warning, *ui.sliders], api_visibility="private",
                    concurrency_limit=None).then(run_steer, steer_inputs, stream_out, api_visibility="private", **live)  # a moved slider's text
-    # results read with the model the page steered before (Inspect, Highlight, the sweep and map): emptied once it changes
-    stale = [ui.svd_table, ui.spectrum, ui.scatter, ui.word_table, ui.hl_spans, ui.hl_heat, ui.meter_plot, ui.hl_summary,
-             ui.sweep_plot, ui.sweep_table, ui.grid_plot, ui.grid_table]
-    clear = dict(fn=lambda: [None] * len(stale), inputs=None, outputs=stale, api_visibility="private", queue=False)
     picked = ui.model_pick.input(bind(steer.select_model, backend), [ui.model_pick, ui.session, *ui.pickers],
                                  [ui.status, *ui.sliders, *ui.pickers, ui.tr_target], api_name="select_model", show_progress_on=[ui.status])
-    picked.success(**clear)
     picked.then(run_steer, steer_inputs, stream_out, api_visibility="private", **live)
     moved = ui.tr_go.click(bind(steer.run_transfer, backend), [ui.tr_switch, ui.tr_target, ui.session, *ui.pickers],
                            [ui.tr_report, ui.model_pick, ui.status, *ui.sliders, *ui.pickers, ui.tr_target], api_name="transfer",
                            show_progress_on=[ui.tr_report])
-    moved.success(**clear)
     moved.then(run_steer, steer_inputs, stream_out, api_visibility="private", **live)
+    ui.model_changes = [picked, moved]
     batch = dict(concurrency_id="generate", concurrency_limit=4)
     ui.api_go.click(bind(steer.generate_api, backend), [ui.prompt, ui.api_switches, *ui.gen, ui.session, ui.adaptive, ui.best_of, ui.guide,
                                                         ui.repeat_guard],
                     ui.api_result,
                     api_name="generate", **batch)
-    ui.sweep_go.click(bind(steer.run_sweep, backend), [ui.sweep_switch, ui.sweep_eps, ui.sweep_samples, ui.prompt, *ui.gen, ui.session,
-                                                       ui.adaptive, ui.best_of, ui.guide, ui.repeat_guard],
-                      [ui.sweep_plot, ui.sweep_table], api_name="sweep", show_progress_on=[ui.sweep_plot], **batch)
-    ui.grid_go.click(bind(steer.run_grid, backend), [ui.grid_a, ui.grid_b, ui.grid_eps_a, ui.grid_eps_b, ui.grid_samples, ui.prompt,
-                                                     *ui.gen, ui.session, ui.adaptive, ui.best_of, ui.guide, ui.repeat_guard],
-                     [ui.grid_plot, ui.grid_table], api_name="compose", show_progress_on=[ui.grid_plot], **batch)
+    sweep = ui.sweep_go.click(bind(steer.run_sweep, backend), [ui.sweep_switch, ui.sweep_eps, ui.sweep_samples, ui.prompt, *ui.gen,
+                                                               ui.session, ui.adaptive, ui.best_of, ui.guide, ui.repeat_guard],
+                              [ui.sweep_plot, ui.sweep_table], api_name="sweep", show_progress_on=[ui.sweep_plot], **batch)
+    grid = ui.grid_go.click(bind(steer.run_grid, backend), [ui.grid_a, ui.grid_b, ui.grid_eps_a, ui.grid_eps_b, ui.grid_samples, ui.prompt,
+                                                             *ui.gen, ui.session, ui.adaptive, ui.best_of, ui.guide, ui.repeat_guard],
+                            [ui.grid_plot, ui.grid_table], api_name="compose", show_progress_on=[ui.grid_plot], **batch)
+    ui.results = [sweep, grid]  # read with the page's model (_wire_model_change)
 
 
 def _wire_train_and_lenses(ui: SimpleNamespace, backend: Backend) -> None:
@@ -252,10 +248,21 @@ def _wire_train_and_lenses(ui: SimpleNamespace, backend: Backend) -> None:
         bind(steer.model_status, backend), ui.session, ui.status, api_visibility="private", queue=False)  # saved; the count
     ui.upload.upload(bind(train.import_switch, backend), [ui.upload, ui.session, *ui.pickers], [ui.manage_status, *ui.sliders, *ui.pickers],
                      api_name="import_switch", show_progress_on=[ui.manage_status])
-    ui.inspect_go.click(bind(lens.inspect_switch, backend), [ui.inspect_name, ui.dims, ui.words, ui.session],
-                        [ui.svd_table, ui.spectrum, ui.scatter, ui.word_table], api_name="inspect", show_progress_on=[ui.svd_table])
-    ui.hl_go.click(bind(lens.run_highlight, backend), [ui.hl_text, ui.hl_file, ui.hl_switch, *ui.hl_settings, ui.session],
-                   [ui.hl_spans, ui.hl_heat, ui.meter_plot, ui.hl_summary], api_name="highlight", show_progress_on=[ui.hl_spans])
+    inspected = ui.inspect_go.click(bind(lens.inspect_switch, backend), [ui.inspect_name, ui.dims, ui.words, ui.session],
+                                    [ui.svd_table, ui.spectrum, ui.scatter, ui.word_table], api_name="inspect",
+                                    show_progress_on=[ui.svd_table])
+    highlighted = ui.hl_go.click(bind(lens.run_highlight, backend), [ui.hl_text, ui.hl_file, ui.hl_switch, *ui.hl_settings, ui.session],
+                                 [ui.hl_spans, ui.hl_heat, ui.meter_plot, ui.hl_summary], api_name="highlight", show_progress_on=[ui.hl_spans])
+    ui.results += [inspected, highlighted]
+
+
+def _wire_model_change(ui: SimpleNamespace) -> None:
+    """Results read with the model the page steered before (Inspect, Highlight, the sweep and map) are emptied once
+    it changes, and any of them still running is cancelled (it would fill them in afterwards)."""
+    stale = [ui.svd_table, ui.spectrum, ui.scatter, ui.word_table, ui.hl_spans, ui.hl_heat, ui.meter_plot, ui.hl_summary,
+             ui.sweep_plot, ui.sweep_table, ui.grid_plot, ui.grid_table]
+    for change in ui.model_changes:
+        change.success(lambda: [None] * len(stale), None, stale, cancels=ui.results, api_visibility="private", queue=False)
 
 
 def _tabs(ui: SimpleNamespace, backend: Backend, shipped: list[str]) -> None:
@@ -296,6 +303,7 @@ def build_app(backend: Backend) -> gr.Blocks:
         ui.pickers = [ui.sweep_switch, ui.grid_a, ui.grid_b, ui.manage, ui.inspect_name, ui.hl_switch, ui.tr_switch]
         _wire_steer(ui, backend, demo)
         _wire_train_and_lenses(ui, backend)
+        _wire_model_change(ui)
         demo.unload(_on_close(demo, ui.session, backend))
     return demo
 
