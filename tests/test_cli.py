@@ -645,3 +645,9 @@ def test_bad_decoding_values_are_refused_before_loading_naming_the_flags(capsys)
         assert main(["--model", "no-such-model", *argv]) == 2, argv
         err = capsys.readouterr().err
         assert err.startswith("error: ") and said in err and "Cannot find model" not in err, (argv, err)
+
+
+def test_decoding_values_the_model_refuses_name_the_flags_too(run, switch_file):
+    """Past the model's context length (known once it loads) the refusal named max_new_tokens, not the flag."""
+    code, _, err = run("generate", "--prompt", "the", "--switch", f"{switch_file}=3", "--max-new-tokens", "1000000")
+    assert code == 2 and "--max-new-tokens must be an integer from 1 to " in err and "max_new_tokens" not in err, err

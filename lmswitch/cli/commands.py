@@ -15,7 +15,7 @@ from tqdm import tqdm
 from lmswitch.cli.common import emit, log, read_examples, text_arg
 from lmswitch.cli.evaluate import cmd_eval
 from lmswitch.cli.parser import DEMO_NEW_TOKENS, SWEEP_EPS
-from lmswitch.cli.preflight import card_without_curves, sampling_options
+from lmswitch.cli.preflight import card_without_curves, flag_errors, sampling_options
 from lmswitch.core.export import export
 from lmswitch.core.generate import generate, sweep
 from lmswitch.core.models import LanguageModel, load_model
@@ -36,9 +36,12 @@ from lmswitch.lenses.spans import highlight
 from lmswitch.lenses.svd import RARE_NOTE, promoted_words, svd_dimensions
 
 
-def _sampling(args: argparse.Namespace) -> dict:
-    """The decoding options of ``generate``/``sweep`` as keyword arguments."""
-    return sampling_options(args).to_dict()
+def _sampling(args: argparse.Namespace, lm: LanguageModel) -> dict:
+    """The decoding options of ``generate``/``sweep`` as keyword arguments, checked against ``lm`` (its context length,
+    a chat template) with the flags named."""
+    options = sampling_options(args)
+    flag_errors(lambda: options.validate(lm))
+    return options.to_dict()
 
 
 def cmd_info(args: argparse.Namespace, lm: LanguageModel) -> None:
@@ -117,7 +120,7 @@ def cmd_generate(args: argparse.Namespace, lm: LanguageModel) -> None:
     setting = [(s, _card_eps(s, eps, fallback=FALLBACK_EPS)) for s, eps in ((load_switch(ref, lm), eps) for ref, eps in args.switch)]
     check_setting(lm, setting)  # a setting that will be refused is refused before any warning
     _warn_beyond_fluent(setting, "adaptive" if args.adaptive else "plain")
-    texts = generate(lm, args.prompt, setting, samples=args.samples, seed=args.seed, **_sampling(args))
+    texts = generate(lm, args.prompt, setting, samples=args.samples, seed=args.seed, **_sampling(args, lm))
     used = [{"path": ref, "eps": eps} for (ref, _), (_, eps) in zip(args.switch, setting, strict=True)]
     data = {"prompt": args.prompt, "switches": used, "seed": args.seed,
             "samples": [{"seed": args.seed + k, "text": t} for k, t in enumerate(texts)]}
@@ -126,7 +129,7 @@ def cmd_generate(args: argparse.Namespace, lm: LanguageModel) -> None:
 
 def cmd_sweep(args: argparse.Namespace, lm: LanguageModel) -> None:
     switch = load_switch(args.switch, lm)
-    rows = sweep(lm, args.prompt, switch, args.eps or switch.card.fluent_row or SWEEP_EPS, seed=args.seed, **_sampling(args))
+    rows = sweep(lm, args.prompt, switch, args.eps or switch.card.fluent_row or SWEEP_EPS, seed=args.seed, **_sampling(args, lm))
     data = {"prompt": args.prompt, "switch": args.switch, "seed": args.seed, "rows": [{"eps": e, "text": t} for e, t in rows]}
     emit(args, data, "\n".join(_row(f"eps {e:+6g}", _shown(args, t)) for e, t in rows))
 

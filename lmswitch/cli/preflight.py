@@ -88,7 +88,7 @@ def checked_before_loading(args: argparse.Namespace) -> None:
     if args.command == "train":
         args.name = check_name(args.name) if args.name else usable_name(Path(args.out).stem)  # (a file's name may be freer)
     if args.command in ("generate", "sweep"):
-        _as_flags(sampling_options(args).validate)
+        flag_errors(sampling_options(args).validate)
     given = getattr(args, "switch", None)
     if isinstance(given, list):  # generate, measure, export take several: one given twice is a typo
         _once([g[0] if isinstance(g, tuple) else g for g in given])
@@ -100,7 +100,7 @@ def sampling_options(args: argparse.Namespace) -> SamplingOptions:
                            args.generation_budget, args.best_of, args.guide, args.repeat_guard)
 
 
-def _as_flags(check: Callable[[], None]) -> None:
+def flag_errors(check: Callable[[], None]) -> None:
     """``check()``, its refusal naming the command line's flags (``--max-new-tokens``), not the library's fields."""
     try:
         check()
