@@ -236,7 +236,8 @@ def _wire_train_and_lenses(ui: SimpleNamespace, backend: Backend) -> None:
                                      ui.file_b, *ui.train_settings, ui.session, *ui.pickers],
         [ui.train_status, ui.loss_plot, ui.train_report, *ui.sliders, *ui.pickers, ui.download, ui.train_learned],
         api_name="train", concurrency_id="train", concurrency_limit=2, show_progress_on=[ui.train_status])
-    trained.then(lambda: gr.Button(interactive=True), **button)
+    trained.failure(lambda: gr.Button(interactive=True), **button)  # (Gradio's .then does not follow a failed event)
+    trained.success(lambda: gr.Button(interactive=True), **button)
     trained.then(bind(steer.refresh_sliders, backend), [ui.session, *ui.sliders], ui.sliders, api_visibility="private", queue=False).then(
         **ui.regenerate)  # the text of a value moved into the new range (unchanged: the session's cache answers at once)
     ui.cancel.click(train.cancel_training, ui.session, ui.train_status, api_name="cancel_training", concurrency_limit=None, queue=False)
