@@ -120,8 +120,8 @@ class SamplingOptions:
         template), so that the command line refuses them before it loads the model."""
         top = lm.context_length - 1 if lm is not None else None
         if not _whole(self.max_new_tokens) or self.max_new_tokens < 1 or (top is not None and self.max_new_tokens > top):
-            raise ValueError(f"max_new_tokens must be an integer from 1 to {top or 'the model context length − 1'}; "
-                             f"got {self.max_new_tokens!r}")
+            most = top or "the model's context length − 1"
+            raise ValueError(f"max_new_tokens must be an integer from 1 to {most}; got {self.max_new_tokens!r}")
         if not (_finite(self.temperature) and 0 <= self.temperature <= 100):
             raise ValueError(f"temperature must be a number from 0 (greedy) to 100; got {self.temperature!r}")
         if not (_finite(self.top_p) and 0 <= self.top_p <= 1):
@@ -176,8 +176,8 @@ class TrainConfig:
 
     optimizer: str = field(default="lbfgs-sampled", metadata={
         "help": "'lbfgs-sampled': full-batch L-BFGS on each token's likely next words and 16 words drawn from the rest of "
-                "the vocabulary, along a ridge path, λ chosen on held-out text (fast; Adam's settings, "
-                "such as the learning rate and L2 penalty, do not apply); 'lbfgs': the first release of it (the rest of the vocabulary as one "
+                "the vocabulary, along a ridge path, λ chosen on held-out text (fast; Adam's settings, such as the learning "
+                "rate and L2 penalty, do not apply); 'lbfgs': the first release of it (the rest of the vocabulary as one "
                 "bound, taken again at each λ: slower; the shipped sentiment switch's); 'adam': the paper's Adam steps"})
     self_contrast: bool = field(default=False, metadata={
         "help": "add the model's own continuations of the texts' sentence openings as negatives (label -1 for one document, "

@@ -29,11 +29,7 @@ class DocumentError(ValueError):
 
 
 class TextTooLong(DocumentError):
-    """A document with more text than its reader takes (``limit`` characters), which a caller may word its own way."""
-
-    def __init__(self, message: str, limit: int) -> None:
-        super().__init__(message)
-        self.limit = limit
+    """A document with more text than its reader takes (``max_chars``), which a caller may word its own way."""
 
 
 def _utf16_without_bom(raw: bytes) -> str | None:
@@ -183,7 +179,7 @@ def read_document(path: str | Path, *, max_bytes: int = MAX_DOCUMENT_BYTES, name
         raise DocumentError(f"{shown} is empty (no text found); give a file with some text")
     if len(text) > max_chars:
         raise TextTooLong(f"{shown} has more than {max_chars:,} characters of text; split it into parts, or keep the part "
-                          "you need", max_chars)
+                          "you need")
     return text
 
 
