@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from conftest import EXAMPLES, lines, wait_for
@@ -18,6 +19,7 @@ from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
 from lmswitch.harness.evaluate import sentiment_scores
+from lmswitch.webapp.stopping import STOPPING
 
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]  # a launched app.py on the embedded model
 
@@ -244,6 +246,7 @@ def test_a_stopped_server_removes_its_pages_files_from_a_folder_the_user_named(t
 
     server = AppServer(tmp_path, name="named-folder")  # GRADIO_TEMP_DIR: tmp_path / "gradio"
     folder = tmp_path / "gradio"
+    stopping = math.inf
     try:
         server.wait_ready()
         c = client(server)
@@ -252,8 +255,11 @@ def test_a_stopped_server_removes_its_pages_files_from_a_folder_the_user_named(t
         assert len(copies) == 1 and list(folder.glob("lmswitch-export-*"))
         others = folder / "another-app.txt"
         others.write_text("not ours")
+        stopping = time.monotonic()
     finally:
-        server.stop()  # SIGTERM
+        server.stop()  # SIGTERM, with the client still open
+    # its heartbeat stream ends with the stop: a graceful close waited for it until Gradio gave up, 5 s later
+    assert time.monotonic() - stopping < 4
     assert server.process.returncode == 0 and "Traceback" not in server.log_path.read_text()
     assert folder.is_dir() and others.exists() and not copies[0].exists() and not list(folder.glob("lmswitch-export-*"))
 
@@ -267,43 +273,64 @@ def group_alive(pgid: int) -> bool:
 
 
 STARTING, SERVING = "in the background; open", "OpenAI-compatible API at"  # what the app prints as it starts, then serves
+STOPS = {"SIGTERM-serving": (signal.SIGTERM, SERVING), "SIGHUP-serving": (signal.SIGHUP, SERVING), "SIGTERM-starting": (signal.SIGTERM, STARTING)}
+
+
+class MakeApp:
+    """README's first command, ``make app``, started as from a terminal, to be sent ``stop`` once it has printed ``when``."""
+
+    def __init__(self, folder: Path, stop: signal.Signals, when: str) -> None:
+        from app_server import ROOT, free_port
+
+        self.stop, self.when, self.stopped = stop, when, False
+        switches, self.tmp, self.log = folder / "switches", folder / "tmp", folder / "make-app.log"
+        switches.mkdir()
+        self.tmp.mkdir()
+        env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}  # not make test's flags
+        env |= {"PYTHONUNBUFFERED": "1", "LMSWITCH_SPOOL_DIR": str(self.tmp), "TMPDIR": str(self.tmp)}
+        with open(self.log, "w") as out:  # -o: never (re)install here, whatever the install stamp's age (make test installs first)
+            # as from a terminal: the stop signals at their defaults, even where this test runs under nohup (SIGHUP ignored,
+            # which make and the app would inherit and keep, as they should)
+            self.make = subprocess.Popen(["make", "-o", ".venv/.installed", "app", f"ARGS=--port {free_port()} --switches {switches}"],
+                                         cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                         preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)])
+
+    def ended(self) -> bool:
+        """Send the stop once ``when`` is printed; then True once every process of make app's group has ended."""
+        if not self.stopped:
+            assert self.make.poll() is None, f"make app exited with {self.make.returncode} before its stop:\n{self.log.read_text()[-4000:]}"
+            if self.when in self.log.read_text():
+                os.killpg(self.make.pid, self.stop)
+                self.stopped = True
+            return False
+        return self.make.poll() is not None and not group_alive(self.make.pid)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.make.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def stopped_make_apps(tmp_path_factory) -> dict[str, MakeApp]:
+    """Each way of stopping ``make app``, all at once: their starts (imports, the model's load) overlap on the cores."""
+    apps = {name: MakeApp(tmp_path_factory.mktemp(name), *how) for name, how in STOPS.items()}
+    try:
+        wait_for(lambda: all([app.ended() for app in apps.values()]), "each make app to print its line, then end when stopped", timeout=180)
+    finally:
+        for app in apps.values():
+            app.kill()
+    return apps
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("stop", "when"), [(signal.SIGTERM, SERVING), (signal.SIGHUP, SERVING), (signal.SIGTERM, STARTING)],
-                         ids=["SIGTERM-serving", "SIGHUP-serving", "SIGTERM-starting"])
-def test_stopping_make_apps_process_group_ends_the_app_cleanly(tmp_path, stop, when):
+@pytest.mark.parametrize("name", STOPS)
+def test_stopping_make_apps_process_group_ends_the_app_cleanly(stopped_make_apps, name):
     """README's first command, stopped as a service manager (SIGTERM) or a closed terminal (SIGHUP) stops it: the signal
     goes to its process group, and with SIGTERM make passes its own on, so the app gets two a moment apart. Serving or
     still starting (its model loading), it must close once, remove its temporary folders and print no traceback (a
     lock in the signal handler once deadlocked it, and a stop while the model loaded aborted it)."""
-    from app_server import ROOT, free_port
-
-    switches, tmp, log = tmp_path / "switches", tmp_path / "tmp", tmp_path / "make-app.log"
-    switches.mkdir()
-    tmp.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}  # not make test's flags
-    env |= {"PYTHONUNBUFFERED": "1", "LMSWITCH_SPOOL_DIR": str(tmp), "TMPDIR": str(tmp)}
-
-    def printed() -> bool:
-        assert make.poll() is None, f"make app exited with {make.returncode}:\n{log.read_text()[-4000:]}"
-        return when in log.read_text()
-
-    with open(log, "w") as out:  # -o: never (re)install here, whatever the install stamp's age (make test installs first)
-        # as from a terminal: the stop signals at their defaults, even where this test runs under nohup (SIGHUP ignored,
-        # which make and the app would inherit and keep, as they should)
-        make = subprocess.Popen(["make", "-o", ".venv/.installed", "app", f"ARGS=--port {free_port()} --switches {switches}"],
-                                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)])
-        try:
-            wait_for(printed, f"make app to print '{when}'", timeout=120)
-            os.killpg(make.pid, stop)
-            make.wait(timeout=30)
-            wait_for(lambda: not group_alive(make.pid), "every process of make app's group to end", timeout=30)
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(make.pid, signal.SIGKILL)
-    text = log.read_text()
-    closed = ["Keyboard interruption in main thread"] + (["lmswitch: stopped while starting"] if when == STARTING else [])
+    app = stopped_make_apps[name]
+    text = app.log.read_text()
+    closed = [STOPPING] + (["lmswitch: stopped while starting"] if app.when == STARTING else [])
     assert any(c in text for c in closed) and "Traceback" not in text and "make: ***" not in text, text[-4000:]
-    assert list(tmp.glob("lmswitch-*")) == []
+    assert list(app.tmp.glob("lmswitch-*")) == []

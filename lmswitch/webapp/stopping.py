@@ -11,10 +11,12 @@ import os
 import signal
 import sys
 import threading
+import time
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl+C; a service manager's stop; a closed terminal
 SHUTDOWN_LIMIT = 60  # seconds a shutdown may take before the process prints its threads' stacks and exits with 1
 REDELIVERY_DELAY = 0.01  # seconds before a stop dropped inside a finalizer is sent again (deliver_again)
+STOPPING = "lmswitch: stopping the server"  # printed when a stop signal arrives while it serves
 
 
 def stop_once(signum: int, frame) -> None:
@@ -60,3 +62,18 @@ def stop_on_signals() -> None:
         if signal.getsignal(stop) is not signal.SIG_IGN:
             signal.signal(stop, stop_once)
     sys.unraisablehook = deliver_again
+
+
+def serve_until_stopped(demo) -> None:
+    """Gradio's ``Blocks.block_thread``, with a stop that does not wait for open pages. ``block_thread`` closes the
+    server gracefully, and uvicorn then waits for every open connection, among them the heartbeat stream of each open
+    page and ``gradio_client``, which ends only with its page: Gradio gave up after 5 s, so with a page open every stop
+    took 5 s. Here those streams end first (the served app's stop event, as Gradio's own front proxy ends them), then
+    the server closes gracefully."""
+    try:
+        while demo.is_running:
+            time.sleep(0.1)
+    except KeyboardInterrupt:
+        print(STOPPING, flush=True)
+        demo.server_app.stop_event.set()
+        demo.server.close()
