@@ -114,15 +114,19 @@ def test_bad_exports_are_refused_and_nothing_is_written(llama_lm, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # not even a temporary folder is left
 
 
-def test_an_export_never_lands_in_a_folder_of_other_files(llama_lm, tmp_path):
-    """A model folder with an adapter beside it would load steered without anyone asking: refused unless forced."""
+def test_an_export_never_lands_in_a_folder_of_other_files(llama_lm, tmp_path, monkeypatch):
+    """A model folder with an adapter beside it would load steered without anyone asking: refused unless forced, and
+    before the export's work (on the embedded model's head, seconds)."""
     s = random_switch(llama_lm, seed=1, scale=20.0)
     model_dir = tmp_path / "model"
     llama_lm.model.save_pretrained(model_dir)
     before = sorted(p.name for p in model_dir.iterdir())
-    for fmt in ("peft", "merged"):
-        with pytest.raises(ValueError, match="already holds other files.*--force"):
-            export(llama_lm, [(s, 2.0)], model_dir, format=fmt)
+    with monkeypatch.context() as m:
+        for work in ("lora_factors", "merged_head", "full_rank"):
+            m.setattr(f"lmswitch.core.export.{work}", lambda *args, _work=work, **kwargs: pytest.fail(f"{_work} ran before the refusal"))
+        for fmt in ("peft", "merged"):
+            with pytest.raises(ValueError, match="already holds other files.*--force"):
+                export(llama_lm, [(s, 2.0)], model_dir, format=fmt)
     assert sorted(p.name for p in model_dir.iterdir()) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
     export_peft(llama_lm, [(s, 2.0)], model_dir, force=True)  # asked for: written beside the model's files
