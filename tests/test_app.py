@@ -457,6 +457,30 @@ def test_a_cancel_during_the_probe_ends_it_within_a_pause_point(backend, monkeyp
     assert backend.run(lambda: "the compute thread goes on") == "the compute thread goes on"
 
 
+def test_a_switch_probed_again_gets_the_same_card_without_a_second_probe(backend, monkeypatch):
+    """A class moving the shipped switch to Gemma, one page each, waited for the same 12–21 s probe each time. Kept by
+    content: another matrix or another card is probed; a failed probe is not kept."""
+    from dataclasses import replace
+
+    from lmswitch.webapp import backend as backend_module
+
+    probed, real = [], backend_module.calibrated_card
+    monkeypatch.setattr(backend_module, "calibrated_card", lambda lm, switch: probed.append(switch.name) or real(lm, switch))
+    lm, library = backend.get()
+    alpha = library.get("alpha")
+    first = backend.calibrated(lm, alpha)
+    assert first.fluent_eps is not None and backend.calibrated(lm, replace(alpha, name="another page's")) == first
+    assert probed == ["alpha"]
+    backend.calibrated(lm, random_switch(lm, seed=9, name="alpha"))  # another matrix
+    backend.calibrated(lm, replace(alpha, card=alpha.card.updated(recommended_eps=1.0)))  # another card
+    assert probed == ["alpha"] * 3
+    monkeypatch.setattr(backend_module, "calibrated_card", _out_of_memory)
+    beta = library.get("beta")
+    assert backend.calibrated(lm, beta)["calibration_error"] == "RuntimeError: out of memory"
+    monkeypatch.setattr(backend_module, "calibrated_card", lambda lm, switch: probed.append(switch.name) or real(lm, switch))
+    assert backend.calibrated(lm, beta).fluent_eps is not None and probed[-1] == "beta"
+
+
 def test_a_cancel_after_training_skips_the_reading_and_the_probe_and_keeps_the_switch(backend):
     session = Session()
     stream = app.train(backend, *train_args(steps=5), session, *[None] * 7, progress=lambda *a, **k: None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import functools
 import inspect
+import json
 import logging
 import os
 import shutil
@@ -30,6 +31,7 @@ from lmswitch.serve.session import Session, SwitchLibrary
 from lmswitch.webapp.files import export_folder
 
 USER_ERRORS = (ValueError, TypeError, SwitchFileError, DocumentError, Busy)
+PROBES_KEPT = 256  # fluent-range probes a server remembers (a key and two numbers each)
 
 
 def _read_ahead(lm: LanguageModel) -> None:
@@ -72,6 +74,8 @@ class Backend:
         self._batchers_lock = threading.Lock()
         self._loading: dict[str, threading.Lock] = {}  # one lock per model name being loaded by Backend.model
         self._loading_lock = threading.Lock()
+        self._probed: dict[tuple, Card] = {}  # Backend.calibrated's cards, by model and switch content, oldest first
+        self._probed_lock = threading.Lock()
 
     def finish_saving(self, timeout: float = 20.0) -> None:
         """Let a switch being saved to the library finish (the app ends its process without waiting for threads)."""
@@ -118,11 +122,22 @@ class Backend:
                    cancelled: str = "the probe was cancelled") -> Card:
         """``switch``'s card with its fluent range probed on ``lm`` (a trained or transferred switch, as background work);
         on a failure, or ``cancel`` set meanwhile, its card as it was, saying why (``cancelled``): the switch must not be
-        lost over it, and its slider spans the usual range."""
+        lost over it, and its slider spans the usual range. A probe's card is kept for the same model, matrix and card:
+        the probe samples with fixed seeds, and it holds the compute thread for seconds (12–21 s for a switch moved to
+        Gemma-3-270M), so the same switch probed again, by any page, gets the same card at once."""
+        key = (lm.fingerprint, str(lm.model.dtype), switch.digest, json.dumps(switch.card.to_dict(), sort_keys=True, default=str))
+        with self._probed_lock:
+            if key in self._probed:  # the same switch again, e.g. a class moving the shipped one to Gemma, one page each
+                return self._probed[key]
         try:
             if cancel is not None and cancel.is_set():
                 raise Stopped
-            return self.run(_stopping(calibrated_card, cancel), lm, switch, background=True)
+            card = self.run(_stopping(calibrated_card, cancel), lm, switch, background=True)
+            with self._probed_lock:
+                self._probed[key] = card
+                while len(self._probed) > PROBES_KEPT:
+                    del self._probed[next(iter(self._probed))]
+            return card
         except Stopped:
             return switch.card.updated(calibration_error=cancelled)
         except Exception as err:  # any failure: the switch is added uncalibrated, and its card says why
