@@ -489,8 +489,12 @@ def test_an_output_folder_or_report_that_cannot_be_written_is_refused_before_loa
     """export, eval and build-pretrained check where they write before any work (a sweep or a build takes minutes to
     hours), and expand ``~`` there as train does."""
     (tmp_path / "afile").write_text("a file")
+    (tmp_path / "others").mkdir()
+    (tmp_path / "others" / "notes.txt").write_text("a user's file")
     for argv, said in ((["export", "--switch", "sentiment", "--out", "{tmp}/afile/sub"], "afile is a file, not a folder"),
                        (["export", "--switch", "sentiment", "--out", "{tmp}/afile"], "is a file; give a folder"),
+                       (["export", "--switch", "sentiment", "--out", "{tmp}/others"], "already holds other files"),
+                       (["export", "--switch", "sentiment", "--format", "gguf-lora", "--out", "{tmp}/others"], "already holds other files"),
                        (["eval", "--switch", "sentiment", "--out", "{tmp}/afile"], "is a file; give a folder"),
                        (["build-pretrained", "--out", "{tmp}/afile/x"], "is a file, not a folder"),
                        (["eval", "--report", "{tmp}"], "is a folder; give a file name"),

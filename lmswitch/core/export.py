@@ -200,19 +200,28 @@ def _publish(tmp: Path, folder: Path, force: bool) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def checked_out(out: str | os.PathLike, ours: Callable[[Path], bool], force: bool, lm: LanguageModel) -> Path:
-    """``out`` resolved, once :func:`_check_out` lets an export of ``lm`` write there: an export asks first, so that a
-    refusal comes before its work, and again just before it writes."""
+def _ours(format: str) -> Callable[[Path], bool]:
+    """Whether a folder holds an earlier export of ``format`` (which a new one replaces whole)."""
+    if format in ("gguf", "gguf-lora"):
+        from lmswitch.core.export_gguf import owned_by  # it builds on this module
+
+        return owned_by(format)
+    return {"peft": _is_adapter, "merged": _is_merged}[format]
+
+
+def checked_out(out: str | os.PathLike, format: str, force: bool, lm: LanguageModel | None = None) -> Path:
+    """``out`` resolved, once :func:`_check_out` lets an export of ``format`` write there (with ``lm``, also not into its
+    model's files). The command line asks before it loads the model and an export before its work, so that a refusal
+    comes at once; the export asks again just before it writes."""
     folder = Path(out).expanduser().resolve()
-    _check_out(folder, ours, force, (lm.gguf_path, lm.pretrained_id))
+    _check_out(folder, _ours(format), force, (lm.gguf_path, lm.pretrained_id) if lm is not None else ())
     return folder
 
 
-def write_folder(out: str | os.PathLike, ours: Callable[[Path], bool], force: bool, write: Callable[[Path], None],
-                 lm: LanguageModel) -> None:
-    """Write an export of ``lm`` into ``out`` through a temporary folder beside it (see :func:`_check_out` for what is
-    refused)."""
-    folder = checked_out(out, ours, force, lm)
+def write_folder(out: str | os.PathLike, format: str, force: bool, write: Callable[[Path], None], lm: LanguageModel) -> None:
+    """Write an export of ``lm`` in ``format`` into ``out`` through a temporary folder beside it (see :func:`_check_out`
+    for what is refused)."""
+    folder = checked_out(out, format, force, lm)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = new_folder_beside(folder)
     try:
@@ -254,7 +263,7 @@ def _peft_config(lm: LanguageModel, target: str, r: int) -> dict:
 def export_peft(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *, rank: int | None = None,
                 force: bool = False) -> ExportReport:
     """Write ``setting`` as a PEFT LoRA adapter folder (``adapter_config.json`` + ``adapter_model.safetensors``)."""
-    checked_out(out, _is_adapter, force, lm)
+    checked_out(out, "peft", force, lm)
     target = head_module_name(lm)
     A, B, full, kept = lora_factors(lm, setting, rank)
     r = A.shape[0]
@@ -264,7 +273,7 @@ def export_peft(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *, 
         save_file(tensors, str(tmp / ADAPTER_FILE), metadata={"format": "pt", "lmswitch_setting": json.dumps(setting_names(setting))})
         (tmp / CONFIG_FILE).write_text(json.dumps(_peft_config(lm, target, r), indent=2), encoding="utf-8")
 
-    write_folder(out, _is_adapter, force, write, lm)
+    write_folder(out, "peft", force, write, lm)
     errors = logit_errors(lm, setting, lambda c: (c @ A.double().T) @ B.double().T)
     return ExportReport(str(out), "peft", r, full, round(kept, 6), *errors, target, setting_names(setting), rank_notes(rank, full))
 
@@ -281,7 +290,7 @@ def export_merged(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *
 
     The model's own weights are shared, not copied: only the new head takes memory.
     """
-    checked_out(out, _is_merged, force, lm)
+    checked_out(out, "merged", force, lm)
     target = head_module_name(lm)
     head = merged_head(lm, setting)
     full = full_rank(lm, setting)
@@ -296,7 +305,7 @@ def export_merged(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *
         (tmp / MERGED_MARKER).write_text(json.dumps({"setting": setting_names(setting), "base": lm.pretrained_id or lm.name,
                                                      "files": files}, indent=2), encoding="utf-8")
 
-    write_folder(out, _is_merged, force, write, lm)
+    write_folder(out, "merged", force, write, lm)
     E = lm.head_weight().detach().to("cpu", torch.float64)
     errors = logit_errors(lm, setting, lambda c: c @ (head.double() - E).T)
     notes = () if head.dtype == torch.float32 else (

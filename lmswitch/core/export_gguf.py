@@ -114,8 +114,7 @@ def _setting_note(setting: Setting) -> dict[str, str]:
 
 def export_gguf_merged(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *, force: bool = False) -> ExportReport:
     """``out/model.gguf``: the model's GGUF with the steered head ``E (I + M)`` (F32) as its own ``output.weight``."""
-    ours = functools.partial(_is_ours, names=(MERGED_FILE,))
-    checked_out(out, ours, force, lm)
+    checked_out(out, "gguf", force, lm)
     reader = gguf.GGUFReader(str(source_gguf(lm)))
     _check_head(lm, reader)
     head = merged_head(lm, setting, torch.float32)  # written as F32: not rounded to a bfloat16 model's dtype first
@@ -124,7 +123,7 @@ def export_gguf_merged(lm: LanguageModel, setting: Setting, out: str | os.PathLi
     def write(tmp: Path) -> None:
         _write_model(reader, tmp / MERGED_FILE, lambda: (head.numpy(), gguf.GGMLQuantizationType.F32), _setting_note(setting))
 
-    write_folder(out, ours, force, write, lm)
+    write_folder(out, "gguf", force, write, lm)
     E = lm.head_weight().detach().to("cpu", torch.float64)
     errors = logit_errors(lm, setting, lambda c: c @ (head.double() - E).T)
     return ExportReport(str(out), "gguf", full, full, 1.0, *errors, "output.weight", setting_names(setting))
@@ -133,8 +132,7 @@ def export_gguf_merged(lm: LanguageModel, setting: Setting, out: str | os.PathLi
 def export_gguf_lora(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *, rank: int | None = None,
                      force: bool = False) -> ExportReport:
     """``out/adapter.gguf`` (a llama.cpp LoRA on ``output.weight``), and ``out/base.gguf`` when the model's head is tied."""
-    ours = functools.partial(_is_ours, names=(ADAPTER_FILE, BASE_FILE))
-    checked_out(out, ours, force, lm)
+    checked_out(out, "gguf-lora", force, lm)
     reader = gguf.GGUFReader(str(source_gguf(lm)))
     _check_head(lm, reader)
     A, B, full, kept = lora_factors(lm, setting, rank)
@@ -160,12 +158,17 @@ def export_gguf_lora(lm: LanguageModel, setting: Setting, out: str | os.PathLike
         writer.write_tensors_to_file()
         writer.close()
 
-    write_folder(out, ours, force, write, lm)
+    write_folder(out, "gguf-lora", force, write, lm)
     errors = logit_errors(lm, setting, lambda c: (c @ A.double().T) @ B.double().T)
     notes = (f"the model's head is tied to its token embedding: load {BASE_FILE} (the same model with an untied head) with "
              f"{ADAPTER_FILE}",) if tied else (f"load {ADAPTER_FILE} on {lm.gguf_path}",)
     notes += rank_notes(rank, full)
     return ExportReport(str(out), "gguf-lora", r, full, round(kept, 6), *errors, HEAD, setting_names(setting), notes)
+
+
+def owned_by(format: str) -> Callable[[Path], bool]:
+    """Whether a folder holds an earlier export of the GGUF ``format`` ("gguf" or "gguf-lora")."""
+    return functools.partial(_is_ours, names=(MERGED_FILE,) if format == "gguf" else (ADAPTER_FILE, BASE_FILE))
 
 
 def _is_ours(folder: Path, names: tuple[str, ...]) -> bool:
