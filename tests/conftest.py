@@ -238,12 +238,33 @@ def sentiment(lm) -> Switch:
 API_KEY = "lmswitch-test-key"  # the launched app's key for its OpenAI-compatible endpoints
 
 
+_STARTED: list = []  # the launched app of `app_server`, started when the run is known to need it
+
+
+def _launch_app(folder: Path):
+    from app_server import AppServer
+
+    return AppServer(folder, api_key=API_KEY, args=("--dtype", "float32"))  # results comparable bit for bit
+
+
+def pytest_collection_finish(session):
+    """The launched app takes ~10 s to start, mostly one core importing and loading its model: when a selected test needs
+    it, it starts now, beside the tests before its first user, rather than in that test's setup."""
+    if any("app_server" in item.fixturenames for item in session.items):
+        folder = Path(tempfile.mkdtemp(prefix="lmswitch-test-app-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        _STARTED.append(_launch_app(folder))
+
+
+def pytest_sessionfinish(session):
+    while _STARTED:  # no test took it (the run stopped early)
+        _STARTED.pop().stop()
+
+
 @pytest.fixture(scope="session")
 def app_server(tmp_path_factory):
     """``python app.py --dtype float32`` on a free port with a private copy of the shipped switches, ready to serve."""
-    from app_server import AppServer
-
-    server = AppServer(tmp_path_factory.mktemp("app"), api_key=API_KEY, args=("--dtype", "float32"))  # results comparable bit for bit
+    server = _STARTED.pop() if _STARTED else _launch_app(tmp_path_factory.mktemp("app"))
     try:
         server.wait_ready()
         yield server
