@@ -495,6 +495,7 @@ def test_an_output_folder_or_report_that_cannot_be_written_is_refused_before_loa
                        (["export", "--switch", "sentiment", "--out", "{tmp}/afile"], "is a file; give a folder"),
                        (["export", "--switch", "sentiment", "--out", "{tmp}/others"], "already holds other files"),
                        (["export", "--switch", "sentiment", "--format", "gguf-lora", "--out", "{tmp}/others"], "already holds other files"),
+                       (["export", "--switch", "sentiment", "--out", ""], "--out is empty"),
                        (["eval", "--switch", "sentiment", "--out", "{tmp}/afile"], "is a file; give a folder"),
                        (["build-pretrained", "--out", "{tmp}/afile/x"], "is a file, not a folder"),
                        (["eval", "--report", "{tmp}"], "is a folder; give a file name"),
@@ -506,6 +507,8 @@ def test_an_output_folder_or_report_that_cannot_be_written_is_refused_before_loa
         assert main(["--model", "no-such-model", *(a.format(tmp=tmp_path) for a in argv)]) == 2, argv
         err = capsys.readouterr().err
         assert err.startswith("error:") and said in err, (argv, err)
+    assert main(["--model", str(tmp_path / "others"), "export", "--switch", "sentiment", "--out", str(tmp_path / "others"), "--force"]) == 2
+    assert "holds the model itself" in capsys.readouterr().err  # --force writes beside other files, never into the model's
     monkeypatch.setenv("HOME", str(tmp_path))
     assert main(["--model", "no-such-model", "export", "--switch", "sentiment", "--out", "~/afile"]) == 2
     assert f"{tmp_path}/afile is a file" in capsys.readouterr().err  # ~ is the home folder, not a folder named "~"

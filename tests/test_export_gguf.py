@@ -72,10 +72,13 @@ def test_the_merged_gguf_head_is_exact_whatever_dtype_the_model_was_loaded_in(lm
 
 @pytest.mark.real_model
 @pytest.mark.slow
-def test_another_formats_export_is_refused_not_replaced(lm32, exported):
-    """README: an earlier export *of the same format* is replaced whole; a gguf-lora folder is not a gguf one."""
+def test_another_formats_export_is_refused_not_replaced(lm32, exported, monkeypatch):
+    """README: an earlier export *of the same format* is replaced whole; a gguf-lora folder is not a gguf one. Refused
+    before the export's work."""
     sentiment, folder, _, _ = exported
     before = sorted(p.name for p in (folder / "lora").iterdir())
+    for work in ("lora_factors", "merged_head", "full_rank"):
+        monkeypatch.setattr(f"lmswitch.core.export_gguf.{work}", lambda *args, _work=work, **kwargs: pytest.fail(f"{_work} ran before the refusal"))
     with pytest.raises(ValueError, match="already holds other files"):
         export(lm32, [(sentiment, 2.0)], folder / "lora", format="gguf")
     with pytest.raises(ValueError, match="already holds other files"):

@@ -83,10 +83,10 @@ def checked_before_loading(args: argparse.Namespace) -> None:
         args.out = str(switch_path(args.out, overwrite=args.force))
     elif args.command in ("export", "eval", "build-pretrained") and args.out:  # a folder to write into
         args.out = str(writable(args.out, folder=True))
-    if args.command == "export":  # a folder of other files: refused before the model loads, not after
+    if args.command == "export":  # a folder of other files, or the model's own: refused before the model loads, not after
         from lmswitch.core.export import checked_out
 
-        checked_out(args.out, args.format, args.force)
+        checked_out(args.out, args.format, args.force, (args.model,) if args.model and Path(args.model).expanduser().exists() else ())
     if getattr(args, "report", None):
         args.report = str(writable(args.report))
     if args.command == "train":

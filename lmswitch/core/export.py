@@ -209,19 +209,26 @@ def _ours(format: str) -> Callable[[Path], bool]:
     return {"peft": _is_adapter, "merged": _is_merged}[format]
 
 
-def checked_out(out: str | os.PathLike, format: str, force: bool, lm: LanguageModel | None = None) -> Path:
-    """``out`` resolved, once :func:`_check_out` lets an export of ``format`` write there (with ``lm``, also not into its
-    model's files). The command line asks before it loads the model and an export before its work, so that a refusal
-    comes at once; the export asks again just before it writes."""
+def model_files(lm: LanguageModel) -> tuple[str | None, ...]:
+    """Where ``lm`` was loaded from (its GGUF file, its folder or hub id): an export never writes there."""
+    return lm.gguf_path, lm.pretrained_id
+
+
+def checked_out(out: str | os.PathLike, format: str, force: bool, model: tuple[str | None, ...] = ()) -> Path:
+    """``out`` resolved, once :func:`_check_out` lets an export of ``format`` write there (and not into ``model``, the
+    model's :func:`model_files`). The command line asks before it loads the model and an export before its work, so
+    that a refusal comes at once; the export asks again just before it writes."""
+    if not str(out).strip():  # (Path("") is the current folder)
+        raise ValueError("--out is empty: give the folder to write the export into, e.g. --out adapter")
     folder = Path(out).expanduser().resolve()
-    _check_out(folder, _ours(format), force, (lm.gguf_path, lm.pretrained_id) if lm is not None else ())
+    _check_out(folder, _ours(format), force, model)
     return folder
 
 
 def write_folder(out: str | os.PathLike, format: str, force: bool, write: Callable[[Path], None], lm: LanguageModel) -> None:
     """Write an export of ``lm`` in ``format`` into ``out`` through a temporary folder beside it (see :func:`_check_out`
     for what is refused)."""
-    folder = checked_out(out, format, force, lm)
+    folder = checked_out(out, format, force, model_files(lm))
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = new_folder_beside(folder)
     try:
@@ -263,7 +270,7 @@ def _peft_config(lm: LanguageModel, target: str, r: int) -> dict:
 def export_peft(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *, rank: int | None = None,
                 force: bool = False) -> ExportReport:
     """Write ``setting`` as a PEFT LoRA adapter folder (``adapter_config.json`` + ``adapter_model.safetensors``)."""
-    checked_out(out, "peft", force, lm)
+    checked_out(out, "peft", force, model_files(lm))
     target = head_module_name(lm)
     A, B, full, kept = lora_factors(lm, setting, rank)
     r = A.shape[0]
@@ -290,7 +297,7 @@ def export_merged(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *
 
     The model's own weights are shared, not copied: only the new head takes memory.
     """
-    checked_out(out, "merged", force, lm)
+    checked_out(out, "merged", force, model_files(lm))
     target = head_module_name(lm)
     head = merged_head(lm, setting)
     full = full_rank(lm, setting)
@@ -317,8 +324,6 @@ def export_merged(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *
 def export(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *, format: str = EXPORT_FORMAT, rank: int | None = None,
            force: bool = False) -> ExportReport:
     """Export ``setting`` in ``format`` (:data:`FORMATS`) to the folder ``out``."""
-    if not str(out).strip():  # (Path("") is the current folder)
-        raise ValueError("--out is empty: give the folder to write the export into, e.g. --out adapter")
     if format == "peft":
         return export_peft(lm, setting, out, rank=rank, force=force)
     if format in ("merged", "gguf") and rank is not None:

@@ -35,6 +35,7 @@ from lmswitch.core.export import (
     logit_errors,
     lora_factors,
     merged_head,
+    model_files,
     rank_notes,
     setting_names,
     write_folder,
@@ -114,7 +115,7 @@ def _setting_note(setting: Setting) -> dict[str, str]:
 
 def export_gguf_merged(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *, force: bool = False) -> ExportReport:
     """``out/model.gguf``: the model's GGUF with the steered head ``E (I + M)`` (F32) as its own ``output.weight``."""
-    checked_out(out, "gguf", force, lm)
+    checked_out(out, "gguf", force, model_files(lm))
     reader = gguf.GGUFReader(str(source_gguf(lm)))
     _check_head(lm, reader)
     head = merged_head(lm, setting, torch.float32)  # written as F32: not rounded to a bfloat16 model's dtype first
@@ -132,7 +133,7 @@ def export_gguf_merged(lm: LanguageModel, setting: Setting, out: str | os.PathLi
 def export_gguf_lora(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *, rank: int | None = None,
                      force: bool = False) -> ExportReport:
     """``out/adapter.gguf`` (a llama.cpp LoRA on ``output.weight``), and ``out/base.gguf`` when the model's head is tied."""
-    checked_out(out, "gguf-lora", force, lm)
+    checked_out(out, "gguf-lora", force, model_files(lm))
     reader = gguf.GGUFReader(str(source_gguf(lm)))
     _check_head(lm, reader)
     A, B, full, kept = lora_factors(lm, setting, rank)
@@ -168,7 +169,7 @@ def export_gguf_lora(lm: LanguageModel, setting: Setting, out: str | os.PathLike
 
 def owned_by(format: str) -> Callable[[Path], bool]:
     """Whether a folder holds an earlier export of the GGUF ``format`` ("gguf" or "gguf-lora")."""
-    return functools.partial(_is_ours, names=(MERGED_FILE,) if format == "gguf" else (ADAPTER_FILE, BASE_FILE))
+    return functools.partial(_is_ours, names={"gguf": (MERGED_FILE,), "gguf-lora": (ADAPTER_FILE, BASE_FILE)}[format])
 
 
 def _is_ours(folder: Path, names: tuple[str, ...]) -> bool:
