@@ -250,6 +250,9 @@ def _launch_app(folder: Path):
 def pytest_collection_finish(session):
     """The launched app takes ~10 s to start, mostly one core importing and loading its model: when a selected test needs
     it, it starts now, beside the tests before its first user, rather than in that test's setup."""
+    option = session.config.option
+    if option.collectonly or option.showfixtures or session.testsfailed:  # nothing will run (or collection failed)
+        return
     if any("app_server" in item.fixturenames for item in session.items):
         folder = Path(tempfile.mkdtemp(prefix="lmswitch-test-app-"))
         atexit.register(shutil.rmtree, folder, ignore_errors=True)
