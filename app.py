@@ -108,7 +108,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--spool-dir {args.spool_dir} is not a folder this user can write to; create it or pass another")
     stop_on_signals()
     try:
-        serve_until_stopped(serve(args))  # from here on a stop closes the server, then this returns
+        demo, backend = serve(args)
+        serving = f"lmswitch: OpenAI-compatible API at http://{args.host}:{args.port}/v1" + (" (API key required)" if args.api_key else "")
+        serve_until_stopped(demo, serving, on_stop=backend.stopping.set)  # from here on a stop closes the server, then this returns
     except KeyboardInterrupt:  # stopped while starting
         print("lmswitch: stopped while starting", flush=True)
     except Exception:  # e.g. the port is taken: said, and the model that may be loading does not abort the exit
@@ -134,7 +136,8 @@ def end_process(code: int) -> None:
 
 
 def serve(args: argparse.Namespace):
-    """Start the web server, then the backend (the model loads in the background); returns the running Gradio app."""
+    """Start the web server, then the backend (the model loads in the background); returns the running Gradio app and
+    its backend."""
     backend = Backend(args.model, args.switches, dtype=args.dtype, spool=args.spool_dir)
     backend.compute.own_cores()  # a torch op on a web thread must not slow every generation (serve/compute.py)
     demo = build_app(backend)
@@ -152,9 +155,7 @@ def serve(args: argparse.Namespace):
     backend.start()
     start_sweeping(demo, args.keep_files)
     threading.Thread(target=freeze_when_loaded, args=(backend,), name="lmswitch-gc-freeze", daemon=True).start()
-    print(f"lmswitch: OpenAI-compatible API at http://{args.host}:{args.port}/v1"
-          + (" (API key required)" if args.api_key else ""), flush=True)
-    return demo
+    return demo, backend
 
 
 if __name__ == "__main__":

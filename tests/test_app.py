@@ -479,6 +479,17 @@ def test_a_switch_probed_again_gets_the_same_card_without_a_second_probe(backend
     assert backend.calibrated(lm, beta)["calibration_error"] == "RuntimeError: out of memory"
     monkeypatch.setattr(backend_module, "calibrated_card", lambda lm, switch: probed.append(switch.name) or real(lm, switch))
     assert backend.calibrated(lm, beta).fluent_eps is not None and probed[-1] == "beta"
+    # pages asking at once: the later ones wait behind the first probe on the compute thread, then take its card
+    slow = random_switch(lm, seed=10, name="slow")
+    monkeypatch.setattr(backend_module, "calibrated_card", lambda lm, switch: probed.append(switch.name) or time.sleep(0.5) or real(lm, switch))
+    cards = []
+    pages = [threading.Thread(target=lambda: cards.append(backend.calibrated(lm, replace(slow)))) for _ in range(3)]
+    for page in pages:
+        page.start()
+        time.sleep(0.1)
+    for page in pages:
+        page.join()
+    assert probed.count("slow") == 1 and len(cards) == 3 and cards[0] == cards[1] == cards[2]
 
 
 def test_a_cancel_after_training_skips_the_reading_and_the_probe_and_keeps_the_switch(backend):

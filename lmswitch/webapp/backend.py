@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import hashlib
 import inspect
 import json
 import logging
@@ -31,7 +32,7 @@ from lmswitch.serve.session import Session, SwitchLibrary
 from lmswitch.webapp.files import export_folder
 
 USER_ERRORS = (ValueError, TypeError, SwitchFileError, DocumentError, Busy)
-PROBES_KEPT = 256  # fluent-range probes a server remembers (a key and two numbers each)
+PROBES_KEPT = 256  # fluent-range probes' cards a server keeps (Backend.calibrated)
 
 
 def _read_ahead(lm: LanguageModel) -> None:
@@ -68,6 +69,7 @@ class Backend:
         for folder in (self.export_dir, self.spool_dir):  # removed when the server exits (app.py: also on SIGTERM)
             atexit.register(shutil.rmtree, folder, ignore_errors=True)
         atexit.register(self.finish_saving)  # first (atexit runs the last registered first): a save in progress ends
+        self.stopping = threading.Event()  # the server is stopping: a page that closes now keeps its switches in memory
         self.compute = ComputeThread()
         self.comparisons = ComparisonCache()  # keyed on content, so sessions may share it
         self._batchers: dict[int, Batcher] = {}
@@ -122,26 +124,39 @@ class Backend:
                    cancelled: str = "the probe was cancelled") -> Card:
         """``switch``'s card with its fluent range probed on ``lm`` (a trained or transferred switch, as background work);
         on a failure, or ``cancel`` set meanwhile, its card as it was, saying why (``cancelled``): the switch must not be
-        lost over it, and its slider spans the usual range. A probe's card is kept for the same model, matrix and card:
-        the probe samples with fixed seeds, and it holds the compute thread for seconds (12–21 s for a switch moved to
-        Gemma-3-270M), so the same switch probed again, by any page, gets the same card at once."""
-        key = (lm.fingerprint, str(lm.model.dtype), switch.digest, json.dumps(switch.card.to_dict(), sort_keys=True, default=str))
-        with self._probed_lock:
-            if key in self._probed:  # the same switch again, e.g. a class moving the shipped one to Gemma, one page each
-                return self._probed[key]
+        lost over it, and its slider spans the usual range. A probe's card is kept for the served model (name, head
+        and dtype), the matrix and the card: the probe samples with fixed seeds, and it holds the compute thread for
+        seconds (a switch moved to Gemma-3-270M: 12–21 s), so the same switch probed again, by any page, gets the same
+        card at once, also while the first probe runs."""
+        key = _probe_key(lm, switch)
+
+        def probe(lm: LanguageModel, switch: Switch) -> Card:  # on the compute thread, after any probe queued before it:
+            kept = self._kept(key)  # many pages moving one switch at once probe it once
+            if kept is None:
+                kept = calibrated_card(lm, switch)
+                self._keep(key, kept)  # here, before the next job: a probe failed or cancelled is not kept
+            return kept
+
+        if (kept := self._kept(key)) is not None:  # the same switch again, e.g. a class moving the shipped one to Gemma
+            return kept
         try:
             if cancel is not None and cancel.is_set():
                 raise Stopped
-            card = self.run(_stopping(calibrated_card, cancel), lm, switch, background=True)
-            with self._probed_lock:
-                self._probed[key] = card
-                while len(self._probed) > PROBES_KEPT:
-                    del self._probed[next(iter(self._probed))]
-            return card
+            return self.run(_stopping(probe, cancel), lm, switch, background=True)
         except Stopped:
             return switch.card.updated(calibration_error=cancelled)
         except Exception as err:  # any failure: the switch is added uncalibrated, and its card says why
             return switch.card.updated(calibration_error=f"{type(err).__name__}: {err}")
+
+    def _kept(self, key: tuple) -> Card | None:
+        with self._probed_lock:
+            return self._probed.get(key)
+
+    def _keep(self, key: tuple, card: Card) -> None:
+        with self._probed_lock:
+            self._probed[key] = card
+            while len(self._probed) > PROBES_KEPT:  # the oldest goes
+                del self._probed[next(iter(self._probed))]
 
     def load(self) -> Backend:
         try:
@@ -241,6 +256,12 @@ def user_errors(fn: Callable) -> Callable:
             raise gr.Error(str(err), print_exception=False) from None  # the user's error: no traceback in the log
 
     return call
+
+
+def _probe_key(lm: LanguageModel, switch: Switch) -> tuple:
+    """What a fluent-range probe's card depends on: the served model (name, head, dtype), the matrix and the card."""
+    card = json.dumps(switch.card.to_dict(), sort_keys=True, default=str)
+    return lm.name, lm.fingerprint, str(lm.model.dtype), switch.digest, hashlib.sha256(card.encode()).hexdigest()
 
 
 def _stopping(fn: Callable, cancel: threading.Event | None) -> Callable:

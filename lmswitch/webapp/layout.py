@@ -312,7 +312,7 @@ def build_app(backend: Backend) -> gr.Blocks:
 def _on_close(demo: gr.Blocks, state: gr.State, backend: Backend):
     """The unload event: when a page or API client goes away, its running generation stops (``Session.stop_generation``:
     a guided or best-of decode would otherwise hold other users' compute to its end) and its unsaved switches move to
-    disk (``Session.spill``).
+    disk (``Session.spill``), unless the server is stopping (every page's handler runs then).
 
     Gradio keeps a closed session (the app's ``Session`` is never an event output, so it has no time to live) until
     its limit of sessions pushes it out, in case the same client comes back; the switches need not take memory
@@ -325,6 +325,7 @@ def _on_close(demo: gr.Blocks, state: gr.State, backend: Backend):
         session = states.get(state._id) if states is not None else None
         if isinstance(session, Session):
             session.stop_generation()
-            session.spill(backend.spool_dir)
+            if not backend.stopping.is_set():  # at a stop every page closes, and the folder goes with the process
+                session.spill(backend.spool_dir)
 
     return page_closed

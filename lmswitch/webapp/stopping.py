@@ -6,12 +6,14 @@ process of its own in well under a second.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl+C; a service manager's stop; a closed terminal
 SHUTDOWN_LIMIT = 60  # seconds a shutdown may take before the process prints its threads' stacks and exits with 1
@@ -64,16 +66,34 @@ def stop_on_signals() -> None:
     sys.unraisablehook = deliver_again
 
 
-def serve_until_stopped(demo) -> None:
-    """Gradio's ``Blocks.block_thread``, with a stop that does not wait for open pages. ``block_thread`` closes the
-    server gracefully, and uvicorn then waits for every open connection, among them the heartbeat stream of each open
-    page and ``gradio_client``, which ends only with its page: Gradio gave up after 5 s, so with a page open every stop
-    took 5 s. Here those streams end first (the served app's stop event, as Gradio's own front proxy ends them), then
-    the server closes gracefully."""
+def serve_until_stopped(demo, announce: str, on_stop: Callable[[], None]) -> None:
+    """Print ``announce`` (the server is up), then serve until a stop signal; then ``on_stop()`` and close the server.
+
+    Gradio's ``Blocks.block_thread``, with a stop that does not wait for open pages. ``block_thread`` closes the server
+    gracefully, and uvicorn then waits for every open connection, among them the heartbeat stream of each open page and
+    ``gradio_client``, which ends only with its page: Gradio gave up after 5 s, so with a page open every stop took 5 s.
+    Here those streams end first (the served app's stop event, as Gradio's own front proxy ends them), which runs each
+    page's unload handler, then the server closes gracefully. A request still running (a training, a streamed
+    completion) is waited for as before, up to Gradio's 5 s."""
     try:
+        print(announce, flush=True)  # inside: a stop from here on is a stop of a serving app
         while demo.is_running:
             time.sleep(0.1)
     except KeyboardInterrupt:
-        print(STOPPING, flush=True)
-        demo.server_app.stop_event.set()
-        demo.server.close()
+        with contextlib.suppress(OSError):  # a closed terminal's output
+            print(STOPPING, flush=True)
+        try:
+            on_stop()
+            _set_on_its_loop(demo.server_app.stop_event)
+        finally:
+            demo.server.close()
+
+
+def _set_on_its_loop(event) -> None:
+    """Set an ``asyncio.Event`` of the server's event loop (which runs in another thread) through that loop, as its
+    waiters' futures may only be resolved there; one that nothing has waited on yet is bound to no loop."""
+    loop = getattr(event, "_loop", None)
+    if loop is not None and loop.is_running():
+        loop.call_soon_threadsafe(event.set)
+    else:
+        event.set()
