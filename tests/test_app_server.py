@@ -58,18 +58,17 @@ def test_the_page_and_its_endpoints_take_the_servers_token_cap(app_server):
 def test_generate_with_and_without_a_switch(app_server):
     c = client(app_server)
     base, steered = [], []
-    for seed in range(4):
-        off = c.predict(prompt=PROMPT, switches="", max_new_tokens=30, seed=seed, api_name="/generate")
-        on = c.predict(prompt=PROMPT, switches="sentiment=12", max_new_tokens=30, seed=seed, api_name="/generate")
+    # sent at once, as a script may (gradio_client's submit): all finish (a dragged slider's newer request stops the older
+    # one; these do not), batched together
+    jobs = [[c.submit(prompt=PROMPT, switches=switches, max_new_tokens=30, seed=seed, api_name="/generate") for switches in ("", "sentiment=12")]
+            for seed in range(4)]
+    for off, on in ([job.result() for job in pair] for pair in jobs):
         assert off["steered"] == off["unsteered"] == on["unsteered"]  # ε = 0 is the base model; same seed, same unsteered text
         assert on["steered"] != on["unsteered"]
         assert on["scores"]["unsteered"]["perplexity"] > 1
         base.append(off["unsteered"])
         steered.append(on["steered"])
     assert sum(sentiment_scores(steered)) / 4 > sum(sentiment_scores(base)) / 4 + 0.3  # clearly more positive
-    # a script's requests sent at once from one client all finish (a dragged slider's newer request stops the older one)
-    jobs = [c.submit(prompt=PROMPT, switches="sentiment=12", max_new_tokens=30, seed=seed, api_name="/generate") for seed in range(2)]
-    assert [job.result()["steered"] for job in jobs] == steered[:2]
 
 
 def test_generate_best_of_returns_the_librarys_choice_for_both_outputs(app_server, lm32):
