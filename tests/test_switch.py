@@ -159,6 +159,17 @@ def test_safetensors_without_switch_header(tmp_path, switch):
         load_switch(path)
 
 
+def test_a_switch_of_another_file_format_version_is_refused(tmp_path, saved, switch):
+    """Read as version 1, a later format's header could steer wrongly without a word."""
+    path = tmp_path / "later.safetensors"
+    save_file({"W": switch.W}, str(path), metadata=real_metadata(saved) | {"version": "2"})
+    with pytest.raises(SwitchFileError, match="file format version '2'; this lmswitch reads version 1"):
+        load_switch(path)
+    unversioned = {k: v for k, v in real_metadata(saved).items() if k != "version"}  # (as no release wrote, but read as 1)
+    save_file({"W": switch.W}, str(path), metadata=unversioned)
+    assert torch.equal(load_switch(path).W, switch.W)
+
+
 def test_nan_matrix_with_valid_header(tmp_path, saved, switch):
     meta = real_metadata(saved)
     W = switch.W.clone()

@@ -307,6 +307,9 @@ def load_switch(path: str | os.PathLike, model: LanguageModel | None = None) -> 
             keys = set(f.keys())
             if meta.get("format") != "lmswitch" or "switch" not in meta:
                 raise SwitchFileError(f"{path.name} is a safetensors file but not an lmswitch switch (no switch header)")
+            if meta.get("version", FORMAT_VERSION) != FORMAT_VERSION:  # read as this version, it could steer wrongly
+                raise SwitchFileError(f"{path.name} is a switch of file format version {meta['version']!r}; this lmswitch reads "
+                                      f"version {FORMAT_VERSION}: load it with the lmswitch that wrote it, or a newer one")
             if "W" not in keys or not keys <= set(TENSORS):
                 raise SwitchFileError(f"{path.name} should hold the tensor 'W' and at most a 'judge'; it holds {sorted(keys)}")
             W = f.get_tensor("W")
