@@ -8,6 +8,7 @@ import copy
 import math
 import threading
 
+import numpy as np
 import pytest
 import torch
 from conftest import random_ids, random_switch
@@ -179,8 +180,12 @@ def test_switches_for_different_models_do_not_combine(tiny_lm, make_lm):
         s + foreign
     with pytest.raises(ValueError, match="size"):
         s + Switch(W=torch.eye(s.dim + 1))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="scaled by a finite number; got nan"):
         s * math.nan
+    for typo in ("2", True, None):  # as a setting's ε refuses them (float("2") scaled it)
+        with pytest.raises(TypeError, match="scaled by a finite number"):
+            s * typo
+    assert torch.equal((s * np.float32(2)).W, (2 * s).W)  # a NumPy scalar is a number
 
 
 # --- per-row settings ------------------------------------------------------------------------

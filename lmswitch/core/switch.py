@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import numbers
 import os
 import re
 from dataclasses import dataclass, field, fields, replace
@@ -20,6 +21,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from lmswitch.core.card import Card
+from lmswitch.core.checks import is_number
 from lmswitch.core.options import DESCRIPTION, NEGATIVE_LABEL, POSITIVE_LABEL
 from lmswitch.io.atomic import writable, write_file
 from lmswitch.io.resources import resolve_switch_file
@@ -152,9 +154,10 @@ class Switch:
 
     # --- arithmetic -----------------------------------------------------------------
     def __mul__(self, k: float) -> Switch:
+        if not is_number(k):  # not float(k): "2" is a typo a setting's ε refuses too
+            raise (ValueError if isinstance(k, numbers.Real) and not isinstance(k, bool) else TypeError)(
+                f"a switch is scaled by a finite number; got {k!r}")
         k = float(k)
-        if not math.isfinite(k):
-            raise ValueError(f"cannot scale a switch by {k}")
         out = replace(self, W=self.W * k, name=f"{k:g}*{self.name}", card={"scaled_from": self.name, "factor": k},
                       judge=None if self.judge is None or k == 0 else self.judge * math.copysign(1.0, k))
         return out._swap_labels() if k < 0 else out
