@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -132,6 +133,10 @@ def test_cli_transfer_writes_a_loadable_switch(tmp_path, monkeypatch, capsys):
                  str(folders["gpt2"]), "--out", str(out), "--min-anchors", "20", "--force", "--no-calibrate"]) == 0
     unprobed = ls.load_switch(out, target)
     assert "not probed, so it may read less well" in capsys.readouterr().out and unprobed.card.fluent_eps is None
+    assert main(["--model", str(folders["llama"]), "--dtype", "float32", "--json", "transfer", "--switch", str(src_file), "--to",
+                 str(folders["gpt2"]), "--out", str(out), "--min-anchors", "20", "--force", "--no-calibrate"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["out"] == str(out) and printed["card"]["transfer"]["source_switch"] == "mood"  # train's key for its file
     assert unprobed.card.recommended_eps == moved.card["transfer"]["scaled_eps"]  # the scaled ε, as the library gives it
     code = main(["--model", str(folders["gpt2"]), "--dtype", "float32", "transfer", "--switch", str(src_file), "--to",
                  str(folders["llama"]), "--out", str(tmp_path / "x.safetensors")])
