@@ -314,16 +314,25 @@ def test_training_from_one_document_and_two_documents(backend, tmp_path):
                        text_b=" ".join(NEGATIVE), steps=5)
     assert "'ab'" in two[-1][2]
     assert session.get("doc", backend.library).card["n_negative"] == 0
-    # blank labels are the data's, as the boxes' placeholders say for the mode
+    # blank labels are the data's, as the boxes' placeholders say for the mode (two documents pasted: not files)
     for name, mode in (("doc", app.MODES[0]), ("ab", app.MODES[1])):
         switch, (side_b, pos, neg, text_a, text_b) = session.get(name, backend.library), app_train.mode_changed(mode)
-        assert (switch.positive_label, switch.negative_label) == (pos.placeholder, neg.placeholder)
+        assert (switch.positive_label, switch.negative_label) == (pos.placeholder.split(",")[0], neg.placeholder.split(",")[0])
+        assert pos.placeholder.endswith(", or its file's name") == (mode == app.MODES[1])
         assert side_b.visible == (mode != app.MODES[0])
         assert text_a.label == ("the document" if mode == app.MODES[0] else "document A")  # not "positive sentences…"
         assert (text_b.label == "document B") == (mode == app.MODES[1])
     assert [box.label for box in app_train.mode_changed(app.MODES[2])[3:]] == ["positive sentences, one per line",
                                                                                "negative sentences, one per line"]
     assert [session.get(n, backend.library).negative_label for n in ("doc", "ab")] == ["unlike the document", "document B"]
+    # two uploaded documents with blank labels: the files' names, which say more than "document A" on a slider
+    pro, con = tmp_path / "pro-tax.txt", tmp_path / "against the tax.md"
+    pro.write_text(" ".join(POSITIVE))
+    con.write_text(" ".join(NEGATIVE))
+    run_training(backend, session, mode=app.MODES[1], name="files", pos="", neg=" ", text_a="", file_a=str(pro), text_b="",
+                 file_b=str(con), steps=5)
+    files = session.get("files", backend.library)
+    assert (files.positive_label, files.negative_label) == ("pro-tax", "against the tax")
     first = two[0]  # the second run's first message clears the first run's report and what it learned
     assert first[0] == "Encoding the text…" and first[2] == "" and first[-1] == "" and all(u == gr.skip() for u in first[3:-1])
 

@@ -49,6 +49,11 @@ CANCELLED_PROBE = "cancelled after training; the switch is kept"
 PROBING = "⏳ Ready to steer. Measuring its fluent ε range on a few dev prompts (its slider will span it)…"
 
 
+def _file_label(file: str | None) -> str | None:
+    """An uploaded document's name without its suffix, as a side's label ("pro-tax" from pro-tax.pdf); None without one."""
+    return Path(file).stem[:MAX_LABEL_CHARS] or None if file else None
+
+
 def _training_data(mode: str, text_a, file_a, text_b, file_b) -> tuple[str | list[str], str | list[str] | None]:
     if mode == MODES[0]:
         return read_input(text_a, file_a, "the document", MAX_TRAIN_CHARS, TRAIN_ADVICE), None
@@ -69,8 +74,9 @@ def mode_changed(mode: str) -> tuple:
     blank label becomes) and the text boxes' labels for the mode's data."""
     kind = KINDS.get(mode, "examples")
     named, (text_a, text_b) = NAMINGS[kind], TEXT_LABELS[kind]
-    return (gr.Column(visible=mode != MODES[0]), gr.Textbox(placeholder=named.positive_label),
-            gr.Textbox(placeholder=named.negative_label), gr.Textbox(label=text_a), gr.Textbox(label=text_b))
+    uploaded = ", or its file's name" if mode == MODES[1] else ""  # (train: _file_label)
+    return (gr.Column(visible=mode != MODES[0]), gr.Textbox(placeholder=named.positive_label + uploaded),
+            gr.Textbox(placeholder=named.negative_label + uploaded), gr.Textbox(label=text_a), gr.Textbox(label=text_b))
 
 
 def training_data(mode: str, text_a, file_a, text_b, file_b) -> tuple[str | list[str], str | list[str] | None]:
@@ -142,9 +148,11 @@ def train(backend: Backend, mode: str, name: str, positive_label: str, negative_
     name = check_name(name)
     positive, negative = training_data(mode, text_a, file_a, text_b, file_b)
     config = train_config(steps, lr, eps0, rank, seed)
-    # a label left blank is the library's for the data (the boxes show it as their placeholder: mode_changed)
-    labels = [optional_text(label, f"the {side} label", MAX_LABEL_CHARS).strip() or None
-              for label, side in ((positive_label, "positive"), (negative_label, "negative"))]
+    # a label left blank is the library's for the data (the boxes show it as their placeholder: mode_changed), or for
+    # two uploaded documents their files' names
+    files = (file_a, file_b) if mode == MODES[1] else (None, None)
+    labels = [optional_text(label, f"the {side} label", MAX_LABEL_CHARS).strip() or _file_label(file)
+              for label, side, file in ((positive_label, "positive", files[0]), (negative_label, "negative", files[1]))]
     current = [sweep_pick, grid_a_pick, grid_b_pick, manage_pick, inspect_pick, highlight_pick, transfer_pick]
     job = _Job(lm, library, name, positive, negative, config, labels, current)
     flag = session.start_training()
