@@ -648,10 +648,13 @@ def test_bad_decoding_values_are_refused_before_loading_naming_the_flags(capsys)
     """They were refused after the model loaded (7–12 s), naming the library's fields (max_new_tokens)."""
     for argv, said in ((["generate", "--prompt", "Hi", "--max-new-tokens", "0"], "--max-new-tokens must be an integer from 1"),
                        (["sweep", "--prompt", "Hi", "--switch", "sentiment", "--top-p", "2"], "--top-p must be a number from 0 to 1"),
-                       (["generate", "--prompt", "Hi", "--temperature", "0", "--best-of", "2"], "--best-of > 1 needs sampling (--temperature > 0)")):
+                       (["generate", "--prompt", "Hi", "--temperature", "0", "--best-of", "2"], "--best-of > 1 needs sampling (--temperature > 0)"),
+                       # the library's "or None" is no value a flag takes
+                       (["generate", "--prompt", "Hi", "--adaptive", "--kl-budget", "-1"], "--kl-budget must be a positive number of nats per token; got -1"),
+                       (["generate", "--prompt", "Hi", "--adaptive", "--generation-budget", "0"], "--generation-budget must be a positive number of nats per generation; got 0")):
         assert main(["--model", "no-such-model", *argv]) == 2, argv
         err = capsys.readouterr().err
-        assert err.startswith("error: ") and said in err and "Cannot find model" not in err, (argv, err)
+        assert err.startswith("error: ") and said in err and "Cannot find model" not in err and "None" not in err, (argv, err)
 
 
 def test_decoding_values_the_model_refuses_name_the_flags_too(run, switch_file):

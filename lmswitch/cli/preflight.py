@@ -105,12 +105,14 @@ def sampling_options(args: argparse.Namespace) -> SamplingOptions:
 
 
 def flag_errors(check: Callable[[], None]) -> None:
-    """``check()``, its refusal naming the command line's flags (``--max-new-tokens``), not the library's fields."""
+    """``check()``, its refusal naming the command line's flags (``--max-new-tokens``), not the library's fields, and
+    without the library's "or None" (a flag left out is that)."""
     try:
         check()
     except ValueError as err:
         names = "|".join(f.name for f in fields(SamplingOptions) if f.name not in ("chat", "adaptive"))  # ("adaptive strength")
-        raise ValueError(re.sub(rf"\b({names})\b", lambda m: _flags([m[1]]), str(err))) from None
+        said = re.sub(rf"\b({names})\b", lambda m: _flags([m[1]]), str(err))
+        raise ValueError(re.sub(r",? or None\b|,? \(or None[^)]*\)", "", said)) from None
 
 
 def _once(refs: list[str]) -> None:
