@@ -414,7 +414,7 @@ def test_a_failed_summary_keeps_the_trained_switch(backend, monkeypatch):
 
 
 def test_a_failed_probe_keeps_the_trained_switch(backend, monkeypatch):
-    monkeypatch.setattr("lmswitch.webapp.backend.calibrated_card", _out_of_memory)  # fault injection: the probe itself is tested for real
+    monkeypatch.setattr("lmswitch.webapp.backend.calibrate", _out_of_memory)  # fault injection: the probe itself is tested for real
     session = Session()
     last = run_training(backend, session, steps=5)[-1]
     assert last[0] == "Done." and "is ready" in last[2] and "probe failed (RuntimeError: out of memory)" in last[2]
@@ -424,7 +424,7 @@ def test_a_failed_probe_keeps_the_trained_switch(backend, monkeypatch):
 
 def test_a_failed_probe_keeps_the_transferred_switch_at_its_scaled_eps(backend, llama_lm, make_lm, monkeypatch):
     monkeypatch.setattr("lmswitch.webapp.steer.MIN_ANCHORS", 20)  # the tiny vocabularies share 42 words
-    monkeypatch.setattr("lmswitch.webapp.backend.calibrated_card", _out_of_memory)  # fault injection: the probe is tested for real
+    monkeypatch.setattr("lmswitch.webapp.backend.calibrate", _out_of_memory)  # fault injection: the probe is tested for real
     backend.add_model(make_lm("gpt2", hidden=24), "tiny-other")
     session = Session()
     report, _, _, *rest = final(app.run_transfer(backend, "alpha", "tiny-other", session, *[None] * 7))
@@ -450,12 +450,12 @@ def test_a_cancel_during_the_probe_ends_it_within_a_pause_point(backend, monkeyp
     from lmswitch.core.pause import pause_point
     from lmswitch.webapp import backend as backend_module
 
-    def endless_probe(lm, switch):
+    def endless_probe(lm, switch, probe):
         while True:
             pause_point()
             time.sleep(0.01)
 
-    monkeypatch.setattr(backend_module, "calibrated_card", endless_probe)
+    monkeypatch.setattr(backend_module, "calibrate", endless_probe)
     lm, library = backend.get()
     switch = library.get("alpha")
     flag = threading.Event()
@@ -466,31 +466,36 @@ def test_a_cancel_during_the_probe_ends_it_within_a_pause_point(backend, monkeyp
     assert backend.run(lambda: "the compute thread goes on") == "the compute thread goes on"
 
 
-def test_a_switch_probed_again_gets_the_same_card_without_a_second_probe(backend, monkeypatch):
+def test_a_switch_probed_again_gets_its_range_without_a_second_probe(backend, monkeypatch):
     """A class moving the shipped switch to Gemma, one page each, waited for the same 12–21 s probe each time. Kept by
-    content: another matrix or another card is probed; a failed probe is not kept."""
+    what the probe reads: the same matrix under another name or card (a retraining's card differs in its timings) is
+    not probed again, another matrix is; a failed probe is not kept."""
     from dataclasses import replace
 
     from lmswitch.webapp import backend as backend_module
 
-    probed, real = [], backend_module.calibrated_card
-    monkeypatch.setattr(backend_module, "calibrated_card", lambda lm, switch: probed.append(switch.name) or real(lm, switch))
+    probed, real = [], backend_module.calibrate
+
+    def counted(pause: float = 0.0):
+        return lambda lm, switch, probe: probed.append(switch.name) or time.sleep(pause) or real(lm, switch, probe)
+
+    monkeypatch.setattr(backend_module, "calibrate", counted())
     lm, library = backend.get()
     alpha = library.get("alpha")
     first = backend.calibrated(lm, alpha)
-    assert first.fluent_eps is not None and backend.calibrated(lm, replace(alpha, name="another page's")) == first
-    assert probed == ["alpha"]
+    assert first.fluent_eps is not None and probed == ["alpha"]
+    again = backend.calibrated(lm, replace(alpha, name="another page's", card=alpha.card.updated(note="retrained")))
+    assert again.fluent_eps == first.fluent_eps and again["note"] == "retrained" and probed == ["alpha"]  # its own card
     backend.calibrated(lm, random_switch(lm, seed=9, name="alpha"))  # another matrix
-    backend.calibrated(lm, replace(alpha, card=alpha.card.updated(recommended_eps=1.0)))  # another card
-    assert probed == ["alpha"] * 3
-    monkeypatch.setattr(backend_module, "calibrated_card", _out_of_memory)
+    assert probed == ["alpha"] * 2
+    monkeypatch.setattr(backend_module, "calibrate", _out_of_memory)
     beta = library.get("beta")
     assert backend.calibrated(lm, beta)["calibration_error"] == "RuntimeError: out of memory"
-    monkeypatch.setattr(backend_module, "calibrated_card", lambda lm, switch: probed.append(switch.name) or real(lm, switch))
+    monkeypatch.setattr(backend_module, "calibrate", counted())
     assert backend.calibrated(lm, beta).fluent_eps is not None and probed[-1] == "beta"
-    # pages asking at once: the later ones wait behind the first probe on the compute thread, then take its card
+    # pages asking at once: the later ones wait behind the first probe on the compute thread, then take its range
     slow = random_switch(lm, seed=10, name="slow")
-    monkeypatch.setattr(backend_module, "calibrated_card", lambda lm, switch: probed.append(switch.name) or time.sleep(0.5) or real(lm, switch))
+    monkeypatch.setattr(backend_module, "calibrate", counted(pause=0.5))
     cards = []
     pages = [threading.Thread(target=lambda: cards.append(backend.calibrated(lm, replace(slow)))) for _ in range(3)]
     for page in pages:

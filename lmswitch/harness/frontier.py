@@ -476,15 +476,26 @@ def _walk(side: int, strengths: Sequence[float], evals: list[Evaluation], probe:
     return False
 
 
+def probe_for(switch: Switch) -> Probe:
+    """The probe a switch gets unless one is given: :data:`TRANSFER_PROBE` for a switch
+    :func:`~lmswitch.core.transfer.transfer` made (its card records the transfer), else :class:`Probe`'s."""
+    return TRANSFER_PROBE if switch.card.transfer is not None else Probe()
+
+
+def probed_card(card: Card, fluent: tuple[float, float], probe: Probe) -> Card:
+    """``card`` with the ``fluent`` ε range ``probe`` measured, and the recommended ε at ``probe.recommend`` of its
+    positive limit (:meth:`Card.calibrated`)."""
+    return card.calibrated(*fluent, share=probe.recommend, probe=probe.record)
+
+
 def calibrated_card(lm: LanguageModel, switch: Switch, probe: Probe | None = None) -> Card:
     """``switch``'s card with ``fluent_eps`` from :func:`calibrate` and ``recommended_eps`` at ``probe.recommend`` of its
-    positive limit (:meth:`Card.calibrated`). The probe by default: :data:`TRANSFER_PROBE` for a switch
-    :func:`~lmswitch.core.transfer.transfer` made (its card records the transfer), else :class:`Probe`'s.
+    positive limit (:func:`probed_card`); the probe by default :func:`probe_for`'s.
 
     A transferred switch needs it before use: the ε its card scaled from the source's can read as word salad on the
     target (the shipped sentiment switch's +3.88 on gemma3-270m: 3.4× perplexity on test prompts).
 
     >>> moved.card = calibrated_card(gemma, moved)   # doctest: +SKIP
     """
-    probe = probe or (TRANSFER_PROBE if switch.card.transfer is not None else Probe())
-    return switch.card.calibrated(*calibrate(lm, switch, probe), share=probe.recommend, probe=probe.record)
+    probe = probe or probe_for(switch)
+    return probed_card(switch.card, calibrate(lm, switch, probe), probe)

@@ -27,7 +27,7 @@ from lmswitch.core.switch import Switch, load_switch
 from lmswitch.core.train import train_switch
 from lmswitch.harness.datasets import DATASETS, HELDOUT_EVERY, SOURCE_PATH, StyleData, load_dataset
 from lmswitch.harness.evaluate import Protocol, evaluate_sweep, load_prompts
-from lmswitch.harness.frontier import FrontierSpec, Probe, calibrate
+from lmswitch.harness.frontier import FrontierSpec, Probe, calibrate, probed_card
 from lmswitch.harness.options import BUILD_SEED, CARD_PROMPTS, CARD_SAMPLES
 from lmswitch.io.atomic import write_file
 from lmswitch.io.resources import shipped_switches_dir
@@ -220,7 +220,7 @@ def _calibrated(lm: LanguageModel, switch: Switch, spec: Spec, protocol: Protoco
     say(f"[{spec.name}] fluent ε on {probe.prompts} dev prompts: {low:+g} … {high:+g}")
     if high <= 0:
         say(f"[{spec.name}] ⚠ no probed +ε was fluent; the card recommends the spec's ε, {spec.recommended_eps:+g}")
-    return switch.card.calibrated(low, high, share=probe.recommend, probe=probe.record)
+    return probed_card(switch.card, (low, high), probe)
 
 
 def recalibrate_switch(lm: LanguageModel, switch: Switch, *, eval_prompts: int = CARD_PROMPTS, samples: int = CARD_SAMPLES,

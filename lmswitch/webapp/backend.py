@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import atexit
 import functools
-import hashlib
 import inspect
-import json
 import logging
 import os
 import shutil
@@ -21,7 +19,7 @@ from lmswitch.core.card import Card
 from lmswitch.core.models import BUNDLED_MODELS, DEFAULT_MODEL, LanguageModel, load_model
 from lmswitch.core.pause import Stopped, add_layer_pauses, stopping
 from lmswitch.core.switch import Switch, SwitchFileError
-from lmswitch.harness.frontier import calibrated_card, unsteered_rows
+from lmswitch.harness.frontier import calibrate, probe_for, probed_card, unsteered_rows
 from lmswitch.io.documents import DocumentError
 from lmswitch.io.resources import shipped_switches_dir
 from lmswitch.lenses.svd import written_words
@@ -32,7 +30,7 @@ from lmswitch.serve.session import Session, SwitchLibrary
 from lmswitch.webapp.files import export_folder
 
 USER_ERRORS = (ValueError, TypeError, SwitchFileError, DocumentError, Busy)
-PROBES_KEPT = 256  # fluent-range probes' cards a server keeps (Backend.calibrated)
+PROBES_KEPT = 1024  # fluent ranges a server keeps (Backend.calibrated): a key and two numbers each
 
 
 def _read_ahead(lm: LanguageModel) -> None:
@@ -76,7 +74,7 @@ class Backend:
         self._batchers_lock = threading.Lock()
         self._loading: dict[str, threading.Lock] = {}  # one lock per model name being loaded by Backend.model
         self._loading_lock = threading.Lock()
-        self._probed: dict[tuple, Card] = {}  # Backend.calibrated's cards, by model and switch content, oldest first
+        self._probed: dict[tuple, tuple[float, float]] = {}  # Backend.calibrated's fluent ranges, oldest first
         self._probed_lock = threading.Lock()
 
     def finish_saving(self, timeout: float = 20.0) -> None:
@@ -124,37 +122,39 @@ class Backend:
                    cancelled: str = "the probe was cancelled") -> Card:
         """``switch``'s card with its fluent range probed on ``lm`` (a trained or transferred switch, as background work);
         on a failure, or ``cancel`` set meanwhile, its card as it was, saying why (``cancelled``): the switch must not be
-        lost over it, and its slider spans the usual range. A probe's card is kept for the served model (name, head
-        and dtype), the matrix and the card: the probe samples with fixed seeds, and it holds the compute thread for
-        seconds (a switch moved to Gemma-3-270M: 12–21 s), so the same switch probed again, by any page, gets the same
-        card at once, also while the first probe runs."""
-        key = _probe_key(lm, switch)
+        lost over it, and its slider spans the usual range. A measured range is kept for the served model (name, head
+        and dtype), the matrix and the probe: the probe samples with fixed seeds, and it holds the compute thread for
+        seconds (a switch moved to Gemma-3-270M: 12–21 s), so the same switch probed again, by any page, also while the
+        first probe runs, or trained again from the same data, gets its range at once."""
+        probe = probe_for(switch)
+        key = (lm.name, lm.fingerprint, str(lm.model.dtype), switch.digest, probe)
 
-        def probe(lm: LanguageModel, switch: Switch) -> Card:  # on the compute thread, after any probe queued before it:
-            kept = self._kept(key)  # many pages moving one switch at once probe it once
-            if kept is None:
-                kept = calibrated_card(lm, switch)
-                self._keep(key, kept)  # here, before the next job: a probe failed or cancelled is not kept
-            return kept
+        def measure(lm: LanguageModel, switch: Switch) -> tuple[float, float]:  # on the compute thread, after any probe
+            fluent = self._kept(key)  # queued before it: many pages moving one switch at once probe it once
+            if fluent is None:
+                fluent = calibrate(lm, switch, probe)
+                self._keep(key, fluent)  # here, before the next job: a probe failed or cancelled is not kept
+            return fluent
 
-        if (kept := self._kept(key)) is not None:  # the same switch again, e.g. a class moving the shipped one to Gemma
-            return kept
-        try:
-            if cancel is not None and cancel.is_set():
-                raise Stopped
-            return self.run(_stopping(probe, cancel), lm, switch, background=True)
-        except Stopped:
-            return switch.card.updated(calibration_error=cancelled)
-        except Exception as err:  # any failure: the switch is added uncalibrated, and its card says why
-            return switch.card.updated(calibration_error=f"{type(err).__name__}: {err}")
+        fluent = self._kept(key)  # the same switch again, e.g. a class moving the shipped one to Gemma
+        if fluent is None:
+            try:
+                if cancel is not None and cancel.is_set():
+                    raise Stopped
+                fluent = self.run(_stopping(measure, cancel), lm, switch, background=True)
+            except Stopped:
+                return switch.card.updated(calibration_error=cancelled)
+            except Exception as err:  # any failure: the switch is added uncalibrated, and its card says why
+                return switch.card.updated(calibration_error=f"{type(err).__name__}: {err}")
+        return probed_card(switch.card, fluent, probe)
 
-    def _kept(self, key: tuple) -> Card | None:
+    def _kept(self, key: tuple) -> tuple[float, float] | None:
         with self._probed_lock:
             return self._probed.get(key)
 
-    def _keep(self, key: tuple, card: Card) -> None:
+    def _keep(self, key: tuple, fluent: tuple[float, float]) -> None:
         with self._probed_lock:
-            self._probed[key] = card
+            self._probed[key] = fluent
             while len(self._probed) > PROBES_KEPT:  # the oldest goes
                 del self._probed[next(iter(self._probed))]
 
@@ -256,12 +256,6 @@ def user_errors(fn: Callable) -> Callable:
             raise gr.Error(str(err), print_exception=False) from None  # the user's error: no traceback in the log
 
     return call
-
-
-def _probe_key(lm: LanguageModel, switch: Switch) -> tuple:
-    """What a fluent-range probe's card depends on: the served model (name, head, dtype), the matrix and the card."""
-    card = json.dumps(switch.card.to_dict(), sort_keys=True, default=str)
-    return lm.name, lm.fingerprint, str(lm.model.dtype), switch.digest, hashlib.sha256(card.encode()).hexdigest()
 
 
 def _stopping(fn: Callable, cancel: threading.Event | None) -> Callable:
