@@ -317,8 +317,8 @@ def test_training_from_one_document_and_two_documents(backend, tmp_path):
     # blank labels are the data's, as the boxes' placeholders say for the mode (two documents pasted: not files)
     for name, mode in (("doc", app.MODES[0]), ("ab", app.MODES[1])):
         switch, (side_b, pos, neg, text_a, text_b) = session.get(name, backend.library), app_train.mode_changed(mode)
-        assert (switch.positive_label, switch.negative_label) == (pos.placeholder.split(",")[0], neg.placeholder.split(",")[0])
-        assert pos.placeholder.endswith(", or its file's name") == (mode == app.MODES[1])
+        assert (switch.positive_label, switch.negative_label) == (pos.placeholder.split(" (")[0], neg.placeholder.split(" (")[0])
+        assert pos.placeholder.endswith(" (or the uploaded file's name)") == (mode == app.MODES[1])
         assert side_b.visible == (mode != app.MODES[0])
         assert text_a.label == ("the document" if mode == app.MODES[0] else "document A")  # not "positive sentences…"
         assert (text_b.label == "document B") == (mode == app.MODES[1])
@@ -333,6 +333,13 @@ def test_training_from_one_document_and_two_documents(backend, tmp_path):
                  file_b=str(con), steps=5)
     files = session.get("files", backend.library)
     assert (files.positive_label, files.negative_label) == ("pro-tax", "against the tax")
+    same = tmp_path / "again"  # one name on both sides would say nothing: the data's labels then
+    same.mkdir()
+    (same / "Pro-Tax.md").write_text(" ".join(NEGATIVE))
+    run_training(backend, session, mode=app.MODES[1], name="same", pos="", neg="", text_a="", file_a=str(pro), text_b="",
+                 file_b=str(same / "Pro-Tax.md"), steps=5)
+    same_names = session.get("same", backend.library)
+    assert (same_names.positive_label, same_names.negative_label) == ("document A", "document B")
     first = two[0]  # the second run's first message clears the first run's report and what it learned
     assert first[0] == "Encoding the text…" and first[2] == "" and first[-1] == "" and all(u == gr.skip() for u in first[3:-1])
 
@@ -487,7 +494,8 @@ def test_a_switch_probed_again_gets_its_range_without_a_second_probe(backend, mo
     again = backend.calibrated(lm, replace(alpha, name="another page's", card=alpha.card.updated(note="retrained")))
     assert again.fluent_eps == first.fluent_eps and again["note"] == "retrained" and probed == ["alpha"]  # its own card
     backend.calibrated(lm, random_switch(lm, seed=9, name="alpha"))  # another matrix
-    assert probed == ["alpha"] * 2
+    backend.calibrated(lm, replace(alpha, card=alpha.card.updated(transfer={"source_switch": "a"})))  # a transfer's probe
+    assert probed == ["alpha"] * 3
     monkeypatch.setattr(backend_module, "calibrate", _out_of_memory)
     beta = library.get("beta")
     assert backend.calibrated(lm, beta)["calibration_error"] == "RuntimeError: out of memory"

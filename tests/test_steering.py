@@ -183,7 +183,7 @@ def test_switches_for_different_models_do_not_combine(tiny_lm, make_lm):
     with pytest.raises(ValueError, match="scaled by a finite number; got nan"):
         s * math.nan
     for typo in ("2", True, None):  # as a setting's ε refuses them (float("2") scaled it)
-        with pytest.raises(TypeError, match="scaled by a finite number"):
+        with pytest.raises(ValueError, match="scaled by a finite number"):
             s * typo
     assert torch.equal((s * np.float32(2)).W, (2 * s).W)  # a NumPy scalar is a number
 

@@ -255,7 +255,7 @@ def cmd_transfer(args: argparse.Namespace, lm: LanguageModel) -> None:
     moved = transfer(load_switch(args.switch), lm, target, anchors=args.anchors, min_anchors=args.min_anchors)
     _save_and_probe(args, target, moved)
     t = moved.card["transfer"]
-    emit(args, {"out": args.out, "card": dict(moved.card)},  # as train's; a Card is a read-only mapping
+    emit(args, {"out": args.out, "written": args.out, "card": dict(moved.card)},  # "out" as train's; "written" kept for scripts
          f"wrote {args.out}: '{moved.name}' for {target.name}; fit on {t['anchors']} shared words, held-out R² "
          f"{t['heldout_r2']}, nearest-word accuracy {t['heldout_top1']:.1%}.\n{strength_advice(moved, target.name)}")
 

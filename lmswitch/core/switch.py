@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import numbers
 import os
 import re
 from dataclasses import dataclass, field, fields, replace
@@ -154,9 +153,8 @@ class Switch:
 
     # --- arithmetic -----------------------------------------------------------------
     def __mul__(self, k: float) -> Switch:
-        if not is_number(k):  # not float(k): "2" is a typo a setting's ε refuses too
-            raise (ValueError if isinstance(k, numbers.Real) and not isinstance(k, bool) else TypeError)(
-                f"a switch is scaled by a finite number; got {k!r}")
+        if not is_number(k):  # not float(k): "2" is a typo a setting's ε refuses too, with the same ValueError
+            raise ValueError(f"a switch is scaled by a finite number; got {k!r}")
         k = float(k)
         out = replace(self, W=self.W * k, name=f"{k:g}*{self.name}", card={"scaled_from": self.name, "factor": k},
                       judge=None if self.judge is None or k == 0 else self.judge * math.copysign(1.0, k))
@@ -312,7 +310,7 @@ def load_switch(path: str | os.PathLike, model: LanguageModel | None = None) -> 
                 raise SwitchFileError(f"{path.name} is a safetensors file but not an lmswitch switch (no switch header)")
             if meta.get("version", FORMAT_VERSION) != FORMAT_VERSION:  # read as this version, it could steer wrongly
                 raise SwitchFileError(f"{path.name} is a switch of file format version {meta['version']!r}; this lmswitch reads "
-                                      f"version {FORMAT_VERSION}: load it with the lmswitch that wrote it, or a newer one")
+                                      f"version {FORMAT_VERSION} only: a file of another version needs the lmswitch release that writes it")
             if "W" not in keys or not keys <= set(TENSORS):
                 raise SwitchFileError(f"{path.name} should hold the tensor 'W' and at most a 'judge'; it holds {sorted(keys)}")
             W = f.get_tensor("W")

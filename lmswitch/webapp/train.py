@@ -49,9 +49,11 @@ CANCELLED_PROBE = "cancelled after training; the switch is kept"
 PROBING = "⏳ Ready to steer. Measuring its fluent ε range on a few dev prompts (its slider will span it)…"
 
 
-def _file_label(file: str | None) -> str | None:
-    """An uploaded document's name without its suffix, as a side's label ("pro-tax" from pro-tax.pdf); None without one."""
-    return Path(file).stem[:MAX_LABEL_CHARS] or None if file else None
+def _file_labels(file_a: str | None, file_b: str | None) -> tuple[str | None, str | None]:
+    """Two uploaded documents' names without their suffixes, as the sides' labels ("pro-tax" from pro-tax.pdf); None
+    for a side without a file, and for both when the names are one (download.pdf twice)."""
+    a, b = ((Path(file).stem.strip()[:MAX_LABEL_CHARS] or None) if file else None for file in (file_a, file_b))
+    return (None, None) if a is not None and b is not None and a.casefold() == b.casefold() else (a, b)
 
 
 def _training_data(mode: str, text_a, file_a, text_b, file_b) -> tuple[str | list[str], str | list[str] | None]:
@@ -74,9 +76,9 @@ def mode_changed(mode: str) -> tuple:
     blank label becomes) and the text boxes' labels for the mode's data."""
     kind = KINDS.get(mode, "examples")
     named, (text_a, text_b) = NAMINGS[kind], TEXT_LABELS[kind]
-    uploaded = ", or its file's name" if mode == MODES[1] else ""  # (train: _file_label)
-    return (gr.Column(visible=mode != MODES[0]), gr.Textbox(placeholder=named.positive_label + uploaded),
-            gr.Textbox(placeholder=named.negative_label + uploaded), gr.Textbox(label=text_a), gr.Textbox(label=text_b))
+    or_file = " (or the uploaded file's name)" if mode == MODES[1] else ""  # (train: _file_labels)
+    return (gr.Column(visible=mode != MODES[0]), gr.Textbox(placeholder=named.positive_label + or_file),
+            gr.Textbox(placeholder=named.negative_label + or_file), gr.Textbox(label=text_a), gr.Textbox(label=text_b))
 
 
 def training_data(mode: str, text_a, file_a, text_b, file_b) -> tuple[str | list[str], str | list[str] | None]:
@@ -150,8 +152,8 @@ def train(backend: Backend, mode: str, name: str, positive_label: str, negative_
     config = train_config(steps, lr, eps0, rank, seed)
     # a label left blank is the library's for the data (the boxes show it as their placeholder: mode_changed), or for
     # two uploaded documents their files' names
-    files = (file_a, file_b) if mode == MODES[1] else (None, None)
-    labels = [optional_text(label, f"the {side} label", MAX_LABEL_CHARS).strip() or _file_label(file)
+    files = _file_labels(file_a, file_b) if mode == MODES[1] else (None, None)
+    labels = [optional_text(label, f"the {side} label", MAX_LABEL_CHARS).strip() or file
               for label, side, file in ((positive_label, "positive", files[0]), (negative_label, "negative", files[1]))]
     current = [sweep_pick, grid_a_pick, grid_b_pick, manage_pick, inspect_pick, highlight_pick, transfer_pick]
     job = _Job(lm, library, name, positive, negative, config, labels, current)
