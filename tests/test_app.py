@@ -332,7 +332,7 @@ def test_training_from_one_document_and_two_documents(backend, tmp_path):
     run_training(backend, session, mode=app.MODES[1], name="files", pos="", neg=" ", text_a="", file_a=str(pro), text_b="",
                  file_b=str(con), steps=5)
     files = session.get("files", backend.library)
-    assert (files.positive_label, files.negative_label) == ("pro-tax", "against the tax")
+    assert (files.positive_label, files.negative_label, files.description) == ("pro-tax", "against the tax", "pro-tax (+) vs against the tax (−)")
     same = tmp_path / "again"  # one name on both sides would say nothing: the data's labels then
     same.mkdir()
     (same / "Pro-Tax.md").write_text(" ".join(NEGATIVE))

@@ -309,6 +309,7 @@ def test_a_switch_is_named_by_its_data_unless_its_caller_names_it(small_lm, smal
 
     assert named(doc_a) == ("like the document", "unlike the document", "learned from one document")
     assert named(doc_a, doc_b) == ("document A", "document B", "document A (+) vs document B (−)")
+    assert named(doc_a, doc_b, positive_label="pro-tax", negative_label="no tax")[2] == "pro-tax (+) vs no tax (−)"  # its labels
     assert named(*small_data) == named(doc_a, small_data[1]) == ("positive", "negative", "learned from labelled examples")  # lists,
     # or a document against them (an empty description left `info` printing "name: ")
     assert named(doc_a, positive_label="kind", description="") == ("kind", "unlike the document", "")  # each given one kept

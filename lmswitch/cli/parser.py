@@ -141,8 +141,10 @@ def _info(p: argparse.ArgumentParser) -> None:
 
 
 def _named(field: str) -> str:
-    """One field of each data shape's :data:`~lmswitch.core.options.NAMINGS`, for a help text."""
-    return "; ".join(f"{kind}, {getattr(named, field)!r}" for kind, named in NAMINGS.items())
+    """One field of each data shape's :data:`~lmswitch.core.options.NAMINGS`, for a help text (a description in the
+    shape's own labels)."""
+    return "; ".join(f"{kind}, {getattr(named, field).format(positive=named.positive_label, negative=named.negative_label)!r}"
+                     for kind, named in NAMINGS.items())
 
 
 def _train(p: argparse.ArgumentParser) -> None:

@@ -271,16 +271,17 @@ def data_kind(positive: str | Sequence[str], negative: str | Sequence[str] | Non
 def naming(positive: str | Sequence[str], negative: str | Sequence[str] | None, positive_label: str | None = None,
            negative_label: str | None = None, description: str | None = None) -> Naming:
     """The labels and description a switch trained on this data gets: each one given, else its data shape's
-    (:func:`data_kind`): a one-document switch moves "like the document" at +ε and "unlike the document" at −ε. A blank
-    label is not given (a slider would name no direction); a blank description is kept."""
+    (:func:`data_kind`): a one-document switch moves "like the document" at +ε and "unlike the document" at −ε; two
+    documents' is "A (+) vs B (−)" in their labels. A blank label is not given (a slider would name no direction); a blank
+    description is kept."""
     default = NAMINGS[data_kind(positive, negative)]
 
     def label(value: str | None, otherwise: str) -> str:  # (not a string: the switch refuses it)
         blank = value is None or isinstance(value, str) and not value.strip()
         return otherwise if blank else value.strip() if isinstance(value, str) else value
 
-    return Naming(label(positive_label, default.positive_label), label(negative_label, default.negative_label),
-                  default.description if description is None else description)
+    positive, negative = label(positive_label, default.positive_label), label(negative_label, default.negative_label)
+    return Naming(positive, negative, default.description.format(positive=positive, negative=negative) if description is None else description)
 
 
 def _with_self_contrast(lm: LanguageModel, ex: _Examples, seed: int) -> _Examples:
