@@ -661,3 +661,8 @@ def test_decoding_values_the_model_refuses_name_the_flags_too(run, switch_file):
     """Past the model's context length (known once it loads) the refusal named max_new_tokens, not the flag."""
     code, _, err = run("generate", "--prompt", "the", "--switch", f"{switch_file}=3", "--max-new-tokens", "1000000")
     assert code == 2 and "--max-new-tokens must be an integer from 1 to " in err and "max_new_tokens" not in err, err
+    # the tiny model has no chat template: the refusal said "generate without chat=True", the library's argument
+    code, _, err = run("generate", "--prompt", "the", "--chat", "--max-new-tokens", "2")
+    assert code == 2 and "has no chat template; generate without --chat" in err and "=True" not in err, err
+    code, _, err = run("eval", "--switch", str(switch_file), "--max-new-tokens", "1000000")
+    assert code == 2 and "--max-new-tokens must be an integer from 1 to " in err and "max_new_tokens" not in err, err

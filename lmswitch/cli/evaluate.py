@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmswitch.cli.common import emit, log
+from lmswitch.cli.preflight import flag_errors
 from lmswitch.core.models import LanguageModel, load_model
 from lmswitch.core.parallel import is_main, world
 from lmswitch.core.switch import Switch, load_switch
@@ -92,7 +93,7 @@ def _evaluate(args: argparse.Namespace, lm: LanguageModel) -> None:
                         adaptive=args.adaptive, kl_budget=args.kl_budget, generation_budget=args.generation_budget,
                         best_of=args.best_of, guide=args.guide, repeat_guard=args.repeat_guard)
     protocol.validate()
-    protocol.sampling().validate(lm)
+    flag_errors(lambda: protocol.sampling().validate(lm))
     outcome = (_grid if args.grid else _sweep)(args, lm, switch, prompts, protocol, metrics)
     outcome.data.update({"prompts": args.prompts, "n_prompts": len(prompts), "protocol": protocol.__dict__})
     if args.out and is_main():  # under accelerate launch every process has every result; one writes them

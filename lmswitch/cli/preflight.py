@@ -105,13 +105,14 @@ def sampling_options(args: argparse.Namespace) -> SamplingOptions:
 
 
 def flag_errors(check: Callable[[], None]) -> None:
-    """``check()``, its refusal naming the command line's flags (``--max-new-tokens``), not the library's fields, and
-    without the library's "or None" (a flag left out is that)."""
+    """``check()``, its refusal naming the command line's flags (``--max-new-tokens``, ``--chat`` for ``chat=True``),
+    not the library's fields, and without the library's "or None" (a flag left out is that)."""
     try:
         check()
     except ValueError as err:
+        switched = re.sub(r"\b(chat|adaptive)=True( \(--\1\))?", r"--\1", str(err))  # the switches a flag turns on
         names = "|".join(f.name for f in fields(SamplingOptions) if f.name not in ("chat", "adaptive"))  # ("adaptive strength")
-        said = re.sub(rf"\b({names})\b", lambda m: _flags([m[1]]), str(err))
+        said = re.sub(rf"\b({names})\b", lambda m: _flags([m[1]]), switched)
         raise ValueError(re.sub(r",? or None\b|,? \(or None[^)]*\)", "", said)) from None
 
 
