@@ -304,6 +304,22 @@ def test_training_adds_a_private_slider_and_a_downloadable_file(backend, llama_l
     assert int(progress[-1].split("at most ")[1].split(";")[0]) <= 20 and card["steps"] <= 20
 
 
+def test_the_train_tab_opens_as_its_mode_shows_it(backend):
+    """The layout's first placeholders, box labels and side B are the ones a change to its first mode gives (they were
+    written twice, once in the layout and once in train.mode_changed)."""
+    blocks = list(app.build_app(backend).blocks.values())
+    (mode,) = [b for b in blocks if isinstance(b, gr.Radio) and b.label == "what to learn from"]
+    by_label = {b.label: b for b in blocks if isinstance(b, gr.Textbox)}
+    by_id = {b.elem_id: b for b in blocks if isinstance(b, gr.Textbox) and b.elem_id}
+    side_b, pos, neg, text_a, text_b = app_train.mode_changed(mode.value)
+    assert by_label["positive label (+ε)"].placeholder == pos.placeholder and by_label["negative label (−ε)"].placeholder == neg.placeholder
+    assert (by_id["text-a"].label, by_id["text-b"].label) == (text_a.label, text_b.label)
+    column = by_id["text-b"].parent
+    while not isinstance(column, gr.Column):  # (Gradio puts a Form between)
+        column = column.parent
+    assert column.visible == side_b.visible
+
+
 def test_training_from_one_document_and_two_documents(backend, tmp_path):
     doc = tmp_path / "doc.html"
     doc.write_text("<html><body><p>" + " ".join(POSITIVE) + "</p><script>bad()</script></body></html>")

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from lmswitch.core.options import GUIDE_TOKENS, MAX_BEST_OF, MAX_GUIDE, NAMINGS, SAMPLING, SEED, TrainConfig
+from lmswitch.core.options import GUIDE_TOKENS, MAX_BEST_OF, MAX_GUIDE, SAMPLING, SEED, TrainConfig
 from lmswitch.core.solver import RECIPES
 from lmswitch.core.steering import MAX_ABS_EPS
 from lmswitch.lenses.options import DEFAULT_EPS, DEFAULT_MAX_SPAN, DEFAULT_SPANS
@@ -100,16 +100,16 @@ def _train_inputs(ui: SimpleNamespace) -> None:
         mode = train.MODES[2]
         ui.mode = gr.Radio(list(train.MODES), value=mode, label="what to learn from")
         ui.new_name = gr.Textbox(label="name", value="my-switch", max_lines=1)
-        named = NAMINGS[train.KINDS[mode]]  # a blank label is the data's; the placeholders follow the mode (train.mode_changed)
-        ui.pos_label = gr.Textbox("", label="positive label (+ε)", placeholder=named.positive_label, max_lines=1)
-        ui.neg_label = gr.Textbox("", label="negative label (−ε)", placeholder=named.negative_label, max_lines=1)
+        shown = train.mode_widgets(mode)  # a blank label is the data's; the placeholders follow the mode (train.mode_changed)
+        ui.pos_label = gr.Textbox("", label="positive label (+ε)", placeholder=shown.positive_placeholder, max_lines=1)
+        ui.neg_label = gr.Textbox("", label="negative label (−ε)", placeholder=shown.negative_placeholder, max_lines=1)
     upload = "…or upload .txt .md .html .pdf .docx (20 MB max)"
     with gr.Row():
         with gr.Column():
-            ui.text_a = gr.Textbox("", label=train.TEXT_LABELS[train.KINDS[mode]][0], lines=10, elem_id="text-a")
+            ui.text_a = gr.Textbox("", label=shown.text_a, lines=10, elem_id="text-a")
             ui.file_a = gr.File(label=upload, file_types=DOCUMENT_TYPES, type="filepath")
-        with gr.Column() as ui.side_b:
-            ui.text_b = gr.Textbox("", label=train.TEXT_LABELS[train.KINDS[mode]][1], lines=10, elem_id="text-b")
+        with gr.Column(visible=shown.side_b) as ui.side_b:
+            ui.text_b = gr.Textbox("", label=shown.text_b, lines=10, elem_id="text-b")
             ui.file_b = gr.File(label=upload, file_types=DOCUMENT_TYPES, type="filepath")
     with gr.Accordion("advanced settings", open=False), gr.Row():
         ui.train_settings = [gr.Number(value=TRAIN.steps, precision=0, minimum=1, maximum=MAX_TRAIN_STEPS, label="steps",

@@ -71,14 +71,29 @@ def _training_data(mode: str, text_a, file_a, text_b, file_b) -> tuple[str | lis
     raise ValueError(f"unknown training mode {mode!r}; choose one of {', '.join(MODES)}")
 
 
-def mode_changed(mode: str) -> tuple:
-    """A new training mode: document B's side shown for two documents and sentences, the labels' placeholders (what a
-    blank label becomes) and the text boxes' labels for the mode's data."""
+@dataclass(frozen=True)
+class ModeWidgets:
+    """What the Train tab's widgets show in a training mode (the layout's first state, and each change of mode)."""
+
+    side_b: bool  # document B's side (or the negative sentences) shown
+    positive_placeholder: str  # what a blank label becomes
+    negative_placeholder: str
+    text_a: str  # the text boxes' labels for the mode's data
+    text_b: str
+
+
+def mode_widgets(mode: str) -> ModeWidgets:
     kind = KINDS.get(mode, "examples")
-    named, (text_a, text_b) = NAMINGS[kind], TEXT_LABELS[kind]
+    named = NAMINGS[kind]
     or_file = " (or the uploaded file's name)" if mode == MODES[1] else ""  # (train: _file_labels)
-    return (gr.Column(visible=mode != MODES[0]), gr.Textbox(placeholder=named.positive_label + or_file),
-            gr.Textbox(placeholder=named.negative_label + or_file), gr.Textbox(label=text_a), gr.Textbox(label=text_b))
+    return ModeWidgets(mode != MODES[0], named.positive_label + or_file, named.negative_label + or_file, *TEXT_LABELS[kind])
+
+
+def mode_changed(mode: str) -> tuple:
+    """A new training mode: side B, the labels' placeholders and the text boxes' labels (:func:`mode_widgets`)."""
+    shown = mode_widgets(mode)
+    return (gr.Column(visible=shown.side_b), gr.Textbox(placeholder=shown.positive_placeholder),
+            gr.Textbox(placeholder=shown.negative_placeholder), gr.Textbox(label=shown.text_a), gr.Textbox(label=shown.text_b))
 
 
 def training_data(mode: str, text_a, file_a, text_b, file_b) -> tuple[str | list[str], str | list[str] | None]:
