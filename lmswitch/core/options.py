@@ -107,7 +107,7 @@ class SamplingOptions:
     guide: int = field(default=1, metadata={
         "help": f"guided decoding: every {GUIDE_TOKENS} tokens, sample this many candidate continuations and keep the one "
                 "the steering switches' judges (classifiers of their two styles) place furthest the way ε points; with 4, "
-                "about 3.4× the time of plain decoding on 2 CPU cores (benchmarks/RESULTS.md; 1: off)"})
+                "about 1.8× the time of plain decoding on 2 CPU cores, 2.2× with 8 (benchmarks/RESULTS.md; 1: off)"})
     repeat_guard: int = field(default=REPEAT_GUARD, metadata={
         "help": "steering never raises the logit of a token among each text's last this many tokens, the cause of word "
                 "loops; the rest of the steered distribution is unchanged (lmswitch.core.guard; 0: off, the paper's "
