@@ -45,6 +45,20 @@ def test_a_planted_word_is_promoted_and_a_planted_opposite_demoted(gpt2_lm):
     assert "**Promotes**" in md and "grief" in md and "joy" in md and "meter" not in md and "passages" not in md
 
 
+def test_a_training_warning_is_shown_above_what_was_learned(gpt2_lm):
+    """A text in a language the model reads poorly: its word lists read as noise, and the Train tab showed them without
+    the report's caution beside them."""
+    warning = "The text is probably in a language or script that 'gpt2' handles poorly."
+    switch = planted(gpt2_lm, ["grief"], ["joy"], 500.0, reference_hidden(gpt2_lm), name="grief", card={"warnings": [warning]})
+    learned = what_was_learned(gpt2_lm, switch, None, words=5)
+    assert learned.cautions == (warning,)
+    first, second = learned.to_markdown().split("\n\n")[:2]
+    assert first.startswith("⚠ *The text is probably in a language") and first.endswith("Read the words and passages below with that in mind.*")
+    assert second.startswith("**Promotes**")
+    plain = planted(gpt2_lm, ["grief"], ["joy"], 500.0, reference_hidden(gpt2_lm), name="grief")
+    assert what_was_learned(gpt2_lm, plain, None, words=5).to_markdown().startswith("**Promotes**")
+
+
 def test_the_documents_planted_style_word_is_its_top_span(gpt2_lm):
     doc = "the one was at the sea and the cruel one was there with all of them"
     switch = planted(gpt2_lm, ["cruel"], [], 2000.0, contexts(gpt2_lm, doc), name="cruel")

@@ -48,11 +48,15 @@ class Learned:
     own_meter: float | None  # the ε the style meter reads for the training document (None without one)
     other_meter: float | None  # the ε it reads for the other side's document (None without one)
     verdict: str  # one line per meter reading, each marked ✓ or ✗ ("" without a document)
+    # the training's warnings from the switch's card (a text in a language the model reads poorly): they say how far
+    # the readings below can be trusted, so they are shown above them
+    cautions: tuple[str, ...] = ()
 
     def to_markdown(self) -> str:
-        """The summary as Markdown: the words, the spans in context, the verdict."""
-        parts = [f"**Promotes** (toward *{_escaped(self.positive_label)}*): {_word_list(self.promoted)}  \n"
-                 f"**Demotes** (toward *{_escaped(self.negative_label)}*): {_word_list(self.demoted)}"]
+        """The summary as Markdown: any caution, the words, the spans in context, the verdict."""
+        parts = [f"⚠ *{_escaped(c)} Read the words and passages below with that in mind.*" for c in self.cautions]
+        parts += [f"**Promotes** (toward *{_escaped(self.positive_label)}*): {_word_list(self.promoted)}  \n"
+                  f"**Demotes** (toward *{_escaped(self.negative_label)}*): {_word_list(self.demoted)}"]
         if self.text:
             rows = [f"{i}. {_in_context(self.text, s)} ({s.score:+.2f} nats{', weak' if s.weak else ''})" for i, s in enumerate(self.spans, 1)]
             parts.append(f"**Telling passages** (they read most toward *{_escaped(self.positive_label)}* with the switch on):\n"
@@ -108,6 +112,7 @@ def what_was_learned(
         own_meter=own.best_eps_alone if own is not None else None,
         other_meter=other_row.best_eps_alone if other_row is not None else None,
         verdict=_verdict(switch, own, other_row),
+        cautions=tuple(w for w in switch.card.get("warnings") or () if isinstance(w, str)),
     )
 
 
