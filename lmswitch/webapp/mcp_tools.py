@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import warnings
 from collections.abc import Callable
 
 import gradio as gr
@@ -34,6 +35,7 @@ from lmswitch.webapp.train import MODES, training_data
 TOOLS = ("list_switches", "steer_text", "train_from_text", "highlight_text", "measure_style")
 TRAIN_MODES = {"one document": MODES[0], "two documents": MODES[1], "sentences": MODES[2]}
 SHOWN_WORDS = 10
+STATE_WARNING = "This MCP server includes a tool that has a gr.State input"  # (gradio.mcp, at launch)
 
 
 def _switch_summary(switch) -> dict:
@@ -73,6 +75,9 @@ class McpTools:
                     block_fn.fn._mcp_type = "page"  # Gradio lists as MCP tools only functions whose _mcp_type is "tool" or unset
                 except AttributeError:  # a bound method: cannot be marked, so it stays listed
                     pass
+        # Gradio warns at launch about every named endpoint with a gr.State input, listed as a tool or not: here only
+        # the page's endpoints have one, and they are off the list, so its warning would only mislead whoever starts it
+        warnings.filterwarnings("ignore", message=STATE_WARNING, category=UserWarning)
 
     def _switch(self, name: str):
         lm, library = self.backend.get()
