@@ -11,6 +11,8 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 
 import lmswitch as ls
+from lmswitch.core.options import SAMPLING, TrainConfig
+from lmswitch.serve.limits import MAX_NEW_TOKENS, MAX_TRAIN_STEPS
 
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]  # a launched app.py on the embedded model
 
@@ -46,6 +48,10 @@ def test_the_tools_are_typed_and_described(app_server):
     assert {k: v["type"] for k, v in steer["properties"].items()} == {
         "prompt": "string", "switches": "string", "max_new_tokens": "integer", "seed": "integer", "adaptive": "boolean"}
     assert by_name["highlight_text"].inputSchema["properties"]["eps"]["type"] == "number"
+    # the descriptions give this server's limits and defaults from their constants (they were written out by hand)
+    assert f"1 to {MAX_NEW_TOKENS:,} ({SAMPLING.max_new_tokens} by default)" in steer["properties"]["max_new_tokens"]["description"]
+    assert f"up to {MAX_TRAIN_STEPS:,}" in by_name["train_from_text"].inputSchema["properties"]["steps"]["description"]
+    assert by_name["train_from_text"].inputSchema["properties"]["steps"]["default"] == TrainConfig().steps
     # Gradio's launch warning about tools with a gr.State input was about the page's endpoints, which are not tools
     assert "Launching MCP server" in app_server.log_path.read_text() and "gr.State" not in app_server.log_path.read_text()
     for tool in tools:

@@ -48,7 +48,7 @@ def test_bad_requests_never_take_a_slot(client):
         assert ask(client, max_tokens=MAX_NEW_TOKENS + 1).status_code == 400
         assert ask(client, switches={"nope": 1}).status_code == 400
     refused = ask(client, max_tokens=MAX_NEW_TOKENS + 1).json()["error"]
-    assert refused["param"] == "max_tokens" and f"({MAX_NEW_TOKENS})" in refused["message"]
+    assert refused["param"] == "max_tokens" and f"({MAX_NEW_TOKENS:,})" in refused["message"]
     assert ask(client).status_code == 200
 
 

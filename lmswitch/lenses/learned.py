@@ -28,7 +28,6 @@ from lmswitch.lenses.spans import DEFAULT_EPS, Span, highlight_changes
 from lmswitch.lenses.svd import promoted_words
 
 MAX_CHARS = READ_CHARS  # the most read of each document
-WEAK_NATS = 1.0  # a meter reading with less evidence than this (log-likelihood ratio vs ε 0) does not take a side
 CONTEXT_CHARS = 40  # characters of the document shown either side of a span
 
 
@@ -164,14 +163,14 @@ def _verdict(switch: Switch, own: MeterRow | None, other: MeterRow | None) -> st
 
 def _side(row: MeterRow) -> int:
     """+1 or −1: the side the text reads as; 0 when the evidence is too weak to take a side."""
-    if row.evidence_nats < WEAK_NATS or row.best_eps_alone == 0:
+    if row.weak or row.best_eps_alone == 0:  # too little evidence (log-likelihood ratio vs ε 0) to take a side
         return 0
     return 1 if row.best_eps_alone > 0 else -1
 
 
 def _reading(row: MeterRow) -> str:
     edge = ", the edge of its range" if row.at_bound else ""
-    weak = ", too weak to take a side" if row.evidence_nats < WEAK_NATS else ""
+    weak = ", too weak to take a side" if row.weak else ""
     return f"ε {row.best_eps_alone:+.1f}".replace("-", "−") + f" ({row.evidence_nats:.1f} nats of evidence{edge}{weak})"
 
 

@@ -11,6 +11,7 @@ import gradio as gr
 from lmswitch.core.options import GUIDE_TOKENS, MAX_BEST_OF, MAX_GUIDE, SAMPLING, SEED, TrainConfig
 from lmswitch.core.solver import RECIPES
 from lmswitch.core.steering import MAX_ABS_EPS
+from lmswitch.io.documents import MAX_DOCUMENT_BYTES, SUPPORTED
 from lmswitch.lenses.options import DEFAULT_EPS, DEFAULT_MAX_SPAN, DEFAULT_SPANS
 from lmswitch.lenses.svd import RARE_NOTE
 from lmswitch.serve.limits import MAX_NEW_TOKENS, MAX_TRAIN_STEPS
@@ -19,7 +20,7 @@ from lmswitch.webapp import lens, steer, train
 from lmswitch.webapp.backend import Backend
 from lmswitch.webapp.widgets import MAX_SLOTS, token_html
 
-DOCUMENT_TYPES = [".txt", ".md", ".html", ".htm", ".pdf", ".docx"]
+DOCUMENT_TYPES = list(SUPPORTED)  # what the upload boxes offer: what the document reader reads
 CSS_PATH = Path(__file__).with_name("app.css")  # the page's styles (token colours, legend), shipped with the package
 HEAD_PATH = Path(__file__).with_name("sliders.html")  # a slider's number box: Enter applies it, a value past its ends goes to the end
 TRAIN = TrainConfig()  # the Train tab's defaults
@@ -103,7 +104,7 @@ def _train_inputs(ui: SimpleNamespace) -> None:
         shown = train.mode_widgets(mode)  # a blank label is the data's; the placeholders follow the mode (train.mode_changed)
         ui.pos_label = gr.Textbox("", label="positive label (+ε)", placeholder=shown.positive_placeholder, max_lines=1)
         ui.neg_label = gr.Textbox("", label="negative label (−ε)", placeholder=shown.negative_placeholder, max_lines=1)
-    upload = "…or upload .txt .md .html .pdf .docx (20 MB max)"
+    upload = f"…or upload .txt .md .html .pdf .docx ({MAX_DOCUMENT_BYTES // 2**20} MB max)"
     with gr.Row():
         with gr.Column():
             ui.text_a = gr.Textbox("", label=shown.text_a, lines=10, elem_id="text-a")

@@ -26,7 +26,15 @@ from lmswitch.lenses.meter import measure
 from lmswitch.lenses.options import DEFAULT_EPS, DEFAULT_SPANS
 from lmswitch.lenses.spans import highlight
 from lmswitch.lenses.svd import promoted_words
-from lmswitch.serve.limits import MAX_HIGHLIGHT_CHARS, MAX_METER_CHARS, MAX_METER_SWITCHES, check_train_steps
+from lmswitch.serve.limits import (
+    MAX_HIGHLIGHT_CHARS,
+    MAX_METER_CHARS,
+    MAX_METER_SWITCHES,
+    MAX_NEW_TOKENS,
+    MAX_PROMPT_TOKENS,
+    MAX_TRAIN_STEPS,
+    check_train_steps,
+)
 from lmswitch.serve.session import MAX_SESSION_SWITCHES, Session, check_name
 from lmswitch.webapp.backend import Backend, user_errors
 from lmswitch.webapp.steer import generate_api
@@ -98,11 +106,11 @@ class McpTools:
         """Continue a prompt with switches at the given strengths, next to the unsteered continuation with the same seed.
 
         Args:
-            prompt: the text the model continues (at most 2,048 tokens, about 1,500 words).
+            prompt: the text the model continues (at most {prompt_tokens} tokens, about {prompt_words} words).
             switches: comma-separated NAME=EPS settings, e.g. "sentiment=4, formality=-2" (ε in ε0 units; see list_switches for names and fluent ranges); empty for none.
-            max_new_tokens: how many tokens to generate, 1 to 1,024 (40 by default).
-            seed: the random seed (0 by default); the same seed gives the same text.
-            adaptive: steer each generation only until a budget of 4 nats of steering is spent, so strong settings stay fluent (false by default).
+            max_new_tokens: how many tokens to generate, 1 to {new_tokens} ({default_tokens} by default).
+            seed: the random seed ({seed} by default); the same seed gives the same text.
+            adaptive: steer each generation only until a budget of {budget} nats of steering is spent, so strong settings stay fluent (false by default).
 
         Returns:
             the steered and unsteered texts, their scores (sentiment, toxicity, perplexity) and the settings used.
@@ -110,7 +118,7 @@ class McpTools:
         return generate_api(self.backend, prompt, switches, max_new_tokens, SAMPLING.temperature, SAMPLING.top_p, seed, False,
                             self.session, adaptive)
 
-    def train_from_text(self, name: str, positive: str, negative: str = "", mode: str = "sentences", steps: int = 100) -> dict:
+    def train_from_text(self, name: str, positive: str, negative: str = "", mode: str = "sentences", steps: int = TrainConfig().steps) -> dict:
         """Train a new switch from example text; it is kept on this server under its name for the other tools.
 
         Args:
@@ -118,7 +126,7 @@ class McpTools:
             positive: text in the style +ε should move toward: one example per line in "sentences" mode, else a whole document.
             negative: text in the opposite style (one per line in "sentences" mode; the second document in "two documents" mode; unused in "one document" mode).
             mode: "sentences" (labelled lines on both sides), "one document" (what sets the document apart from the model's own text), or "two documents" (document A vs document B).
-            steps: the most optimiser steps, up to 5,000 (training stops earlier on a held-out criterion).
+            steps: the most optimiser steps, up to {train_steps} (training stops earlier on a held-out criterion).
 
         Returns:
             the switch's name, its held-out gain, its fluent ε range and recommended ε, and the words it promotes and demotes.
@@ -142,7 +150,7 @@ class McpTools:
         """Find the span(s) of a text that carry a switch's style most, e.g. the insult in a toxic comment (detox at negative ε).
 
         Args:
-            text: the text to look at (up to 20,000 characters).
+            text: the text to look at (up to {highlight_chars} characters).
             switch: the switch whose style to find (see list_switches).
             eps: the strength and side to look for: positive ε for the switch's positive style, negative for its negative style.
             spans: how many separate spans to return.
@@ -159,8 +167,8 @@ class McpTools:
         """The style meter: which ε of each switch explains a text best (positive: the switch's positive style, negative: the other).
 
         Args:
-            text: the text to measure (at most 2,000 characters: the meter tries many ε per switch).
-            switches: comma-separated switch names (empty: the first three; the meter reads at most 3).
+            text: the text to measure (at most {meter_chars} characters: the meter tries many ε per switch).
+            switches: comma-separated switch names (empty: the first {meter_switches}; the meter reads at most {meter_switches}).
 
         Returns:
             per switch, the best ε, the style it points to and the evidence in nats.
@@ -175,3 +183,13 @@ class McpTools:
         chosen = ([self.session.get(n, library) for n in given] if given  # (every switch: one of each matrix)
                   else distinct([self.session.get(n, library) for n in self.session.available(library)])[:MAX_METER_SWITCHES])
         return self.backend.run(measure, lm, chosen, text, background=True).to_dict()
+
+
+# the tools' descriptions (their docstrings, which MCP clients read) give this server's limits and defaults as set here
+_DOC_VALUES = dict(prompt_tokens=f"{MAX_PROMPT_TOKENS:,}", prompt_words=f"{round(MAX_PROMPT_TOKENS * 3 / 4, -2):,.0f}",
+                   new_tokens=f"{MAX_NEW_TOKENS:,}", default_tokens=SAMPLING.max_new_tokens, seed=SEED,
+                   budget=f"{SAMPLING.generation_budget:g}", train_steps=f"{MAX_TRAIN_STEPS:,}",
+                   highlight_chars=f"{MAX_HIGHLIGHT_CHARS:,}", meter_chars=f"{MAX_METER_CHARS:,}", meter_switches=MAX_METER_SWITCHES)
+for _name in TOOLS:
+    _tool = getattr(McpTools, _name)
+    _tool.__doc__ = _tool.__doc__.format(**_DOC_VALUES)

@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
@@ -42,7 +42,7 @@ from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SAMPLING, SamplingOptions
 from lmswitch.core.steering import Setting
 from lmswitch.serve.batcher import Busy, Row
-from lmswitch.serve.limits import MAX_NEW_TOKENS, check_request
+from lmswitch.serve.limits import check_new_tokens, check_request
 from lmswitch.webapp.backend import USER_ERRORS, Backend
 
 DONE = "data: [DONE]\n\n"  # the last server-sent event of a stream
@@ -322,11 +322,11 @@ class OpenAIApi:
         lm, library = self._model(req.model)
         field = "max_completion_tokens" if isinstance(req, ChatRequest) and req.max_completion_tokens is not None else "max_tokens"
         limit = getattr(req, field)
-        if limit is not None and limit < 1:
-            raise ApiError(400, f"{field} must be at least 1; got {limit}", param=field)
-        if limit is not None and limit > MAX_NEW_TOKENS:
-            raise ApiError(400, f"{field} {limit} is more than this server generates per request ({MAX_NEW_TOKENS}); ask for fewer, "
-                                "or continue the text in a second request", param=field)
+        if limit is not None:
+            try:
+                check_new_tokens(replace(SAMPLING, max_new_tokens=limit))
+            except ValueError as err:  # the server's cap, in the request's own field
+                raise ApiError(400, str(err).replace("max_new_tokens", field, 1), param=field) from None
         d = SAMPLING
         options = SamplingOptions(max_new_tokens=d.max_new_tokens if limit is None else limit,
                                   temperature=d.temperature if req.temperature is None else float(req.temperature),
