@@ -57,7 +57,7 @@ def test_merged_model_loads_with_plain_transformers_and_steers_like_the_switch(m
     lm = make_lm(family, init=0.2)
     a, b = random_switch(lm, seed=1, scale=20.0, name="a"), random_switch(lm, seed=2, scale=20.0, name="b")
     report = export_merged(lm, [(a, 6.0), (b, -2.0)], tmp_path / "merged")
-    assert report.format == "merged" and report.relative_logit_error < 1e-5
+    assert report.format == "merged" and not report.is_lora and report.relative_logit_error < 1e-5
     merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged").eval()
     ids = random_ids(lm, 2, 10, seed=3)
     with torch.no_grad():
@@ -83,12 +83,14 @@ def test_two_adapters_together_compose_like_switches(llama_lm, tmp_path):
 
 def test_rank_truncation_reports_what_it_keeps(llama_lm, tmp_path):
     s = random_switch(llama_lm, seed=4, scale=20.0)
-    A, B, full, kept = lora_factors(llama_lm, [(s, 5.0)], rank=4)
-    assert A.shape == (4, llama_lm.hidden_size) and B.shape == (llama_lm.vocab_size, 4) and full == llama_lm.hidden_size
+    lora = lora_factors(llama_lm, [(s, 5.0)], rank=4)
+    assert lora.A.shape == (4, llama_lm.hidden_size) and lora.B.shape == (llama_lm.vocab_size, 4) and lora.rank == 4
+    assert lora.full_rank == llama_lm.hidden_size
     singular = torch.linalg.svdvals(s.W.double())
-    assert kept == pytest.approx(float((singular[:4] ** 2).sum() / (singular**2).sum()), rel=1e-6)
+    assert lora.kept_energy == pytest.approx(float((singular[:4] ** 2).sum() / (singular**2).sum()), rel=1e-6)
     report = export_peft(llama_lm, [(s, 5.0)], tmp_path / "r4", rank=4)
     assert report.rank == 4 and 0.05 < report.relative_logit_error < 1  # a random switch loses a lot at rank 4, and says so
+    assert report.is_lora and report.kept_energy == round(lora.kept_energy, 6)
     assert report.promoted_words_kept < 1
     low = random_switch(llama_lm, seed=4, scale=20.0)
     u, sv, vh = torch.linalg.svd(low.W)

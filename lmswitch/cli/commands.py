@@ -16,7 +16,7 @@ from lmswitch.cli.common import emit, log, read_examples, text_arg
 from lmswitch.cli.evaluate import cmd_eval
 from lmswitch.cli.parser import DEMO_NEW_TOKENS, SWEEP_EPS
 from lmswitch.cli.preflight import card_without_curves, flag_errors, sampling_options
-from lmswitch.core.export import export
+from lmswitch.core.export import TOP_WORDS, export
 from lmswitch.core.generate import generate, sweep
 from lmswitch.core.models import LanguageModel, load_model
 from lmswitch.core.options import TrainConfig
@@ -243,8 +243,8 @@ def cmd_export(args: argparse.Namespace, lm: LanguageModel) -> None:
         return
     r = export(lm, setting, args.out, format=args.format, rank=args.rank, force=args.force)
     what = (f"a {r.format} LoRA on '{r.target_module}', rank {r.rank} of {r.full_rank} ({r.kept_energy:.1%} of the steering matrix's "
-            "energy kept)" if "lora" in r.format or r.format == "peft" else f"a {r.format} model with the steered '{r.target_module}' baked in")
-    kept = f", {r.promoted_words_kept:.0%} of its 50 most promoted words kept" if r.rank < r.full_rank else ""
+            "energy kept)" if r.is_lora else f"a {r.format} model with the steered '{r.target_module}' baked in")
+    kept = f", {r.promoted_words_kept:.0%} of its {TOP_WORDS} most promoted words kept" if r.rank < r.full_rank else ""
     emit(args, r.to_dict(), "\n".join([f"wrote {r.out}: {what}, relative error of the logit change {r.relative_logit_error:.1e} "
                                        f"(largest logit error {r.max_logit_error:.1e}{kept}) at "
                                        f"{', '.join(f'{n}={e:+g}' for n, e in r.setting)}", *(f"note: {n}" for n in r.notes)]))

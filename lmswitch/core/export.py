@@ -46,6 +46,7 @@ from lmswitch.core.options import EXPORT_FORMATS as FORMATS
 from lmswitch.core.steering import Setting, check_setting, steering_matrix
 from lmswitch.io.atomic import as_new_files, new_folder_beside
 
+LORA_FORMATS = ("peft", "gguf-lora")  # the formats that write a LoRA adapter beside the model
 ADAPTER_FILE = "adapter_model.safetensors"
 CONFIG_FILE = "adapter_config.json"
 MERGED_MARKER = "lmswitch_setting.json"  # marks a merged export (a folder an export may replace)
@@ -64,10 +65,22 @@ class ExportReport:
     kept_energy: float  # share of ‖M‖²_F (the steering matrix, not the logits) kept by the truncation; 1.0: exact
     relative_logit_error: float  # ‖Δlogits_written − Δlogits_switch‖ / ‖Δlogits_switch‖ over a reference text
     max_logit_error: float  # the largest |logit_written − logit_switch| on that text (float32 rounding of a merged head shows here)
-    promoted_words_kept: float  # share of the switch's 50 most promoted tokens on that text still among the written change's 50
+    promoted_words_kept: float  # share of the switch's TOP_WORDS most promoted tokens on that text still among the written change's
     target_module: str  # the head's name in the model
     setting: list[tuple[str, float]]  # (switch name, ε), in the order given
     notes: tuple[str, ...] = ()  # anything the user should know (a rank above the full rank, …)
+
+    @property
+    def is_lora(self) -> bool:
+        """Whether it wrote a LoRA adapter (a logit change beside the model) rather than a model with the change baked in."""
+        return self.format in LORA_FORMATS
+
+    @classmethod
+    def of(cls, out: str | os.PathLike, format: str, rank: int, full_rank: int, kept_energy: float, errors: LogitErrors,
+           target_module: str, setting: Setting, notes: tuple[str, ...] = ()) -> ExportReport:
+        """The report of an export written to ``out``, its fidelity from :func:`logit_errors`."""
+        return cls(str(out), format, rank, full_rank, round(kept_energy, 6), **asdict(errors), target_module=target_module,
+                   setting=setting_names(setting), notes=notes)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -108,8 +121,26 @@ def full_rank(lm: LanguageModel, setting: Setting) -> int:
     return _rank(torch.linalg.svdvals(M), M.shape)
 
 
-def lora_factors(lm: LanguageModel, setting: Setting, rank: int | None = None) -> tuple[torch.Tensor, torch.Tensor, int, float]:
-    """``(A, B, full rank, kept energy)``: ``B @ A`` is the logit change ``E M`` of ``setting``, truncated to ``rank``."""
+@dataclass(frozen=True)
+class LoraFactors:
+    """A LoRA pair for the head: ``B @ A`` is a setting's logit change ``E M``, truncated to ``rank``."""
+
+    A: torch.Tensor  # (rank, d), float32
+    B: torch.Tensor  # (V, rank), float32
+    full_rank: int  # the rank of M before truncation
+    kept_energy: float  # share of ‖M‖²_F kept by the truncation; 1.0: exact
+
+    @property
+    def rank(self) -> int:
+        return self.A.shape[0]
+
+    def written(self, c: torch.Tensor) -> torch.Tensor:
+        """The logit change the adapter writes for head inputs ``c``, in float64 (for :func:`logit_errors`)."""
+        return (c @ self.A.double().T) @ self.B.double().T
+
+
+def lora_factors(lm: LanguageModel, setting: Setting, rank: int | None = None) -> LoraFactors:
+    """``setting``'s logit change as a LoRA pair, truncated to ``rank`` (its full rank by default)."""
     if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool) or rank < 1):
         raise ValueError(f"rank must be a positive integer; got {rank!r}")
     M = _steering(lm, setting)
@@ -120,7 +151,7 @@ def lora_factors(lm: LanguageModel, setting: Setting, rank: int | None = None) -
     E = lm.head_weight().detach().to("cpu", torch.float64)
     A = Vh[:r]  # (r, d)
     B = E @ (U[:, :r] * S[:r])  # (V, r)
-    return A.float().contiguous(), B.float().contiguous(), full, kept
+    return LoraFactors(A.float().contiguous(), B.float().contiguous(), full, kept)
 
 
 def merged_head(lm: LanguageModel, setting: Setting, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -144,12 +175,19 @@ def _reference_states(lm: LanguageModel) -> torch.Tensor:
 TOP_WORDS = 50  # the promoted words whose survival a truncated export reports
 
 
-def logit_errors(lm: LanguageModel, setting: Setting, written: Callable[[torch.Tensor], torch.Tensor]) -> tuple[float, float, float]:
-    """How far the written logit change ``written(c)`` is from the switch's ``E M c`` over a reference text, in float64:
-    ``(relative error of the change, largest absolute logit error, share of the switch's most promoted words kept)``.
+@dataclass(frozen=True)
+class LogitErrors:
+    """How far an export's logit change is from the switch's (:class:`ExportReport` carries the same fields)."""
 
-    The last is the effect a user sees: of the :data:`TOP_WORDS` tokens the switch raises most on average over the
-    text, the share that are still among the written change's top :data:`TOP_WORDS`."""
+    relative_logit_error: float  # ‖Δlogits_written − Δlogits_switch‖ / ‖Δlogits_switch‖
+    max_logit_error: float  # the largest |logit_written − logit_switch|
+    # of the TOP_WORDS tokens the switch raises most on average over the text, the share still among the written change's
+    # top TOP_WORDS: the effect a user sees
+    promoted_words_kept: float
+
+
+def logit_errors(lm: LanguageModel, setting: Setting, written: Callable[[torch.Tensor], torch.Tensor]) -> LogitErrors:
+    """How far the written logit change ``written(c)`` is from the switch's ``E M c`` over a reference text, in float64."""
     c = _reference_states(lm)
     E = lm.head_weight().detach().to("cpu", torch.float64)
     want = (c @ _steering(lm, setting).T) @ E.T
@@ -158,7 +196,7 @@ def logit_errors(lm: LanguageModel, setting: Setting, written: Callable[[torch.T
     top = min(TOP_WORDS, want.shape[-1])
     wanted, kept = (set(x.mean(0).topk(top).indices.tolist()) for x in (want, got))
     largest = float(diff.abs().max()) * abs(lm.logit_scale)  # in logits: the runtime scales the head's output as the family does
-    return float(diff.norm() / want.norm().clamp_min(1e-300)), largest, len(wanted & kept) / top
+    return LogitErrors(float(diff.norm() / want.norm().clamp_min(1e-300)), largest, len(wanted & kept) / top)
 
 
 def setting_names(setting: Setting) -> list[tuple[str, float]]:
@@ -272,17 +310,16 @@ def export_peft(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *, 
     """Write ``setting`` as a PEFT LoRA adapter folder (``adapter_config.json`` + ``adapter_model.safetensors``)."""
     checked_out(out, "peft", force, model_files(lm))
     target = head_module_name(lm)
-    A, B, full, kept = lora_factors(lm, setting, rank)
-    r = A.shape[0]
+    lora = lora_factors(lm, setting, rank)
 
     def write(tmp: Path) -> None:
-        tensors = {f"base_model.model.{target}.lora_A.weight": A, f"base_model.model.{target}.lora_B.weight": B}
+        tensors = {f"base_model.model.{target}.lora_A.weight": lora.A, f"base_model.model.{target}.lora_B.weight": lora.B}
         save_file(tensors, str(tmp / ADAPTER_FILE), metadata={"format": "pt", "lmswitch_setting": json.dumps(setting_names(setting))})
-        (tmp / CONFIG_FILE).write_text(json.dumps(_peft_config(lm, target, r), indent=2), encoding="utf-8")
+        (tmp / CONFIG_FILE).write_text(json.dumps(_peft_config(lm, target, lora.rank), indent=2), encoding="utf-8")
 
     write_folder(out, "peft", force, write, lm)
-    errors = logit_errors(lm, setting, lambda c: (c @ A.double().T) @ B.double().T)
-    return ExportReport(str(out), "peft", r, full, round(kept, 6), *errors, target, setting_names(setting), rank_notes(rank, full))
+    return ExportReport.of(out, "peft", lora.rank, lora.full_rank, lora.kept_energy, logit_errors(lm, setting, lora.written),
+                           target, setting, rank_notes(rank, lora.full_rank))
 
 
 def _untied_config(lm: LanguageModel):
@@ -317,8 +354,8 @@ def export_merged(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *
     errors = logit_errors(lm, setting, lambda c: c @ (head.double() - E).T)
     notes = () if head.dtype == torch.float32 else (
         f"the merged head is stored in {str(head.dtype).removeprefix('torch.')}, like the model, and its rounding moves logits by up "
-        f"to {errors[1]:.1e}; load the model with --dtype float32 for an exact head",)
-    return ExportReport(str(out), "merged", full, full, 1.0, *errors, target, setting_names(setting), notes)
+        f"to {errors.max_logit_error:.1e}; load the model with --dtype float32 for an exact head",)
+    return ExportReport.of(out, "merged", full, full, 1.0, errors, target, setting, notes)
 
 
 def export(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *, format: str = EXPORT_FORMAT, rank: int | None = None,

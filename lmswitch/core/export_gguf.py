@@ -127,7 +127,7 @@ def export_gguf_merged(lm: LanguageModel, setting: Setting, out: str | os.PathLi
     write_folder(out, "gguf", force, write, lm)
     E = lm.head_weight().detach().to("cpu", torch.float64)
     errors = logit_errors(lm, setting, lambda c: c @ (head.double() - E).T)
-    return ExportReport(str(out), "gguf", full, full, 1.0, *errors, "output.weight", setting_names(setting))
+    return ExportReport.of(out, "gguf", full, full, 1.0, errors, "output.weight", setting)
 
 
 def export_gguf_lora(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *, rank: int | None = None,
@@ -136,8 +136,7 @@ def export_gguf_lora(lm: LanguageModel, setting: Setting, out: str | os.PathLike
     checked_out(out, "gguf-lora", force, model_files(lm))
     reader = gguf.GGUFReader(str(source_gguf(lm)))
     _check_head(lm, reader)
-    A, B, full, kept = lora_factors(lm, setting, rank)
-    r = A.shape[0]
+    lora = lora_factors(lm, setting, rank)
     tied = _tensor(reader, HEAD) is None
 
     def write(tmp: Path) -> None:
@@ -149,22 +148,22 @@ def export_gguf_lora(lm: LanguageModel, setting: Setting, out: str | os.PathLike
         writer = gguf.GGUFWriter(str(tmp / ADAPTER_FILE), _arch(reader))
         writer.add_type(gguf.GGUFType.ADAPTER)
         writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
-        writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(r))  # llama.cpp scales by alpha / rank: 1
+        writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(lora.rank))  # llama.cpp scales by alpha / rank: 1
         for key, value in _setting_note(setting).items():
             writer.add_string(key, value)
-        writer.add_tensor(f"{HEAD}.lora_a", A.numpy())
-        writer.add_tensor(f"{HEAD}.lora_b", B.numpy())
+        writer.add_tensor(f"{HEAD}.lora_a", lora.A.numpy())
+        writer.add_tensor(f"{HEAD}.lora_b", lora.B.numpy())
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
         writer.close()
 
     write_folder(out, "gguf-lora", force, write, lm)
-    errors = logit_errors(lm, setting, lambda c: (c @ A.double().T) @ B.double().T)
     notes = (f"the model's head is tied to its token embedding: load {BASE_FILE} (the same model with an untied head) with "
              f"{ADAPTER_FILE}",) if tied else (f"load {ADAPTER_FILE} on {lm.gguf_path}",)
-    notes += rank_notes(rank, full)
-    return ExportReport(str(out), "gguf-lora", r, full, round(kept, 6), *errors, HEAD, setting_names(setting), notes)
+    notes += rank_notes(rank, lora.full_rank)
+    return ExportReport.of(out, "gguf-lora", lora.rank, lora.full_rank, lora.kept_energy, logit_errors(lm, setting, lora.written),
+                           HEAD, setting, notes)
 
 
 def owned_by(format: str) -> Callable[[Path], bool]:
