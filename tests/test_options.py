@@ -9,6 +9,7 @@ import torch
 
 import lmswitch as ls
 from lmswitch.core.options import SAMPLING, SamplingOptions, TrainConfig
+from lmswitch.harness.options import Protocol
 
 
 def test_generation_functions_take_their_defaults_from_sampling_options():
@@ -73,3 +74,12 @@ def test_numpy_numbers_in_options_become_python_numbers():
     options = SamplingOptions(max_new_tokens=np.int64(5), top_p=np.float64(0.5))
     assert (type(config.seed), type(config.steps), type(config.lr), type(options.max_new_tokens)) == (int, int, float, int)
     json.dumps([config.to_dict(), options.to_dict()])
+
+
+def test_a_protocol_from_sampling_options_keeps_every_decoding_setting():
+    """The app's sweeps built their protocol field by field and left the adaptive budgets out."""
+    protocol = Protocol(samples=3, max_new_tokens=7, top_p=0.8, temperature=0.7, seed=5, adaptive=True, kl_budget=0.5,
+                        generation_budget=2.0, best_of=2, repeat_guard=6)
+    assert Protocol.from_sampling(protocol.sampling(), samples=3, seed=5) == protocol
+    with pytest.raises(ValueError, match="plain prompts"):
+        Protocol.from_sampling(SamplingOptions(chat=True), samples=1, seed=0)

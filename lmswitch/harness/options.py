@@ -35,6 +35,15 @@ class Protocol:
     # n, guided, activation addition), so that a comparison with such rows scores all of them alike
     score_from_decode: bool = True
 
+    @classmethod
+    def from_sampling(cls, options: SamplingOptions, *, samples: int, seed: int) -> Protocol:
+        """The protocol that decodes with ``options`` (the inverse of :meth:`sampling`), ``samples`` per prompt from ``seed``."""
+        if options.chat:
+            raise ValueError("an evaluation continues plain prompts: give options without chat")
+        return cls(samples=samples, max_new_tokens=options.max_new_tokens, top_p=options.top_p, temperature=options.temperature,
+                   seed=seed, adaptive=options.adaptive, kl_budget=options.kl_budget, generation_budget=options.generation_budget,
+                   best_of=options.best_of, guide=options.guide, repeat_guard=options.repeat_guard)
+
     def sampling(self) -> SamplingOptions:
         """The decoding options of this protocol's generations."""
         return SamplingOptions(self.max_new_tokens, self.temperature, self.top_p, adaptive=self.adaptive, kl_budget=self.kl_budget,

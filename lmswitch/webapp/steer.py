@@ -186,8 +186,7 @@ def batch_protocol(lm: LanguageModel, prompt: str, settings: int, samples, widge
                          + f" is more than {MAX_ROWS} generations; use fewer")
     if options.chat:
         raise ValueError("sweeps and composition maps continue the plain prompt; turn the chat template off")
-    return Protocol(samples=samples, max_new_tokens=options.max_new_tokens, top_p=options.top_p, temperature=options.temperature, seed=seed,
-                    adaptive=options.adaptive, best_of=options.best_of, guide=options.guide, repeat_guard=options.repeat_guard)
+    return Protocol.from_sampling(options, samples=samples, seed=seed)
 
 
 def _eps_values(text: str | None, session: Session, switch: Switch, count: int) -> list[float]:
