@@ -26,6 +26,7 @@ from typing import TypeVar
 
 from lmswitch.core.options import (
     ANCHORS,
+    DEFAULT_PROMPT,
     EXPORT_FORMAT,
     EXPORT_FORMATS,
     GUIDE_TOKENS,
@@ -51,7 +52,6 @@ EVAL_MAX_EPS_VALUES = 101  # an offline sweep may be finer than an interactive o
 EVAL_PROMPTS = "neutral"
 EVAL_LIMIT = 20
 EVAL_METRICS = "positive_share,toxicity_prob"
-DEMO_PROMPT = "My weekend was"
 DEMO_STEPS = 100
 DEMO_NEW_TOKENS = 30
 
@@ -287,7 +287,7 @@ def _export(p: argparse.ArgumentParser) -> None:
 
 
 def _demo(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--prompt", default=DEMO_PROMPT, help="the text the sweep continues")
+    p.add_argument("--prompt", default=DEFAULT_PROMPT, help="the text the sweep continues")
     p.add_argument("--steps", type=int, default=DEMO_STEPS, help="training steps (loss evaluations)")
 
 

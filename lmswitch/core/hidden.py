@@ -20,6 +20,7 @@ from lmswitch.core.parallel import gather, mine
 WINDOW_TOKENS = 1024  # body-pass window for long texts (bounded memory on a CPU)
 READ_CHARS = 4_000  # ~700 words: what a lens reads of a document (a body pass and a few vocabulary-wide heads per token)
 HEAD_CHUNK = 256  # rows per head matmul: (256, V) float32 logits at a time
+HELDOUT_BLOCK = 32  # tokens of a document per held-out unit (held-out text is whole such stretches of it)
 
 
 def check_text(text: object, what: str = "text") -> str:
@@ -283,7 +284,7 @@ def _encode_batch(lm: LanguageModel, batch: list, labels: list[float], block: in
     return hidden, targets, lab, unit
 
 
-def encode_texts(lm: LanguageModel, texts: list[str], labels: list[float], chunk_tokens: int, block: int,
+def encode_texts(lm: LanguageModel, texts: list[str], labels: list[float], chunk_tokens: int, block: int = HELDOUT_BLOCK,
                  keep: Sequence[int] = ()) -> TokenStates:
     """One body pass over all texts (batched by length) → cached head inputs per scored token; ``keep``: the texts (by
     index) also returned whole, as :class:`EncodedText`, so a lens can read them without a body pass of its own (see

@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 
 from lmswitch.core.card import Card
 from lmswitch.core.checks import is_number
-from lmswitch.core.options import DESCRIPTION, NEGATIVE_LABEL, POSITIVE_LABEL
+from lmswitch.core.options import DESCRIPTION, EPS0, NEGATIVE_LABEL, POSITIVE_LABEL
 from lmswitch.io.atomic import writable, write_file
 from lmswitch.io.resources import resolve_switch_file
 
@@ -68,7 +68,7 @@ class Switch:
     W: torch.Tensor  # (d, d), float32, acts as c ↦ W c on the head input c
     name: str = "switch"
     description: str = DESCRIPTION
-    eps0: float = 1e-3
+    eps0: float = EPS0
     eps_range: tuple[float, float] = (-10.0, 10.0)  # the meter's search range, in eps0 units (the slider: slider_range)
     positive_label: str = POSITIVE_LABEL  # what +eps moves toward
     negative_label: str = NEGATIVE_LABEL  # what -eps moves toward

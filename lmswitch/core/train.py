@@ -569,7 +569,7 @@ def train_events(
     # each side given as one document, as long as a lens reads (self-contrast text comes after both)
     documents = [i for i, side in ((0, positive), (ex.n_positive, negative)) if isinstance(side, str) and len(side) <= READ_CHARS]
     try:
-        data = encode_texts(lm, ex.texts, ex.labels, config.chunk_tokens, block=32, keep=documents)
+        data = encode_texts(lm, ex.texts, ex.labels, config.chunk_tokens, keep=documents)
     except ShortText as err:  # named by its side and place in it, as the user gave them
         side, k = ("positive", err.index) if err.index < ex.n_positive else ("negative", err.index - ex.n_positive)
         raise ValueError(err.says(f"the {side} text #{k + 1}")) from None
@@ -710,7 +710,7 @@ def _advice(card: Mapping) -> str:
     if gain is None:
         return (
             f"No held-out split, so whether {n:,} training tokens are enough cannot be measured. "
-            f"Train with a held-out fraction (heldout=0.15, the default) to check that the switch generalises."
+            f"Train with a held-out fraction (heldout={TrainConfig().heldout:g}, the default) to check that the switch generalises."
         )
     reversal = _reversal(card)
     if gain <= 0 and card.get("n_negative") and reversal is not None and reversal >= CLEAR_GAIN:

@@ -245,7 +245,7 @@ def recalibrate_switch(lm: LanguageModel, switch: Switch, *, eval_prompts: int =
 def shipped_judge(lm: LanguageModel, spec: Spec, data_dir: str | Path | None = None) -> torch.Tensor | None:
     """The judge :func:`~lmswitch.core.train.train_switch` fits, from ``spec``'s training pairs (one body pass)."""
     pos, neg = load_dataset(spec.dataset, data_dir).train()
-    return fit_judge(encode_texts(lm, pos + neg, [1.0] * len(pos) + [-1.0] * len(neg), spec.train.chunk_tokens, block=32))
+    return fit_judge(encode_texts(lm, pos + neg, [1.0] * len(pos) + [-1.0] * len(neg), spec.train.chunk_tokens))
 
 
 def build_pretrained(

@@ -30,6 +30,7 @@ from safetensors.torch import load_file, save_file
 from lmswitch.core.checks import is_whole
 from lmswitch.core.hidden import encode_texts
 from lmswitch.core.models import LanguageModel, cache_dir
+from lmswitch.core.options import TrainConfig
 from lmswitch.core.pause import pause_point
 from lmswitch.core.switch import STEERS_NOTHING, Switch, check_switch
 from lmswitch.io.atomic import write_file
@@ -180,7 +181,7 @@ def reference_hidden(lm: LanguageModel, texts: list[str] | None = None) -> torch
     texts = [t for t in texts if isinstance(t, str) and t.strip()]
     if not texts:
         raise ValueError("give at least one non-empty reference text")
-    return encode_texts(lm, texts, [0.0] * len(texts), chunk_tokens=512, block=32).hidden
+    return encode_texts(lm, texts, [0.0] * len(texts), chunk_tokens=TrainConfig().chunk_tokens).hidden  # as training reads text
 
 
 def _bundled_reference_hidden(lm: LanguageModel) -> torch.Tensor:

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from lmswitch.core.options import GUIDE_TOKENS, MAX_BEST_OF, MAX_GUIDE, SAMPLING, SEED, TrainConfig
+from lmswitch.core.options import DEFAULT_PROMPT, GUIDE_TOKENS, MAX_BEST_OF, MAX_GUIDE, SAMPLING, SEED, TrainConfig
 from lmswitch.core.solver import RECIPES
 from lmswitch.core.steering import MAX_ABS_EPS
 from lmswitch.io.documents import MAX_DOCUMENT_BYTES, SUPPORTED
@@ -35,7 +35,7 @@ def _steer_tab(ui: SimpleNamespace, backend: Backend) -> None:
         with gr.Column(scale=2, min_width=320):
             ui.model_pick = gr.Dropdown(backend.choices(), value=backend.model_name, label="model", elem_id="model",
                                         info="bundled models load (and convert, the first time) when picked")
-            ui.prompt = gr.Textbox(label="prompt", value="My weekend was", lines=3, elem_id="prompt")
+            ui.prompt = gr.Textbox(label="prompt", value=DEFAULT_PROMPT, lines=3, elem_id="prompt")
             # hidden until the page loads; each visitor's ranges are set then (API clients may use any |ε| ≤ 1000)
             ui.sliders = [gr.Slider(-MAX_ABS_EPS, MAX_ABS_EPS, value=0, step=0.5, label=f"switch {i + 1}", visible=False, elem_id=f"eps-{i}")
                           for i in range(MAX_SLOTS)]
