@@ -14,7 +14,7 @@ from transformers import PreTrainedTokenizerFast
 import lmswitch as ls
 from lmswitch.cli import main
 from lmswitch.core.switch import SwitchFileError
-from lmswitch.core.transfer import shared_anchors, transfer
+from lmswitch.core.transfer import fit_text, shared_anchors, transfer
 from lmswitch.harness.evaluate import PROTOCOL, evaluate_settings, load_prompts
 from lmswitch.io.resources import shipped_switch_path
 
@@ -28,6 +28,10 @@ def test_transfer_to_the_same_model_returns_the_same_switch(llama_lm):
     card = t.card["transfer"]
     assert card["heldout_r2"] > 0.999 and card["heldout_top1"] == 1.0 and card["eps_scale"] == pytest.approx(1.0, rel=1e-3)
     assert t.model_fingerprint == llama_lm.fingerprint and card["source_switch"] == "orig"
+    # the fit as the CLI, the app and the report say it (written once)
+    said = fit_text(card, 2)
+    assert said.startswith(f"fitted on {card['anchors']:,} shared words (e.g. {', '.join(card['example_anchors'][:2])}); on ")
+    assert f"R² {card['heldout_r2']}, nearest-word accuracy 100.0%" in said and "(e.g." not in fit_text(card)
 
 
 def test_planted_linear_relation_is_recovered_and_logit_changes_carry_over(make_lm):
@@ -123,7 +127,7 @@ def test_cli_transfer_writes_a_loadable_switch(tmp_path, monkeypatch, capsys):
     code = main(["--model", str(folders["llama"]), "--dtype", "float32", "transfer", "--switch", str(src_file), "--to",
                  str(folders["gpt2"]), "--out", str(out), "--min-anchors", "20"])
     stdout = capsys.readouterr().out
-    assert code == 0 and "held-out R²" in stdout and "Fluent ε on" in stdout
+    assert code == 0 and "held-out words R²" in stdout and "Fluent ε on" in stdout
     target = ls.load_model(str(folders["gpt2"]), dtype="float32")
     moved = ls.load_switch(out, target)
     assert moved.W.shape == (48, 48) and moved.card["transfer"]["source_switch"] == "mood"

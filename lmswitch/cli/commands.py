@@ -25,7 +25,7 @@ from lmswitch.core.solver import RECIPES
 from lmswitch.core.steering import check_setting
 from lmswitch.core.switch import Switch, load_switch
 from lmswitch.core.train import data_advice, train_switch
-from lmswitch.core.transfer import strength_advice, transfer
+from lmswitch.core.transfer import fit_text, strength_advice, transfer
 from lmswitch.harness.frontier import calibrated_card
 from lmswitch.harness.pretrained import PRETRAINED_DIR, build_pretrained
 from lmswitch.io.parse import FALLBACK_EPS
@@ -254,10 +254,9 @@ def cmd_transfer(args: argparse.Namespace, lm: LanguageModel) -> None:
     target = load_model(args.to, dtype=args.dtype)
     moved = transfer(load_switch(args.switch), lm, target, anchors=args.anchors, min_anchors=args.min_anchors)
     _save_and_probe(args, target, moved)
-    t = moved.card["transfer"]
     emit(args, {"out": args.out, "written": args.out, "card": dict(moved.card)},  # "out" as train's; "written" kept for scripts
-         f"wrote {args.out}: '{moved.name}' for {target.name}; fit on {t['anchors']} shared words, held-out R² "
-         f"{t['heldout_r2']}, nearest-word accuracy {t['heldout_top1']:.1%}.\n{strength_advice(moved, target.name)}")
+         f"wrote {args.out}: '{moved.name}' for {target.name}; its map {fit_text(moved.card['transfer'])}.\n"
+         f"{strength_advice(moved, target.name)}")
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, LanguageModel], None]] = {

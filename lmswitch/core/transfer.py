@@ -9,7 +9,9 @@ becomes ``ε e_tᵀ (Hᵀ W H) c_t`` in the target, so ``W_t = Hᵀ W H``.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -172,6 +174,14 @@ def transfer(
         model_fingerprint=target.fingerprint,
         card=card,
     )
+
+
+def fit_text(record: Mapping[str, Any], examples: int = 0) -> str:
+    """How well a transfer's map fits, as people read it, from its card's ``transfer`` record: "fitted on 3,600 shared
+    words; on 400 held-out words R² 0.93, nearest-word accuracy 71.0%" (``examples``: that many of the shared words named)."""
+    named = f" (e.g. {', '.join(record['example_anchors'][:examples])})" if examples and record.get("example_anchors") else ""
+    return (f"fitted on {record['anchors']:,} shared words{named}; on {record['heldout_anchors']:,} held-out words R² "
+            f"{record['heldout_r2']}, nearest-word accuracy {record['heldout_top1']:.1%}")
 
 
 def strength_advice(switch: Switch, target: str) -> str:

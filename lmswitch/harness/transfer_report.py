@@ -26,7 +26,7 @@ from lmswitch.core.card import Card
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import MIN_ANCHORS, TrainConfig
 from lmswitch.core.switch import Switch
-from lmswitch.core.transfer import strength_advice, transfer
+from lmswitch.core.transfer import fit_text, strength_advice, transfer
 from lmswitch.harness.evaluate import Evaluation, Protocol, evaluate_settings, load_prompts
 from lmswitch.harness.frontier import TRANSFER_PROBE, FluencyRules, Probe, calibrated_card
 from lmswitch.harness.pretrained import PRETRAINED_DIR, Log, build_switch, get_spec, load_pretrained, quiet
@@ -222,8 +222,7 @@ def markdown(report: TransferReport, command: str) -> str:
         f"in every row; {report.seconds / 60:.1f} min on this machine).",
         "",
         f"The shipped `sentiment` switch of `{report.source_model}` mapped to `{report.target_model}` with `ls.transfer`: H "
-        f"fitted on {t['anchors']} shared words (held-out {t['heldout_anchors']}: R² {t['heldout_r2']}, nearest-word accuracy "
-        f"{t['heldout_top1']:.1%}). Each switch's fluent range was probed on {_probe_text(report)}: the source on "
+        f"{fit_text(t)}. Each switch's fluent range was probed on {_probe_text(report)}: the source on "
         f"`{report.source_model}` {cards['source'].fluent_text or 'none'}; the transferred switch: {report.advice} The switch "
         f"trained on `{report.target_model}` from the same data (`train`'s default recipe; held-out gain "
         f"{cards['direct'].get('heldout_gain', float('nan')):+.3f} nats/token): {cards['direct'].fluent_text or 'none'}.",

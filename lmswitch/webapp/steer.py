@@ -12,7 +12,7 @@ from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import MIN_ANCHORS as MIN_ANCHORS  # (a module attribute the app's tests can lower)
 from lmswitch.core.options import SAMPLING
 from lmswitch.core.switch import Switch
-from lmswitch.core.transfer import strength_advice, transfer
+from lmswitch.core.transfer import fit_text, strength_advice, transfer
 from lmswitch.harness import figures
 from lmswitch.harness.evaluate import Protocol, evaluate_settings
 from lmswitch.io.parse import eps_grid, parse_eps_list, parse_setting
@@ -93,11 +93,9 @@ def target_picker(backend: Backend, model: str, **kwargs) -> gr.Dropdown:
 
 
 def _transfer_report(final: str, target: str, moved: Switch, at: float) -> str:
-    t = moved.card["transfer"]
     return (f"### ✔ '{final}' steers {target}: the Steer tab now uses {target}, its slider at ε {at:+g}\n"
-            f"{strength_advice(moved, target)}\n\nMap fitted on {t['anchors']} words both vocabularies share (e.g. "
-            f"{', '.join(t['example_anchors'][:6])}); on {t['heldout_anchors']} held-out words R² {t['heldout_r2']} and a mapped "
-            f"word's nearest source word is itself {t['heldout_top1']:.1%} of the time.")
+            f"{strength_advice(moved, target)}\n\nThe map between the vocabularies was {fit_text(moved.card['transfer'], 6)} "
+            "(how often a mapped word's nearest source word is itself).")
 
 
 @user_errors
