@@ -303,3 +303,19 @@ def test_a_session_let_go_of_takes_its_files_with_it(library, llama_lm, tmp_path
     del s
     gc.collect()
     assert list(tmp_path.glob("*.safetensors")) == []
+
+
+def test_the_meter_reads_the_named_switches_or_the_first_then_one_per_matrix_up_to_its_cap(library, llama_lm):
+    """The Highlight tab and the MCP tool chose the meter's switches each in its own code."""
+    session = Session()
+    mine = random_switch(llama_lm, seed=7, name="mine")
+    session.add(mine, library)
+    session.add(load_switch(library.folder / "alpha.safetensors", llama_lm), library, name="alpha-copy")  # alpha's matrix again
+    names = session.available(library)
+    read, left_out = session.meter_switches(library, first=mine)
+    assert [s.name for s in read] == ["mine", *[n for n in names if n not in ("mine", "alpha-copy")][:2]]
+    assert "alpha-copy" not in left_out and len(read) + len(left_out) == len(names) - 1  # one per matrix
+    named, none_left = session.meter_switches(library, ["beta", "mine"])
+    assert [s.name for s in named] == ["beta", "mine"] and none_left == []
+    with pytest.raises(ValueError, match="the meter reads at most 3 switches at once; got 4"):
+        session.meter_switches(library, ["alpha", "beta", "mine", "alpha-copy"])

@@ -25,6 +25,8 @@ MAX_METER_CHARS = 2_000  # ~600 tokens
 MAX_METER_SWITCHES = 3
 # text a highlight reads: one body pass and one head pass over it (~10 s for 20,000 characters, ~5,900 tokens)
 MAX_HIGHLIGHT_CHARS = 20_000
+MAX_TRAIN_CHARS = 400_000  # training text (~100k tokens) per request: minutes on a CPU; bigger corpora belong to `python -m lmswitch train`
+MAX_ROWS = 96  # generations in one sweep or composition-map call
 
 
 def prompt_limit(lm: LanguageModel, options: SamplingOptions) -> int:

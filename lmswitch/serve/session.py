@@ -13,10 +13,12 @@ import os
 import threading
 import uuid
 import weakref
+from collections.abc import Sequence
 from pathlib import Path
 
 from lmswitch.core.models import LanguageModel
-from lmswitch.core.switch import STEERS_NOTHING, Switch, SwitchFileError, check_name, load_switch
+from lmswitch.core.switch import STEERS_NOTHING, Switch, SwitchFileError, check_name, distinct, load_switch
+from lmswitch.serve.limits import MAX_METER_SWITCHES
 
 MAX_SESSION_SWITCHES = 32  # each is a d × d float32 matrix (1.3 MB for the embedded model)
 SPOOL_QUOTA = 4 * 2**30  # bytes of closed sessions' switches on disk; past it, a closed session keeps them in memory
@@ -175,6 +177,17 @@ class Session:
         names = self.sync(library)
         with self._lock:
             return [n for n in names if self._has(n, library) or library.get(n) is not None]
+
+    def meter_switches(self, library: SwitchLibrary, names: Sequence[str] = (), first: Switch | None = None) -> tuple[list[Switch], list[str]]:
+        """The switches a style meter reads, and the names of those left out: the ``names`` given (at most
+        :data:`~lmswitch.serve.limits.MAX_METER_SWITCHES`, else ``ValueError``), else ``first`` and then this session's
+        others, one per matrix, the first of them up to that cap (the meter's time grows fast with its switches)."""
+        if names:
+            if len(names) > MAX_METER_SWITCHES:
+                raise ValueError(f"the meter reads at most {MAX_METER_SWITCHES} switches at once; got {len(names)}")
+            return [self.get(n, library) for n in names], []
+        every = distinct([*([first] if first is not None else []), *(self.get(n, library) for n in self.available(library))])
+        return every[:MAX_METER_SWITCHES], [s.name for s in every[MAX_METER_SWITCHES:]]
 
     def add(self, switch: Switch, library: SwitchLibrary, name: str | None = None) -> str:
         """Keep ``switch`` in this session under ``name`` (made unique with a ``-2``, ``-3`` … suffix); returns the name."""

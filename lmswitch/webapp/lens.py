@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from lmswitch.core.hidden import encode_text
-from lmswitch.core.switch import Switch, distinct
 from lmswitch.harness import figures
 from lmswitch.io.resources import examples_dir
 from lmswitch.lenses.meter import Measurement, MeterRow, measure
@@ -62,13 +61,6 @@ def _summary(result: Highlight, meter: Measurement, cut: bool, left_out: list[st
     return f"**Spans toward {result.label}:** {spans}\n\n**Style meter** ({read}):\n" + "\n".join(lines)
 
 
-def _meter_switches(session: Session, library, picked: Switch) -> tuple[list[Switch], list[str]]:
-    """The switches the meter reads (the picked one first, then the session's others, one per matrix, at most
-    :data:`MAX_METER_SWITCHES`) and the names of those left out."""
-    others = distinct([picked, *(session.get(n, library) for n in session.available(library))])
-    return others[:MAX_METER_SWITCHES], [s.name for s in others[MAX_METER_SWITCHES:]]
-
-
 @user_errors
 @computed
 def run_highlight(backend: Backend, text: str, file: str | None, name: str, eps, max_span, n_spans, session: Session):
@@ -82,7 +74,7 @@ def run_highlight(backend: Backend, text: str, file: str | None, name: str, eps,
     result = highlight(lm, switch, encoded, eps=eps, max_span=max_span, n_spans=n_spans)
     # the meter tries many ε per switch, so it reads a long text's beginning (another body pass, on that part alone)
     cut = len(text) > MAX_METER_CHARS
-    read, left_out = _meter_switches(session, library, switch)
+    read, left_out = session.meter_switches(library, first=switch)  # the picked one first
     meter = measure(lm, read, text[:MAX_METER_CHARS] if cut else encoded)
     return result.highlighted, result.word_heatmap(), figures.meter_figure(meter), _summary(result, meter, cut, left_out)
 

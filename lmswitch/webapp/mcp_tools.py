@@ -19,7 +19,6 @@ from collections.abc import Callable
 import gradio as gr
 
 from lmswitch.core.options import SAMPLING, SEED, TrainConfig
-from lmswitch.core.switch import distinct
 from lmswitch.core.train import train_switch
 from lmswitch.io.parse import parse_names
 from lmswitch.lenses.meter import measure
@@ -177,11 +176,7 @@ class McpTools:
             raise ValueError(f"the text has {len(text):,} characters; measure_style reads at most {MAX_METER_CHARS:,} (it "
                              "tries many ε per switch): pass an excerpt")
         lm, library = self.backend.get()
-        given = parse_names(switches)
-        if len(given) > MAX_METER_SWITCHES:
-            raise ValueError(f"the meter reads at most {MAX_METER_SWITCHES} switches at once; got {len(given)}")
-        chosen = ([self.session.get(n, library) for n in given] if given  # (every switch: one of each matrix)
-                  else distinct([self.session.get(n, library) for n in self.session.available(library)])[:MAX_METER_SWITCHES])
+        chosen, _ = self.session.meter_switches(library, parse_names(switches))
         return self.backend.run(measure, lm, chosen, text, background=True).to_dict()
 
 

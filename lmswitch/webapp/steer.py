@@ -17,7 +17,7 @@ from lmswitch.harness import figures
 from lmswitch.harness.evaluate import Protocol, evaluate_settings
 from lmswitch.io.parse import eps_grid, parse_eps_list, parse_setting
 from lmswitch.serve.compare import Comparison, compare
-from lmswitch.serve.limits import check_request
+from lmswitch.serve.limits import MAX_ROWS, check_request
 from lmswitch.serve.session import Session
 from lmswitch.webapp.backend import Backend, computed, user_errors
 from lmswitch.webapp.widgets import (
@@ -33,7 +33,6 @@ from lmswitch.webapp.widgets import (
     token_html,
 )
 
-MAX_ROWS = 96  # generations in one sweep / composition-map call
 STREAM_EVERY = 0.1  # seconds between streamed text updates (each costs the server and the browser a render)
 TRANSFERRING = ("⏳ Mapping '{name}' onto {target} (loaded the first time), then probing its fluent ε range on a few of "
                 "{target}'s dev prompts, which its slider will span: about half a minute on a CPU…")

@@ -17,7 +17,7 @@ from lmswitch.core.train import Done, Encoded, Evaluated, Step, TrainEvent, Trai
 from lmswitch.harness import figures
 from lmswitch.io.documents import split_lines
 from lmswitch.lenses.learned import what_was_learned
-from lmswitch.serve.limits import check_train_steps
+from lmswitch.serve.limits import MAX_TRAIN_CHARS, check_train_steps
 from lmswitch.serve.session import Session, SwitchLibrary, check_name
 from lmswitch.webapp.backend import USER_ERRORS, Backend, computed, user_errors
 from lmswitch.webapp.widgets import (
@@ -38,7 +38,6 @@ KINDS = dict(zip(MODES, ("one document", "two documents", "examples"), strict=Tr
 # the two text boxes' labels by the mode's data shape (one document has no second box)
 TEXT_LABELS = {"one document": ("the document", "(not used for one document)"), "two documents": ("document A", "document B"),
                "examples": ("positive sentences, one per line", "negative sentences, one per line")}
-MAX_TRAIN_CHARS = 400_000  # ~100k tokens: trains in minutes on a CPU; bigger corpora belong to `python -m lmswitch train`
 TRAIN_ADVICE = (f"the app trains on at most {MAX_TRAIN_CHARS:,} (about {MAX_TRAIN_CHARS // 4:,} tokens) in all. Trim it, or "
                 "train on the command line: python -m lmswitch train --help")
 MAX_LABEL_CHARS = 80  # a side's label (shown on the slider, stored in the card)
