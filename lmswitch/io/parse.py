@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from collections.abc import Mapping
 
@@ -23,17 +24,27 @@ def _ascii_minus(text: str) -> str:
     return text.replace("\u2212", "-")
 
 
+def parse_number(value: object, label: str, kind: type = float) -> float | int:
+    """One finite number (``kind`` ``int``: a whole one) from a number or a numeric string (``−2`` too), with errors
+    naming ``label``; ``None`` or ``""`` (an emptied number box) is refused as empty."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise ValueError(f"{label} is empty: enter a number")
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)):  # (NumPy's numbers too)
+        raise ValueError(f"{label} must be a number; got {value!r}")
+    try:
+        number = float(_ascii_minus(value).strip() if isinstance(value, str) else value)
+    except ValueError:
+        raise ValueError(f"{label} must be a number; got {value!r}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{label} must be a finite number; got {value!r}")
+    if kind is int and number != int(number):
+        raise ValueError(f"{label} must be a whole number; got {value!r}")
+    return kind(number)
+
+
 def parse_eps(value: object, name: str = "switch") -> float:
     """One finite ε (a number or a numeric string), with an error naming the switch."""
-    if isinstance(value, bool):
-        raise ValueError(f"the ε of '{name}' must be a number; got {value!r}")
-    try:
-        eps = float(_ascii_minus(value).strip() if isinstance(value, str) else value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ValueError(f"the ε of '{name}' must be a number; got {value!r}") from None
-    if not math.isfinite(eps):
-        raise ValueError(f"the ε of '{name}' must be a finite number; got {value!r}")
-    return eps
+    return parse_number(value, f"the ε of '{name}'")
 
 
 def parse_switch_spec(value: str, default_eps: float | None = FALLBACK_EPS) -> tuple[str, float | None]:

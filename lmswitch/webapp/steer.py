@@ -141,8 +141,9 @@ def steer(backend: Backend, prompt: str, max_new_tokens, temperature, top_p, see
     _, library = backend.get(session=session)
     names = session.available(library)[:MAX_SLOTS]
     eps, extra = values[:MAX_SLOTS], values[MAX_SLOTS:]
-    widgets = (max_new_tokens, temperature, top_p, seed, chat, bool(extra[0]) if extra else False, extra[1] if len(extra) > 1 else 1,
-               extra[2] if len(extra) > 2 else 1, extra[3] if len(extra) > 3 else True)
+    widgets = (max_new_tokens, temperature, top_p, seed, chat, bool(extra[0]) if extra else False,
+               extra[1] if len(extra) > 1 else SAMPLING.best_of, extra[2] if len(extra) > 2 else SAMPLING.guide,
+               extra[3] if len(extra) > 3 else True)  # (the repeat guard's box: on)
     shown = 0.0
     for item in _comparisons(backend, session, prompt, list(zip(names, eps, strict=False)), widgets):
         if isinstance(item, Comparison):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import html
-import math
 import os
 from collections.abc import Sequence
 
@@ -15,7 +14,7 @@ from lmswitch.core.switch import Switch
 from lmswitch.harness.evaluate import TextScores
 from lmswitch.harness.frontier import Probe
 from lmswitch.io.documents import TextTooLong, read_document
-from lmswitch.io.parse import parse_eps
+from lmswitch.io.parse import parse_eps, parse_number
 from lmswitch.lenses.spans import TokenChange
 from lmswitch.serve.session import Session, SwitchLibrary
 
@@ -40,20 +39,8 @@ MANAGE_PICKER = 3  # the Train tab's own picker (Save, download) among them (and
 
 
 def number(value, label: str, kind: type = float):
-    """A finite number from a widget (Gradio gives None for an emptied number box)."""
-    if value is None or value == "":
-        raise ValueError(f"{label} is empty: enter a number")
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"{label} needs a finite number; got {value!r}")
-    try:
-        value = float(value)
-    except ValueError:
-        raise ValueError(f"{label} needs a finite number; got {value!r}") from None
-    if not math.isfinite(value):
-        raise ValueError(f"{label} needs a finite number; got {value!r}")
-    if kind is int and value != int(value):
-        raise ValueError(f"{label} must be a whole number; got {value}")
-    return kind(value)
+    """A finite number from a widget (Gradio gives None for an emptied number box): :func:`~lmswitch.io.parse.parse_number`."""
+    return parse_number(value, label, kind)
 
 
 def sampling(max_new_tokens, temperature, top_p, seed, chat, adaptive=False, best_of=SAMPLING.best_of, guide=SAMPLING.guide,
@@ -62,8 +49,8 @@ def sampling(max_new_tokens, temperature, top_p, seed, chat, adaptive=False, bes
     seed = check_seed(number(seed, "seed", int))
     options = SamplingOptions(max_new_tokens=number(max_new_tokens, "max new tokens", int), temperature=number(temperature, "temperature"),
                               top_p=number(top_p, "top-p"), chat=bool(chat), adaptive=bool(adaptive),
-                              best_of=number(1 if best_of is None else best_of, "best of", int),
-                              guide=number(1 if guide is None else guide, "guided", int),
+                              best_of=number(SAMPLING.best_of if best_of is None else best_of, "best of", int),
+                              guide=number(SAMPLING.guide if guide is None else guide, "guided", int),
                               repeat_guard=SAMPLING.repeat_guard if repeat_guard is None or bool(repeat_guard) else 0)
     return options, seed
 
