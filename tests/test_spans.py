@@ -85,6 +85,14 @@ def test_bad_span_arguments_are_refused(bad):
 def test_non_finite_scores_are_refused():
     with pytest.raises(ValueError, match="finite"):
         best_spans([1.0, float("nan")])
+    with pytest.raises(ValueError, match="scores must be a flat sequence of finite numbers"):  # was NumPy's "could not convert"
+        best_spans([1.0, "x"])
+
+
+def test_a_run_is_typed_and_still_unpacks_as_a_tuple():
+    (run,) = best_spans([0.1, -2, 3, 1, -1, 2], max_span=2)
+    start, end, total = run
+    assert (run.start, run.end, run.total) == (start, end, total) == (2, 4, 4.0) and run == (2, 4, 4.0)
 
 
 def _text(words: list[str]) -> str:

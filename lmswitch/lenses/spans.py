@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -131,19 +132,30 @@ def _check_span_args(max_span: object, n_spans: object) -> None:
         raise ValueError(f"n_spans must be an integer from 1 to {MAX_SPANS}; got {n_spans!r}")
 
 
-def best_spans(scores: Sequence[float], max_span: int = DEFAULT_MAX_SPAN, n_spans: int = DEFAULT_SPANS) -> list[tuple[int, int, float]]:
+class Run(NamedTuple):
+    """A run of items ``[start, end)`` and their summed score (:func:`best_spans`); a tuple, so it unpacks as one."""
+
+    start: int
+    end: int
+    total: float
+
+
+def best_spans(scores: Sequence[float], max_span: int = DEFAULT_MAX_SPAN, n_spans: int = DEFAULT_SPANS) -> list[Run]:
     """The ``n_spans`` non-overlapping runs of ≤ ``max_span`` items with the largest total score.
 
     Exact O(n · n_spans · max_span) dynamic programming. Exactly
     ``min(n_spans, len(scores))`` spans are returned, sorted by position, even when
     some have a negative total (their scores say so). Ties go to the earliest spans.
-    Each span is ``(start, end, total)``: items ``[start, end)`` and their summed score.
+    Each span is a :class:`Run` ``(start, end, total)``: items ``[start, end)`` and their summed score.
 
     >>> best_spans([0.1, -2, 3, 1, -1, 2], max_span=2)
-    [(2, 4, 4.0)]
+    [Run(start=2, end=4, total=4.0)]
     """
     _check_span_args(max_span, n_spans)
-    x = np.asarray(scores, dtype=np.float64)
+    try:
+        x = np.asarray(scores, dtype=np.float64)
+    except (TypeError, ValueError):
+        x = np.asarray([math.nan])  # refused below, in the same words as any other bad score
     if x.ndim != 1 or not np.isfinite(x).all():
         raise ValueError("scores must be a flat sequence of finite numbers")
     n, k = len(x), min(n_spans, len(x))
@@ -168,7 +180,7 @@ def best_spans(scores: Sequence[float], max_span: int = DEFAULT_MAX_SPAN, n_span
         if L == 0:
             i -= 1
             continue
-        spans.append((i - L, i, float(prefix[i] - prefix[i - L])))
+        spans.append(Run(i - L, i, float(prefix[i] - prefix[i - L])))
         i, j = i - L, j - 1
     return sorted(spans)
 
