@@ -112,7 +112,7 @@ def examples(lm: ls.LanguageModel, case: Case) -> tuple[T._Examples, float]:
 
 def naive_curve(lm: ls.LanguageModel, ex: T._Examples) -> list[tuple[int, float]]:
     """The naive recipe's exact held-out loss every 10 steps, on the same split as ours (computed on cached states)."""
-    data = encode_texts(lm, ex.texts, ex.labels, NAIVE.chunk_tokens, block=32)
+    data = encode_texts(lm, ex.texts, ex.labels, NAIVE.chunk_tokens)
     masks = T._split(data, len(ex.texts), NAIVE.heldout, torch.Generator().manual_seed(NAIVE.seed))
     obj = T._Objective(lm, data, masks, NAIVE, use_dummy=len(set(ex.labels)) > 1)
     d = lm.hidden_size

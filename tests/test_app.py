@@ -222,7 +222,7 @@ def test_adaptive_strength_reaches_the_library_from_every_generation_endpoint(ba
         (lambda b, s: app.generate_api(b, PROMPT, "", *gen_args(seed=-1), s), "seed"),
         (lambda b, s: app.generate_api(b, PROMPT, "", *gen_args(seed=float("nan")), s), "seed"),
         (lambda b, s: app.generate_api(b, PROMPT, "", *gen_args(top_p=-0.5), s), "top_p"),
-        (lambda b, s: app.generate_api(b, PROMPT, "", *gen_args(max_new_tokens=None), s), "max new tokens is empty: enter a number"),
+        (lambda b, s: app.generate_api(b, PROMPT, "", *gen_args(max_new_tokens=None), s), "max new tokens is empty: give a number"),
         (lambda b, s: final(app.steer(b, PROMPT, *gen_args(), s, math.inf, 0.0)), "finite"),
         (lambda b, s: app.run_sweep(b, "alpha", "1, two", 2, PROMPT, *gen_args(), s), "numbers"),
         (lambda b, s: app.run_sweep(b, "nope", "", 2, PROMPT, *gen_args(), s), "no switch named"),

@@ -53,7 +53,7 @@ def test_a_training_warning_is_shown_above_what_was_learned(gpt2_lm):
     learned = what_was_learned(gpt2_lm, switch, None, words=5)
     assert learned.cautions == (warning,)
     first, second = learned.to_markdown().split("\n\n")[:2]
-    assert first.startswith("⚠ *The text is probably in a language") and first.endswith("Read the words and passages below with that in mind.*")
+    assert first.startswith("⚠ *The text is probably in a language") and first.endswith("Read what follows with that in mind.*")
     assert second.startswith("**Promotes**")
     plain = planted(gpt2_lm, ["grief"], ["joy"], 500.0, reference_hidden(gpt2_lm), name="grief")
     assert what_was_learned(gpt2_lm, plain, None, words=5).to_markdown().startswith("**Promotes**")

@@ -30,7 +30,7 @@ def test_settings_from_text_and_mappings():
         ("sentiment=inf", "finite"),
         ("a=1, a=2", "more than once"),
         ({"a": True}, "must be a number"),
-        ({"a": None}, "the ε of 'a' is empty: enter a number"),
+        ({"a": None}, "the ε of 'a' is empty: give a number"),
         ({"a": "−2.5x"}, "must be a number"),
         ({"a": [1]}, "must be a number"),
         (42, "string or a"),
@@ -86,7 +86,7 @@ def test_one_number_parser_for_widgets_and_settings():
     """The app's number boxes had a parser of their own, which refused the typographic minus the app's labels write."""
     assert parse_number(np.float32(2.0), "ε") == 2.0 and parse_number(np.int64(7), "seed", int) == 7
     assert parse_number("−2", "seed", int) == -2 and parse_number(3.0, "steps", int) == 3 and parse_number(" 0.5 ", "ε") == 0.5
-    for value, said in ((None, "seed is empty: enter a number"), ("", "seed is empty"), (1.5, "seed must be a whole number; got 1.5"),
-                        (True, "seed must be a number; got True"), ("inf", "seed must be a finite number")):
+    for value, said in ((None, "seed is empty: give a number"), ("", "seed is empty"), (1.5, "seed must be a whole number; got 1.5"),
+                        (True, "seed must be a number; got True"), ("inf", "seed must be a finite number"), (10**400, "seed must be a finite number")):
         with pytest.raises(ValueError, match=re.escape(said)):
             parse_number(value, "seed", int)

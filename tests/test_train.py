@@ -45,7 +45,7 @@ def _objective_on_four_texts(lm, config: TrainConfig):
     from lmswitch.core.train import _Objective
 
     texts = sample_texts(random.Random(3), WORDS_A, 4)
-    data = encode_texts(lm, texts, [1.0] * len(texts), 256, block=32)
+    data = encode_texts(lm, texts, [1.0] * len(texts), 256)
     everything = torch.ones(len(data.targets), dtype=torch.bool)
     return _Objective(lm, data, (everything, everything), config, use_dummy=False), texts, data
 

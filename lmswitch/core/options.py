@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 MAX_STEPS = 100_000
 EPS0 = 1e-3  # the ε unit: a slider at 5 is ε = 5 · EPS0, the paper's "5ε0"
-DEFAULT_PROMPT = "My weekend was"  # the app's first prompt and the command line's sweep and demo prompt
+DEFAULT_PROMPT = "My weekend was"  # the app's first prompt and the command line's demo prompt
 MAX_TEXT_CHARS = 2_000_000  # ~500k tokens; beyond this a text is almost surely not meant for one call
 MAX_BEST_OF = 16  # candidates per generation
 MAX_GUIDE = 8  # candidates per piece of guided decoding
@@ -188,7 +188,7 @@ class TrainConfig:
     steps: int = field(default=200, metadata={"help": "maximum optimiser steps (lbfgs: loss evaluations; its "
                                                        "ridge path usually ends sooner)"})
     lr: float = field(default=1e-2, metadata={"help": "Adam learning rate (paper: 1e-2)"})
-    eps0: float = field(default=EPS0, metadata={"help": f"the ε unit the switch is fitted at (paper: {EPS0:g})"})
+    eps0: float = field(default=EPS0, metadata={"help": "the ε unit the switch is fitted at (paper: 1e-3)"})
     l2: float = field(default=0.0, metadata={"help": "L2 penalty on ε0·W (and the dummy matrix)"})
     heldout: float = field(default=0.15, metadata={"help": "fraction of texts (or token blocks) held out for early stopping"})
     batch_tokens: int = field(default=256, metadata={"help": "tokens per optimiser step"})

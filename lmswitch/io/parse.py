@@ -28,11 +28,13 @@ def parse_number(value: object, label: str, kind: type = float) -> float | int:
     """One finite number (``kind`` ``int``: a whole one) from a number or a numeric string (``−2`` too), with errors
     naming ``label``; ``None`` or ``""`` (an emptied number box) is refused as empty."""
     if value is None or (isinstance(value, str) and not value.strip()):
-        raise ValueError(f"{label} is empty: enter a number")
+        raise ValueError(f"{label} is empty: give a number")
     if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)):  # (NumPy's numbers too)
         raise ValueError(f"{label} must be a number; got {value!r}")
     try:
         number = float(_ascii_minus(value).strip() if isinstance(value, str) else value)
+    except OverflowError:  # an integer past float's range
+        raise ValueError(f"{label} must be a finite number; got {value!r}") from None
     except ValueError:
         raise ValueError(f"{label} must be a number; got {value!r}") from None
     if not math.isfinite(number):

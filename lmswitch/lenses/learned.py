@@ -53,7 +53,7 @@ class Learned:
 
     def to_markdown(self) -> str:
         """The summary as Markdown: any caution, the words, the spans in context, the verdict."""
-        parts = [f"⚠ *{_escaped(c)} Read the words and passages below with that in mind.*" for c in self.cautions]
+        parts = [f"⚠ *{_escaped(c)} Read what follows with that in mind.*" for c in self.cautions]
         parts += [f"**Promotes** (toward *{_escaped(self.positive_label)}*): {_word_list(self.promoted)}  \n"
                   f"**Demotes** (toward *{_escaped(self.negative_label)}*): {_word_list(self.demoted)}"]
         if self.text:

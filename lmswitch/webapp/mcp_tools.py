@@ -82,9 +82,11 @@ class McpTools:
                     block_fn.fn._mcp_type = "page"  # Gradio lists as MCP tools only functions whose _mcp_type is "tool" or unset
                 except AttributeError:  # a bound method: cannot be marked, so it stays listed
                     pass
-        # Gradio warns at launch about every named endpoint with a gr.State input, listed as a tool or not: here only
-        # the page's endpoints have one, and they are off the list, so its warning would only mislead whoever starts it
-        warnings.filterwarnings("ignore", message=STATE_WARNING, category=UserWarning)
+        # Gradio warns at launch about every named endpoint with a gr.State input, listed as a tool or not: when every
+        # such endpoint is off the list (the page's), its warning would only mislead whoever starts the app
+        stateful = [f for f in demo.fns.values() if f.fn is not None and any(isinstance(i, gr.State) for i in f.inputs)]
+        if all(getattr(f.fn, "_mcp_type", "tool") != "tool" for f in stateful):
+            warnings.filterwarnings("ignore", message=STATE_WARNING, category=UserWarning)
 
     def _switch(self, name: str):
         lm, library = self.backend.get()
@@ -187,4 +189,5 @@ _DOC_VALUES = dict(prompt_tokens=f"{MAX_PROMPT_TOKENS:,}", prompt_words=f"{round
                    highlight_chars=f"{MAX_HIGHLIGHT_CHARS:,}", meter_chars=f"{MAX_METER_CHARS:,}", meter_switches=MAX_METER_SWITCHES)
 for _name in TOOLS:
     _tool = getattr(McpTools, _name)
-    _tool.__doc__ = _tool.__doc__.format(**_DOC_VALUES)
+    if _tool.__doc__:  # (none under python -OO)
+        _tool.__doc__ = _tool.__doc__.format(**_DOC_VALUES)

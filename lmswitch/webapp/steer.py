@@ -69,8 +69,8 @@ WIDE_WARNING = ("⚠ **Sliders beyond the fluent range.** Past a switch's calibr
 
 
 def widen_sliders(backend: Backend, wide: bool, session: Session, *values: float):
-    """The "beyond the fluent range" toggle: this session's sliders span each switch's full range (with a warning) or
-    its calibrated fluent range again, a value outside it moved to the nearest end."""
+    """The "beyond the fluent range" toggle: this session's sliders reach twice as far each way (with a warning) or
+    span each switch's calibrated fluent range again, a value outside it moved to the nearest end."""
     session.wide_sliders = bool(wide)
     return [gr.Markdown(WIDE_WARNING if wide else "", visible=bool(wide)), *refresh_sliders(backend, session, *values)]
 
