@@ -559,6 +559,42 @@ def train_events(
     if not isinstance(config, TrainConfig):
         raise ValueError(f"config must be a TrainConfig, e.g. lmswitch.TrainConfig(steps=100); got {type(config).__name__}")
     config.validate(lm.hidden_size)
+    prep = _prepare(lm, positive, negative, labels, config)
+    obj = prep.objective
+    hidden_seconds = time.perf_counter() - start
+    yield Encoded(len(obj.train[0]), len(obj.held[0]), hidden_seconds)
+    d = lm.hidden_size
+    # zero start: a random start would leave untrained noise in W that steering then amplifies
+    run = _Run(torch.zeros(d, d, device=obj.device, requires_grad=True), torch.zeros(d, d, device=obj.device, requires_grad=obj.use_dummy))
+    if _optimizer(lm, config) in solver.RECIPES:
+        yield from _optimise_lbfgs(obj, config, _cancel_check(cancel), run)
+    else:
+        yield from _optimise(obj, config, _cancel_check(cancel), prep.generator, run)
+    card = _final_card(prep, config, run, (hidden_seconds, time.perf_counter() - start), data_kind(positive, negative))
+    named = naming(positive, negative, positive_label, negative_label, description)
+    yield Done(Switch(W=run.W.detach().cpu(), name=name, description=named.description, eps0=config.eps0,
+                      positive_label=named.positive_label, negative_label=named.negative_label, model_name=lm.name,
+                      model_fingerprint=lm.fingerprint, card=card, judge=fit_judge(prep.data)),
+               documents=tuple(prep.data.texts[i] for i in prep.documents if i in prep.data.texts))
+
+
+@dataclass
+class _Prepared:
+    """Training's data before the optimiser runs: the examples, their cached head inputs and the objective on them."""
+
+    examples: _Examples
+    negatives: str  # how the negatives were made (the card's ``negatives``)
+    warning: str | None  # a text in a language the model reads poorly (:func:`language_warning`)
+    documents: list[int]  # the texts given as one document each, kept whole for the lenses
+    data: TokenStates
+    objective: _Objective
+    generator: torch.Generator  # the held-out split's and Adam's batches' random stream
+
+
+def _prepare(lm: LanguageModel, positive: str | Sequence[str], negative: str | Sequence[str] | None,
+             labels: Sequence[float] | None, config: TrainConfig) -> _Prepared:
+    """Check the data, add self-contrast negatives if asked, read every text once (the body pass) and split off the
+    held-out part."""
     ex = _examples(positive, negative, labels)
     _check_sides(lm, ex.texts[: ex.n_positive], ex.texts[ex.n_positive :])
     warning = language_warning(lm, ex.texts)
@@ -576,30 +612,21 @@ def train_events(
     train_mask, held_mask = _split(data, len(ex.texts), config.heldout, generator)
     if not train_mask.any():
         raise ValueError("no tokens left to train on after holding out data; give more text or set heldout=0")
-    lbfgs = _optimizer(lm, config) in solver.RECIPES
     obj = _Objective(lm, data, (train_mask, held_mask), config, use_dummy=len(set(ex.labels)) > 1,
-                     neutral=_neutral_contexts(lm) if config.neutral_kl else None, stepped=not lbfgs)
-    hidden_seconds = time.perf_counter() - start
-    yield Encoded(len(obj.train[0]), len(obj.held[0]), hidden_seconds)
-    d = lm.hidden_size
-    # zero start: a random start would leave untrained noise in W that steering then amplifies
-    run = _Run(torch.zeros(d, d, device=obj.device, requires_grad=True), torch.zeros(d, d, device=obj.device, requires_grad=obj.use_dummy))
-    if lbfgs:
-        yield from _optimise_lbfgs(obj, config, _cancel_check(cancel), run)
-    else:
-        yield from _optimise(obj, config, _cancel_check(cancel), generator, run)
+                     neutral=_neutral_contexts(lm) if config.neutral_kl else None,
+                     stepped=_optimizer(lm, config) not in solver.RECIPES)
+    return _Prepared(ex, negatives, warning, documents, data, obj, generator)
+
+
+def _final_card(prep: _Prepared, config: TrainConfig, run: _Run, seconds: tuple[float, float], kind: str) -> Card:
+    """Keep the best W the run found (truncated to ``config.rank``) in ``run`` and return its card."""
     held_best, best_step, W_best, Wd_best = run.best if run.best is not None else (None, run.steps_done, run.W.detach(), run.Wd.detach())
     with torch.no_grad():
         run.W.copy_(_truncate(W_best, config.rank))
         run.Wd.copy_(Wd_best)
-        card = _card(ex, obj, config, run, best_step, (hidden_seconds, time.perf_counter() - start), negatives,
-                     data_kind(positive, negative), held_with=held_best if config.rank is None else None)  # a truncated W is scored again
-        card = card.updated(warnings=[warning]) if warning else card
-    named = naming(positive, negative, positive_label, negative_label, description)
-    yield Done(Switch(W=run.W.detach().cpu(), name=name, description=named.description, eps0=config.eps0,
-                      positive_label=named.positive_label, negative_label=named.negative_label, model_name=lm.name,
-                      model_fingerprint=lm.fingerprint, card=card,
-                      judge=fit_judge(data)), documents=tuple(data.texts[i] for i in documents if i in data.texts))
+        card = _card(prep.examples, prep.objective, config, run, best_step, seconds, prep.negatives, kind,
+                     held_with=held_best if config.rank is None else None)  # a truncated W is scored again
+    return card.updated(warnings=[prep.warning]) if prep.warning else card
 
 
 def train_switch(
