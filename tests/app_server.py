@@ -69,7 +69,8 @@ class AppServer:
         raise TimeoutError(f"app.py was not ready after {timeout:.0f} s:\n{self.log()}")
 
     def log(self) -> str:
-        self._log.flush()
+        if not self._log.closed:  # (closed once the server has stopped)
+            self._log.flush()
         return self.log_path.read_text()[-4000:]
 
     def rss_bytes(self) -> int:

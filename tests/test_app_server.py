@@ -19,6 +19,7 @@ from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
 from lmswitch.harness.evaluate import sentiment_scores
+from lmswitch.io.resources import data_path
 from lmswitch.webapp.stopping import STOPPING
 
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]  # a launched app.py on the embedded model
@@ -240,7 +241,8 @@ def test_a_closed_clients_switch_goes_to_disk_and_a_stopped_server_removes_its_t
 
 def test_a_stopped_server_removes_its_pages_files_from_a_folder_the_user_named(tmp_path):
     """With ``GRADIO_TEMP_DIR`` naming a folder (perhaps shared with other apps), a stopped server leaves the folder and
-    what others put there, but not the files its pages uploaded, nor its download files."""
+    what others put there, but not the files its pages uploaded, nor its download files; and it stops at once, though a
+    client is open and training."""
     from app_server import AppServer
 
     server = AppServer(tmp_path, name="named-folder")  # GRADIO_TEMP_DIR: tmp_path / "gradio"
@@ -254,13 +256,17 @@ def test_a_stopped_server_removes_its_pages_files_from_a_folder_the_user_named(t
         assert len(copies) == 1 and list(folder.glob("lmswitch-export-*"))
         others = folder / "another-app.txt"
         others.write_text("not ours")
+        # a training under way: it would be lost with the process, and the stop waited for it until Gradio gave up
+        article = data_path("stance", "night_trains", "article_a.txt").read_text(encoding="utf-8")
+        job = c.submit(mode="one document", name="long", text_a=article, file_a=None, file_b=None, steps=5000, api_name="/train")
+        wait_for(lambda: any(str(out[0]).startswith("Training…") for out in job.outputs()), "the training to run")
         stopping = time.monotonic()
     finally:
-        server.stop()  # SIGTERM, with the client still open
+        server.stop()  # SIGTERM, with the client still open and its training running
     took = time.monotonic() - stopping
     assert server.process.returncode == 0 and "Traceback" not in server.log_path.read_text(), server.log()
-    # its heartbeat stream ends with the stop: a graceful close waited for it until Gradio gave up, 5 s later
-    assert took < 4, f"the stop took {took:.1f} s with a client open:\n{server.log()}"
+    # its heartbeat stream and its training end with the stop: a graceful close waited for each until Gradio gave up, 5 s later
+    assert took < 4, f"the stop took {took:.1f} s with a client open and training:\n{server.log()}"
     assert folder.is_dir() and others.exists() and not copies[0].exists() and not list(folder.glob("lmswitch-export-*"))
 
 

@@ -313,7 +313,7 @@ def build_app(backend: Backend) -> gr.Blocks:
 def _on_close(demo: gr.Blocks, state: gr.State, backend: Backend):
     """The unload event: when a page or API client goes away, its running generation stops (``Session.stop_generation``:
     a guided or best-of decode would otherwise hold other users' compute to its end) and its unsaved switches move to
-    disk (``Session.spill``), unless the server is stopping (every page's handler runs then).
+    disk (``Session.spill``); when the server is stopping (every page's handler runs then) its training stops instead.
 
     Gradio keeps a closed session (the app's ``Session`` is never an event output, so it has no time to live) until
     its limit of sessions pushes it out, in case the same client comes back; the switches need not take memory
@@ -326,7 +326,9 @@ def _on_close(demo: gr.Blocks, state: gr.State, backend: Backend):
         session = states.get(state._id) if states is not None else None
         if isinstance(session, Session):
             session.stop_generation()
-            if not backend.stopping.is_set():  # at a stop every page closes, and the folder goes with the process
+            if backend.stopping.is_set():  # every page closes at a stop, the folder goes with the process, and a training
+                session.cancel_training()  # would be lost with it: the server waited for it (up to Gradio's 5 s)
+            else:
                 session.spill(backend.spool_dir)
 
     return page_closed

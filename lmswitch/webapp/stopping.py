@@ -73,8 +73,8 @@ def serve_until_stopped(demo, announce: str, on_stop: Callable[[], None]) -> Non
     gracefully, and uvicorn then waits for every open connection, among them the heartbeat stream of each open page and
     ``gradio_client``, which ends only with its page: Gradio gave up after 5 s, so with a page open every stop took 5 s.
     Here those streams end first (the served app's stop event, as Gradio's own front proxy ends them), which runs each
-    page's unload handler, then the server closes gracefully. A request still running (a training, a streamed
-    completion) is waited for as before, up to Gradio's 5 s."""
+    page's unload handler (which also stops the page's training: it would be lost with the process), then the server
+    closes gracefully. Another request still running (a streamed completion) is waited for as before, up to Gradio's 5 s."""
     try:
         print(announce, flush=True)  # inside: a stop from here on is a stop of a serving app
         while demo.is_running:
