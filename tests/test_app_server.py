@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import openai
 import pytest
 from conftest import EXAMPLES, lines, wait_for
 from gradio_client import Client, handle_file
@@ -242,7 +243,7 @@ def test_a_closed_clients_switch_goes_to_disk_and_a_stopped_server_removes_its_t
 def test_a_stopped_server_removes_its_pages_files_from_a_folder_the_user_named(tmp_path):
     """With ``GRADIO_TEMP_DIR`` naming a folder (perhaps shared with other apps), a stopped server leaves the folder and
     what others put there, but not the files its pages uploaded, nor its download files; and it stops at once, though a
-    client is open and training."""
+    client is open and training, and an API client is streaming a long completion."""
     from app_server import AppServer
 
     server = AppServer(tmp_path, name="named-folder")  # GRADIO_TEMP_DIR: tmp_path / "gradio"
@@ -260,13 +261,32 @@ def test_a_stopped_server_removes_its_pages_files_from_a_folder_the_user_named(t
         article = data_path("stance", "night_trains", "article_a.txt").read_text(encoding="utf-8")
         job = c.submit(mode="one document", name="long", text_a=article, file_a=None, file_b=None, steps=5000, api_name="/train")
         wait_for(lambda: any(str(out[0]).startswith("Training…") for out in job.outputs()), "the training to run")
+        # and an API client streaming a long completion (about a minute of decoding)
+        api = openai.OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0, timeout=60)
+        pieces: list[str] = []
+        ended: list[BaseException | None] = []
+
+        def stream() -> None:
+            try:
+                for chunk in api.completions.create(model="smollm2-135m", prompt=PROMPT, max_tokens=1024, stream=True):
+                    pieces.append(chunk.choices[0].text if chunk.choices else "")
+                ended.append(None)
+            except Exception as err:  # noqa: BLE001 (what the client saw is asserted below)
+                ended.append(err)
+
+        streaming = threading.Thread(target=stream)
+        streaming.start()
+        wait_for(lambda: len(pieces) > 2, "the completion to stream")
         stopping = time.monotonic()
     finally:
-        server.stop()  # SIGTERM, with the client still open and its training running
+        server.stop()  # SIGTERM, with the client still open, its training running and a completion streaming
     took = time.monotonic() - stopping
+    streaming.join(30)
     assert server.process.returncode == 0 and "Traceback" not in server.log_path.read_text(), server.log()
     # its heartbeat stream and its training end with the stop: a graceful close waited for each until Gradio gave up, 5 s later
-    assert took < 4, f"the stop took {took:.1f} s with a client open and training:\n{server.log()}"
+    assert took < 4, f"the stop took {took:.1f} s with a client open, training and streaming:\n{server.log()}"
+    # the completion cut short says why (it ended like a finished text, without a word of the stop)
+    assert ended and isinstance(ended[0], openai.APIError) and "the server is stopping" in str(ended[0]), ended
     assert folder.is_dir() and others.exists() and not copies[0].exists() and not list(folder.glob("lmswitch-export-*"))
 
 

@@ -67,6 +67,11 @@ class ApiError(Exception):
         return JSONResponse(self.body(), status_code=self.status)
 
 
+# a request cut short because the server stops (its text would otherwise read as one that merely ends)
+STOPPING_ERROR = ApiError(503, "the server is stopping; send the request again once it is back", kind="server_error",
+                          code="server_stopping")
+
+
 # OpenAI fields this server does not implement: refused when they ask for something (400, as n > 1 and stop are), never
 # ignored, so a client does not read an answer as having what it asked for (log-probabilities, penalties, tools)
 _PENALTIES = "penalties are not applied (the repeat guard, repeat_guard, keeps steered text from looping)"
@@ -232,10 +237,10 @@ class OpenAIApi:
             return err.response()
         except (*USER_ERRORS, TemplateError) as err:
             return ApiError(400, str(err)).response()
-        gone = threading.Event()  # set when the client disconnects: its generation stops at its next step or piece
+        gone = threading.Event()  # set when the client disconnects or the server stops: its generation stops at its next step
         if job.stream:
-            return _EventStream(self._events(job, release, gone), gone, release)
-        watcher = asyncio.create_task(_watch(request, gone))
+            return _EventStream(self._events(job, release, gone), gone, release, self.backend.stopping)
+        watcher = asyncio.create_task(_watch(request, gone, self.backend.stopping))
         try:
             row = await run_in_threadpool(self.backend.batcher(job.lm).generate, job.prompt, job.setting, seed=job.seed,
                                           options=job.options, cancel=gone)
@@ -248,6 +253,8 @@ class OpenAIApi:
         finally:
             watcher.cancel()
             release()
+        if self._cut_by_stop(row, job, gone):
+            return STOPPING_ERROR.response()
         if gone.is_set() or row is None:  # nobody reads the answer
             return Response(status_code=499)
         return JSONResponse(_completion(job, row))
@@ -369,6 +376,13 @@ class OpenAIApi:
         except ValueError as err:
             raise ApiError(400, str(err), param=field, code="context_length_exceeded") from None
 
+    def _cut_by_stop(self, row: Row | None, job: Job, gone: threading.Event) -> bool:
+        """Whether the server's stop cut this generation short (dropped while it waited, or a text shorter than asked
+        that the model did not end): the client is told so, not given a text that reads as if it merely ended."""
+        if not (gone.is_set() and self.backend.stopping.is_set()):
+            return False
+        return row is None or (not row.ended and len(row.new_ids) < job.options.max_new_tokens)
+
     # --- streaming ----------------------------------------------------------------------------------------
     def _events(self, job: Job, release: Callable[[], None], gone: threading.Event) -> Iterator[str]:
         """Server-sent events: one chunk per new piece of text, a chunk with the finish reason, the usage's chunk when
@@ -382,7 +396,9 @@ class OpenAIApi:
                 if text.startswith(sent) and len(text) > len(sent) and not text.endswith("\ufffd"):  # a whole character more
                     yield _event({**head, "choices": [_delta(job, text[len(sent):], None, first=not sent)]})
                     sent = text
-                if isinstance(item, Row):
+                if isinstance(item, Row) and self._cut_by_stop(item, job, gone):
+                    yield _event(STOPPING_ERROR.body())
+                elif isinstance(item, Row):
                     release()  # the generation is over: the slot is free before the client reads the end
                     yield _event({**head, "choices": [_delta(job, "", _finish(item), first=not sent)]})
                     if job.usage_chunk:
@@ -402,12 +418,12 @@ class _EventStream(StreamingResponse):
     or when it ends. (Starlette reads the events in a worker thread and never closes their iterator: a request
     left to the garbage collector would go on decoding and hold its slot meanwhile.)"""
 
-    def __init__(self, events: Iterator[str], gone: threading.Event, release: Callable[[], None]) -> None:
+    def __init__(self, events: Iterator[str], gone: threading.Event, release: Callable[[], None], stopping: threading.Event) -> None:
         super().__init__(events, media_type="text/event-stream")
-        self.gone, self.release = gone, release
+        self.gone, self.release, self.stopping = gone, release, stopping
 
     async def __call__(self, scope, receive, send) -> None:
-        watcher = asyncio.create_task(_watch(Request(scope, receive), self.gone))
+        watcher = asyncio.create_task(_watch(Request(scope, receive), self.gone, self.stopping))
         try:
             await super().__call__(scope, receive, send)
         finally:
@@ -416,10 +432,11 @@ class _EventStream(StreamingResponse):
             self.release()
 
 
-async def _watch(request: Request, gone: threading.Event, every: float = 0.2) -> None:
-    """Set ``gone`` once the client has disconnected."""
+async def _watch(request: Request, gone: threading.Event, stopping: threading.Event, every: float = 0.2) -> None:
+    """Set ``gone`` once the client has disconnected, or the server is stopping (a graceful close waited for the
+    request to end, up to Gradio's 5 s)."""
     try:
-        while not await request.is_disconnected():
+        while not stopping.is_set() and not await request.is_disconnected():
             await asyncio.sleep(every)
     except Exception:  # (the connection's state cannot be read: treat the client as gone)
         pass

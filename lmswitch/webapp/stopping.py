@@ -74,7 +74,8 @@ def serve_until_stopped(demo, announce: str, on_stop: Callable[[], None]) -> Non
     ``gradio_client``, which ends only with its page: Gradio gave up after 5 s, so with a page open every stop took 5 s.
     Here those streams end first (the served app's stop event, as Gradio's own front proxy ends them), which runs each
     page's unload handler (which also stops the page's training: it would be lost with the process), then the server
-    closes gracefully. Another request still running (a streamed completion) is waited for as before, up to Gradio's 5 s."""
+    closes gracefully. A completion still running over the OpenAI-compatible API stops too, and its client is told the
+    server is stopping (:mod:`lmswitch.webapp.openai_api`)."""
     try:
         print(announce, flush=True)  # inside: a stop from here on is a stop of a serving app
         while demo.is_running:
