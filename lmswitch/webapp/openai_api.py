@@ -433,8 +433,8 @@ class _EventStream(StreamingResponse):
 
 
 async def _watch(request: Request, gone: threading.Event, stopping: threading.Event, every: float = 0.2) -> None:
-    """Set ``gone`` once the client has disconnected, or the server is stopping (a graceful close waited for the
-    request to end, up to Gradio's 5 s)."""
+    """Set ``gone`` once the client has disconnected, or the server is stopping (then :meth:`OpenAIApi._cut_by_stop`
+    tells the client so)."""
     try:
         while not stopping.is_set() and not await request.is_disconnected():
             await asyncio.sleep(every)
