@@ -67,7 +67,9 @@ class Backend:
         for folder in (self.export_dir, self.spool_dir):  # removed when the server exits (app.py: also on SIGTERM)
             atexit.register(shutil.rmtree, folder, ignore_errors=True)
         atexit.register(self.finish_saving)  # first (atexit runs the last registered first): a save in progress ends
-        self.stopping = threading.Event()  # the server is stopping: a page that closes now keeps its switches in memory
+        # the server is stopping: a page that closes now keeps its switches in memory and its training stops (layout's
+        # unload handler), and an API completion stops, telling its client why (openai_api)
+        self.stopping = threading.Event()
         self.compute = ComputeThread()
         self.comparisons = ComparisonCache()  # keyed on content, so sessions may share it
         self._batchers: dict[int, Batcher] = {}
