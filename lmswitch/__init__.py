@@ -48,12 +48,13 @@ _EXPORTS = {
     "TrainConfig": "lmswitch.core.options",
     "TrainingCancelled": "lmswitch.core.train",
     "TrainingRecord": "lmswitch.core.card",
+    "TransferRecord": "lmswitch.core.card",
     "transfer": "lmswitch.core.transfer",
     "what_was_learned": "lmswitch.lenses.learned",
 }
 
 if TYPE_CHECKING:  # what static analysers and IDEs see
-    from lmswitch.core.card import Card, TrainingRecord  # noqa: F401
+    from lmswitch.core.card import Card, TrainingRecord, TransferRecord  # noqa: F401
     from lmswitch.core.generate import generate, stream_generate, stream_rows, sweep  # noqa: F401
     from lmswitch.core.models import DEFAULT_MODEL, LanguageModel, cache_dir, load_model, model_fingerprint, preferred_dtype  # noqa: F401
     from lmswitch.core.options import SamplingOptions, TrainConfig  # noqa: F401
@@ -91,6 +92,7 @@ __all__ = [
     "TrainConfig",
     "TrainingCancelled",
     "TrainingRecord",
+    "TransferRecord",
     "best_spans",
     "cache_dir",
     "calibrated_card",

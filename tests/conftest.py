@@ -68,6 +68,10 @@ from lmswitch.core.switch import Switch  # noqa: E402
 from lmswitch.io.resources import examples_dir  # noqa: E402
 
 CONTEXT = 64  # max positions of every tiny model
+# a card's transfer record as ls.transfer writes it (keys in its order)
+TRANSFER_RECORD = {"source_switch": "mood", "source_model": "a", "source_fingerprint": "f", "anchors": 3600,
+                   "heldout_anchors": 400, "heldout_r2": 0.93, "heldout_top1": 0.71, "method": "procrustes", "ridge": None,
+                   "eps_scale": 0.5, "source_recommended_eps": 4.0, "scaled_eps": 2.0, "example_anchors": ["the", "cat"]}
 FAMILIES = ["gpt2", "llama", "gpt_neox", "qwen2"]
 SCALED_FAMILIES = {"granite": 1 / 8, "cohere": 0.25}  # family → the factor its logits get after the head
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import gradio as gr
 import pytest
 import torch
-from conftest import digest, random_switch, wait_for
+from conftest import TRANSFER_RECORD, digest, random_switch, wait_for
 from gradio.utils import get_upload_folder
 
 import app
@@ -510,7 +510,8 @@ def test_a_switch_probed_again_gets_its_range_without_a_second_probe(backend, mo
     again = backend.calibrated(lm, replace(alpha, name="another page's", card=alpha.card.updated(note="retrained")))
     assert again.fluent_eps == first.fluent_eps and again["note"] == "retrained" and probed == ["alpha"]  # its own card
     backend.calibrated(lm, random_switch(lm, seed=9, name="alpha"))  # another matrix
-    backend.calibrated(lm, replace(alpha, card=alpha.card.updated(transfer={"source_switch": "a"})))  # a transfer's probe
+    transferred = alpha.card.updated(transfer=TRANSFER_RECORD)
+    backend.calibrated(lm, replace(alpha, card=transferred))  # a transfer's probe
     assert probed == ["alpha"] * 3
     monkeypatch.setattr(backend_module, "calibrate", _out_of_memory)
     beta = library.get("beta")

@@ -4,18 +4,38 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import TRANSFER_RECORD as RECORD
 
 from lmswitch import Switch, SwitchFileError, load_switch
-from lmswitch.core.card import Card
+from lmswitch.core.card import Card, TransferRecord
 
 
 def test_flat_form_round_trips_and_unknown_keys_are_kept():
-    flat = {"recommended_eps": 6, "dataset": "mine", "transfer": {"anchors": 10}, "later": [1, {"a": None}]}
+    flat = {"recommended_eps": 6, "dataset": "mine", "transfer": RECORD, "later": [1, {"a": None}]}
     card = Card.from_dict(flat)
-    assert card.training is None and card.recommended_eps == 6.0 and card.transfer == {"anchors": 10}
+    assert card.training is None and card.recommended_eps == 6.0 and card.transfer == TransferRecord(**RECORD)
     assert card.extra == {"dataset": "mine", "later": [1, {"a": None}]}
     assert card.to_dict() == {**flat, "recommended_eps": 6.0} and Card.from_dict(card.to_dict()) == card
+    assert list(card["transfer"]) == list(RECORD)  # files rewrite unchanged
     assert card["later"] == [1, {"a": None}] and card.get("missing") is None and "dataset" in card and len(card) == 4
+
+
+def test_the_transfer_record_is_typed_and_reads_older_files():
+    card = Card.from_dict({"transfer": RECORD | {"later": 1}})
+    assert card.transfer.scaled_eps == 2.0 and card.transfer.extra == {"later": 1} and card["transfer"]["later"] == 1
+    # a record from before 2026-11-21 (ridge only, no method) and 2026-11-29 (no scaled ε): read, the scaled ε filled in
+    old = {k: v for k, v in RECORD.items() if k not in ("method", "scaled_eps")} | {"ridge": 0.1}
+    older = Card.from_dict({"transfer": old}).transfer
+    assert older.method == "ridge" and older.ridge == 0.1 and older.scaled_eps == 2.0
+    from lmswitch.core.transfer import strength_advice  # said of an older file as of a new one
+
+    said = strength_advice(Switch(W=torch.zeros(4, 4), card={"transfer": old, "recommended_eps": 2.0}), "gemma")
+    assert said == "Recommended ε the source's +4 × 0.5 = +2 (the same typical logit change); not probed, so it may read less well on gemma."
+    partial = Card.from_dict({"transfer": {"anchors": 10}})  # not a whole record: nothing is invented
+    assert partial.transfer is None and partial.extra == {"transfer": {"anchors": 10}}
+    for key, bad in (("anchors", "many"), ("eps_scale", float("nan")), ("scaled_eps", True)):
+        with pytest.raises(ValueError, match=f"card field 'transfer.{key}' must be a finite number"):
+            Card.from_dict({"transfer": RECORD | {key: bad}})
 
 
 def test_a_partial_training_record_stays_in_extra():
@@ -89,6 +109,16 @@ def test_calibration_sets_the_fluent_range_and_recommends_its_positive_end():
     assert "recommended_eps" not in nothing_positive.to_dict() and nothing_positive["note"] == "kept"
     assert Card().calibrated(-2.0, 0.0).recommended_eps is None
     assert card.calibrated(-2.0, 2.0).fluent_row == [-2.0, -1.0, 0.0, 1.0, 2.0] and card.calibrated(0.0, 0.0).fluent_row == []
+
+
+def test_a_failed_probe_is_typed_and_a_measured_range_clears_it():
+    failed = Card.from_dict({"note": "kept"}).updated(calibration_error="RuntimeError: out of memory")
+    assert failed.calibration_error == "RuntimeError: out of memory" and failed["calibration_error"] == failed.calibration_error
+    assert Card.from_dict(failed.to_dict()) == failed and failed.extra == {"note": "kept"}
+    measured = failed.calibrated(-2.0, 3.0)
+    assert measured.calibration_error is None and "calibration_error" not in measured and measured["note"] == "kept"
+    with pytest.raises(ValueError, match="card field 'calibration_error' must be a string; got int"):
+        Card.from_dict({"calibration_error": 3})
 
 
 def test_a_card_keeps_what_its_fluent_range_was_measured_on_and_drops_a_stale_record():

@@ -25,13 +25,14 @@ def test_transfer_to_the_same_model_returns_the_same_switch(llama_lm):
     s = random_switch(llama_lm, seed=1, name="orig")
     t = transfer(s, llama_lm, llama_lm, **FEW)
     assert torch.allclose(t.W, s.W, rtol=0, atol=1e-3 * float(s.W.abs().max()))
-    card = t.card["transfer"]
-    assert card["heldout_r2"] > 0.999 and card["heldout_top1"] == 1.0 and card["eps_scale"] == pytest.approx(1.0, rel=1e-3)
-    assert t.model_fingerprint == llama_lm.fingerprint and card["source_switch"] == "orig"
+    record = t.card.transfer
+    assert record.heldout_r2 > 0.999 and record.heldout_top1 == 1.0 and record.eps_scale == pytest.approx(1.0, rel=1e-3)
+    assert t.model_fingerprint == llama_lm.fingerprint and record.source_switch == "orig"
+    assert t.card["transfer"] == record.to_dict() and list(record.to_dict())[:2] == ["source_switch", "source_model"]
     # the fit as the CLI, the app and the report say it (written once)
-    said = fit_text(card, 2)
-    assert said.startswith(f"fitted on {card['anchors']:,} shared words (e.g. {', '.join(card['example_anchors'][:2])}); on ")
-    assert f"R² {card['heldout_r2']}, nearest-word accuracy 100.0%" in said and "(e.g." not in fit_text(card)
+    said = fit_text(record, 2)
+    assert said.startswith(f"fitted on {record.anchors:,} shared words (e.g. {', '.join(record.example_anchors[:2])}); on ")
+    assert f"R² {record.heldout_r2}, nearest-word accuracy 100.0%" in said and "(e.g." not in fit_text(record)
 
 
 def test_planted_linear_relation_is_recovered_and_logit_changes_carry_over(make_lm):

@@ -255,7 +255,7 @@ def cmd_transfer(args: argparse.Namespace, lm: LanguageModel) -> None:
     moved = transfer(load_switch(args.switch), lm, target, anchors=args.anchors, min_anchors=args.min_anchors)
     _save_and_probe(args, target, moved)
     emit(args, {"out": args.out, "written": args.out, "card": dict(moved.card)},  # "out" as train's; "written" kept for scripts
-         f"wrote {args.out}: '{moved.name}' for {target.name}; its map was {fit_text(moved.card['transfer'])}.\n"
+         f"wrote {args.out}: '{moved.name}' for {target.name}; its map was {fit_text(moved.card.transfer)}.\n"
          f"{strength_advice(moved, target.name)}")
 
 

@@ -2,8 +2,8 @@
 
 The file stores the card as one flat JSON object (so older files and other tools
 keep reading it). In memory it is a :class:`Card`: the training record as a typed
-:class:`TrainingRecord`, the recommended strength, the transfer record, and every
-other key kept as it was read (``extra``: dataset provenance, evaluations, notes).
+:class:`TrainingRecord`, the recommended strength, the transfer record as a typed
+:class:`TransferRecord`, and every other key kept as it was read (``extra``: dataset provenance, evaluations, notes).
 A card is also a read-only mapping over that flat form, so ``card["heldout_gain"]``
 and ``card.get("recommended_eps")`` read the same values as the file.
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 
@@ -62,6 +62,49 @@ _TRAINING_KEYS = tuple(f.name for f in fields(TrainingRecord))
 _REQUIRED_KEYS = tuple(f.name for f in fields(TrainingRecord) if f.default is MISSING)
 
 
+@dataclass(frozen=True, kw_only=True)
+class TransferRecord:
+    """How :func:`~lmswitch.core.transfer.transfer` mapped a switch to another model: its source, the fit of the map
+    between the two vocabularies, and the ε it scaled. Fields in the order the file writes them."""
+
+    source_switch: str
+    source_model: str
+    source_fingerprint: str
+    anchors: int  # shared words the map was fitted on
+    heldout_anchors: int  # shared words held out to score it
+    heldout_r2: float
+    heldout_top1: float  # the share of held-out words whose mapped embedding is nearest to their own
+    method: str = "ridge"  # "procrustes" or "ridge" (records before 2026-11-21 lack it: they were all ridge)
+    ridge: float | None = None  # the ridge method's relative ridge
+    eps_scale: float  # target ε per source ε for the same typical logit change
+    source_recommended_eps: float
+    scaled_eps: float | None = None  # source_recommended_eps × eps_scale (from_dict fills it in on records before 2026-11-29)
+    example_anchors: list[str] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)  # keys this version does not know, kept as read
+
+    NUMBERS: ClassVar[tuple[str, ...]] = ("anchors", "heldout_anchors", "heldout_r2", "heldout_top1", "eps_scale",
+                                          "source_recommended_eps")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TransferRecord:
+        """The typed record of a card's ``transfer`` object (which must hold every field without a default)."""
+        for key in cls.NUMBERS + ("scaled_eps", "ridge"):
+            _number_or_none(data.get(key), f"transfer.{key}")
+        known = {f.name for f in fields(cls)} - {"extra"}
+        record = cls(**{k: v for k, v in data.items() if k in known}, extra={k: v for k, v in data.items() if k not in known})
+        if record.scaled_eps is None:
+            return replace(record, scaled_eps=round(record.source_recommended_eps * record.eps_scale, 3))
+        return record
+
+    def to_dict(self) -> dict:
+        """The JSON-ready ``transfer`` object."""
+        out = asdict(self)
+        return {**{k: v for k, v in out.items() if k != "extra"}, **self.extra}
+
+
+_TRANSFER_REQUIRED = tuple(f.name for f in fields(TransferRecord) if f.default is MISSING and f.default_factory is MISSING)
+
+
 def _number_or_none(value: object, key: str) -> float | None:
     if value is None:
         return None
@@ -81,6 +124,17 @@ def _fluent_range(value: object) -> tuple[float, float] | None:
     return low, high
 
 
+def _transfer(data: dict) -> TransferRecord | None:
+    """Pop a flat card's ``transfer`` object as a typed record. One without a record's every field (not written by
+    :func:`~lmswitch.core.transfer.transfer`) stays in ``data`` as it was: nothing is invented."""
+    transfer = data.get("transfer")
+    if transfer is None or isinstance(transfer, TransferRecord):
+        return data.pop("transfer", None)
+    if not isinstance(transfer, dict):
+        raise ValueError(f"card field 'transfer' must be an object; got {type(transfer).__name__}")
+    return TransferRecord.from_dict(data.pop("transfer")) if all(k in transfer for k in _TRANSFER_REQUIRED) else None
+
+
 @dataclass(frozen=True, eq=True)
 class Card(Mapping):
     """The card of a switch. Build it with :meth:`from_dict`; :meth:`to_dict` gives the flat JSON form."""
@@ -88,7 +142,8 @@ class Card(Mapping):
     training: TrainingRecord | None = None
     recommended_eps: float | None = None  # the strength the switch was built or transferred for (ε0 units)
     fluent_eps: tuple[float, float] | None = None  # (most negative, most positive) ε that still wrote fluent text when probed
-    transfer: dict | None = None  # how a transferred switch was mapped (source, anchors, fit quality, ε scale)
+    transfer: TransferRecord | None = None  # how a transferred switch was mapped (source, anchors, fit quality, ε scale)
+    calibration_error: str | None = None  # why the fluent-range probe failed ("Type: message"), when it did
     extra: dict = field(default_factory=dict)  # every other key, kept as read
     order: tuple[str, ...] = field(default=(), compare=False, repr=False)  # flat key order as read: files rewrite unchanged
 
@@ -104,12 +159,13 @@ class Card(Mapping):
         training = None
         if all(k in data for k in _REQUIRED_KEYS):
             training = TrainingRecord(**{k: data.pop(k) for k in _TRAINING_KEYS if k in data})
-        transfer = data.pop("transfer", None)
-        if transfer is not None and not isinstance(transfer, dict):
-            raise ValueError(f"card field 'transfer' must be an object; got {type(transfer).__name__}")
+        transfer = _transfer(data)
         eps = _number_or_none(data.pop("recommended_eps", None), "recommended_eps")
+        error = data.pop("calibration_error", None)
+        if error is not None and not isinstance(error, str):
+            raise ValueError(f"card field 'calibration_error' must be a string; got {type(error).__name__}")
         return cls(training=training, recommended_eps=eps, fluent_eps=_fluent_range(data.pop("fluent_eps", None)), transfer=transfer,
-                   extra=data, order=order)
+                   calibration_error=error, extra=data, order=order)
 
     def to_dict(self) -> dict:
         """The flat JSON-ready card, as stored in the file header."""
@@ -119,7 +175,9 @@ class Card(Mapping):
         if self.fluent_eps is not None:
             out["fluent_eps"] = list(self.fluent_eps)
         if self.transfer is not None:
-            out["transfer"] = self.transfer
+            out["transfer"] = self.transfer.to_dict()
+        if self.calibration_error is not None:
+            out["calibration_error"] = self.calibration_error
         out.update(self.extra)
         if not self.order:
             return out
@@ -153,10 +211,10 @@ class Card(Mapping):
         recommended ε at ``share`` of the positive fluent limit; none when no positive ε was fluent (a recommendation from
         before, e.g. the ε a transfer scaled, would lie outside the range just measured). ``probe``: what the range
         was measured on (prompts, samples, tokens), kept as ``fluent_eps_probe``; a card measured again without it
-        drops the old one."""
+        drops the old one, and a measured range drops a failed probe's ``calibration_error``."""
         if not 0 < share <= 1:
             raise ValueError(f"share must be in (0, 1]; got {share!r}")
-        flat = {k: v for k, v in self.to_dict().items() if k != "fluent_eps_probe"}
+        flat = {k: v for k, v in self.to_dict().items() if k not in ("fluent_eps_probe", "calibration_error")}
         flat |= {"fluent_eps": [low, high], "recommended_eps_range": [low, high],
                  "recommended_eps": round(share * high, 3) if high > 0 else None}
         return Card.from_dict(flat | ({"fluent_eps_probe": dict(probe)} if probe is not None else {}))

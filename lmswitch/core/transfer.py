@@ -9,12 +9,11 @@ becomes ``ε e_tᵀ (Hᵀ W H) c_t`` in the target, so ``W_t = Hᵀ W H``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import torch
 
+from lmswitch.core.card import TransferRecord
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import ANCHORS, HELDOUT_EVERY, MIN_ANCHORS, check_anchors
 from lmswitch.core.switch import MAX_EPS_RANGE, STEERS_NOTHING, Switch, check_switch, usable_name
@@ -136,7 +135,7 @@ def transfer(
 
     >>> gemma = ls.load_model("gemma3-270m")                                      # doctest: +SKIP
     >>> g = transfer(sentiment, ls.load_model(), gemma)                          # doctest: +SKIP
-    >>> g.card["transfer"]["heldout_r2"], g.card["recommended_eps"]              # doctest: +SKIP
+    >>> g.card.transfer.heldout_r2, g.card.recommended_eps                       # doctest: +SKIP
     >>> g.card = ls.calibrated_card(gemma, g)  # the fluent ε range on Gemma     # doctest: +SKIP
     """
     _check_transfer(switch, source, anchors, min_anchors, method, ridge)
@@ -154,13 +153,12 @@ def transfer(
     card = {
         **{k: v for k, v in switch.card.items() if k in ("data", "dataset")},
         "recommended_eps": scaled,
-        "transfer": {
-            "source_switch": switch.name, "source_model": source.name, "source_fingerprint": source.fingerprint,
-            "anchors": int((~held).sum()), "heldout_anchors": int(held.sum()), **quality,
-            "method": method, "ridge": ridge if method == "ridge" else None,
-            "eps_scale": round(scale, 4), "source_recommended_eps": recommended, "scaled_eps": scaled,
-            "example_anchors": words[:12],
-        },
+        "transfer": TransferRecord(
+            source_switch=switch.name, source_model=source.name, source_fingerprint=source.fingerprint,
+            anchors=int((~held).sum()), heldout_anchors=int(held.sum()), **quality, method=method,
+            ridge=ridge if method == "ridge" else None, eps_scale=round(scale, 4), source_recommended_eps=recommended,
+            scaled_eps=scaled, example_anchors=words[:12],
+        ),
     }
     return Switch(
         W=W_t.float(),
@@ -176,22 +174,22 @@ def transfer(
     )
 
 
-def fit_text(record: Mapping[str, Any], examples: int = 0) -> str:
-    """How well a transfer's map fits, as people read it, from its card's ``transfer`` record: "fitted on 3,600 shared
+def fit_text(record: TransferRecord, examples: int = 0) -> str:
+    """How well a transfer's map fits, as people read it, from its card's transfer record: "fitted on 3,600 shared
     words; on 400 held-out words R² 0.93, nearest-word accuracy 71.0%" (``examples``: that many of the shared words named)."""
-    named = f" (e.g. {', '.join(record['example_anchors'][:examples])})" if examples and record.get("example_anchors") else ""
-    return (f"fitted on {record['anchors']:,} shared words{named}; on {record['heldout_anchors']:,} held-out words R² "
-            f"{record['heldout_r2']}, nearest-word accuracy {record['heldout_top1']:.1%}")
+    named = f" (e.g. {', '.join(record.example_anchors[:examples])})" if examples and record.example_anchors else ""
+    return (f"fitted on {record.anchors:,} shared words{named}; on {record.heldout_anchors:,} held-out words R² "
+            f"{record.heldout_r2}, nearest-word accuracy {record.heldout_top1:.1%}")
 
 
 def strength_advice(switch: Switch, target: str) -> str:
     """One or two sentences on a transferred switch's strength on ``target`` (model name), for the CLI and the app: its
     fluent range and recommended ε when probed (:func:`~lmswitch.harness.frontier.calibrated_card`), else the ε scaled
     from the source, and why a probe failed when one did."""
-    card, t = switch.card, switch.card["transfer"]
-    scaled = f"the source's {t['source_recommended_eps']:+g} × {t['eps_scale']} = {t['scaled_eps']:+g} (the same typical logit change)"
+    card, t = switch.card, switch.card.transfer
+    scaled = f"the source's {t.source_recommended_eps:+g} × {t.eps_scale} = {t.scaled_eps:+g} (the same typical logit change)"
     if card.fluent_eps is None:
-        why = f"the fluent-range probe failed ({card['calibration_error']})" if card.get("calibration_error") else "not probed"
+        why = f"the fluent-range probe failed ({card.calibration_error})" if card.calibration_error else "not probed"
         return f"Recommended ε {scaled}; {why}, so it may read less well on {target}."
     recommended = (f"recommended ε {card.recommended_eps:+g}" if card.recommended_eps is not None
                    else "no +ε read fluently, so none is recommended")

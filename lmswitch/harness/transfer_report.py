@@ -156,7 +156,7 @@ def run_transfer_report(source: LanguageModel, target: LanguageModel, out: str |
     prompts, protocol = load_prompts("neutral", suite.prompts, split="test"), Protocol(samples=suite.samples, seed=seed)
     say(f"trained on {target.name}: fluent ε {direct.card.fluent_text}; scoring on {len(prompts)} test prompts …")
     (src,) = _sweeps(source, [(shipped, _row(shipped.card))], prompts, protocol, suite.probe.rules)
-    scaled = (moved.card["transfer"]["scaled_eps"],)
+    scaled = (moved.card.transfer.scaled_eps,)
     pair = _sweeps(target, [(moved, _row(moved.card, scaled)), (direct, _row(direct.card))], prompts, protocol, suite.probe.rules)
     cards = {"source": shipped.card, "transferred": moved.card, "direct": direct.card}
     report = TransferReport(source.name, target.name, suite, protocol, cards, strength_advice(moved, target.name), src, *pair,
@@ -214,8 +214,8 @@ def _probe_text(report: TransferReport) -> str:
 def markdown(report: TransferReport, command: str) -> str:
     """The EVALUATION.md section of ``report``."""
     suite, protocol, rules, cards = report.suite, report.protocol, report.suite.probe.rules, report.cards
-    t, moved = cards["transferred"]["transfer"], report.transferred
-    samples = [0.0, *(eps_key(e) for e in (cards["transferred"].recommended_eps, t["scaled_eps"]) if e is not None)]
+    t, moved = cards["transferred"].transfer, report.transferred
+    samples = [0.0, *(eps_key(e) for e in (cards["transferred"].recommended_eps, t.scaled_eps) if e is not None)]
     return "\n".join([
         f"Reproduce with `{command or 'python -m lmswitch eval --transfer-to ' + report.target_model}` ({suite.prompts} neutral "
         f"*test* prompts × {suite.samples} samples, {protocol.max_new_tokens} new tokens, p = {protocol.top_p}, the same seeds "

@@ -49,8 +49,8 @@ def _switch_summary(switch) -> dict:
     card = switch.card
     return {"name": switch.name, "description": switch.description, "positive": switch.positive_label,
             "negative": switch.negative_label, "fluent_eps": list(card.fluent_eps) if card.fluent_eps else None,
-            "recommended_eps": card.recommended_eps, **({"calibration_error": card["calibration_error"]}
-                                                        if card.get("calibration_error") else {})}
+            "recommended_eps": card.recommended_eps,
+            **({"calibration_error": card.calibration_error} if card.calibration_error else {})}
 
 
 def _as_json(fn: Callable[..., dict]) -> Callable[..., str]:

@@ -93,7 +93,7 @@ def target_picker(backend: Backend, model: str, **kwargs) -> gr.Dropdown:
 
 def _transfer_report(final: str, target: str, moved: Switch, at: float) -> str:
     return (f"### ✔ '{final}' steers {target}: the Steer tab now uses {target}, its slider at ε {at:+g}\n"
-            f"{strength_advice(moved, target)}\n\nThe map between the vocabularies was {fit_text(moved.card['transfer'], 6)} "
+            f"{strength_advice(moved, target)}\n\nThe map between the vocabularies was {fit_text(moved.card.transfer, 6)} "
             "(how often a mapped word's nearest source word is itself).")
 
 

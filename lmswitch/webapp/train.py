@@ -120,12 +120,12 @@ def _report(final: str, name: str, switch: Switch, measuring: str = "") -> str:
     renamed = f" (renamed from '{name}', which was taken)" if final != name else ""
     recommended = f"; recommended ε {card.recommended_eps:+g}" if card.fluent_text and card.recommended_eps else ""
     fluent_text = f" Fluent ε range (its slider's range): {card.fluent_text}{recommended}." if card.fluent_text else ""
-    if card.get("calibration_error") == CANCELLED_PROBE:
+    if card.calibration_error == CANCELLED_PROBE:
         lo, hi = switch.slider_range()
         fluent_text = (f" Its fluent-range probe was cancelled: its slider spans the usual range, {lo:+g} … {hi:+g}, past "
                        "where most trained switches read well (train it again to measure it).")
-    elif card.get("calibration_error"):
-        fluent_text = f" The fluent-range probe failed ({card['calibration_error']}); its slider spans the usual range."
+    elif card.calibration_error:
+        fluent_text = f" The fluent-range probe failed ({card.calibration_error}); its slider spans the usual range."
     if measuring:
         fluent_text = f" {measuring}"
     return (f"### ✔ '{final}'{renamed} is ready — its slider is in the Steer tab.{fluent_text}\n"

@@ -118,7 +118,7 @@ def main() -> None:
         moved.card = ls.calibrated_card(target, moved)
         probe_s = time.perf_counter() - start
         low, high = moved.card.fluent_eps
-        rows = {"unsteered": 0.0, "scaled from the source": moved.card["transfer"]["scaled_eps"],
+        rows = {"unsteered": 0.0, "scaled from the source": moved.card.transfer.scaled_eps,
                 "recommended (probe)": moved.card.recommended_eps, "probe's negative limit": low, "probe's positive limit": high}
         prompts = load_prompts(spec.prompts, args.prompts, split="test")
         evals = evaluate_settings(target, [[(moved, eps)] if eps else [] for eps in rows.values()], prompts, protocol)
