@@ -557,7 +557,8 @@ def test_training_can_be_cancelled(backend):
     ("kw", "match"),
     [
         (dict(text_a=""), "positive list is empty"),
-        (dict(text_a="only one line"), "at least 2 sentences"),
+        (dict(text_a="only one line"), "the positive side is one text of 3 tokens; a switch needs at least 32 .* or give two "
+                                        "or more example sentences a side"),
         (dict(name="../etc/passwd"), "switch names"),
         (dict(lr=float("nan")), "learning rate"),
         (dict(steps=2.5), "whole number"),
@@ -574,6 +575,14 @@ def test_bad_training_input_is_refused(backend, kw, match):
     with pytest.raises(gr.Error, match=match):
         run_training(backend, session, **kw)
     assert len(run_training(backend, session)) > 1  # the refused call left no training running in the session
+
+
+def test_one_long_line_a_side_trains_as_on_the_command_line(backend):
+    """The app refused fewer than 2 lines a side while the library and the CLI train on one text each that is long enough."""
+    session = Session()
+    updates = run_training(backend, session, text_a=" ".join(POSITIVE), text_b=" ".join(NEGATIVE))
+    assert "is ready" in updates[-1][2] and session.get("mood", backend.library).card.training.n_positive == 1
+
 
 
 def test_an_uploaded_file_past_the_apps_limit_is_refused_naming_that_limit(backend, tmp_path):

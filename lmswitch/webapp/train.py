@@ -61,12 +61,9 @@ def _training_data(mode: str, text_a, file_a, text_b, file_b) -> tuple[str | lis
     if mode == MODES[1]:
         return read_input(text_a, file_a, "document A", MAX_TRAIN_CHARS, TRAIN_ADVICE), read_input(text_b, file_b, "document B", MAX_TRAIN_CHARS, TRAIN_ADVICE)
     if mode == MODES[2]:
-        pos = split_lines(read_input(text_a, file_a, "the positive list", MAX_TRAIN_CHARS, TRAIN_ADVICE))
-        neg = split_lines(read_input(text_b, file_b, "the negative list", MAX_TRAIN_CHARS, TRAIN_ADVICE))
-        if len(pos) < 2 or len(neg) < 2:
-            raise ValueError(f"give at least 2 sentences per side, one per line (got {len(pos)} positive, {len(neg)} negative); "
-                             "20+ each works much better")
-        return pos, neg
+        # (one line a side is one text each: the library says how long it must be, as it does for the CLI)
+        return (split_lines(read_input(text_a, file_a, "the positive list", MAX_TRAIN_CHARS, TRAIN_ADVICE)),
+                split_lines(read_input(text_b, file_b, "the negative list", MAX_TRAIN_CHARS, TRAIN_ADVICE)))
     raise ValueError(f"unknown training mode {mode!r}; choose one of {', '.join(MODES)}")
 
 
