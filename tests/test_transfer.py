@@ -14,7 +14,7 @@ from transformers import PreTrainedTokenizerFast
 import lmswitch as ls
 from lmswitch.cli import main
 from lmswitch.core.switch import SwitchFileError
-from lmswitch.core.transfer import fit_text, shared_anchors, transfer
+from lmswitch.core.transfer import fit_text, shared_anchors, strength_advice, transfer
 from lmswitch.harness.evaluate import PROTOCOL, evaluate_settings, load_prompts
 from lmswitch.io.resources import shipped_switch_path
 
@@ -100,8 +100,6 @@ def test_bad_transfers_are_refused_clearly(llama_lm, gpt2_lm):
 
 
 def test_the_strength_advice_says_what_the_probe_found(llama_lm):
-    from lmswitch.core.transfer import strength_advice
-
     moved = transfer(random_switch(llama_lm, seed=1), llama_lm, llama_lm, **FEW)
     scaled = f"= {moved.card['transfer']['scaled_eps']:+g} (the same typical logit change)"
     assert "not probed, so it may read less well on T" in strength_advice(moved, "T") and scaled in strength_advice(moved, "T")
@@ -112,6 +110,19 @@ def test_the_strength_advice_says_what_the_probe_found(llama_lm):
     assert "no +ε read fluently, so none is recommended" in strength_advice(moved, "T")
     moved.card = moved.card.updated(fluent_eps=None, calibration_error="RuntimeError: out of memory")
     assert "the fluent-range probe failed (RuntimeError: out of memory)" in strength_advice(moved, "T")
+
+
+def test_a_source_that_recommends_no_eps_passes_none_on(llama_lm):
+    """A source probed with no fluent +ε recommends none: the transfer used to invent half its ε range (+5) and say "the
+    source's +5"."""
+    source = random_switch(llama_lm, seed=1)
+    source.card = source.card.calibrated(-4.0, 0.0)
+    moved = transfer(source, llama_lm, llama_lm, **FEW)
+    t = moved.card.transfer
+    assert moved.card.recommended_eps is None and t.source_recommended_eps is None and t.scaled_eps is None
+    assert "Recommended ε none from the source, which recommends none (no +ε read fluently on it; its ε × " in strength_advice(moved, "T")
+    unprobed = transfer(random_switch(llama_lm, seed=1), llama_lm, llama_lm, **FEW).card.transfer  # half its widest ε
+    assert unprobed.source_recommended_eps == 5.0 and unprobed.scaled_eps == round(5.0 * unprobed.eps_scale, 3)
 
 
 def test_cli_transfer_writes_a_loadable_switch(tmp_path, monkeypatch, capsys):

@@ -77,7 +77,7 @@ class TransferRecord:
     method: str = "ridge"  # "procrustes" or "ridge" (records before 2026-11-21 lack it: they were all ridge)
     ridge: float | None = None  # the ridge method's relative ridge
     eps_scale: float  # target ε per source ε for the same typical logit change
-    source_recommended_eps: float
+    source_recommended_eps: float | None  # None: the source was probed and no +ε read fluently on it
     scaled_eps: float | None = None  # source_recommended_eps × eps_scale (from_dict fills it in on records before 2026-11-29)
     example_anchors: list[str] = field(default_factory=list)
     extra: dict = field(default_factory=dict)  # keys this version does not know, kept as read
@@ -92,7 +92,7 @@ class TransferRecord:
             _number_or_none(data.get(key), f"transfer.{key}")
         known = {f.name for f in fields(cls)} - {"extra"}
         record = cls(**{k: v for k, v in data.items() if k in known}, extra={k: v for k, v in data.items() if k not in known})
-        if record.scaled_eps is None:
+        if record.scaled_eps is None and record.source_recommended_eps is not None:
             return replace(record, scaled_eps=round(record.source_recommended_eps * record.eps_scale, 3))
         return record
 

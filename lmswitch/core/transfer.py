@@ -148,8 +148,8 @@ def transfer(
     quality = _fit_quality(H, E_s[held], E_t[held])
     W_t = H.T @ switch.W.double() @ H  # the same model: H is the identity up to the ridge, so W comes back
     scale = _strength(source, switch.W) / max(_strength(target, W_t.float()), 1e-12)
-    recommended = switch.card.get("recommended_eps") or max(abs(x) for x in switch.eps_range) / 2
-    scaled = round(float(recommended) * scale, 3)
+    recommended = _source_eps(switch)
+    scaled = round(recommended * scale, 3) if recommended is not None else None
     card = {
         **{k: v for k, v in switch.card.items() if k in ("data", "dataset")},
         "recommended_eps": scaled,
@@ -174,6 +174,15 @@ def transfer(
     )
 
 
+def _source_eps(switch: Switch) -> float | None:
+    """The ε the source switch is used at: its card's recommended ε; none when its fluent range was probed and no +ε read
+    fluently; without either, half its widest ε (5 for the usual ±10)."""
+    card = switch.card
+    if card.recommended_eps is not None:
+        return card.recommended_eps
+    return None if card.fluent_eps is not None else max(abs(x) for x in switch.eps_range) / 2
+
+
 def fit_text(record: TransferRecord, examples: int = 0) -> str:
     """How well a transfer's map fits, as people read it, from its card's transfer record: "fitted on 3,600 shared
     words; on 400 held-out words R² 0.93, nearest-word accuracy 71.0%" (``examples``: that many of the shared words named)."""
@@ -187,7 +196,9 @@ def strength_advice(switch: Switch, target: str) -> str:
     fluent range and recommended ε when probed (:func:`~lmswitch.harness.frontier.calibrated_card`), else the ε scaled
     from the source, and why a probe failed when one did."""
     card, t = switch.card, switch.card.transfer
-    scaled = f"the source's {t.source_recommended_eps:+g} × {t.eps_scale} = {t.scaled_eps:+g} (the same typical logit change)"
+    scaled = (f"the source's {t.source_recommended_eps:+g} × {t.eps_scale} = {t.scaled_eps:+g} (the same typical logit change)"
+              if t.scaled_eps is not None else f"none from the source, which recommends none (no +ε read fluently on it; "
+              f"its ε × {t.eps_scale} gives the same typical logit change here)")
     if card.fluent_eps is None:
         why = f"the fluent-range probe failed ({card.calibration_error})" if card.calibration_error else "not probed"
         return f"Recommended ε {scaled}; {why}, so it may read less well on {target}."
