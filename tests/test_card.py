@@ -58,6 +58,18 @@ def test_unused_fields_are_those_the_run_did_not_use():
 # --- the card: one schema, unknown keys kept ---------------------------------------------------
 
 
+def test_a_training_record_says_its_run_in_one_phrase_with_or_without_a_held_out_split():
+    from dataclasses import fields
+
+    from lmswitch.core.card import TrainingRecord
+
+    flat = {f.name: 0 for f in fields(TrainingRecord)} | {"steps": 60, "seconds": 3.14, "heldout_gain": 0.01234}
+    lbfgs = Card.from_dict(flat | {"optimizer": "lbfgs-sampled"}).training
+    assert lbfgs.summary() == "60 loss evaluations in 3.1 s; held-out gain +0.0123 nats/token"
+    adam = Card.from_dict(flat | {"optimizer": "adam", "heldout_gain": None}).training  # (the report and the index crashed)
+    assert adam.summary() == "60 steps in 3.1 s; no held-out split" and adam.step_unit == "steps"
+
+
 def test_card_round_trips_through_the_file_and_keeps_unknown_keys(tmp_path, llama_lm):
     from lmswitch import train_switch
     from lmswitch.core.card import TrainingRecord

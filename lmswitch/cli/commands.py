@@ -21,7 +21,6 @@ from lmswitch.core.generate import generate, sweep
 from lmswitch.core.models import LanguageModel, load_model
 from lmswitch.core.options import TrainConfig
 from lmswitch.core.parallel import is_main
-from lmswitch.core.solver import RECIPES
 from lmswitch.core.steering import check_setting
 from lmswitch.core.switch import Switch, load_switch
 from lmswitch.core.train import data_advice, train_switch
@@ -91,12 +90,9 @@ def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
     fluent = _save_and_probe(args, lm, switch)
     fluent = f"; fluent ε {fluent}" if fluent else ""
     card = card_without_curves(switch)
-    gain = card["heldout_gain"]
     advice = data_advice(card)  # whether the data sufficed, and any warning (a text in another language)
     emit(args, {"out": args.out, "card": card, "advice": advice},
-         f"saved {args.out}: {card['steps']} {'loss evaluations' if card['optimizer'] in RECIPES else 'steps'} in "
-         f"{card['seconds']:.1f} s, held-out gain "
-         + (f"{gain:+.4f} nats/token" if gain is not None else "n/a (no held-out data)") + fluent + f"\n{advice}")
+         f"saved {args.out}: {switch.card.training.summary()}{fluent}\n{advice}")
 
 
 BEYOND_FLUENT = {  # what to expect beyond a switch's fluent range: generated with or without --adaptive, or exported

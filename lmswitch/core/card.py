@@ -53,6 +53,16 @@ class TrainingRecord:
 
     ADAM_ONLY: ClassVar[tuple[str, ...]] = ("lr", "batch_tokens", "min_steps")  # settings only Adam's steps use
 
+    @property
+    def step_unit(self) -> str:
+        """What ``steps`` counts: Adam's steps, or the L-BFGS recipes' loss evaluations."""
+        return "steps" if self.optimizer == "adam" else "loss evaluations"
+
+    def summary(self, digits: int = 4) -> str:
+        """The run in one phrase: "60 loss evaluations in 3.1 s; held-out gain +0.0123 nats/token" (or "no held-out split")."""
+        gain = "no held-out split" if self.heldout_gain is None else f"held-out gain {self.heldout_gain:+.{digits}f} nats/token"
+        return f"{self.steps} {self.step_unit} in {self.seconds:.1f} s; {gain}"
+
     def unused(self) -> set[str]:
         """The fields that say nothing of this run: Adam's settings after an L-BFGS run, a shape an older card lacks."""
         return (set() if self.optimizer == "adam" else set(self.ADAM_ONLY)) | ({"data_shape"} if not self.data_shape else set())

@@ -111,8 +111,7 @@ def _train(lm: LanguageModel, spec: Spec, data: StyleData, seed: int, say: Log) 
     say(f"[{spec.name}] training on {len(pos)} + {len(neg)} texts of '{spec.dataset}'")
     switch = train_switch(lm, pos, neg, name=spec.name, description=spec.description, positive_label=data.positive_label,
                           negative_label=data.negative_label, config=replace(spec.train, seed=seed))
-    gain = switch.card["heldout_gain"]
-    say(f"[{spec.name}] {switch.card['steps']} steps in {switch.card['seconds']:.0f} s; held-out gain {gain:+.4f} nats/token")
+    say(f"[{spec.name}] {switch.card.training.summary()}")
     return switch
 
 
@@ -298,6 +297,10 @@ def _existing(folder: Path, spec: Spec, lm: LanguageModel) -> Switch:
 INDEX_TITLE = "# Shipped switches"  # the first line of a switch folder's README.md that write_index wrote
 
 
+def _signed(value: float | None) -> str:
+    return "—" if value is None else f"{value:+.4f}"
+
+
 def write_index(folder: str | Path) -> Path | None:
     """``README.md`` in a switch folder: one row per shipped switch there (:data:`SPECS`; other files are not read),
     from the cards. A README.md that is not such an index (its first line) is left as it was: None."""
@@ -316,7 +319,7 @@ def write_index(folder: str | Path) -> Path | None:
         metric = ev.get("metric", "")
         moved = " / ".join(f"{k}: {v[metric]:.2f} (ppl {v['perplexity']:.1f})" for k, v in by_eps.items()) if metric else "—"
         rows.append(f"| `{path.name}` | {s.description} | {c.get('data', {}).get('dataset', '—')} "
-                    f"({c.get('data', {}).get('train_pairs', '?')} pairs) | {c.get('steps')} | {c.get('heldout_gain', 0):+.4f} | "
+                    f"({c.get('data', {}).get('train_pairs', '?')} pairs) | {c.get('steps')} | {_signed(c.get('heldout_gain'))} | "
                     f"{c.get('heldout_meter_accuracy', 0):.0%} | ±{c.get('recommended_eps', '?')} | {c.fluent_text or '—'} | {metric}: {moved} |")
     text = "\n".join([
         INDEX_TITLE,

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from lmswitch.core.card import TrainingRecord
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SAMPLING, TrainConfig
 from lmswitch.core.packed import cpu_name
@@ -195,23 +196,23 @@ class Efficiency:
     """Data efficiency: a sentiment switch trained with ``train_switch``'s defaults on the first ``pairs`` pairs."""
 
     pairs: int
-    card: dict  # the small switch's card (flat form)
+    training: TrainingRecord  # the small switch's
     evals: list[Evaluation]
     check: Check
 
     def to_dict(self) -> dict:
-        return {"pairs": self.pairs, "card": {x: self.card[x] for x in ("heldout_gain", "seconds", "steps")},
+        t = self.training
+        return {"pairs": self.pairs, "card": {"heldout_gain": t.heldout_gain, "seconds": t.seconds, "steps": t.steps},
                 "evals": [ev.to_dict() for ev in self.evals]}
 
     def markdown(self, base_ppl: float) -> list[str]:
-        k, card = self.pairs, self.card
+        k, t = self.pairs, self.training
         return [
             f"## Data efficiency: sentiment switch from {k} + {k} sentences",
             "",
             table(self.evals, "sentiment", base_ppl),
-            f"Trained with `train_switch`'s defaults (lr {card['lr']:g}, {card['steps']} steps, full rank). "
-            f"Held-out gain {card['heldout_gain']:+.4f} nats/token; trained in {card['seconds']:.0f} s. "
-            "Perplexity ratios are against the unsteered row of the sentiment sweep.",
+            f"Trained with `train_switch`'s defaults ({t.optimizer}, {'rank ' + str(t.rank) if t.rank else 'full rank'}): "
+            f"{t.summary()}. Perplexity ratios are against the unsteered row of the sentiment sweep.",
             "",
         ]
 
@@ -388,9 +389,9 @@ def _data_efficiency(run: _Run, prompts: list[str], base: Evaluation) -> Efficie
     positive_eps = ", ".join(f"{e:+g}" for e in run.suite.efficiency_eps if e > 0)
     check = Check(f"data efficiency: switch from {k} + {k} sentences reaches ≥ {EFFICIENCY_TARGET:.0%} positive (best of ε {positive_eps})",
                   f"{best.positive_share:.1%} at ε {best.setting['sentiment']:+g}, {best.perplexity / base.perplexity:.2f}× perplexity "
-                  f"(Dist-3 {best.dist3:.2f}; trained in {small.card['seconds']:.0f} s)",
+                  f"(Dist-3 {best.dist3:.2f}; trained in {small.card.training.seconds:.0f} s)",
                   best.positive_share >= EFFICIENCY_TARGET)
-    return Efficiency(k, dict(small.card), evals, check)
+    return Efficiency(k, small.card.training, evals, check)
 
 
 def _corner_check(grid: list[list[Evaluation]], eps: Sequence[float]) -> Check:

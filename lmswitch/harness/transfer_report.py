@@ -224,8 +224,8 @@ def markdown(report: TransferReport, command: str) -> str:
         f"The shipped `sentiment` switch of `{report.source_model}` mapped to `{report.target_model}` with `ls.transfer`: H "
         f"{fit_text(t)}. Each switch's fluent range was probed on {_probe_text(report)}: the source on "
         f"`{report.source_model}` {cards['source'].fluent_text or 'none'}; the transferred switch: {report.advice} The switch "
-        f"trained on `{report.target_model}` from the same data (`train`'s default recipe; held-out gain "
-        f"{cards['direct'].get('heldout_gain', float('nan')):+.3f} nats/token): {cards['direct'].fluent_text or 'none'}.",
+        f"trained on `{report.target_model}` from the same data (`train`'s default recipe: {cards['direct'].training.summary(3)}): "
+        f"{cards['direct'].fluent_text or 'none'}.",
         "",
         f"Fluent, against the same model's unsteered rows: {rules.text}.",
         "",

@@ -112,8 +112,6 @@ def train_config(steps, lr, eps0, rank, seed) -> TrainConfig:
 def _report(final: str, name: str, switch: Switch, measuring: str = "") -> str:
     """The Train tab's report on a new switch; ``measuring``: the note while its fluent range is measured."""
     card = switch.card
-    gain = card.get("heldout_gain")
-    gain_text = "no held-out split" if gain is None else f"held-out gain **{gain:+.3f} nats/token**"
     renamed = f" (renamed from '{name}', which was taken)" if final != name else ""
     recommended = f"; recommended ε {card.recommended_eps:+g}" if card.fluent_text and card.recommended_eps else ""
     fluent_text = f" Fluent ε range (its slider's range): {card.fluent_text}{recommended}." if card.fluent_text else ""
@@ -126,8 +124,8 @@ def _report(final: str, name: str, switch: Switch, measuring: str = "") -> str:
     if measuring:
         fluent_text = f" {measuring}"
     return (f"### ✔ '{final}'{renamed} is ready — its slider is in the Steer tab.{fluent_text}\n"
-            f"{card['tokens_train']} training tokens, {card['tokens_heldout']} held out, {card['steps']} steps in {card['seconds']:.1f} s; "
-            f"{gain_text}.\n\n{data_advice(card)}")
+            f"{card.training.tokens_train} training tokens, {card.training.tokens_heldout} held out, {card.training.summary(3)}."
+            f"\n\n{data_advice(card)}")
 
 
 def _progress_updates(events: Iterator[TrainEvent], total: int, progress, skip: list, losses: list[float]) -> Iterator:
