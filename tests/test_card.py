@@ -133,6 +133,15 @@ def test_a_failed_probe_is_typed_and_a_measured_range_clears_it():
         Card.from_dict({"calibration_error": 3})
 
 
+def test_a_trainings_warnings_are_typed():
+    card = Card.from_dict({"warnings": ["The text is probably in another language."], "note": 1})
+    assert card.warnings == ("The text is probably in another language.",) and card["warnings"] == list(card.warnings)
+    assert Card.from_dict(card.to_dict()) == card and "warnings" not in Card.from_dict({"warnings": []}).to_dict()
+    for bad in ("one string", [3], {"a": "b"}):
+        with pytest.raises(ValueError, match="card field 'warnings' must be a list of strings"):
+            Card.from_dict({"warnings": bad})
+
+
 def test_a_card_keeps_what_its_fluent_range_was_measured_on_and_drops_a_stale_record():
     probe = {"prompt_set": "neutral", "split": "dev", "prompts": 50, "samples": 5, "max_new_tokens": 40}
     measured = Card.from_dict({"note": "kept"}).calibrated(-2.0, 3.0, probe=probe)

@@ -154,6 +154,7 @@ class Card(Mapping):
     fluent_eps: tuple[float, float] | None = None  # (most negative, most positive) ε that still wrote fluent text when probed
     transfer: TransferRecord | None = None  # how a transferred switch was mapped (source, anchors, fit quality, ε scale)
     calibration_error: str | None = None  # why the fluent-range probe failed ("Type: message"), when it did
+    warnings: tuple[str, ...] = ()  # the training's warnings on its data (a text in a language the model reads poorly)
     extra: dict = field(default_factory=dict)  # every other key, kept as read
     order: tuple[str, ...] = field(default=(), compare=False, repr=False)  # flat key order as read: files rewrite unchanged
 
@@ -174,8 +175,11 @@ class Card(Mapping):
         error = data.pop("calibration_error", None)
         if error is not None and not isinstance(error, str):
             raise ValueError(f"card field 'calibration_error' must be a string; got {type(error).__name__}")
+        warnings = data.pop("warnings", None) or ()
+        if not isinstance(warnings, (list, tuple)) or not all(isinstance(w, str) for w in warnings):
+            raise ValueError(f"card field 'warnings' must be a list of strings; got {warnings!r}")
         return cls(training=training, recommended_eps=eps, fluent_eps=_fluent_range(data.pop("fluent_eps", None)), transfer=transfer,
-                   calibration_error=error, extra=data, order=order)
+                   calibration_error=error, warnings=tuple(warnings), extra=data, order=order)
 
     def to_dict(self) -> dict:
         """The flat JSON-ready card, as stored in the file header."""
@@ -188,6 +192,8 @@ class Card(Mapping):
             out["transfer"] = self.transfer.to_dict()
         if self.calibration_error is not None:
             out["calibration_error"] = self.calibration_error
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
         out.update(self.extra)
         if not self.order:
             return out

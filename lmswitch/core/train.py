@@ -688,7 +688,7 @@ def data_advice(card: Mapping) -> str:
         raise ValueError(f"data_advice needs a switch's card (switch.card, or its dict); got {type(card).__name__}")
     if card.get("tokens_train") is None:
         return "This switch's card has no training record, so there is no data advice for it."
-    warnings = " ".join(w for w in card.get("warnings") or [] if isinstance(w, str))
+    warnings = " ".join(Card.from_dict(card).warnings)
     advice = _advice(card)
     return f"{advice} {warnings}" if warnings else advice
 

@@ -111,7 +111,7 @@ def what_was_learned(
         own_meter=own.best_eps_alone if own is not None else None,
         other_meter=other_row.best_eps_alone if other_row is not None else None,
         verdict=_verdict(switch, own, other_row),
-        cautions=tuple(w for w in switch.card.get("warnings") or () if isinstance(w, str)),
+        cautions=switch.card.warnings,
     )
 
 
