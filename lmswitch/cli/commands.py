@@ -178,18 +178,18 @@ def cmd_svd(args: argparse.Namespace, lm: LanguageModel) -> None:
 
 def cmd_highlight(args: argparse.Namespace, lm: LanguageModel) -> None:
     switch = load_switch(args.switch, lm)
-    h = highlight(lm, switch, text_arg(args), eps=args.eps, max_span=args.max_span, n_spans=args.spans).to_dict()
-    marked = "".join(f"[[{piece}]]" if label else piece for piece, label in h["highlighted"])
-    lines = [marked, ""] + [f"span {s['start']}:{s['end']}  Δ={s['score']:+.3f} nats  {s['text']!r}{'  (weak)' if s['weak'] else ''}"
-                            for s in h["spans"]]
-    if any(s["weak"] for s in h["spans"]):
-        lines.append(f"weak: a span under {WEAK_EVIDENCE_NATS:g} nat; the text hardly reads toward {h['label']} there")
-    if len(h["spans"]) < args.spans:  # the others would have read the other way, or not at all
-        found, asked = len(h["spans"]), f"the {args.spans} spans asked" if args.spans > 1 else "the span asked"
-        lines.append(f"{found} of {asked} read toward {h['label']} (summed Δ > 0)" if found else
-                     f"no span reads toward {h['label']} (summed Δ > 0)")
-    data = {k: h[k] for k in ("switch", "eps", "label", "spans", "total_delta", "windows")}
-    data["tokens"] = [{"text": t["text"], "start": t["start"], "end": t["end"], "delta": t["delta"]} for t in h["tokens"]]
+    h = highlight(lm, switch, text_arg(args), eps=args.eps, max_span=args.max_span, n_spans=args.spans)
+    marked = "".join(f"[[{piece}]]" if label else piece for piece, label in h.highlighted)
+    lines = [marked, ""] + [f"span {s.start}:{s.end}  Δ={s.score:+.3f} nats  {s.text!r}{'  (weak)' if s.weak else ''}"
+                            for s in h.spans]
+    if any(s.weak for s in h.spans):
+        lines.append(f"weak: a span under {WEAK_EVIDENCE_NATS:g} nat; the text hardly reads toward {h.label} there")
+    if len(h.spans) < args.spans:  # the others would have read the other way, or not at all
+        found, asked = len(h.spans), f"the {args.spans} spans asked" if args.spans > 1 else "the span asked"
+        lines.append(f"{found} of {asked} read toward {h.label} (summed Δ > 0)" if found else
+                     f"no span reads toward {h.label} (summed Δ > 0)")
+    data = {k: v for k, v in h.to_dict().items() if k in ("switch", "eps", "label", "spans", "total_delta", "windows")}
+    data["tokens"] = [{"text": t.text, "start": t.start, "end": t.end, "delta": t.delta} for t in h.tokens]
     emit(args, data, "\n".join(lines))
 
 
