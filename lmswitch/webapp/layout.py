@@ -18,7 +18,7 @@ from lmswitch.serve.limits import MAX_NEW_TOKENS, MAX_TRAIN_STEPS
 from lmswitch.serve.session import Session
 from lmswitch.webapp import lens, steer, train
 from lmswitch.webapp.backend import Backend
-from lmswitch.webapp.widgets import MAX_SLOTS, token_html
+from lmswitch.webapp.widgets import GUARD_ON, MAX_SLOTS, token_html
 
 DOCUMENT_TYPES = list(SUPPORTED)  # what the upload boxes offer: what the document reader reads
 CSS_PATH = Path(__file__).with_name("app.css")  # the page's styles (token colours, legend), shipped with the package
@@ -55,7 +55,7 @@ def _steer_tab(ui: SimpleNamespace, backend: Backend) -> None:
                                      info=f"every {GUIDE_TOKENS} tokens, write this many candidates and keep the one the switch's "
                                           "judge finds furthest the way ε points: a mild ε goes much further, without loops "
                                           "(1 = off; shown when all are done)")
-                ui.repeat_guard = gr.Checkbox(value=True, label="repeat guard", elem_id="repeat-guard",
+                ui.repeat_guard = gr.Checkbox(value=GUARD_ON, label="repeat guard", elem_id="repeat-guard",
                                               info=f"steering may not push a word the text wrote in its last {SAMPLING.repeat_guard} "
                                                    "tokens (no \"great great great\"); off: the paper's plain steering")
                 ui.wide = gr.Checkbox(value=False, label="sliders beyond the fluent range", elem_id="wide-sliders",

@@ -21,6 +21,7 @@ from lmswitch.serve.limits import MAX_ROWS, check_request
 from lmswitch.serve.session import Session
 from lmswitch.webapp.backend import Backend, computed, user_errors
 from lmswitch.webapp.widgets import (
+    GUARD_ON,
     MAX_SLOTS,
     PENDING,
     checked_setting,
@@ -143,7 +144,7 @@ def steer(backend: Backend, prompt: str, max_new_tokens, temperature, top_p, see
     eps, extra = values[:MAX_SLOTS], values[MAX_SLOTS:]
     widgets = (max_new_tokens, temperature, top_p, seed, chat, bool(extra[0]) if extra else False,
                extra[1] if len(extra) > 1 else SAMPLING.best_of, extra[2] if len(extra) > 2 else SAMPLING.guide,
-               extra[3] if len(extra) > 3 else True)  # (the repeat guard's box: on)
+               extra[3] if len(extra) > 3 else GUARD_ON)
     shown = 0.0
     for item in _comparisons(backend, session, prompt, list(zip(names, eps, strict=False)), widgets):
         if isinstance(item, Comparison):
@@ -159,7 +160,7 @@ def steer(backend: Backend, prompt: str, max_new_tokens, temperature, top_p, see
 
 @user_errors
 def generate_api(backend: Backend, prompt: str, switches: str, max_new_tokens, temperature, top_p, seed, chat, session: Session,
-                 adaptive: bool = False, best_of=SAMPLING.best_of, guide=SAMPLING.guide, repeat_guard: bool = True) -> dict:
+                 adaptive: bool = False, best_of=SAMPLING.best_of, guide=SAMPLING.guide, repeat_guard: bool = GUARD_ON) -> dict:
     """Scripting endpoint: ``switches`` as ``"sentiment=5, detox=-2"``; returns both outputs and their scores.
     ``adaptive`` steers each generation until its steering budget is spent, so strong settings stay fluent;
     ``best_of`` keeps the likeliest of that many candidates of each output; ``guide`` decodes guided by the switches'
@@ -195,7 +196,7 @@ def _eps_values(text: str | None, session: Session, switch: Switch, count: int) 
 @user_errors
 @computed
 def run_sweep(backend: Backend, name: str, eps_text: str, samples, prompt: str, max_new_tokens, temperature, top_p, seed, chat,
-              session: Session, adaptive: bool = False, best_of=SAMPLING.best_of, guide=SAMPLING.guide, repeat_guard: bool = True):
+              session: Session, adaptive: bool = False, best_of=SAMPLING.best_of, guide=SAMPLING.guide, repeat_guard: bool = GUARD_ON):
     """One batched call: the prompt at a row of ε values of one switch, scored; a plotly chart and the texts."""
     lm, library = backend.get(session=session)
     switch = session.get(name, library)
@@ -211,7 +212,7 @@ def run_sweep(backend: Backend, name: str, eps_text: str, samples, prompt: str, 
 @computed
 def run_grid(backend: Backend, first: str, second: str, eps_a_text: str, eps_b_text: str, samples, prompt: str, max_new_tokens,
              temperature, top_p, seed, chat, session: Session, adaptive: bool = False, best_of=SAMPLING.best_of, guide=SAMPLING.guide,
-             repeat_guard: bool = True):
+             repeat_guard: bool = GUARD_ON):
     """Composition map: two switches over a 2-D grid of ε → heatmaps of the scores; hover a cell for a sample text."""
     lm, library = backend.get(session=session)
     a, b = session.get(first, library), session.get(second, library)

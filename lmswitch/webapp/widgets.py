@@ -38,13 +38,16 @@ PICKER_DEFAULTS = (("sentiment", 0), ("sentiment", 0), ("detox", 1), (None, 0), 
 MANAGE_PICKER = 3  # the Train tab's own picker (Save, download) among them (and among layout's ui.pickers)
 
 
+GUARD_ON = SAMPLING.repeat_guard > 0  # the repeat guard's checkbox at first, and where a call leaves it out: the library's default
+
+
 def number(value, label: str, kind: type = float):
     """A finite number from a widget (Gradio gives None for an emptied number box): :func:`~lmswitch.io.parse.parse_number`."""
     return parse_number(value, label, kind)
 
 
 def sampling(max_new_tokens, temperature, top_p, seed, chat, adaptive=False, best_of=SAMPLING.best_of, guide=SAMPLING.guide,
-             repeat_guard=True) -> tuple[SamplingOptions, int]:
+             repeat_guard=GUARD_ON) -> tuple[SamplingOptions, int]:
     """Widget values → (decoding options, seed); the library validates the ranges."""
     seed = check_seed(number(seed, "seed", int))
     options = SamplingOptions(max_new_tokens=number(max_new_tokens, "max new tokens", int), temperature=number(temperature, "temperature"),
