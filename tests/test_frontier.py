@@ -255,6 +255,7 @@ def test_slider_check_scores_every_whole_eps_of_the_default_range_on_test_prompt
 def test_targets_cover_only_the_sides_that_were_run():
     spec = replace(FrontierSpec.for_switch("sentiment"), sides=(+1,))
     checks = target_checks(Frontier(spec, PROTOCOL, 0, 0, []))
-    assert [target for target, _, _ in checks] == ["sentiment: ≥ 90% positive at +ε, fluent"]  # −ε was not run: not a miss
+    assert [c.target for c in checks] == ["sentiment: ≥ 90% positive at +ε, fluent"]  # −ε was not run: not a miss
     both = target_checks(Frontier(FrontierSpec.for_switch("sentiment"), PROTOCOL, 0, 0, []))
-    assert len(both) == 2 and not any(met for _, _, met in both)
+    assert len(both) == 2 and not any(c.met for c in both)
+    assert both[0].line().startswith("MISSED  sentiment: ≥ 90% positive") and both[0].bullet().startswith("- **missed** sentiment")

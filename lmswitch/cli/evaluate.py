@@ -108,7 +108,7 @@ def _report(args: argparse.Namespace, lm: LanguageModel) -> None:
     report = run_report(lm, args.report, suite=QUICK if args.quick else Suite(), switch_dir=args.switches or PRETRAINED_DIR,
                         seed=args.seed, repeat_guard=args.repeat_guard, command=command_line(args.argv), log=log)
     results = report.to_dict()
-    emit(args, results, "\n".join(f"{'met   ' if c['met'] else 'MISSED'}  {c['target']}: {c['measured']}" for c in results["checks"]))
+    emit(args, results, "\n".join(c.line() for c in report.checks))
 
 
 def _transfer_report(args: argparse.Namespace, lm: LanguageModel) -> None:
@@ -147,7 +147,7 @@ def _frontier(args: argparse.Namespace, lm: LanguageModel) -> None:
         if sliders:
             body += "\n### The app's default slider ranges on the test prompts\n\n" + "".join(c.markdown() for c in sliders)
         replace_section(Path(args.report), "## Fluent frontier (dev → test)", body)
-    lines = [f"{'met   ' if met else 'MISSED'}  {target}: {shown}" for f in frontiers for target, shown, met in target_checks(f)]
+    lines = [c.line() for f in frontiers for c in target_checks(f)]
     lines += [c.markdown().strip() for c in sliders]
     emit(args, data, "\n".join(lines))
 

@@ -329,6 +329,36 @@ def scores_of(texts: Sequence[str], logprobs: Sequence[Sequence[float]], tokens:
 # ---------------------------------------------------------------- evaluation of steering settings
 
 
+def verdict(ok: bool) -> str:
+    """A target's verdict in the reports' Markdown."""
+    return "**met**" if ok else "**missed**"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One target of a report and what was measured against it."""
+
+    target: str
+    measured: str
+    met: bool
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def row(self) -> str:
+        """The check as a row of a report's targets table."""
+        return f"| {self.target} | {self.measured} | {verdict(self.met)} |"
+
+    def bullet(self) -> str:
+        """The check as a Markdown list item."""
+        return f"- {verdict(self.met)} {self.target}: {self.measured}"
+
+    def line(self) -> str:
+        """The check as the command line prints it."""
+        return f"{'met   ' if self.met else 'MISSED'}  {self.target}: {self.measured}"
+
+
+
 @dataclass(frozen=True)
 class Sample:
     """One generated continuation of an evaluation and its scores (rounded to 4 places)."""

@@ -35,7 +35,7 @@ from lmswitch.core.options import SAMPLING
 from lmswitch.core.switch import Switch
 from lmswitch.harness.baselines import ActivationAddition, added, fit_activation_addition
 from lmswitch.harness.datasets import load_dataset
-from lmswitch.harness.evaluate import PROTOCOL, Evaluation, Protocol, evaluate_settings, load_prompts
+from lmswitch.harness.evaluate import PROTOCOL, Check, Evaluation, Protocol, evaluate_settings, load_prompts
 from lmswitch.harness.options import BEST_OF, FRONTIER_METHODS, GUIDES
 
 
@@ -321,8 +321,8 @@ TARGETS = (
 SWITCH_METHODS = tuple(m for m in METHODS if m.startswith("switch"))  # the product's own methods; the others are baselines
 
 
-def target_checks(frontier: Frontier) -> list[tuple[str, str, bool]]:
-    """(target, best measured on test by the switch's own methods, met) for each target of this switch."""
+def target_checks(frontier: Frontier) -> list[Check]:
+    """Each target of this switch against the best measured on test by the switch's own methods."""
     out = []
     for target in (t for t in TARGETS if t.switch == frontier.spec.switch and t.side in frontier.spec.sides):  # a side not run is not a miss
         rows = [r for r in frontier.rows if r.side == target.side and r.method in SWITCH_METHODS and r.test is not None]
@@ -330,7 +330,7 @@ def target_checks(frontier: Frontier) -> list[tuple[str, str, bool]]:
         met = any(target.passes(r.test, r.test_base) for r in fluent)
         shown = ", ".join(f"{r.method} ε {r.choice:+g}: {frontier.spec.metric} {getattr(r.test, frontier.spec.metric):.2f}"
                           + (f" (not fluent on test: {'; '.join(r.test_problems)})" if r.test_problems else "") for r in rows)
-        out.append((f"{target.switch}: {target.text}", shown or "no fluent setting on dev", met))
+        out.append(Check(f"{target.switch}: {target.text}", shown or "no fluent setting on dev", met))
     return out
 
 
@@ -351,7 +351,7 @@ def markdown(frontier: Frontier) -> str:
             f"{frontier.protocol.samples} samples each; fluent = {spec.rules.text})\n\n"
             f"| method | side | chosen on dev | {spec.metric} on test | perplexity | Dist-3 | looping | on test |\n|---|---|---|---|---|---|---|---|")
     lines = [head] + [f"| {r.method} | {'+' if r.side > 0 else '−'} | " + " | ".join(_cell(r, spec)) + " |" for r in frontier.rows]
-    lines += ["", *(f"- {'**met**' if met else '**missed**'} {target}: {shown}" for target, shown, met in target_checks(frontier))]
+    lines += ["", *(check.bullet() for check in target_checks(frontier))]
     return "\n".join(lines) + "\n"
 
 

@@ -38,6 +38,7 @@ from lmswitch.harness.evaluate import (
     POSITIVE,
     PROTOCOL,
     TOXIC,
+    Check,
     Evaluation,
     Progress,
     Protocol,
@@ -125,27 +126,7 @@ def frontier(evals: Sequence[Evaluation], switch: str, metric: str, side: int, w
             f"Dist-3 {best.dist3:.2f}")
 
 
-def verdict(ok: bool) -> str:
-    return "**met**" if ok else "**missed**"
-
-
 # --- typed results ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Check:
-    """One target of the report and what was measured against it."""
-
-    target: str
-    measured: str
-    met: bool
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    def row(self) -> str:
-        """The check as a row of the report's targets table."""
-        return f"| {self.target} | {self.measured} | {verdict(self.met)} |"
 
 
 @dataclass(frozen=True)

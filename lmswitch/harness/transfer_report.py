@@ -27,10 +27,10 @@ from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import MIN_ANCHORS, TrainConfig
 from lmswitch.core.switch import Switch
 from lmswitch.core.transfer import fit_text, strength_advice, transfer
-from lmswitch.harness.evaluate import Evaluation, Protocol, evaluate_settings, load_prompts
+from lmswitch.harness.evaluate import Check, Evaluation, Protocol, evaluate_settings, load_prompts, verdict
 from lmswitch.harness.frontier import TRANSFER_PROBE, FluencyRules, Probe, calibrated_card
 from lmswitch.harness.pretrained import PRETRAINED_DIR, Log, build_switch, get_spec, load_pretrained, quiet
-from lmswitch.harness.report import FIGURES, Sweep, replace_section, table, verdict
+from lmswitch.harness.report import FIGURES, Sweep, replace_section, table
 
 TRANSFER_KEEP = 0.5  # share of the source switch's move (positive share, between its fluent ends) the transfer must keep
 
@@ -182,9 +182,8 @@ def _move_text(m: Move | None, source: Move | None) -> str:
 def summary(report: TransferReport) -> str:
     """The CLI's line: the verdict and the three moves."""
     src = report.source.move
-    return (f"{'met   ' if report.met else 'MISSED'}  transfer to {report.target_model}: transferred "
-            f"{_move_text(report.transferred.move, src)}; source {_move_text(src, None)}; trained on the target "
-            f"{_move_text(report.direct.move, src)}")
+    return Check(f"transfer to {report.target_model}", f"transferred {_move_text(report.transferred.move, src)}; source "
+                 f"{_move_text(src, None)}; trained on the target {_move_text(report.direct.move, src)}", report.met).line()
 
 
 def _target_rows(report: TransferReport) -> list[str]:
