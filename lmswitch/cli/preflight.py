@@ -99,9 +99,9 @@ def checked_before_loading(args: argparse.Namespace) -> None:
 
 
 def sampling_options(args: argparse.Namespace) -> SamplingOptions:
-    """The decoding options of ``generate`` and ``sweep``."""
-    return SamplingOptions(args.max_new_tokens, args.temperature, args.top_p, args.chat, args.adaptive, args.kl_budget,
-                           args.generation_budget, args.best_of, args.guide, args.repeat_guard)
+    """The decoding options of ``generate`` and ``sweep``: each field from its flag (``--top-p`` → ``top_p``), by name,
+    so that fields of one type cannot trade places."""
+    return SamplingOptions(**{f.name: getattr(args, f.name) for f in fields(SamplingOptions)})
 
 
 def flag_errors(check: Callable[[], None]) -> None:
