@@ -49,7 +49,7 @@ class TrainingRecord:
     seconds: float
     optimizer: str = "adam"  # "lbfgs-sampled" or "lbfgs" (ridge path; ``l2`` is the λ it chose), or "adam" (cards before 2026-11-23)
     negatives: str = "given"  # how the negatives were made: "given", "none" (one document), "self-contrast" or "given + self-contrast"
-    data_shape: str = ""  # the data's shape (core.train.data_kind): "one document", "two documents" or "examples"; "" on older cards
+    data_shape: str = ""  # the data's shape (core.train.data_kind; core.options.ONE_DOCUMENT, TWO_DOCUMENTS or EXAMPLES); "" on older cards
 
     ADAM_ONLY: ClassVar[tuple[str, ...]] = ("lr", "batch_tokens", "min_steps")  # settings only Adam's steps use
 

@@ -56,11 +56,13 @@ class Naming:
     description: str = DESCRIPTION
 
 
-# train_switch's naming by the shape of its data: example lists, one document alone, two documents (A vs B); a
-# description's {positive} and {negative} are the labels the switch gets
-NAMINGS = {"examples": Naming(description="learned from labelled examples"),
-           "one document": Naming("like the document", "unlike the document", "learned from one document"),
-           "two documents": Naming("document A", "document B", "{positive} (+) vs {negative} (−)")}
+# the shapes of training data (core.train.data_kind; a card's data_shape): one document alone, two documents (A vs B),
+# labelled examples
+ONE_DOCUMENT, TWO_DOCUMENTS, EXAMPLES = "one document", "two documents", "examples"
+# train_switch's naming by the shape of its data; a description's {positive} and {negative} are the labels the switch gets
+NAMINGS = {EXAMPLES: Naming(description="learned from labelled examples"),
+           ONE_DOCUMENT: Naming("like the document", "unlike the document", "learned from one document"),
+           TWO_DOCUMENTS: Naming("document A", "document B", "{positive} (+) vs {negative} (−)")}
 ANCHORS = 4000  # transfer: shared word tokens the map is fitted on (at most)
 MIN_ANCHORS = 200  # transfer: fewer shared words than this and no map is fitted
 HELDOUT_EVERY = 10  # every 10th anchor is held out to report the fit quality

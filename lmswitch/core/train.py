@@ -31,7 +31,7 @@ from lmswitch.core.card import Card, TrainingRecord
 from lmswitch.core.hidden import READ_CHARS, EncodedText, ShortText, TokenStates, check_text, encode_texts
 from lmswitch.core.judge import fit_judge
 from lmswitch.core.models import LanguageModel, preferred_dtype
-from lmswitch.core.options import NAMINGS, Naming, TrainConfig
+from lmswitch.core.options import EXAMPLES, NAMINGS, ONE_DOCUMENT, TWO_DOCUMENTS, Naming, TrainConfig
 from lmswitch.core.pause import pause_point
 from lmswitch.core.switch import Switch
 
@@ -264,8 +264,8 @@ def data_kind(positive: str | Sequence[str], negative: str | Sequence[str] | Non
     """The shape of a switch's training data, a key of :data:`~lmswitch.core.options.NAMINGS`: "one document" (a
     document string alone), "two documents" (two strings) or "examples" (anything else)."""
     if isinstance(positive, str) and negative is None:
-        return "one document"
-    return "two documents" if isinstance(positive, str) and isinstance(negative, str) else "examples"
+        return ONE_DOCUMENT
+    return TWO_DOCUMENTS if isinstance(positive, str) and isinstance(negative, str) else EXAMPLES
 
 
 def naming(positive: str | Sequence[str], negative: str | Sequence[str] | None, positive_label: str | None = None,
@@ -709,9 +709,9 @@ def _card_kind(card: Mapping) -> str:
 def _more_text(card: Mapping) -> str:
     """What more to train on, for the card's shape of data."""
     kind = _card_kind(card)
-    if kind == "one document":
+    if kind == ONE_DOCUMENT:
         return "Train on a longer document (a few thousand tokens, several pages)"
-    if kind == "two documents":
+    if kind == TWO_DOCUMENTS:
         return "Train on longer documents (a few thousand tokens each)"
     return "Add more examples (a few thousand tokens, say 30+ sentences per side)"
 
@@ -719,8 +719,8 @@ def _more_text(card: Mapping) -> str:
 def _older_data_kind(card: Mapping) -> str:
     given_negatives = card.get("n_negative") if card.get("negatives") == "given" else 0
     if card.get("n_positive") == 1 and given_negatives in (0, 1):
-        return "two documents" if given_negatives else "one document"
-    return "examples"
+        return TWO_DOCUMENTS if given_negatives else ONE_DOCUMENT
+    return EXAMPLES
 
 
 def _advice(card: Mapping) -> str:
@@ -747,7 +747,7 @@ def _advice(card: Mapping) -> str:
                 f"its fluent range.")
     if gain <= 0:
         if card.get("optimizer") in solver.RECIPES:
-            sentences = _card_kind(card) == "examples"  # the measured case below
+            sentences = _card_kind(card) == EXAMPLES  # the measured case below
             then = (f"{_more_text(card)}; meanwhile guided decoding with 8 candidates moves generation furthest within the "
                     "fluent range" + (" (a switch from 30 + 30 sentiment sentences: 0.85 positive on test prompts with it, "
                                       "about half without)" if sentences else "") if card.get("n_negative") else

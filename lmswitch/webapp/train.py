@@ -11,7 +11,7 @@ from pathlib import Path
 import gradio as gr
 
 from lmswitch.core.models import LanguageModel
-from lmswitch.core.options import NAMINGS, TrainConfig
+from lmswitch.core.options import EXAMPLES, NAMINGS, ONE_DOCUMENT, TWO_DOCUMENTS, TrainConfig
 from lmswitch.core.switch import STEERS_NOTHING, Switch, load_switch, usable_name
 from lmswitch.core.train import Done, Encoded, Evaluated, Step, TrainEvent, TrainingCancelled, data_advice, train_events
 from lmswitch.harness import figures
@@ -34,10 +34,10 @@ from lmswitch.webapp.widgets import (
 )
 
 MODES = ("one document", "two documents (A vs B)", "labelled sentences")
-KINDS = dict(zip(MODES, ("one document", "two documents", "examples"), strict=True))  # each mode's data shape (train.data_kind)
+KINDS = dict(zip(MODES, (ONE_DOCUMENT, TWO_DOCUMENTS, EXAMPLES), strict=True))  # each mode's data shape (train.data_kind)
 # the two text boxes' labels by the mode's data shape (one document has no second box)
-TEXT_LABELS = {"one document": ("the document", "(not used for one document)"), "two documents": ("document A", "document B"),
-               "examples": ("positive sentences, one per line", "negative sentences, one per line")}
+TEXT_LABELS = {ONE_DOCUMENT: ("the document", "(not used for one document)"), TWO_DOCUMENTS: ("document A", "document B"),
+               EXAMPLES: ("positive sentences, one per line", "negative sentences, one per line")}
 TRAIN_ADVICE = (f"the app trains on at most {MAX_TRAIN_CHARS:,} (about {MAX_TRAIN_CHARS // 4:,} tokens) in all. Trim it, or "
                 "train on the command line: python -m lmswitch train --help")
 MAX_LABEL_CHARS = 80  # a side's label (shown on the slider, stored in the card)
@@ -79,7 +79,7 @@ class ModeWidgets:
 
 
 def mode_widgets(mode: str) -> ModeWidgets:
-    kind = KINDS.get(mode, "examples")
+    kind = KINDS.get(mode, EXAMPLES)
     named = NAMINGS[kind]
     or_file = " (or the uploaded file's name)" if mode == MODES[1] else ""  # (train: _file_labels)
     return ModeWidgets(mode != MODES[0], named.positive_label + or_file, named.negative_label + or_file, *TEXT_LABELS[kind])
