@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from lmswitch.harness.options import check_split
 from lmswitch.io.resources import styles_dir
 
 DATA_DIR = styles_dir()
@@ -67,8 +68,7 @@ class StyleData:
         The halves alternate (held-out pairs 0, 2, 4 … are dev; 1, 3, 5 … test), like the prompt splits:
         choices are made on dev and reported on test.
         """
-        if split not in (None, "dev", "test"):
-            raise ValueError(f"split must be 'dev', 'test' or None (all held-out pairs); got {split!r}")
+        check_split(split, "all held-out pairs")
         pos, neg = self._part(True)
         if split is None:
             return pos, neg

@@ -53,7 +53,7 @@ from lmswitch.core.options import SamplingOptions
 from lmswitch.core.parallel import gather, mine
 from lmswitch.core.steering import Setting, check_setting
 from lmswitch.core.switch import Switch
-from lmswitch.harness.options import PROTOCOL, Protocol
+from lmswitch.harness.options import PROTOCOL, SPLITS, Protocol, check_split
 from lmswitch.io.resources import prompts_dir
 
 PROMPT_SETS = {"neutral": "neutral.txt", "provocative": "provocative.txt"}
@@ -64,7 +64,6 @@ FORMAL = 0.5  # a sample is formal above this classifier probability
 Progress = Callable[[int, int], None]  # (done, total): rows in evaluate_settings, settings in sweeps and grids
 
 
-SPLITS = ("dev", "test")  # every prompt set: even lines (0, 2, …) are dev, odd lines are test; settings are chosen on dev only
 
 
 def load_prompts(which: str | Path, limit: int | None = None, split: str | None = None) -> list[str]:
@@ -73,8 +72,7 @@ def load_prompts(which: str | Path, limit: int | None = None, split: str | None 
     ``split="dev"`` keeps the even lines and ``"test"`` the odd ones (fixed, so nothing
     tuned on dev is reported on test); ``limit`` then keeps the first prompts.
     """
-    if split is not None and split not in SPLITS:
-        raise ValueError(f"split must be one of {', '.join(SPLITS)} (or None for every prompt); got {split!r}")
+    check_split(split, "every prompt")
     path = prompts_dir() / PROMPT_SETS[which] if which in PROMPT_SETS else Path(which)
     if not path.is_file():
         names = ", ".join(PROMPT_SETS)

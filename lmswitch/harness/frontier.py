@@ -1,7 +1,7 @@
 """The fluent frontier: the strongest effect each method reaches while its text still reads as text.
 
 Protocol (issue "fluent steering"): every prompt set is split into dev and test
-(:data:`~lmswitch.harness.evaluate.SPLITS`). For each method and each direction,
+(:data:`~lmswitch.harness.options.SPLITS`). For each method and each direction,
 strengths are swept on the **dev** prompts; a setting is *fluent* when its
 perplexity under the unsteered model stays within a bound (1.5×, detox 1.3×), its
 Dist-3 keeps 95% of the unsteered Dist-3 and at most 2% of its samples repeat a

@@ -13,6 +13,16 @@ from dataclasses import asdict, dataclass
 from lmswitch.core.checks import check_seed
 from lmswitch.core.options import SAMPLING, SamplingOptions, TrainConfig
 
+# every prompt set, dataset and stance topic list splits in two: even items (0, 2, …) are dev, odd ones test; settings
+# are chosen on dev only and reported on test
+SPLITS = ("dev", "test")
+
+
+def check_split(split: str | None, whole: str) -> None:
+    """Refuse a ``split`` that is none of :data:`SPLITS` or None (``whole``: what None gives)."""
+    if split is not None and split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)} or None ({whole}); got {split!r}")
+
 
 @dataclass(frozen=True)
 class Protocol:

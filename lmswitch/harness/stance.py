@@ -30,6 +30,7 @@ from lmswitch.core.train import train_switch
 from lmswitch.harness.evaluate import PROTOCOL, Evaluation, Protocol, evaluate_settings
 from lmswitch.harness.frontier import FluencyRules
 from lmswitch.harness.options import STANCE_METHODS as METHODS
+from lmswitch.harness.options import check_split
 from lmswitch.io.documents import split_lines
 from lmswitch.io.resources import data_path
 from lmswitch.lenses.meter import style_slope
@@ -65,8 +66,7 @@ def _lines(path) -> tuple[str, ...]:
 
 def load_topics(split: str | None = None, names: Sequence[str] | None = None) -> list[Topic]:
     """The bundled stance topics, all or those of one split (and only ``names``, if given), sorted by name."""
-    if split not in (None, "dev", "test"):
-        raise ValueError(f"split must be 'dev', 'test' or None; got {split!r}")
+    check_split(split, "every topic")
     topics = []
     for folder in sorted(p for p in STANCE_DIR.iterdir() if (p / "topic.json").is_file()):
         meta = json.loads((folder / "topic.json").read_text(encoding="utf-8"))
