@@ -272,7 +272,7 @@ def test_train_from_pasted_sentences_adds_a_slider(ui):
         expect(status).to_contain_text(re.compile(r"Ready to steer|Done\."), timeout=TRAIN_TIMEOUT)  # its slider is there
         expect(report).to_contain_text("is ready")
         expect(report).to_contain_text(f"'{NEW_SWITCH}'")
-        expect(report).to_contain_text("30 steps")
+        expect(report).to_contain_text("30 loss evaluations")  # (the L-BFGS recipe; it said "steps")
 
         # steered at once: its slider dragged to the left end (ε −2 while the range is being measured) and released
         ui.tab("Steer")
