@@ -10,6 +10,7 @@ import pytest
 import torch
 from conftest import random_switch, tiny_style_data
 
+from lmswitch.core.card import Card
 from lmswitch.harness.pretrained import SPECS, build_pretrained
 
 
@@ -93,9 +94,9 @@ def _report(source, moved):
     from lmswitch.harness.transfer_report import ProbedSweep, TransferReport, TransferSuite
 
     def sweep(evals, ends):
-        return ProbedSweep("s", evals, ends)
+        return ProbedSweep("s", evals, Card.from_dict({"fluent_eps": ends}))
 
-    return TransferReport("a", "b", TransferSuite(), PROTOCOL, {}, "", sweep(*source), sweep(*moved), sweep(*moved), 0.0)
+    return TransferReport("a", "b", TransferSuite(), PROTOCOL, "", sweep(*source), sweep(*moved), sweep(*moved), 0.0)
 
 
 def test_the_transfer_verdict_is_taken_at_the_ends_chosen_on_dev_and_a_looping_end_is_a_miss():

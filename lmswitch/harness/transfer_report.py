@@ -63,10 +63,15 @@ class Move:
 
 @dataclass(frozen=True)
 class ProbedSweep(Sweep):
-    """A switch's test rows (one at ε = 0, the unsteered model), the fluent range its probe chose on dev, and the rules."""
+    """A switch's test rows (one at ε = 0, the unsteered model), its card (with the fluent range its probe chose on dev),
+    and the rules."""
 
-    fluent_eps: tuple[float, float] | None = None
+    card: Card = field(default_factory=Card)
     rules: FluencyRules = field(default_factory=FluencyRules)
+
+    @property
+    def fluent_eps(self) -> tuple[float, float] | None:
+        return self.card.fluent_eps
 
     def problems(self, ev: Evaluation) -> list[str]:
         return self.rules.problems(ev, self.base)
@@ -93,12 +98,16 @@ class TransferReport:
     target_model: str
     suite: TransferSuite
     protocol: Protocol
-    cards: dict[str, Card]  # "source", "transferred", "direct": each switch's card, its probed range included
     advice: str  # what the CLI's `transfer` says about the transferred switch's strength
     source: ProbedSweep  # the shipped switch on the source model
     transferred: ProbedSweep  # the transferred switch on the target (its scaled ε among the rows)
     direct: ProbedSweep  # the switch trained on the target
     seconds: float
+
+    @property
+    def cards(self) -> dict[str, Card]:
+        """Each switch's card, its probed range included, by its role."""
+        return {"source": self.source.card, "transferred": self.transferred.card, "direct": self.direct.card}
 
     @property
     def met(self) -> bool:
@@ -131,7 +140,7 @@ def _sweeps(lm: LanguageModel, rows: list[tuple[Switch, list[float]]], prompts: 
     base, rest, out = evals[0], iter(evals[1:]), []
     for switch, row in rows:
         mine = [replace(next(rest) if e else base, setting={switch.name: e}) for e in row]
-        out.append(ProbedSweep(switch.name, mine, switch.card.fluent_eps, rules))
+        out.append(ProbedSweep(switch.name, mine, switch.card, rules))
     return out
 
 
@@ -158,8 +167,7 @@ def run_transfer_report(source: LanguageModel, target: LanguageModel, out: str |
     (src,) = _sweeps(source, [(shipped, _row(shipped.card))], prompts, protocol, suite.probe.rules)
     scaled = (moved.card.transfer.scaled_eps,)
     pair = _sweeps(target, [(moved, _row(moved.card, scaled)), (direct, _row(direct.card))], prompts, protocol, suite.probe.rules)
-    cards = {"source": shipped.card, "transferred": moved.card, "direct": direct.card}
-    report = TransferReport(source.name, target.name, suite, protocol, cards, strength_advice(moved, target.name), src, *pair,
+    report = TransferReport(source.name, target.name, suite, protocol, strength_advice(moved, target.name), src, *pair,
                             time.perf_counter() - start)
     replace_section(Path(out), f"## Transfer: the sentiment switch on {target.name}", markdown(report, command))
     json_path = Path(out).parent / FIGURES / f"transfer-{target.name}.json"
@@ -212,9 +220,10 @@ def _probe_text(report: TransferReport) -> str:
 
 def markdown(report: TransferReport, command: str) -> str:
     """The EVALUATION.md section of ``report``."""
-    suite, protocol, rules, cards = report.suite, report.protocol, report.suite.probe.rules, report.cards
-    t, moved = cards["transferred"].transfer, report.transferred
-    samples = [0.0, *(eps_key(e) for e in (cards["transferred"].recommended_eps, t.scaled_eps) if e is not None)]
+    suite, protocol, rules = report.suite, report.protocol, report.suite.probe.rules
+    moved = report.transferred
+    t = moved.card.transfer
+    samples = [0.0, *(eps_key(e) for e in (moved.card.recommended_eps, t.scaled_eps) if e is not None)]
     return "\n".join([
         f"Reproduce with `{command or 'python -m lmswitch eval --transfer-to ' + report.target_model}` ({suite.prompts} neutral "
         f"*test* prompts × {suite.samples} samples, {protocol.max_new_tokens} new tokens, p = {protocol.top_p}, the same seeds "
@@ -222,9 +231,9 @@ def markdown(report: TransferReport, command: str) -> str:
         "",
         f"The shipped `sentiment` switch of `{report.source_model}` mapped to `{report.target_model}` with `ls.transfer`: H "
         f"{fit_text(t)}. Each switch's fluent range was probed on {_probe_text(report)}: the source on "
-        f"`{report.source_model}` {cards['source'].fluent_text or 'none'}; the transferred switch: {report.advice} The switch "
-        f"trained on `{report.target_model}` from the same data (`train`'s default recipe: {cards['direct'].training.summary(3)}): "
-        f"{cards['direct'].fluent_text or 'none'}.",
+        f"`{report.source_model}` {report.source.card.fluent_text or 'none'}; the transferred switch: {report.advice} The switch "
+        f"trained on `{report.target_model}` from the same data (`train`'s default recipe: {report.direct.card.training.summary(3)}): "
+        f"{report.direct.card.fluent_text or 'none'}.",
         "",
         f"Fluent, against the same model's unsteered rows: {rules.text}.",
         "",
