@@ -86,6 +86,49 @@ UNSUPPORTED = {"logprobs": _LOGPROBS, "top_logprobs": _LOGPROBS, "echo": "the pr
 EXTENSIONS = ("switches", "adaptive", "kl_budget", "generation_budget", "guide", "repeat_guard")  # lmswitch's request fields
 
 
+def _refuse_unsupported(req: _Request) -> None:
+    """Refuse what this server does not do (OpenAI fields it ignores would change the answer silently), a misspelt
+    steering field, and more than one prompt or choice."""
+    asked = next((k for k in UNSUPPORTED if _asks((req.model_extra or {}).get(k))), None)
+    if asked:
+        raise ApiError(400, f"{asked}: {UNSUPPORTED[asked]} by this server; leave it out", param=asked)
+    for key in req.model_extra or {}:  # other unknown fields are ignored, but not a misspelt steering field
+        meant = difflib.get_close_matches(key, EXTENSIONS, n=1, cutoff=0.8)
+        if meant and key not in UNSUPPORTED:
+            raise ApiError(400, f"unknown field {key[:40]!r}: did you mean {meant[0]!r}? (as sent, the text would not be "
+                                "steered as asked)", param=key[:40])
+    if req.generation_budget is not None and not req.adaptive:
+        raise ApiError(400, "generation_budget is adaptive strength's budget per generation: give it with adaptive=true, or "
+                            "leave it out", param="generation_budget")
+    if req.n != 1:
+        raise ApiError(400, f"n = {req.n}: one choice per request (send several requests, with different seeds)", param="n")
+    if req.stop:
+        raise ApiError(400, "stop sequences are not supported; cut the text yourself, or use max_tokens", param="stop")
+    if isinstance(req, CompletionRequest) and isinstance(req.prompt, list) and len(req.prompt) != 1:
+        raise ApiError(400, f"prompt: one prompt per request; got {len(req.prompt)}", param="prompt")
+
+
+def _options(req: _Request, chat: bool, lm: LanguageModel) -> SamplingOptions:
+    """The request's decoding options: the library's defaults where it gives none; refusals name the request's field."""
+    field = "max_completion_tokens" if isinstance(req, ChatRequest) and req.max_completion_tokens is not None else "max_tokens"
+    limit = getattr(req, field)
+    if limit is not None:
+        try:
+            check_new_tokens(replace(SAMPLING, max_new_tokens=limit))
+        except ValueError as err:  # the server's cap, in the request's own field
+            raise ApiError(400, str(err).replace("max_new_tokens", field, 1), param=field) from None
+    numbers = {"temperature": req.temperature, "top_p": req.top_p, "kl_budget": req.kl_budget, "generation_budget": req.generation_budget}
+    counts = {"max_new_tokens": limit, "best_of": req.best_of, "guide": req.guide, "repeat_guard": req.repeat_guard}
+    options = replace(SAMPLING, chat=chat, adaptive=req.adaptive, **{k: float(v) for k, v in numbers.items() if v is not None},
+                      **{k: v for k, v in counts.items() if v is not None})
+    try:
+        options.validate(lm)
+    except ValueError as err:  # its messages start with the option's name, which is the request's field too
+        name = str(err).split(" ", 1)[0]
+        raise ApiError(400, str(err), param=name if name in type(req).model_fields else None) from None
+    return options
+
+
 def _asks(value: Any) -> bool:
     """Whether an unsupported field's value asks for something (None, false, 0, empty and {"type": "text"} do not)."""
     return value not in (None, False, 0, "", [], {}, {"type": "text"}, "none")
@@ -309,45 +352,9 @@ class OpenAIApi:
         return setting
 
     def _job(self, req: _Request, chat: bool) -> Job:
-        asked = next((k for k in UNSUPPORTED if _asks((req.model_extra or {}).get(k))), None)
-        if asked:
-            raise ApiError(400, f"{asked}: {UNSUPPORTED[asked]} by this server; leave it out", param=asked)
-        for key in req.model_extra or {}:  # other unknown fields are ignored, but not a misspelt steering field
-            meant = difflib.get_close_matches(key, EXTENSIONS, n=1, cutoff=0.8)
-            if meant and key not in UNSUPPORTED:
-                raise ApiError(400, f"unknown field {key[:40]!r}: did you mean {meant[0]!r}? (as sent, the text would not be "
-                                    "steered as asked)", param=key[:40])
-        if req.generation_budget is not None and not req.adaptive:
-            raise ApiError(400, "generation_budget is adaptive strength's budget per generation: give it with adaptive=true, or "
-                                "leave it out", param="generation_budget")
-        if req.n != 1:
-            raise ApiError(400, f"n = {req.n}: one choice per request (send several requests, with different seeds)", param="n")
-        if req.stop:
-            raise ApiError(400, "stop sequences are not supported; cut the text yourself, or use max_tokens", param="stop")
-        if isinstance(req, CompletionRequest) and isinstance(req.prompt, list) and len(req.prompt) != 1:
-            raise ApiError(400, f"prompt: one prompt per request; got {len(req.prompt)}", param="prompt")
+        _refuse_unsupported(req)
         lm, library = self._model(req.model)
-        field = "max_completion_tokens" if isinstance(req, ChatRequest) and req.max_completion_tokens is not None else "max_tokens"
-        limit = getattr(req, field)
-        if limit is not None:
-            try:
-                check_new_tokens(replace(SAMPLING, max_new_tokens=limit))
-            except ValueError as err:  # the server's cap, in the request's own field
-                raise ApiError(400, str(err).replace("max_new_tokens", field, 1), param=field) from None
-        d = SAMPLING
-        options = SamplingOptions(max_new_tokens=d.max_new_tokens if limit is None else limit,
-                                  temperature=d.temperature if req.temperature is None else float(req.temperature),
-                                  top_p=d.top_p if req.top_p is None else float(req.top_p), chat=chat, adaptive=req.adaptive,
-                                  kl_budget=d.kl_budget if req.kl_budget is None else float(req.kl_budget),
-                                  generation_budget=d.generation_budget if req.generation_budget is None else float(req.generation_budget),
-                                  best_of=d.best_of if req.best_of is None else req.best_of,
-                                  guide=d.guide if req.guide is None else req.guide,
-                                  repeat_guard=d.repeat_guard if req.repeat_guard is None else req.repeat_guard)
-        try:
-            options.validate(lm)
-        except ValueError as err:  # its messages start with the option's name, which is the request's field too
-            name = str(err).split(" ", 1)[0]
-            raise ApiError(400, str(err), param=name if name in type(req).model_fields else None) from None
+        options = _options(req, chat, lm)
         if req.seed is not None:
             try:
                 check_seed(req.seed)
