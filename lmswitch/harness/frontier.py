@@ -215,18 +215,22 @@ def _strengths(spec: FrontierSpec, method: str) -> tuple[float, ...]:
     return {"prompting": LEVELS, "caa": CAA_STRENGTHS}.get(method, spec.strengths)
 
 
-def _row(lm: LanguageModel, switch: Switch, spec: FrontierSpec, method: str, side: int, data: dict) -> FrontierRow:
-    dev = METHODS[method](lm, switch, side, data["dev"], data["protocol"], _strengths(spec, method))
-    choice = _best(spec, side, dev, data["dev_base"])
+@dataclass(frozen=True)
+class _Split:
+    """One split's prompts and its unsteered evaluation, the yardstick of its rows."""
+
+    prompts: list[str]
+    base: Evaluation
+
+
+def _row(lm: LanguageModel, switch: Switch, spec: FrontierSpec, method: str, side: int, dev: _Split, test: _Split,
+         protocol: Protocol) -> FrontierRow:
+    swept = METHODS[method](lm, switch, side, dev.prompts, protocol, _strengths(spec, method))
+    choice = _best(spec, side, swept, dev.base)
     if choice is None:
-        return FrontierRow(method, side, dev, data["dev_base"], None, None, None)
-    test = _chosen_on_test(lm, switch, method, side, choice, data)
-    return FrontierRow(method, side, dev, data["dev_base"], choice, test, data["test_base"], spec.rules.problems(test, data["test_base"]))
-
-
-def _chosen_on_test(lm: LanguageModel, switch: Switch, method: str, side: int, choice: float, data: dict) -> Evaluation:
-    """The dev choice re-run by the same method on the test prompts."""
-    return METHODS[method](lm, switch, side, data["test"], data["protocol"], [abs(choice)])[0][1]
+        return FrontierRow(method, side, swept, dev.base, None, None, None)
+    chosen = METHODS[method](lm, switch, side, test.prompts, protocol, [abs(choice)])[0][1]  # the dev choice, on test
+    return FrontierRow(method, side, swept, dev.base, choice, chosen, test.base, spec.rules.problems(chosen, test.base))
 
 
 def run_frontier(lm: LanguageModel, switch: Switch, spec: FrontierSpec, *, methods: Sequence[str] = tuple(METHODS),
@@ -242,16 +246,15 @@ def run_frontier(lm: LanguageModel, switch: Switch, spec: FrontierSpec, *, metho
     switch.check_model(lm)
     if not set(methods) <= set(DECODE_SCORED):  # rows compared with each other are scored alike (by a body pass)
         protocol = replace(protocol, score_from_decode=False)
-    dev, test = load_prompts(spec.prompts, dev_limit, split="dev"), load_prompts(spec.prompts, test_limit, split="test")
-    data = {"dev": dev, "test": test, "protocol": protocol,
-            "dev_base": evaluate_settings(lm, [[]], dev, protocol)[0], "test_base": evaluate_settings(lm, [[]], test, protocol)[0]}
+    dev, test = (_Split(p, evaluate_settings(lm, [[]], p, protocol)[0]) for p in
+                 (load_prompts(spec.prompts, dev_limit, split="dev"), load_prompts(spec.prompts, test_limit, split="test")))
     rows = []
     for method in methods:
         for side in spec.sides:
-            rows.append(_row(lm, switch, spec, method, side, data))
+            rows.append(_row(lm, switch, spec, method, side, dev, test, protocol))
             if log:
                 log(f"{spec.switch}: {method} at {'+' if side > 0 else '−'}ε done")
-    return Frontier(spec, protocol, len(dev), len(test), rows)
+    return Frontier(spec, protocol, len(dev.prompts), len(test.prompts), rows)
 
 
 
