@@ -41,6 +41,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -464,7 +465,16 @@ def instructed(lm: LanguageModel, prompt: str, instruction: str | None) -> str:
     return lm.tokenizer.apply_chat_template(message, tokenize=False, add_generation_prompt=True) + prompt
 
 
-def _sample(lm: LanguageModel, rows: Sequence[tuple], opts: SamplingOptions, batch_size: int, progress: Progress | None,
+class _Row(NamedTuple):
+    """One sample to draw: its steering, its plain prompt, its seed, and the instruction that precedes it (prompting)."""
+
+    setting: Setting
+    prompt: str
+    seed: int
+    instruction: str | None
+
+
+def _sample(lm: LanguageModel, rows: Sequence[_Row], opts: SamplingOptions, batch_size: int, progress: Progress | None,
             during: Callable[[], AbstractContextManager] = nullcontext, from_decode: bool = True) -> tuple[list[str], list[float], list[int]]:
     """Continue each (setting, prompt, seed, instruction) row in batches: its text, and the NLL and token count of its
     new tokens under the unsteered model given the plain prompt. ``during()`` is open while tokens are sampled only.
@@ -479,19 +489,19 @@ def _sample(lm: LanguageModel, rows: Sequence[tuple], opts: SamplingOptions, bat
     return [t for r in results for t in r[0]], [x for r in results for x in r[1]], [c for r in results for c in r[2]]
 
 
-def _sample_chunk(lm: LanguageModel, chunk: Sequence[tuple], opts: SamplingOptions,
+def _sample_chunk(lm: LanguageModel, chunk: Sequence[_Row], opts: SamplingOptions,
                   during: Callable[[], AbstractContextManager], from_decode: bool = True) -> tuple[list[str], list[float], list[int]]:
     """One batch of rows sampled; scored from the decode's own head inputs where the rows were decoded from their
     plain prompts by the unchanged body (one head pass) and ``from_decode``, else by a body pass over each prompt and
     its text."""
-    sources = [instructed(lm, p, instruction) for _, p, _, instruction in chunk]
-    plain = sources == [r[1] for r in chunk]
+    sources = [instructed(lm, r.prompt, r.instruction) for r in chunk]
+    plain = sources == [r.prompt for r in chunk]
     recorded = from_decode and plain and during is nullcontext and opts.candidates == 1
     with during(), (lm.head_inputs() if recorded else nullcontext([])) as seen:
-        gen = generate_tokens(lm, sources, [r[0] for r in chunk], [r[2] for r in chunk], opts)
+        gen = generate_tokens(lm, sources, [r.setting for r in chunk], [r.seed for r in chunk], opts)
     scored = decoded_nll(lm, seen, gen) if recorded else None
     if scored is None:
-        prompt = (gen.prompt_ids, gen.prompt_mask) if plain else encode_prompts(lm, [r[1] for r in chunk], opts)
+        prompt = (gen.prompt_ids, gen.prompt_mask) if plain else encode_prompts(lm, [r.prompt for r in chunk], opts)
         scored = continuation_nll(lm, *prompt, gen.new_ids, gen.new_mask)
     return gen.texts, *scored
 
@@ -537,7 +547,7 @@ def evaluate_settings(
     instructions = list(instructions) if instructions is not None else [None] * len(settings)
     if len(instructions) != len(settings):
         raise ValueError(f"got {len(instructions)} instructions for {len(settings)} settings")
-    every = [(setting, p, seed, instruction) for setting, instruction in zip(settings, instructions, strict=True) for p, seed in rows]
+    every = [_Row(setting, p, seed, instruction) for setting, instruction in zip(settings, instructions, strict=True) for p, seed in rows]
     texts, nll, counts = _sample(lm, every, opts, protocol.batch_size, progress, during, protocol.score_from_decode)
     sent = sentiment_scores(texts)
     tox = toxicity_scores(texts)
