@@ -436,6 +436,30 @@ def test_a_failed_summary_keeps_the_trained_switch(backend, monkeypatch):
     assert "mood" in session.available(backend.library)
 
 
+def test_a_stop_ends_background_work_at_its_next_pause_point(backend, llama_lm):
+    """A training over MCP held the server's stop until Gradio gave up, 5 s later, and its client heard nothing: long
+    work now ends at its next pause point once the server stops, saying why; interactive work is left to finish."""
+    from lmswitch.core.pause import pause_point
+    from lmswitch.webapp.backend import SERVER_STOPPING, ServerStopping, user_errors
+
+    started = threading.Event()
+
+    def long_work() -> None:
+        started.set()
+        while True:
+            pause_point()
+            time.sleep(0.01)
+
+    threading.Thread(target=lambda: started.wait(30) and backend.stopping.set(), daemon=True).start()
+    begun = time.monotonic()
+    with pytest.raises(gr.Error, match=SERVER_STOPPING):  # as a tool's or a page's handler sees it
+        user_errors(backend.run)(long_work, background=True)
+    assert time.monotonic() - begun < 5
+    assert backend.run(lambda: "answered") == "answered"  # interactive work is left alone
+    with pytest.raises(ServerStopping):  # a real training, as the MCP tool runs it
+        backend.run(ls.train_switch, llama_lm, POSITIVE, NEGATIVE, background=True)
+
+
 def test_a_failed_probe_keeps_the_trained_switch(backend, monkeypatch):
     monkeypatch.setattr("lmswitch.webapp.backend.calibrate", _out_of_memory)  # fault injection: the probe itself is tested for real
     session = Session()

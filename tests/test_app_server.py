@@ -243,7 +243,7 @@ def test_a_closed_clients_switch_goes_to_disk_and_a_stopped_server_removes_its_t
 def test_a_stopped_server_removes_its_pages_files_from_a_folder_the_user_named(tmp_path):
     """With ``GRADIO_TEMP_DIR`` naming a folder (perhaps shared with other apps), a stopped server leaves the folder and
     what others put there, but not the files its pages uploaded, nor its download files; and it stops at once, though a
-    client is open and training, and an API client is streaming a long completion."""
+    client is open and training, an API client is streaming a long completion, and an MCP client's training waits."""
     from app_server import AppServer
 
     server = AppServer(tmp_path, name="named-folder")  # GRADIO_TEMP_DIR: tmp_path / "gradio"
@@ -277,17 +277,47 @@ def test_a_stopped_server_removes_its_pages_files_from_a_folder_the_user_named(t
         streaming = threading.Thread(target=stream)
         streaming.start()
         wait_for(lambda: len(pieces) > 2, "the completion to stream")
+        # and a training over MCP, queued behind the page's on the compute thread: it ran on, and the stop waited 5 s for it
+        tool: list = []
+        mcp_training = threading.Thread(target=_train_over_mcp, args=(server, article, tool), daemon=True)
+        mcp_training.start()
+        wait_for(lambda: tool == ["sent"], "the MCP call to be sent")
+        time.sleep(1)  # (received)
         stopping = time.monotonic()
     finally:
         server.stop()  # SIGTERM, with the client still open, its training running and a completion streaming
     took = time.monotonic() - stopping
     streaming.join(30)
+    mcp_training.join(30)
     assert server.process.returncode == 0 and "Traceback" not in server.log_path.read_text(), server.log()
     # its heartbeat stream and its training end with the stop: a graceful close waited for each until Gradio gave up, 5 s later
     assert took < 4, f"the stop took {took:.1f} s with a client open, training and streaming:\n{server.log()}"
     # the completion cut short says why (it ended like a finished text, without a word of the stop)
     assert ended and isinstance(ended[0], openai.APIError) and "the server is stopping" in str(ended[0]), ended
+    assert len(tool) == 2 and ("the server is stopping" in tool[1] or "ConnectError" in tool[1]), tool  # not trained on
     assert folder.is_dir() and others.exists() and not copies[0].exists() and not list(folder.glob("lmswitch-export-*"))
+
+
+def _train_over_mcp(server, text: str, out: list) -> None:
+    """Call the MCP tool ``train_from_text`` on ``text``; ``out`` gets "sent", then the tool's answer or the error."""
+    import asyncio
+
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamablehttp_client
+
+    async def run():
+        async with streamablehttp_client(f"{server.url}/gradio_api/mcp/") as (read, write, _), ClientSession(read, write) as session:
+            await session.initialize()
+            call = asyncio.create_task(session.call_tool("train_from_text", {"name": "mcp-long", "positive": text,
+                                                                             "mode": "one document", "steps": 5000}))
+            out.append("sent")
+            result = await call
+            return result.content[0].text
+
+    try:
+        out.append(asyncio.run(run()))
+    except BaseException as err:  # noqa: BLE001 (what the client saw is asserted)
+        out.append(repr(err))
 
 
 def group_alive(pgid: int) -> bool:

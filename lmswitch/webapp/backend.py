@@ -29,7 +29,14 @@ from lmswitch.serve.compute import ComputeThread
 from lmswitch.serve.session import Session, SwitchLibrary
 from lmswitch.webapp.files import export_folder
 
-USER_ERRORS = (ValueError, TypeError, SwitchFileError, DocumentError, Busy)
+SERVER_STOPPING = "the server is stopping; send the request again once it is back"  # to whoever's request a stop cut short
+
+
+class ServerStopping(RuntimeError):
+    """Long work (a training, a sweep, a highlight) that the server's stop ended at its next pause point."""
+
+
+USER_ERRORS = (ValueError, TypeError, SwitchFileError, DocumentError, Busy, ServerStopping)
 PROBES_KEPT = 1024  # fluent ranges a server keeps (Backend.calibrated): a key and two numbers each
 
 
@@ -102,7 +109,7 @@ class Backend:
             pauses = False
         self.models[name or lm.name] = (lm, SwitchLibrary(lm, self.folder))
         if pauses:  # else reading ahead would hold the compute thread, unpaused, before a user's first request
-            self.compute.submit(_read_ahead, lm, background=True)
+            self.compute.submit(_until(_read_ahead, self.stopping), lm, background=True)  # (a stop ends it)
 
     def start(self) -> Backend:
         self.compute.submit(self.load)
@@ -117,8 +124,9 @@ class Backend:
 
     def run(self, fn: Callable, *args, background: bool = False, **kwargs):
         """``fn(*args, **kwargs)`` on the compute thread (directly when already there); ``background``: long work that lets
-        other users' generations go first at its pause points (:mod:`lmswitch.serve.compute`)."""
-        return self.compute.run(fn, *args, background=background, **kwargs)
+        other users' generations go first at its pause points (:mod:`lmswitch.serve.compute`), and that a stop of the
+        server ends at the next one (:class:`ServerStopping`): nobody would read its answer, and the stop waited for it."""
+        return self.compute.run(_until(fn, self.stopping) if background else fn, *args, background=background, **kwargs)
 
     def calibrated(self, lm: LanguageModel, switch: Switch, cancel: threading.Event | None = None,
                    cancelled: str = "the probe was cancelled") -> Card:
@@ -258,6 +266,22 @@ def user_errors(fn: Callable) -> Callable:
             raise gr.Error(str(err), print_exception=False) from None  # the user's error: no traceback in the log
 
     return call
+
+
+def _until(fn: Callable, stop: threading.Event) -> Callable:
+    """``fn`` raising :class:`ServerStopping` at its next pause point once the server's ``stop`` is set."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        try:
+            with stopping(stop):
+                return fn(*args, **kwargs)
+        except Stopped:
+            if stop.is_set():
+                raise ServerStopping(SERVER_STOPPING) from None
+            raise  # an inner cancel's (Backend.calibrated)
+
+    return run
 
 
 def _stopping(fn: Callable, cancel: threading.Event | None) -> Callable:

@@ -43,7 +43,7 @@ from lmswitch.core.options import SAMPLING, SamplingOptions
 from lmswitch.core.steering import Setting
 from lmswitch.serve.batcher import Busy, Row
 from lmswitch.serve.limits import check_new_tokens, check_request
-from lmswitch.webapp.backend import USER_ERRORS, Backend
+from lmswitch.webapp.backend import SERVER_STOPPING, USER_ERRORS, Backend
 
 DONE = "data: [DONE]\n\n"  # the last server-sent event of a stream
 MAX_BODY_BYTES = 1_000_000  # a request body above this is refused with 413
@@ -68,8 +68,7 @@ class ApiError(Exception):
 
 
 # a request cut short because the server stops (its text would otherwise read as one that merely ends)
-STOPPING_ERROR = ApiError(503, "the server is stopping; send the request again once it is back", kind="server_error",
-                          code="server_stopping")
+STOPPING_ERROR = ApiError(503, SERVER_STOPPING, kind="server_error", code="server_stopping")
 
 
 # OpenAI fields this server does not implement: refused when they ask for something (400, as n > 1 and stop are), never
