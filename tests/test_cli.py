@@ -325,13 +325,20 @@ def test_shipped_switch_for_another_model_is_refused_by_name(run):
         (["sweep", "--prompt", "Hi", "--switch", "sentiment", "--eps", "1,x"], r"argument --eps: ε values must be numbers"),
         (["sweep", "--prompt", "Hi", "--switch", "sentiment", "--eps", ",".join(["1"] * 16)], r"argument --eps: at most 15 ε values"),
         (["eval", "--eps", ",".join(["1"] * 102)], r"argument --eps: at most 101 ε values"),
+        # a command of one switch kept the last of two silently, and took sentiment=2 for a file's name
+        (["sweep", "--prompt", "Hi", "--switch", "sentiment", "--switch", "detox"], r"--switch is given twice; sweep takes one switch"),
+        (["svd", "--switch", "a", "--switch", "b"], r"--switch is given twice; svd takes one switch"),
+        (["sweep", "--prompt", "Hi", "--switch", "sentiment=2"],
+         r"--switch sentiment=2: sweep takes the switch without =EPS \(--switch sentiment\); give its ε with --eps"),
+        (["highlight", "--switch", "detox=−4", "--text", "x"], r"highlight takes the switch without =EPS \(--switch detox\); give its ε with --eps"),
+        (["svd", "--switch", "sentiment=1"], r"svd takes the switch without =EPS \(--switch sentiment\)$"),
     ],
 )
 def test_bad_switch_settings_are_usage_errors(capsys, args, message):
     with pytest.raises(SystemExit) as exit_info:
         main(args)
     assert exit_info.value.code == 2
-    assert re.search(message, capsys.readouterr().err)
+    assert re.search(message, capsys.readouterr().err, re.MULTILINE)
 
 
 def test_switch_settings_parse_with_the_shared_parser():

@@ -136,8 +136,27 @@ def _add_text_options(p: argparse.ArgumentParser) -> None:
     group.add_argument("--file", help="a document to analyse: .txt, .md, .html, .pdf or .docx")
 
 
+class OneSwitch(argparse.Action):
+    """``--switch`` of a command that takes one switch: given twice it kept the last one silently, and ``NAME=EPS``
+    looked for a file of that name; both are refused, saying what the command takes (``eps_flag``: where its ε goes)."""
+
+    def __init__(self, *args, eps_flag: str | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.eps_flag = eps_flag
+
+    def __call__(self, parser, namespace, value, option_string=None) -> None:
+        command = parser.prog.split()[-1]
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"--switch is given twice; {command} takes one switch (generate and measure take several)")
+        ref, sep, eps = value.rpartition("=")
+        if sep and ref and re.fullmatch(r"[-+−]?[\d.]+(e[-+]?\d+)?", eps.strip()) and not Path(value).exists():
+            where = f"; give its ε with {self.eps_flag}" if self.eps_flag else ""
+            parser.error(f"--switch {value}: {command} takes the switch without =EPS (--switch {ref}){where}")
+        setattr(namespace, self.dest, value)
+
+
 def _info(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--switch", help=f"{SWITCH_HELP} to describe")
+    p.add_argument("--switch", action=OneSwitch, help=f"{SWITCH_HELP} to describe")
 
 
 def _named(field: str) -> str:
@@ -178,7 +197,7 @@ def _generate(p: argparse.ArgumentParser) -> None:
 
 def _sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", required=True, help="the text to continue")
-    p.add_argument("--switch", required=True, help=SWITCH_HELP)
+    p.add_argument("--switch", required=True, action=OneSwitch, eps_flag="--eps (a list)", help=SWITCH_HELP)
     p.add_argument("--eps", type=eps_list, default=None,
                    help="eps values (eps0 units); default: the card's fluent range, its ends, their halves and 0 "
                         f"({','.join(f'{e:g}' for e in SWEEP_EPS)} for a switch without one)")
@@ -186,13 +205,13 @@ def _sweep(p: argparse.ArgumentParser) -> None:
 
 
 def _svd(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--switch", required=True, help=SWITCH_HELP)
+    p.add_argument("--switch", required=True, action=OneSwitch, help=SWITCH_HELP)
     p.add_argument("--dims", type=int, default=lens.DEFAULT_DIMS, help="singular directions of W to show")
     p.add_argument("--words", type=int, default=lens.DEFAULT_WORDS, help="words per list")
 
 
 def _highlight(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--switch", required=True, help=SWITCH_HELP)
+    p.add_argument("--switch", required=True, action=OneSwitch, eps_flag="--eps", help=SWITCH_HELP)
     _add_text_options(p)
     p.add_argument("--eps", type=float, default=lens.DEFAULT_EPS, help="eps in eps0 units; negative finds the switch's negative side")
     p.add_argument("--max-span", type=int, default=lens.DEFAULT_MAX_SPAN, help="tokens per span")
@@ -206,7 +225,7 @@ def _measure(p: argparse.ArgumentParser) -> None:
 
 
 def _eval(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--switch", help=f"switch to sweep: {SWITCH_HELP}")
+    p.add_argument("--switch", action=OneSwitch, eps_flag="--eps (a list)", help=f"switch to sweep: {SWITCH_HELP}")
     p.add_argument("--eps", type=eval_eps_list, default=EVAL_EPS, help="eps values (eps0 units)")
     p.add_argument("--grid", help="a second switch: evaluate the 2-D grid of --eps × --grid-eps instead of a sweep")
     p.add_argument("--grid-eps", type=eps_list, default=EVAL_GRID_EPS, help="eps values of the --grid switch")
@@ -262,7 +281,7 @@ def _build_pretrained(p: argparse.ArgumentParser) -> None:
 
 
 def _transfer(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--switch", required=True, help=f"the switch made for --model (the source model): {SWITCH_HELP}")
+    p.add_argument("--switch", required=True, action=OneSwitch, help=f"the switch made for --model (the source model): {SWITCH_HELP}")
     p.add_argument("--to", required=True, help="target model: alias (gemma3-270m), folder, .gguf or cached hub id")
     p.add_argument("--out", required=True, help="where to write the transferred switch (.safetensors; an existing file is kept "
                                                 "unless --force)")
