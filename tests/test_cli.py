@@ -218,12 +218,14 @@ def test_measure_several_switches(run, switch_file, tmp_path, model_dir):
     ("args", "message"),
     [
         (["highlight", "--switch", "{switch}", "--text", "   "], "empty"),
-        (["highlight", "--switch", "{switch}", "--text", "the one", "--max-span", "0"], "max_span"),
+        (["highlight", "--switch", "{switch}", "--text", "the one", "--max-span", "0"], "^error: --max-span must be an integer from 1"),
+        (["highlight", "--switch", "{switch}", "--text", "the one", "--spans", "0"], "^error: --spans must be an integer from 1"),  # (n_spans)
+        (["measure", "--switch", "{switch}", "--text", "the one", "--points", "1"], "^error: --points must be an integer from 2"),
         (["highlight", "--switch", "{switch}", "--file", "{missing}"], "not found"),
         (["measure", "--switch", "{switch}", "--file", "{binary}"], "binary"),
         (["measure", "--switch", "{switch}", "--file", "{tmp}/b.bin"], "unsupported file type .bin"),
         (["train", "--positive", "{tmp}/broken.docx", "--out", "{tmp}/new.safetensors"], "not a valid .docx"),
-        (["svd", "--switch", "{switch}", "--dims", "0"], "dims"),
+        (["svd", "--switch", "{switch}", "--dims", "0"], "^error: --dims must be an integer from 1"),
         (["svd", "--switch", "{missing}"], "no switch file .* or one of: .*sentiment"),
         (["build-pretrained", "--only", "poetry", "--out", "{tmp}"], "no shipped switch"),
         (["build-pretrained", "--data", "{tmp}", "--out", "{tmp}"], "missing"),

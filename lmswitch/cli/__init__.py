@@ -27,7 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(args)
     except (ValueError, FileNotFoundError) as err:  # SwitchFileError is a ValueError
-        print(f"error: {err}", file=sys.stderr)
+        from lmswitch.cli.preflight import flag_named
+
+        print(f"error: {flag_named(str(err), args)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -64,6 +64,16 @@ def _flags(dests: list[str]) -> str:
     return ", ".join("--" + d.replace("_", "-") for d in dests)
 
 
+OWN_NAMES = {"n_spans": "spans"}  # a library parameter → the command's option that sets it, where their names differ
+
+
+def flag_named(message: str, args: argparse.Namespace) -> str:
+    """A library's refusal of a value ("n_spans must be …") naming the command's flag that set it ("--spans must be …")."""
+    name = re.match(r"(\w+) must be", message)
+    dest = OWN_NAMES.get(name[1], name[1]) if name else None
+    return _flags([dest]) + message[len(name[1]):] if dest is not None and dest in vars(args) else message
+
+
 def checked_before_loading(args: argparse.Namespace) -> None:
     """Refuse what can be refused without the model (bad combinations, where a switch goes, its name, a switch given
     twice, an output path that cannot be written), so no work is lost to it; fills in ``args.out`` and ``args.report``
