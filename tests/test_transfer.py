@@ -154,6 +154,10 @@ def test_cli_transfer_writes_a_loadable_switch(tmp_path, monkeypatch, capsys):
     printed = json.loads(capsys.readouterr().out)
     assert printed["out"] == str(out) and printed["card"]["transfer"]["source_switch"] == "mood"  # train's key for its file
     assert unprobed.card.recommended_eps == moved.card["transfer"]["scaled_eps"]  # the scaled ε, as the library gives it
+    # generating with it at that ε says it was never probed here (it steered at the scaled ε without a word)
+    assert main(["--model", str(folders["gpt2"]), "--dtype", "float32", "generate", "--prompt", "Hi", "--max-new-tokens", "3",
+                 "--switch", str(out)]) == 0
+    assert "was transferred and never probed on this model" in capsys.readouterr().err
     code = main(["--model", str(folders["gpt2"]), "--dtype", "float32", "transfer", "--switch", str(src_file), "--to",
                  str(folders["llama"]), "--out", str(tmp_path / "x.safetensors")])
     assert code != 0 and "made for" in capsys.readouterr().err  # the switch is not for the stated source

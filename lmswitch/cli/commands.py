@@ -214,11 +214,16 @@ def cmd_build_pretrained(args: argparse.Namespace, lm: LanguageModel) -> None:
 
 
 def _card_eps(switch: Switch, eps: float | None, fallback: float | None = None) -> float:
-    """``eps``, or when none was given the switch card's recommended ε (inside its fluent range when it was probed); an
-    unprobed card without one: ``fallback`` (said on stderr), or with None an error."""
+    """``eps``, or when none was given the switch card's recommended ε (inside its fluent range when it was probed; a
+    transferred switch's never probed is said on stderr); an unprobed card without one: ``fallback`` (said on stderr),
+    or with None an error."""
     if eps is not None:
         return eps
     if switch.card.recommended_eps is not None:
+        if switch.card.transfer is not None and switch.card.fluent_eps is None:  # transfer --no-calibrate
+            log(f"note: switch '{switch.name}' was transferred and never probed on this model: its ε "
+                f"{switch.card.recommended_eps:+g} is scaled from the source's and may not read fluently here (give one: "
+                f"--switch {switch.name}=EPS, or transfer it again without --no-calibrate)")
         return switch.card.recommended_eps
     if switch.card.fluent_eps is not None:  # probed, and no +ε read fluently: nothing to recommend
         raise ValueError(f"switch '{switch.name}' recommends no ε: no positive one read fluently when its range was probed "
