@@ -89,7 +89,7 @@ def test_generate_without_eps_steers_at_the_cards_recommended_eps(run, switch_fi
     given = run("generate", "--prompt", "the", "--switch", f"{switch_file}={card['recommended_eps']}", "--max-new-tokens", "4", "--json")
     assert json.loads(given[1])["samples"] == json.loads(out)["samples"]
     unprobed = tmp_path / "unprobed.safetensors"
-    assert run("train", "--positive", str(tmp_path / "pos.txt"), "--out", str(unprobed), "--steps", "3", "--no-calibrate")[0] == 0
+    assert run("train", "--positive", str(tmp_path / "pos.txt"), "--negative", str(tmp_path / "neg.txt"), "--out", str(unprobed), "--steps", "3", "--no-calibrate")[0] == 0
     code, out, err = run("generate", "--prompt", "the", "--switch", str(unprobed), "--max-new-tokens", "4", "--json")
     assert code == 0 and json.loads(out)["switches"][0]["eps"] == FALLBACK_EPS and "has no recommended ε in its card" in err
 
@@ -224,7 +224,7 @@ def test_measure_several_switches(run, switch_file, tmp_path, model_dir):
         (["highlight", "--switch", "{switch}", "--file", "{missing}"], "not found"),
         (["measure", "--switch", "{switch}", "--file", "{binary}"], "binary"),
         (["measure", "--switch", "{switch}", "--file", "{tmp}/b.bin"], "unsupported file type .bin"),
-        (["train", "--positive", "{tmp}/broken.docx", "--out", "{tmp}/new.safetensors"], "not a valid .docx"),
+        (["train", "--positive", "{tmp}/broken.docx", "--document", "--out", "{tmp}/new.safetensors"], "not a valid .docx"),
         (["svd", "--switch", "{switch}", "--dims", "0"], "^error: --dims must be an integer from 1"),
         (["svd", "--switch", "{missing}"], "no switch file .* or one of: .*sentiment"),
         (["build-pretrained", "--only", "poetry", "--out", "{tmp}"], "no shipped switch"),
@@ -374,7 +374,7 @@ def test_the_command_line_defaults_are_the_librarys():
     text = ["--switch", "s", "--text", "t"]
     cases = [(["generate", "--prompt", "x"], generate, {"seed": "seed", "samples": "samples"}),
              (["sweep", "--prompt", "x", "--switch", "s"], sweep, {"seed": "seed"}),
-             (["train", "--positive", "p", "--out", "o"], train_switch,
+             (["train", "--positive", "p", "--negative", "n", "--out", "o"], train_switch,
               {"description": "description", "positive_label": "positive_label", "negative_label": "negative_label"}),
              (["svd", "--switch", "s"], svd_dimensions, {"dims": "dims", "words": "words"}),
              (["highlight", *text], highlight, {"eps": "eps", "max_span": "max_span", "spans": "n_spans"}),
@@ -471,6 +471,8 @@ def test_demo_sweeps_only_inside_the_fluent_range_it_measured(run):
 def test_options_that_make_no_sense_together_are_refused_before_loading(capsys):
     for argv, said in ((["eval", "--sliders"], "add --frontier"),
                        (["build-pretrained", "--recalibrate", "--no-calibrate"], "drop --no-calibrate"),
+                       # one side of examples: trained as if it were all (the card said "+ε → positive, −ε → negative")
+                       (["train", "--positive", "p.txt", "--out", "o.safetensors"], "add --negative FILE (examples of the other style), or --document"),
                        # an eval option its mode does not read would be silently ignored (the report's fixed suite, say)
                        (["eval", "--report", "E.md", "--quick", "--limit", "1", "--samples", "1"], "--limit, --samples do not apply to eval --report"),
                        (["eval", "--switch", "sentiment", "--quick"], "--quick does not apply to a sweep or grid"),
@@ -512,7 +514,7 @@ def test_an_output_folder_or_report_that_cannot_be_written_is_refused_before_loa
                        # permission bits say yes to root there; a file made and removed says no (it failed after the work)
                        (["export", "--switch", "sentiment", "--out", "/proc/lmswitch-export"], "/proc takes no new files"),
                        (["build-pretrained", "--out", "/proc/x"], "/proc takes no new files"),
-                       (["train", "--positive", "{tmp}/afile", "--out", "/proc/x.safetensors"], "/proc takes no new files")):
+                       (["train", "--positive", "{tmp}/afile", "--document", "--out", "/proc/x.safetensors"], "/proc takes no new files")):
         assert main(["--model", "no-such-model", *(a.format(tmp=tmp_path) for a in argv)]) == 2, argv
         err = capsys.readouterr().err
         assert err.startswith("error:") and said in err, (argv, err)
@@ -531,8 +533,8 @@ def test_train_says_whether_its_data_sufficed_and_a_refused_input_prints_only_it
                             "--out", str(out), "--steps", "5", "--no-calibrate")
     assert code == 0 and (err == "" or err.endswith("\n"))  # a bar, when one is drawn (runs over 1 s), ends its line
     assert stdout.startswith(f"saved {out}") and "Very little text" in stdout  # the card's data advice, as the app shows it
-    code, stdout, _ = run("train", "--positive", str(tmp_path / "pos.txt"), "--out", str(out), "--force", "--steps", "5", "--no-calibrate",
-                          "--json")
+    code, stdout, _ = run("train", "--positive", str(tmp_path / "pos.txt"), "--negative", str(tmp_path / "neg.txt"), "--out", str(out),
+                          "--force", "--steps", "5", "--no-calibrate", "--json")
     assert code == 0 and json.loads(stdout)["advice"].startswith("Very little text")
     code, stdout, err = run("train", "--positive", str(tmp_path / "pos.txt"), "--negative", str(tmp_path / "pos.txt"), "--out",
                             str(tmp_path / "same.safetensors"), "--steps", "5")
@@ -558,7 +560,7 @@ def test_where_a_switch_goes_and_its_name_are_checked_before_the_model_loads(tmp
         cases.append((["--out", str(locked / "s.safetensors")], "no permission"))
     try:
         for extra, said in cases:
-            assert main(["--model", "no-such-model", "train", "--positive", str(pos), *extra]) == 2, extra
+            assert main(["--model", "no-such-model", "train", "--positive", str(pos), "--document", *extra]) == 2, extra
             err = capsys.readouterr().err
             assert err.startswith("error:") and re.search(said, err), (extra, err)
     finally:
