@@ -525,6 +525,24 @@ def test_an_output_folder_or_report_that_cannot_be_written_is_refused_before_loa
     assert f"{tmp_path}/afile is a file" in capsys.readouterr().err  # ~ is the home folder, not a folder named "~"
 
 
+def test_a_probe_interrupted_after_training_keeps_the_switch_and_says_so(run, tmp_path, monkeypatch):
+    """Ctrl+C during the fluent-range probe said only "interrupted", though the switch was saved (without its range), and
+    the same command again met "exists; pass --force"."""
+    from lmswitch.cli import commands
+
+    def interrupted(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(commands, "calibrated_card", interrupted)
+    (tmp_path / "pos.txt").write_text(POSITIVE)
+    (tmp_path / "neg.txt").write_text(NEGATIVE)
+    out = tmp_path / "kept.safetensors"
+    code, _, err = run("train", "--positive", str(tmp_path / "pos.txt"), "--negative", str(tmp_path / "neg.txt"), "--out", str(out),
+                       "--steps", "3")
+    assert code == 130 and out.exists() and load_switch(out).card.fluent_eps is None
+    assert f"{out} is saved without its fluent ε range: the probe was interrupted (run the command again with --force" in err
+
+
 def test_train_says_whether_its_data_sufficed_and_a_refused_input_prints_only_its_error(run, tmp_path):
     (tmp_path / "pos.txt").write_text(POSITIVE)
     (tmp_path / "neg.txt").write_text(NEGATIVE)

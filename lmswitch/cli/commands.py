@@ -70,7 +70,12 @@ def _save_and_probe(args: argparse.Namespace, lm: LanguageModel, switch: Switch)
         return ""
     if not args.json:
         log(f"probing the fluent ε range on {lm.name}'s dev prompts …")
-    switch.card = calibrated_card(lm, switch)
+    try:
+        switch.card = calibrated_card(lm, switch)
+    except KeyboardInterrupt:  # the file stays, and says nothing of the stop itself
+        log(f"{args.out} is saved without its fluent ε range: the probe was interrupted (run the command again with --force "
+            "to measure it)")
+        raise
     if is_main():
         switch.save(args.out)
     return switch.card.fluent_text

@@ -713,7 +713,7 @@ def _more_text(card: Mapping) -> str:
         return "Train on a longer document (a few thousand tokens, several pages)"
     if kind == TWO_DOCUMENTS:
         return "Train on longer documents (a few thousand tokens each)"
-    return "Add more examples (a few thousand tokens, say 30+ sentences per side)"
+    return "Add more examples (a few thousand tokens in all: about 100 sentences or more per side)"
 
 
 def _older_data_kind(card: Mapping) -> str:
