@@ -78,7 +78,7 @@ def test_load_for_another_model_is_refused(saved, make_lm):
 
 def test_load_for_another_hidden_size_is_refused(saved, make_lm):
     wider = make_lm("gpt2", hidden=48)
-    with pytest.raises(SwitchFileError, match=r"32 × 32.*hidden size 48"):
+    with pytest.raises(SwitchFileError, match=r"32 × 32.*hidden size 48; it was made for .*\. Load the model it was made for, or transfer the switch"):
         load_switch(saved, model=wider)
 
 

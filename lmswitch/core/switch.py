@@ -203,7 +203,8 @@ class Switch:
         if self.dim != lm.hidden_size:
             raise SwitchFileError(
                 f"switch '{self.name}' is {self.dim} × {self.dim} but model '{lm.name}' has hidden size "
-                f"{lm.hidden_size}; it was made for {self.model_name or 'another model'}"
+                f"{lm.hidden_size}; it was made for {self.model_name or 'another model'}. Load the model it was made for, "
+                "or transfer the switch with `python -m lmswitch transfer`."
             )
         if self.model_fingerprint and self.model_fingerprint != lm.fingerprint:
             raise SwitchFileError(
