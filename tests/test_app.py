@@ -458,6 +458,8 @@ def test_a_stop_ends_background_work_at_its_next_pause_point(backend, llama_lm):
     assert backend.run(lambda: "answered") == "answered"  # interactive work is left alone
     with pytest.raises(ServerStopping):  # a real training, as the MCP tool runs it
         backend.run(ls.train_switch, llama_lm, POSITIVE, NEGATIVE, background=True)
+    with pytest.raises(ServerStopping):  # and its probe: not a switch answered as trained with "probe failed" in its card
+        backend.calibrated(llama_lm, random_switch(llama_lm, seed=3, name="late"))
 
 
 def test_a_failed_probe_keeps_the_trained_switch(backend, monkeypatch):

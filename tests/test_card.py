@@ -27,13 +27,15 @@ def test_the_transfer_record_is_typed_and_reads_older_files():
     old = {k: v for k, v in RECORD.items() if k not in ("method", "scaled_eps")} | {"ridge": 0.1}
     older = Card.from_dict({"transfer": old}).transfer
     assert older.method == "ridge" and older.ridge == 0.1 and older.scaled_eps == 2.0
+    rewritten = Card.from_dict({"transfer": old}).to_dict()["transfer"]
+    assert rewritten == old and list(rewritten) == list(old)  # the file rewrites unchanged: nothing filled in is written
     from lmswitch.core.transfer import strength_advice  # said of an older file as of a new one
 
     said = strength_advice(Switch(W=torch.zeros(4, 4), card={"transfer": old, "recommended_eps": 2.0}), "gemma")
     assert said == "Recommended ε the source's +4 × 0.5 = +2 (the same typical logit change); not probed, so it may read less well on gemma."
     partial = Card.from_dict({"transfer": {"anchors": 10}})  # not a whole record: nothing is invented
     assert partial.transfer is None and partial.extra == {"transfer": {"anchors": 10}}
-    for key, bad in (("anchors", "many"), ("eps_scale", float("nan")), ("scaled_eps", True)):
+    for key, bad in (("anchors", "many"), ("eps_scale", float("nan")), ("scaled_eps", True), ("eps_scale", None)):
         with pytest.raises(ValueError, match=f"card field 'transfer.{key}' must be a finite number"):
             Card.from_dict({"transfer": RECORD | {key: bad}})
 

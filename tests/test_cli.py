@@ -472,7 +472,7 @@ def test_options_that_make_no_sense_together_are_refused_before_loading(capsys):
     for argv, said in ((["eval", "--sliders"], "add --frontier"),
                        (["build-pretrained", "--recalibrate", "--no-calibrate"], "drop --no-calibrate"),
                        # one side of examples: trained as if it were all (the card said "+ε → positive, −ε → negative")
-                       (["train", "--positive", "p.txt", "--out", "o.safetensors"], "add --negative FILE (examples of the other style), or --document"),
+                       (["train", "--positive", "p.txt", "--out", "o.safetensors"], "add --negative FILE (examples of the other style), --self-contrast"),
                        # an eval option its mode does not read would be silently ignored (the report's fixed suite, say)
                        (["eval", "--report", "E.md", "--quick", "--limit", "1", "--samples", "1"], "--limit, --samples do not apply to eval --report"),
                        (["eval", "--switch", "sentiment", "--quick"], "--quick does not apply to a sweep or grid"),
@@ -491,7 +491,8 @@ def test_options_that_make_no_sense_together_are_refused_before_loading(capsys):
         assert said in capsys.readouterr().err, argv
     for argv in (["eval", "--frontier", "sentiment", "--report", "E.md", "--limit", "3"], ["eval", "--switch", "s", "--out", "o", "--png"],
                  ["eval", "--stance", "--out", "o"], ["eval", "--transfer-to", "gemma3-270m", "--switches", "s"],
-                 ["generate", "--prompt", "Hi", "--adaptive", "--kl-budget", "1"]):
+                 ["generate", "--prompt", "Hi", "--adaptive", "--kl-budget", "1"],
+                 ["train", "--positive", "p.txt", "--self-contrast", "--out", "o.safetensors"]):  # (the model's text: side two)
         assert main(["--model", "no-such-model", *argv]) == 2  # each option read by its mode: on to loading the model
         assert "Cannot find model 'no-such-model'" in capsys.readouterr().err, argv
 

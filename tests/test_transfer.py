@@ -121,6 +121,10 @@ def test_a_source_that_recommends_no_eps_passes_none_on(llama_lm):
     t = moved.card.transfer
     assert moved.card.recommended_eps is None and t.source_recommended_eps is None and t.scaled_eps is None
     assert "Recommended ε none from the source, which recommends none (no +ε read fluently on it; its ε × " in strength_advice(moved, "T")
+    from lmswitch.cli.commands import _card_eps
+
+    with pytest.raises(ValueError, match="has no recommended ε in its card; give one"):  # the CLI's +5 would invent one again
+        _card_eps(moved, None, fallback=5.0)
     unprobed = transfer(random_switch(llama_lm, seed=1), llama_lm, llama_lm, **FEW).card.transfer  # half its widest ε
     assert unprobed.source_recommended_eps == 5.0 and unprobed.scaled_eps == round(5.0 * unprobed.eps_scale, 3)
 
@@ -157,7 +161,7 @@ def test_cli_transfer_writes_a_loadable_switch(tmp_path, monkeypatch, capsys):
     # generating with it at that ε says it was never probed here (it steered at the scaled ε without a word)
     assert main(["--model", str(folders["gpt2"]), "--dtype", "float32", "generate", "--prompt", "Hi", "--max-new-tokens", "3",
                  "--switch", str(out)]) == 0
-    assert "was transferred and never probed on this model" in capsys.readouterr().err
+    assert "was transferred and it was never probed on this model" in capsys.readouterr().err
     code = main(["--model", str(folders["gpt2"]), "--dtype", "float32", "transfer", "--switch", str(src_file), "--to",
                  str(folders["llama"]), "--out", str(tmp_path / "x.safetensors")])
     assert code != 0 and "made for" in capsys.readouterr().err  # the switch is not for the stated source

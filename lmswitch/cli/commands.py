@@ -225,15 +225,16 @@ def _card_eps(switch: Switch, eps: float | None, fallback: float | None = None) 
     if eps is not None:
         return eps
     if switch.card.recommended_eps is not None:
-        if switch.card.transfer is not None and switch.card.fluent_eps is None:  # transfer --no-calibrate
-            log(f"note: switch '{switch.name}' was transferred and never probed on this model: its ε "
-                f"{switch.card.recommended_eps:+g} is scaled from the source's and may not read fluently here (give one: "
-                f"--switch {switch.name}=EPS, or transfer it again without --no-calibrate)")
+        if switch.card.transfer is not None and switch.card.fluent_eps is None:  # its probe skipped, failed or stopped
+            why = (f"its fluent-range probe failed ({switch.card.calibration_error})" if switch.card.calibration_error
+                   else "it was never probed on this model")
+            log(f"note: switch '{switch.name}' was transferred and {why}: its ε {switch.card.recommended_eps:+g} is scaled "
+                f"from the source's and may not read fluently here (give one: --switch {switch.name}=EPS, or transfer it again)")
         return switch.card.recommended_eps
     if switch.card.fluent_eps is not None:  # probed, and no +ε read fluently: nothing to recommend
         raise ValueError(f"switch '{switch.name}' recommends no ε: no positive one read fluently when its range was probed "
                          f"(fluent ε {switch.card.fluent_text}); give one: --switch {switch.name}=EPS")
-    if fallback is None:
+    if fallback is None or switch.card.transfer is not None:  # (a source that recommends none passes none on)
         raise ValueError(f"switch '{switch.name}' has no recommended ε in its card; give one: --switch {switch.name}=EPS")
     log(f"note: switch '{switch.name}' has no recommended ε in its card; using ε {fallback:+g} (give one: --switch "
         f"{switch.name}=EPS)")

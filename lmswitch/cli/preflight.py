@@ -24,9 +24,10 @@ CONFLICTS = {  # subcommand → [(a bad combination of options, what to do inste
     "eval": [(lambda a: a.sliders and not a.frontier, "--sliders scores the slider ranges of --frontier switches; add --frontier NAME"),
              (lambda a: a.png and not a.out, "--png renders the figure that --out DIR writes; add --out DIR")],
     "build-pretrained": [(lambda a: a.recalibrate and a.no_calibrate, "--recalibrate measures the fluent range; drop --no-calibrate")],
-    "train": [(lambda a: not a.negative and not a.document,
-               "--positive without --negative gives one side only: add --negative FILE (examples of the other style), or "
-               "--document to learn what the file's text does differently from the model's own writing")],
+    "train": [(lambda a: not a.negative and not a.document and not a.self_contrast,
+               "--positive without --negative gives one side only: add --negative FILE (examples of the other style), "
+               "--self-contrast (the model's own continuations as the other side), or --document to learn what the file's "
+               "text does differently from the model's own writing")],
     **dict.fromkeys(("generate", "sweep"), [(lambda a: not a.adaptive and (a.kl_budget is not None or a.generation_budget != SAMPLING.generation_budget),
                                              "--kl-budget and --generation-budget are adaptive strength's budgets; add --adaptive")]),
 }

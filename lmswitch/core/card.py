@@ -82,8 +82,8 @@ class TransferRecord:
     source_fingerprint: str
     anchors: int  # shared words the map was fitted on
     heldout_anchors: int  # shared words held out to score it
-    heldout_r2: float
-    heldout_top1: float  # the share of held-out words whose mapped embedding is nearest to their own
+    heldout_r2: float | None
+    heldout_top1: float | None  # the share of held-out words whose mapped embedding is nearest to their own
     method: str = "ridge"  # "procrustes" or "ridge" (records before 2026-11-21 lack it: they were all ridge)
     ridge: float | None = None  # the ridge method's relative ridge
     eps_scale: float  # target ε per source ε for the same typical logit change
@@ -91,6 +91,7 @@ class TransferRecord:
     scaled_eps: float | None = None  # source_recommended_eps × eps_scale (from_dict fills it in on records before 2026-11-29)
     example_anchors: list[str] = field(default_factory=list)
     extra: dict = field(default_factory=dict)  # keys this version does not know, kept as read
+    read: tuple[str, ...] = field(default=(), compare=False, repr=False)  # the keys as read: a file rewrites unchanged
 
     NUMBERS: ClassVar[tuple[str, ...]] = ("anchors", "heldout_anchors", "heldout_r2", "heldout_top1", "eps_scale",
                                           "source_recommended_eps")
@@ -100,16 +101,21 @@ class TransferRecord:
         """The typed record of a card's ``transfer`` object (which must hold every field without a default)."""
         for key in cls.NUMBERS + ("scaled_eps", "ridge"):
             _number_or_none(data.get(key), f"transfer.{key}")
-        known = {f.name for f in fields(cls)} - {"extra"}
-        record = cls(**{k: v for k, v in data.items() if k in known}, extra={k: v for k, v in data.items() if k not in known})
+        for key in ("anchors", "heldout_anchors", "eps_scale"):  # (None only where a measure or a source's ε may be missing)
+            if data.get(key) is None:
+                raise ValueError(f"card field 'transfer.{key}' must be a finite number; got None")
+        known = {f.name for f in fields(cls)} - {"extra", "read"}
+        record = cls(**{k: v for k, v in data.items() if k in known}, extra={k: v for k, v in data.items() if k not in known},
+                     read=tuple(data))
         if record.scaled_eps is None and record.source_recommended_eps is not None:
             return replace(record, scaled_eps=round(record.source_recommended_eps * record.eps_scale, 3))
         return record
 
     def to_dict(self) -> dict:
-        """The JSON-ready ``transfer`` object."""
-        out = asdict(self)
-        return {**{k: v for k, v in out.items() if k != "extra"}, **self.extra}
+        """The JSON-ready ``transfer`` object: a record read from a file gives back its keys in their order (what reading
+        filled in, an older file's method and scaled ε, is filled in again when it is read)."""
+        out = {**{f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("extra", "read")}, **self.extra}
+        return {k: out[k] for k in self.read} if self.read else out
 
 
 _TRANSFER_REQUIRED = tuple(f.name for f in fields(TransferRecord) if f.default is MISSING and f.default_factory is MISSING)

@@ -187,8 +187,9 @@ def fit_text(record: TransferRecord, examples: int = 0) -> str:
     """How well a transfer's map fits, as people read it, from its card's transfer record: "fitted on 3,600 shared
     words; on 400 held-out words R² 0.93, nearest-word accuracy 71.0%" (``examples``: that many of the shared words named)."""
     named = f" (e.g. {', '.join(record.example_anchors[:examples])})" if examples and record.example_anchors else ""
+    top1 = "n/a" if record.heldout_top1 is None else f"{record.heldout_top1:.1%}"
     return (f"fitted on {record.anchors:,} shared words{named}; on {record.heldout_anchors:,} held-out words R² "
-            f"{record.heldout_r2}, nearest-word accuracy {record.heldout_top1:.1%}")
+            f"{record.heldout_r2 if record.heldout_r2 is not None else 'n/a'}, nearest-word accuracy {top1}")
 
 
 def strength_advice(switch: Switch, target: str) -> str:
@@ -197,7 +198,7 @@ def strength_advice(switch: Switch, target: str) -> str:
     from the source, and why a probe failed when one did."""
     card, t = switch.card, switch.card.transfer
     scaled = (f"the source's {t.source_recommended_eps:+g} × {t.eps_scale} = {t.scaled_eps:+g} (the same typical logit change)"
-              if t.scaled_eps is not None else f"none from the source, which recommends none (no +ε read fluently on it; "
+              if t.scaled_eps is not None and t.source_recommended_eps is not None else f"none from the source, which recommends none (no +ε read fluently on it; "
               f"its ε × {t.eps_scale} gives the same typical logit change here)")
     if card.fluent_eps is None:
         why = f"the fluent-range probe failed ({card.calibration_error})" if card.calibration_error else "not probed"

@@ -154,6 +154,8 @@ class Backend:
                 fluent = self.run(_stopping(measure, cancel), lm, switch, background=True)
             except Stopped:
                 return switch.card.updated(calibration_error=cancelled)
+            except ServerStopping:  # nobody would use the switch: the training's caller is told the server stops
+                raise
             except Exception as err:  # any failure: the switch is added uncalibrated, and its card says why
                 return switch.card.updated(calibration_error=f"{type(err).__name__}: {err}")
         return probed_card(switch.card, fluent, probe)

@@ -27,7 +27,7 @@ from collections import Counter, defaultdict
 from dataclasses import replace
 
 import lmswitch as ls
-from lmswitch.harness.evaluate import PROTOCOL, _sample, _summarise, load_prompts, sprinkled
+from lmswitch.harness.evaluate import PROTOCOL, _Row, _sample, _summarise, load_prompts, sprinkled
 from lmswitch.harness.frontier import FluencyRules
 from lmswitch.io.resources import shipped_switches_dir
 
@@ -50,7 +50,7 @@ def sample(which: str, out: str) -> None:
         plan = [(f"{n} {side * e:+g}", [(moved[n], side * e)]) for n in NAMES for side in (1, -1) for e in GEMMA_STRENGTHS]
     protocol = replace(PROTOCOL, samples=samples, max_new_tokens=40)
     keys = [(label, p, k) for label, _ in [("unsteered", []), *plan] for p in prompts for k in range(samples)]
-    rows = [(setting, p, protocol.seed + k, None) for _, setting in [("unsteered", []), *plan] for p in prompts for k in range(samples)]
+    rows = [_Row(setting, p, protocol.seed + k, None) for _, setting in [("unsteered", []), *plan] for p in prompts for k in range(samples)]
     start = time.perf_counter()
     texts, nll, counts = _sample(lm, rows, protocol.sampling(), protocol.batch_size, None)
     print(f"{len(rows)} rows in {time.perf_counter() - start:.0f} s")
