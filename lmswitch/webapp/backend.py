@@ -272,12 +272,12 @@ def user_errors(fn: Callable) -> Callable:
 
 def _until(fn: Callable, stop: threading.Event) -> Callable:
     """``fn`` raising :class:`ServerStopping` at its next pause point once the server's ``stop`` is set."""
+    stoppable = _stopping(fn, stop)
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
         try:
-            with stopping(stop):
-                return fn(*args, **kwargs)
+            return stoppable(*args, **kwargs)
         except Stopped:
             if stop.is_set():
                 raise ServerStopping(SERVER_STOPPING) from None
