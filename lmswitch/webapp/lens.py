@@ -6,6 +6,7 @@ import json
 
 from lmswitch.core.hidden import encode_text
 from lmswitch.harness import figures
+from lmswitch.io.parse import parse_number
 from lmswitch.io.resources import examples_dir
 from lmswitch.lenses.meter import Measurement, MeterRow, measure
 from lmswitch.lenses.options import WEAK_EVIDENCE_NATS
@@ -14,7 +15,7 @@ from lmswitch.lenses.svd import Dimension, promoted_words, svd_dimensions, word_
 from lmswitch.serve.limits import MAX_HIGHLIGHT_CHARS, MAX_METER_CHARS, MAX_METER_SWITCHES
 from lmswitch.serve.session import Session
 from lmswitch.webapp.backend import Backend, computed, user_errors
-from lmswitch.webapp.widgets import number, read_input
+from lmswitch.webapp.widgets import read_input
 
 TABLE_WORDS = 6  # words per pole in the SVD table (the word lists below it are longer)
 MAP_WORDS = 15  # words per group on the word map
@@ -36,7 +37,7 @@ def inspect_switch(backend: Backend, name: str, dims, words, session: Session):
     """SVD table (both poles, the promoted one marked), spectrum, word map and the promoted/suppressed words."""
     lm, library = backend.get(session=session)
     switch = session.get(name, library)
-    dims, words = number(dims, "directions", int), number(words, "words", int)
+    dims, words = parse_number(dims, "directions", int), parse_number(words, "words", int)
     svd = svd_dimensions(lm, switch, dims=dims, words=words)
     pw = promoted_words(lm, switch, words=words)
     word_rows = [[i + 1, up.shown, round(up.delta, 3), down.shown, round(down.delta, 3)]
@@ -68,7 +69,7 @@ def run_highlight(backend: Backend, text: str, file: str | None, name: str, eps,
     lm, library = backend.get(session=session)
     text = read_input(text, file, "the text", MAX_HIGHLIGHT_CHARS, HIGHLIGHT_ADVICE)
     switch = session.get(name, library)
-    eps, max_span, n_spans = number(eps, "ε"), number(max_span, "max span", int), number(n_spans, "spans", int)
+    eps, max_span, n_spans = parse_number(eps, "ε"), parse_number(max_span, "max span", int), parse_number(n_spans, "spans", int)
     check_highlight_args(eps, max_span, n_spans)  # before the body pass
     encoded = encode_text(lm, text)  # one body pass, read by both lenses
     result = highlight(lm, switch, encoded, eps=eps, max_span=max_span, n_spans=n_spans)

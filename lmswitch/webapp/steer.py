@@ -15,7 +15,7 @@ from lmswitch.core.switch import Switch
 from lmswitch.core.transfer import fit_text, strength_advice, transfer
 from lmswitch.harness import figures
 from lmswitch.harness.evaluate import Protocol, evaluate_settings
-from lmswitch.io.parse import eps_grid, parse_eps_list, parse_setting
+from lmswitch.io.parse import eps_grid, parse_eps_list, parse_number, parse_setting
 from lmswitch.serve.compare import Comparison, compare
 from lmswitch.serve.limits import MAX_ROWS, check_request
 from lmswitch.serve.session import Session
@@ -27,7 +27,6 @@ from lmswitch.webapp.widgets import (
     checked_setting,
     dropdown_updates,
     format_scores,
-    number,
     sampling,
     slider_range,
     slot_updates,
@@ -177,7 +176,7 @@ def generate_api(backend: Backend, prompt: str, switches: str, max_new_tokens, t
 
 def batch_protocol(lm: LanguageModel, prompt: str, settings: int, samples, widgets: Sequence) -> Protocol:
     """Sampling settings of one sweep / composition-map call, refusing calls too big for an interactive answer."""
-    samples = number(samples, "samples", int)
+    samples = parse_number(samples, "samples", int)
     options, seed = sampling(*widgets)
     check_request(lm, prompt, options)
     if settings * samples * options.candidates > MAX_ROWS:

@@ -16,6 +16,7 @@ from lmswitch.core.switch import STEERS_NOTHING, Switch, load_switch, usable_nam
 from lmswitch.core.train import Done, Encoded, Evaluated, Step, TrainEvent, TrainingCancelled, data_advice, train_events
 from lmswitch.harness import figures
 from lmswitch.io.documents import split_lines
+from lmswitch.io.parse import parse_number
 from lmswitch.lenses.learned import what_was_learned
 from lmswitch.serve.limits import MAX_TRAIN_CHARS, check_train_steps
 from lmswitch.serve.session import Session, SwitchLibrary, check_name
@@ -26,7 +27,6 @@ from lmswitch.webapp.widgets import (
     PICKER_DEFAULTS,
     dropdown_updates,
     measuring_note,
-    number,
     optional_text,
     read_input,
     slot_updates,
@@ -104,9 +104,9 @@ def training_data(mode: str, text_a, file_a, text_b, file_b) -> tuple[str | list
 
 def train_config(steps, lr, eps0, rank, seed) -> TrainConfig:
     """The advanced-settings widgets → a TrainConfig (rank 0 means full rank); the library validates the ranges."""
-    rank = number(rank, "rank", int)
-    return TrainConfig(steps=check_train_steps(number(steps, "steps", int)), lr=number(lr, "learning rate"), eps0=number(eps0, "ε0"),
-                       seed=number(seed, "seed", int), rank=rank or None)
+    rank = parse_number(rank, "rank", int)
+    return TrainConfig(steps=check_train_steps(parse_number(steps, "steps", int)), lr=parse_number(lr, "learning rate"), eps0=parse_number(eps0, "ε0"),
+                       seed=parse_number(seed, "seed", int), rank=rank or None)
 
 
 def _report(final: str, name: str, switch: Switch, measuring: str = "") -> str:

@@ -41,19 +41,14 @@ MANAGE_PICKER = 3  # the Train tab's own picker (Save, download) among them (and
 GUARD_ON = SAMPLING.repeat_guard > 0  # the repeat guard's checkbox at first, and where a call leaves it out: the library's default
 
 
-def number(value, label: str, kind: type = float):
-    """A finite number from a widget (Gradio gives None for an emptied number box): :func:`~lmswitch.io.parse.parse_number`."""
-    return parse_number(value, label, kind)
-
-
 def sampling(max_new_tokens, temperature, top_p, seed, chat, adaptive=False, best_of=SAMPLING.best_of, guide=SAMPLING.guide,
              repeat_guard=GUARD_ON) -> tuple[SamplingOptions, int]:
     """Widget values → (decoding options, seed); the library validates the ranges."""
-    seed = check_seed(number(seed, "seed", int))
-    options = SamplingOptions(max_new_tokens=number(max_new_tokens, "max new tokens", int), temperature=number(temperature, "temperature"),
-                              top_p=number(top_p, "top-p"), chat=bool(chat), adaptive=bool(adaptive),
-                              best_of=number(SAMPLING.best_of if best_of is None else best_of, "best of", int),
-                              guide=number(SAMPLING.guide if guide is None else guide, "guided", int),
+    seed = check_seed(parse_number(seed, "seed", int))
+    options = SamplingOptions(max_new_tokens=parse_number(max_new_tokens, "max new tokens", int), temperature=parse_number(temperature, "temperature"),
+                              top_p=parse_number(top_p, "top-p"), chat=bool(chat), adaptive=bool(adaptive),
+                              best_of=parse_number(SAMPLING.best_of if best_of is None else best_of, "best of", int),
+                              guide=parse_number(SAMPLING.guide if guide is None else guide, "guided", int),
                               repeat_guard=SAMPLING.repeat_guard if repeat_guard is None or bool(repeat_guard) else 0)
     return options, seed
 
