@@ -93,17 +93,13 @@ class TransferRecord:
     extra: dict = field(default_factory=dict)  # keys this version does not know, kept as read
     read: tuple[str, ...] = field(default=(), compare=False, repr=False)  # the keys as read: a file rewrites unchanged
 
-    NUMBERS: ClassVar[tuple[str, ...]] = ("anchors", "heldout_anchors", "heldout_r2", "heldout_top1", "eps_scale",
-                                          "source_recommended_eps")
-
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TransferRecord:
-        """The typed record of a card's ``transfer`` object (which must hold every field without a default)."""
-        for key in cls.NUMBERS + ("scaled_eps", "ridge"):
-            _number_or_none(data.get(key), f"transfer.{key}")
-        for key in ("anchors", "heldout_anchors", "eps_scale"):  # (None only where a measure or a source's ε may be missing)
-            if data.get(key) is None:
-                raise ValueError(f"card field 'transfer.{key}' must be a finite number; got None")
+        """The typed record of a card's ``transfer`` object (which must hold every field without a default); its numbers
+        are finite, and None only where the field's type allows it."""
+        for f in (f for f in fields(cls) if f.type.startswith(("int", "float"))):
+            if _number_or_none(data.get(f.name), f"transfer.{f.name}") is None and "None" not in f.type:
+                raise ValueError(f"card field 'transfer.{f.name}' must be a finite number; got None")
         known = {f.name for f in fields(cls)} - {"extra", "read"}
         record = cls(**{k: v for k, v in data.items() if k in known}, extra={k: v for k, v in data.items() if k not in known},
                      read=tuple(data))

@@ -187,9 +187,9 @@ def fit_text(record: TransferRecord, examples: int = 0) -> str:
     """How well a transfer's map fits, as people read it, from its card's transfer record: "fitted on 3,600 shared
     words; on 400 held-out words R² 0.93, nearest-word accuracy 71.0%" (``examples``: that many of the shared words named)."""
     named = f" (e.g. {', '.join(record.example_anchors[:examples])})" if examples and record.example_anchors else ""
-    top1 = "n/a" if record.heldout_top1 is None else f"{record.heldout_top1:.1%}"
-    return (f"fitted on {record.anchors:,} shared words{named}; on {record.heldout_anchors:,} held-out words R² "
-            f"{record.heldout_r2 if record.heldout_r2 is not None else 'n/a'}, nearest-word accuracy {top1}")
+    r2, top1 = ("n/a" if x is None else format(x, spec) for x, spec in ((record.heldout_r2, ""), (record.heldout_top1, ".1%")))
+    return (f"fitted on {record.anchors:,} shared words{named}; on {record.heldout_anchors:,} held-out words R² {r2}, "
+            f"nearest-word accuracy {top1}")
 
 
 def strength_advice(switch: Switch, target: str) -> str:

@@ -357,7 +357,6 @@ class Check:
         return f"{'met   ' if self.met else 'MISSED'}  {self.target}: {self.measured}"
 
 
-
 @dataclass(frozen=True)
 class Sample:
     """One generated continuation of an evaluation and its scores (rounded to 4 places)."""

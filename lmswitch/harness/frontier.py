@@ -246,8 +246,8 @@ def run_frontier(lm: LanguageModel, switch: Switch, spec: FrontierSpec, *, metho
     switch.check_model(lm)
     if not set(methods) <= set(DECODE_SCORED):  # rows compared with each other are scored alike (by a body pass)
         protocol = replace(protocol, score_from_decode=False)
-    dev, test = (_Split(p, evaluate_settings(lm, [[]], p, protocol)[0]) for p in
-                 (load_prompts(spec.prompts, dev_limit, split="dev"), load_prompts(spec.prompts, test_limit, split="test")))
+    prompts = load_prompts(spec.prompts, dev_limit, split="dev"), load_prompts(spec.prompts, test_limit, split="test")
+    dev, test = (_Split(p, evaluate_settings(lm, [[]], p, protocol)[0]) for p in prompts)  # (both read before any work)
     rows = []
     for method in methods:
         for side in spec.sides:
