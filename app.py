@@ -42,7 +42,7 @@ from lmswitch.webapp.lens import inspect_switch, run_highlight  # noqa: E402
 from lmswitch.webapp.mcp_tools import McpTools  # noqa: E402
 from lmswitch.webapp.openai_api import OpenAIApi  # noqa: E402
 from lmswitch.webapp.steer import generate_api, on_load, run_grid, run_sweep, run_transfer, select_model, steer  # noqa: E402
-from lmswitch.webapp.stopping import quiet, serve_until_stopped, stop_on_signals  # noqa: E402
+from lmswitch.webapp.stopping import quiet, serve_until_stopped, stop_on_signals, stopped_while_starting  # noqa: E402
 from lmswitch.webapp.train import MODES, cancel_training, import_switch, save_switch, train  # noqa: E402
 from lmswitch.webapp.widgets import MAX_SLOTS, PENDING, dropdown_updates, slot_updates  # noqa: E402
 
@@ -111,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         demo, backend = serve(args)
         serving = f"lmswitch: OpenAI-compatible API at http://{args.host}:{args.port}/v1" + (" (API key required)" if args.api_key else "")
         serve_until_stopped(demo, serving, on_stop=backend.stopping.set)  # from here on a stop closes the server, then this returns
-    except KeyboardInterrupt:  # stopped while starting
-        print("lmswitch: stopped while starting", flush=True)
+    except KeyboardInterrupt:
+        stopped_while_starting()
     except Exception:  # e.g. the port is taken: said, and the model that may be loading does not abort the exit
         traceback.print_exc()
         return 1

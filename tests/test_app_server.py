@@ -21,7 +21,7 @@ from gradio_client.exceptions import AppError
 
 from lmswitch.harness.evaluate import sentiment_scores
 from lmswitch.io.resources import data_path
-from lmswitch.webapp.stopping import STOPPING
+from lmswitch.webapp.stopping import STOPPED_STARTING, STOPPING
 
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]  # a launched app.py on the embedded model
 
@@ -396,6 +396,6 @@ def test_stopping_make_apps_process_group_ends_the_app_cleanly(stopped_make_apps
     lock in the signal handler once deadlocked it, and a stop while the model loaded aborted it)."""
     app = stopped_make_apps[name]
     text = app.log.read_text()
-    closed = [STOPPING] + (["lmswitch: stopped while starting"] if app.when == STARTING else [])
+    closed = [STOPPING] + ([STOPPED_STARTING] if app.when == STARTING else [])
     assert any(c in text for c in closed) and "Traceback" not in text and "make: ***" not in text, text[-4000:]
     assert list(app.tmp.glob("lmswitch-*")) == []

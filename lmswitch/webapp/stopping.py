@@ -19,6 +19,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl+C; a servi
 SHUTDOWN_LIMIT = 60  # seconds a shutdown may take before the process prints its threads' stacks and exits with 1
 REDELIVERY_DELAY = 0.01  # seconds before a stop dropped inside a finalizer is sent again (deliver_again)
 STOPPING = "lmswitch: stopping the server"  # printed when a stop signal arrives while it serves
+STOPPED_STARTING = "lmswitch: stopped while starting"  # printed when one arrives before it serves
 
 
 def stop_once(signum: int, frame) -> None:
@@ -64,6 +65,18 @@ def stop_on_signals() -> None:
         if signal.getsignal(stop) is not signal.SIG_IGN:
             signal.signal(stop, stop_once)
     sys.unraisablehook = deliver_again
+
+
+def stopped_while_starting() -> None:
+    """Say that a stop ended the app before it served; call it where the start's ``KeyboardInterrupt`` is caught.
+
+    The stop broke into the start wherever it was, and an object whose ``__init__`` it interrupted is left half-built:
+    an event loop stopped that way failed in its finalizer ("'_UnixSelectorEventLoop' object has no attribute
+    '_ssock'") when the caught stop released it, and printed a traceback on the way out. The process is ending, so
+    the finalizers' errors from here on are not printed."""
+    sys.unraisablehook = lambda unraisable: None
+    with contextlib.suppress(OSError):  # a closed terminal's output
+        print(STOPPED_STARTING, flush=True)
 
 
 def serve_until_stopped(demo, announce: str, on_stop: Callable[[], None]) -> None:
