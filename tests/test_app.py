@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tempfile
 import threading
 import time
@@ -597,9 +598,14 @@ def test_training_can_be_cancelled(backend):
     ],
 )
 def test_bad_training_input_is_refused(backend, kw, match):
-    session = Session()
+    """Refused with a toast and in the status line, which kept the last run's words (a new upload's "could not be read
+    as a PDF" showed under an earlier click's "Not trained: … identical")."""
+    session, updates = Session(), []
     with pytest.raises(gr.Error, match=match):
-        run_training(backend, session, **kw)
+        for update in app.train(backend, *train_args(**kw), session, *[None] * 7, progress=lambda *a, **k: None):
+            updates.append(update)
+    assert updates[-1][0].startswith("Not trained: ") and re.search(match, updates[-1][0])  # (some after "Encoding the text…")
+    assert all(u == gr.skip() for u in updates[-1][1:])  # the rest as it was
     assert len(run_training(backend, session)) > 1  # the refused call left no training running in the session
 
 

@@ -55,6 +55,14 @@ def _file_labels(file_a: str | None, file_b: str | None) -> tuple[str | None, st
     return (None, None) if a is not None and b is not None and a.casefold() == b.casefold() else (a, b)
 
 
+def _labels(mode: str, positive_label, negative_label, file_a: str | None, file_b: str | None) -> list[str | None]:
+    """The sides' labels as typed; one left blank is the library's for the data (None: the boxes show it as their
+    placeholder, mode_changed), or for two uploaded documents their files' names."""
+    files = _file_labels(file_a, file_b) if mode == MODES[1] else (None, None)
+    return [optional_text(label, f"the {side} label", MAX_LABEL_CHARS).strip() or file
+            for label, side, file in ((positive_label, "positive", files[0]), (negative_label, "negative", files[1]))]
+
+
 def _training_data(mode: str, text_a, file_a, text_b, file_b) -> tuple[str | list[str], str | list[str] | None]:
     if mode == MODES[0]:
         return read_input(text_a, file_a, "the document", MAX_TRAIN_CHARS, TRAIN_ADVICE), None
@@ -154,19 +162,21 @@ def _progress_updates(events: Iterator[TrainEvent], total: int, progress, skip: 
 def train(backend: Backend, mode: str, name: str, positive_label: str, negative_label: str, text_a, file_a, text_b, file_b,
           steps, lr, eps0, rank, seed, session: Session, sweep_pick=None, grid_a_pick=None, grid_b_pick=None, manage_pick=None,
           inspect_pick=None, highlight_pick=None, transfer_pick=None, progress=gr.Progress()):  # noqa: B008 (Gradio injects it)
-    """Train a switch one step at a time on the compute thread; stream progress and the loss curve; add it to this session."""
-    lm, library = backend.get(session=session)
-    name = check_name(name)
-    positive, negative = training_data(mode, text_a, file_a, text_b, file_b)
-    config = train_config(steps, lr, eps0, rank, seed)
-    # a label left blank is the library's for the data (the boxes show it as their placeholder: mode_changed), or for
-    # two uploaded documents their files' names
-    files = _file_labels(file_a, file_b) if mode == MODES[1] else (None, None)
-    labels = [optional_text(label, f"the {side} label", MAX_LABEL_CHARS).strip() or file
-              for label, side, file in ((positive_label, "positive", files[0]), (negative_label, "negative", files[1]))]
+    """Train a switch one step at a time on the compute thread; stream progress and the loss curve; add it to this session.
+    Input refused before training is said in the status line too: the toast fades, and the line kept the last run's
+    words ("Not trained: … identical" under a new upload's "could not be read as a PDF")."""
     current = [sweep_pick, grid_a_pick, grid_b_pick, manage_pick, inspect_pick, highlight_pick, transfer_pick]
+    try:
+        lm, library = backend.get(session=session)
+        name = check_name(name)
+        positive, negative = training_data(mode, text_a, file_a, text_b, file_b)
+        config = train_config(steps, lr, eps0, rank, seed)
+        labels = _labels(mode, positive_label, negative_label, file_a, file_b)
+    except USER_ERRORS as err:
+        yield f"Not trained: {err}", gr.skip(), gr.skip(), *_unchanged(current)
+        raise
     job = _Job(lm, library, name, positive, negative, config, labels, current)
-    flag = session.start_training()
+    flag = session.start_training()  # (refused while this session trains: the running one's status stays)
     try:  # the run lasts until the card is written: a closed page's session is moved to disk only after that (Session.spill)
         yield from _train_and_add(backend, session, job, flag, progress)
     finally:
@@ -187,10 +197,16 @@ class _Job:
     current: list
 
 
+def _unchanged(pickers: list) -> list:
+    """The Train event's outputs after its status, loss curve and report, each left as it is: the sliders, the
+    pickers, the download button, what it learned."""
+    return [gr.skip()] * (MAX_SLOTS + len(pickers) + 2)
+
+
 def _train_and_add(backend: Backend, session: Session, job: _Job, flag, progress) -> Iterator[tuple]:
     """Train (progress, loss curve), add the switch, show what it learned, probe its fluent range; a cancel after the
     training itself skips the reading, ends the probe at once, and the switch is kept."""
-    skip = [gr.skip()] * (MAX_SLOTS + len(job.current) + 2)  # sliders, pickers, download button, what it learned
+    skip = _unchanged(job.current)
     done = yield from _trained(backend, job, flag, progress, skip)
     if done is None:
         return
