@@ -741,10 +741,9 @@ def _advice(card: Mapping) -> str:
         )
     reversal = _reversal(card)
     if gain <= 0 and card.get("n_negative") and reversal is not None and reversal >= CLEAR_GAIN:
-        return (f"Held-out gain {gain:+.3f} nats/token on {held:,} tokens, but the switch points the right way on them: "
-                f"reversed, it fits them {reversal:.3f} nats/token worse. Beyond the shift both sides share (the dummy "
-                f"steer's part) it adds no likelihood, so judge its {n:,} training tokens by the steered text, within "
-                f"its fluent range.")
+        return (f"Held-out gain {gain:+.3f} nats/token on {held:,} tokens: on text it never saw, the switch fits no better "
+                f"than the model alone, but it points the right way (reversed, it fits that text {reversal:.3f} nats/token "
+                f"worse). Judge its {n:,} training tokens by what it writes within its fluent range.")
     if gain <= 0:
         if card.get("optimizer") in solver.RECIPES:
             sentences = _card_kind(card) == EXAMPLES  # the measured case below
