@@ -310,6 +310,12 @@ def test_train_from_pasted_sentences_adds_a_slider(ui):
         page.locator("#generate").click()  # and steering goes on: no value out of range, no error
         expect(page.locator("#steered-scores")).to_contain_text("perplexity", timeout=GENERATE_TIMEOUT)
         expect(page.locator(".toast-body")).to_have_count(0)
+        # a reload would open a new session without the switch, which went silently: the browser asks first
+        with page.expect_event("dialog") as asked:
+            page.evaluate("() => { setTimeout(() => location.reload(), 0); }")
+        assert asked.value.type == "beforeunload"
+        asked.value.dismiss()  # stay
+        expect(slot).to_contain_text(UNSAVED)
         ui.tab("Train")
         expect(panel.locator("[data-testid=plotly]")).to_have_count(1)  # the loss curve
         ui.screenshot("train")
@@ -318,6 +324,8 @@ def test_train_from_pasted_sentences_adds_a_slider(ui):
         expect(panel).to_contain_text(f"Saved '{NEW_SWITCH}'")
         expect(page.locator("#status")).to_contain_text(f"{len(SWITCHES) + 1} switches in")  # the header's count follows
         ui.tab("Steer")
+        expect(slot).not_to_contain_text(UNSAVED)  # saved: leaving the page is not questioned any more
+        assert page.evaluate("() => window.dispatchEvent(new Event('beforeunload', {cancelable: true}))")
     ui.screenshot("steer-after-training")
 
 

@@ -20,6 +20,7 @@ from lmswitch.serve.session import Session, SwitchLibrary
 
 MAX_SLOTS = 12  # ε sliders shown in the Steer view (switches beyond that are usable in the other views)
 UNSAVED = "Not saved: it goes with this page unless you save or download it (Train tab)."  # a session switch's slider says so
+UNSAVED_CLASS = "unsaved-switch"  # and has this class: the page asks before it is left or reloaded (sliders.html)
 # a switch just trained is steered at once: until its fluent range is measured, its slider reaches the largest strength
 # the probe checks below its first, where the trained switches seen read fluent on the dev prompts (a one-article switch
 # −4 … +2; 30 + 30 sentences −2 … +2 or −1 … +2, where ε −2 writes 4× the unsteered perplexity)
@@ -119,15 +120,15 @@ def slot_updates(session: Session, library: SwitchLibrary, *, reset: bool = Fals
     updates = []
     for i in range(MAX_SLOTS):
         if i >= len(names):
-            updates.append(gr.Slider(visible=False, value=0.0) if reset else gr.Slider(visible=False))
+            updates.append(gr.Slider(visible=False, elem_classes=[], **({"value": 0.0} if reset else {})))
             continue
         switch = session.get(names[i], library)
         lo, hi = slider_range(session, names[i], switch)
         extra = {"value": min(max(float(values.get(names[i], 0.0)), lo), hi)} if reset or names[i] in values else {}
-        info = slider_info(switch, unsaved=session.unsaved(names[i]),
-                           measuring=measuring_note(session.wide_sliders) if names[i] in session.measuring else "")
+        unsaved = session.unsaved(names[i])
+        info = slider_info(switch, unsaved=unsaved, measuring=measuring_note(session.wide_sliders) if names[i] in session.measuring else "")
         updates.append(gr.Slider(minimum=lo, maximum=hi, label=slider_label(switch), visible=True, info=info or None,
-                                 **extra))
+                                 elem_classes=[UNSAVED_CLASS] if unsaved else [], **extra))
     return updates
 
 
