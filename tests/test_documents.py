@@ -201,10 +201,18 @@ def test_unsupported_extension(tmp_path, name):
     assert all(ext in message for ext in SUPPORTED)
 
 
-@pytest.mark.parametrize("name", ["broken.pdf", "broken.docx"])
-def test_corrupted_pdf_and_docx(tmp_path, name):
-    message = _refusal(_write(tmp_path / name, os.urandom(4096)))
-    assert name in message and ("corrupted" in message or "not a valid .docx" in message)
+@pytest.mark.parametrize(("name", "head", "said"), [("broken.pdf", b"%PDF-1.7\n", "corrupted"), ("broken.docx", b"", "not a valid .docx")])
+def test_corrupted_pdf_and_docx(tmp_path, name, head, said):
+    message = _refusal(_write(tmp_path / name, head + os.urandom(4096)))
+    assert name in message and said in message
+
+
+@pytest.mark.parametrize(("head", "said"), [(b"\x89PNG\r\n\x1a\n", "it looks like a PNG image"), (b"\xff\xd8\xff\xe0", "a JPEG image"),
+                                           (b"PK\x03\x04", "a ZIP archive"), (b"hello there", "does not begin as PDF files do")])
+def test_a_file_that_is_no_pdf_says_what_it_looks_like(tmp_path, head, said):
+    """A PNG renamed .pdf was refused quoting the parser ("PdfStreamError: Stream has ended unexpectedly; is it corrupted?")."""
+    message = _refusal(_write(tmp_path / "image.pdf", head + os.urandom(2048)))
+    assert message.startswith("image.pdf is not a PDF") and said in message and "Error" not in message
 
 
 @pytest.mark.browser  # the PDFs are printed by chromium

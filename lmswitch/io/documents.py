@@ -89,10 +89,30 @@ def _html_text(raw: bytes) -> str:
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines))
 
 
+# what a file that is no PDF starts with, for its refusal (a PNG renamed .pdf was refused quoting the parser's
+# "PdfStreamError: Stream has ended unexpectedly")
+OTHER_KINDS = ((b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"), (b"GIF8", "a GIF image"),
+               (b"PK\x03\x04", "a ZIP archive (a .docx is one)"), (b"{\\rtf", "an RTF document"))
+PDF_HEADER_WITHIN = 1024  # bytes: a PDF's "%PDF-" may follow some junk, as readers allow
+
+
+def _not_a_pdf(path: Path, name: str) -> str | None:
+    """Why ``path`` is no PDF at all (no "%PDF-" near its start), naming what it looks like; None when it may be one."""
+    with open(path, "rb") as f:
+        head = f.read(PDF_HEADER_WITHIN)
+    if b"%PDF-" in head:
+        return None
+    kind = next((what for magic, what in OTHER_KINDS if head.startswith(magic)), None)
+    looks = f"it looks like {kind}" if kind else "it does not begin as PDF files do (%PDF-)"
+    return f"{name} is not a PDF: {looks}. Give the document itself, or {INSTEAD}"
+
+
 def _pdf_text(path: Path, name: str, max_chars: int) -> str:
     from pypdf import PdfReader
     from pypdf.errors import DependencyError, FileNotDecryptedError
 
+    if (why := _not_a_pdf(path, name)) is not None:
+        raise DocumentError(why)
     pages: list[str] = []
     total = 0
     quiet, level = logging.getLogger("pypdf"), logging.getLogger("pypdf").level  # its warnings on a broken file are noise:
