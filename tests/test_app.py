@@ -605,7 +605,7 @@ def test_bad_training_input_is_refused(backend, kw, match):
         for update in app.train(backend, *train_args(**kw), session, *[None] * 7, progress=lambda *a, **k: None):
             updates.append(update)
     assert updates[-1][0].startswith("Not trained: ") and re.search(match, updates[-1][0])  # (some after "Encoding the text…")
-    assert all(u == gr.skip() for u in updates[-1][1:])  # the rest as it was
+    assert all(u == gr.skip() for u in updates[-1][2:])  # the rest as it was (the loss chart: cleared, if one was drawn)
     assert len(run_training(backend, session)) > 1  # the refused call left no training running in the session
 
 
@@ -637,6 +637,7 @@ def test_input_refused_once_training_began_says_so_in_the_status(backend):
                                 Session(), *[None] * 7, progress=lambda *a, **k: None):
             updates.append(update)
     assert updates[0][0] == "Encoding the text…" and updates[-1][0].startswith("Not trained:") and "identical" in updates[-1][0]
+    assert updates[-1][1] is None  # the empty loss chart of "Encoding the text…" goes too
 
 
 @pytest.mark.parametrize(

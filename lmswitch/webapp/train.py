@@ -244,8 +244,8 @@ def _trained(backend: Backend, job: _Job, flag, progress, skip: list) -> Generat
     except TrainingCancelled:
         yield f"Cancelled after {len(losses)} of {job.config.steps} steps; nothing was added.", gr.skip(), gr.skip(), *skip
         return None
-    except USER_ERRORS as err:  # refused once reading began (e.g. no tokens left to train on): the status says so too
-        yield f"Not trained: {err}", gr.skip(), gr.skip(), *skip
+    except USER_ERRORS as err:  # refused once reading began (e.g. no tokens left to train on): the status says so too,
+        yield f"Not trained: {err}", None if not losses else gr.skip(), gr.skip(), *skip  # and no empty loss chart stays
         raise
     finally:
         events.close()  # if the page went away mid-run, stop training too
