@@ -387,6 +387,11 @@ def card(**kw) -> dict:
                                                     "11,867 training tokens", "fluent range"]),
         (dict(heldout_gain=0.004), ["Small held-out gain +0.004 nats/token", "400 held-out tokens", "More varied text"]),
         (dict(heldout_gain=0.0786), ["Enough data", "+0.079 nats/token", "400 held-out tokens", "2,000 training tokens"]),
+        # a text in a language the model reads poorly: its gain was "Enough data … explains text it never saw" beside the
+        # caution that the switch "may learn little beyond the language itself"
+        (dict(heldout_gain=0.129, warnings=["The text is probably in a language the model handles poorly, so the switch may "
+                                            "learn little beyond the language itself."]),
+         ["+0.129 nats/token", "the text's language rather than its style", "may learn little beyond the language"]),
     ],
 )
 def test_data_advice_branches(kw, expect):
@@ -394,6 +399,7 @@ def test_data_advice_branches(kw, expect):
     for part in expect:
         assert part in text, (part, text)
     assert "sentiment sentences" not in text or kw.get("data_shape", "examples") == "examples"
+    assert "Enough data" not in text or not kw.get("warnings")
     assert 1 <= text.count(". ") + 1 <= 2 and text.endswith(".")
 
 

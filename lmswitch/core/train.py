@@ -689,7 +689,7 @@ def data_advice(card: Mapping) -> str:
     if card.get("tokens_train") is None:
         return "This switch's card has no training record, so there is no data advice for it."
     warnings = " ".join(Card.from_dict(card).warnings)
-    advice = _advice(card)
+    advice = _advice(card, caveat=bool(warnings))
     return f"{advice} {warnings}" if warnings else advice
 
 
@@ -723,7 +723,10 @@ def _older_data_kind(card: Mapping) -> str:
     return EXAMPLES
 
 
-def _advice(card: Mapping) -> str:
+def _advice(card: Mapping, caveat: bool = False) -> str:
+    """The advice proper; ``caveat``: a training warning follows it (a text in a language the model reads poorly, where
+    a held-out gain may be the language's own: "Enough data … explains text it never saw" beside "may learn little
+    beyond the language itself" contradicted it)."""
     n = int(card["tokens_train"])
     held = int(card.get("tokens_heldout") or 0)
     gain = card.get("heldout_gain")
@@ -765,6 +768,9 @@ def _advice(card: Mapping) -> str:
             f"Small held-out gain {gain:+.3f} nats/token ({n:,} training, {held:,} held-out tokens): the switch "
             f"generalises a little. More varied text would make it more reliable."
         )
+    if caveat:
+        return (f"Held-out gain {gain:+.3f} nats/token on {held:,} held-out tokens ({n:,} training tokens), but much of it "
+                "may come from the text's language rather than its style.")
     return (
         f"Enough data: held-out gain {gain:+.3f} nats/token on {held:,} held-out tokens ({n:,} training tokens), "
         f"so the switch explains text it never saw."
