@@ -589,7 +589,7 @@ def test_training_can_be_cancelled(backend):
         (dict(name="../etc/passwd"), "switch names"),
         (dict(lr=float("nan")), "learning rate"),
         (dict(steps=2.5), "whole number"),
-        (dict(steps=0), "steps"),
+        (dict(steps=0), "steps must be an integer from 1"),
         (dict(steps=5001), "more than this server trains per request \\(5,000\\)"),
         (dict(mode="three documents"), "unknown training mode"),
         (dict(text_a="\n".join(["the happy one " * 20] * 2000)), "at most 400,000"),
@@ -605,7 +605,9 @@ def test_bad_training_input_is_refused(backend, kw, match):
         for update in app.train(backend, *train_args(**kw), session, *[None] * 7, progress=lambda *a, **k: None):
             updates.append(update)
     assert updates[-1][0].startswith("Not trained: ") and re.search(match, updates[-1][0])  # (some after "Encoding the text…")
-    assert all(u == gr.skip() for u in updates[-1][2:])  # the rest as it was (the loss chart: cleared, if one was drawn)
+    # the last run's loss curve, report and what it learned go: beside "Not trained" they read as this click's
+    last = [next(u[i] for u in reversed(updates) if u[i] != gr.skip()) for i in (1, 2, -1)]
+    assert last == [None, "", ""] and all(u == gr.skip() for update in updates for u in update[3:-1])  # the sliders stay
     assert len(run_training(backend, session)) > 1  # the refused call left no training running in the session
 
 

@@ -171,9 +171,10 @@ def train(backend: Backend, mode: str, name: str, positive_label: str, negative_
         name = check_name(name)
         positive, negative = training_data(mode, text_a, file_a, text_b, file_b)
         config = train_config(steps, lr, eps0, rank, seed)
+        config.validate(lm.hidden_size)  # (steps 0 was refused by the loss chart: "total_steps must be a positive integer")
         labels = _labels(mode, positive_label, negative_label, file_a, file_b)
-    except USER_ERRORS as err:
-        yield f"Not trained: {err}", gr.skip(), gr.skip(), *_unchanged(current)
+    except USER_ERRORS as err:  # the last run's report, loss curve and what it learned go, as when a run starts
+        yield f"Not trained: {err}", None, "", *_unchanged(current)[:-1], ""
         raise
     job = _Job(lm, library, name, positive, negative, config, labels, current)
     flag = session.start_training()  # (refused while this session trains: the running one's status stays)
@@ -245,7 +246,7 @@ def _trained(backend: Backend, job: _Job, flag, progress, skip: list) -> Generat
         yield f"Cancelled after {len(losses)} of {job.config.steps} steps; nothing was added.", gr.skip(), gr.skip(), *skip
         return None
     except USER_ERRORS as err:  # refused once reading began (e.g. no tokens left to train on): the status says so too,
-        yield f"Not trained: {err}", None if not losses else gr.skip(), gr.skip(), *skip  # and no empty loss chart stays
+        yield f"Not trained: {err}", None if not losses else gr.skip(), "", *skip[:-1], ""  # and no empty loss chart stays
         raise
     finally:
         events.close()  # if the page went away mid-run, stop training too
