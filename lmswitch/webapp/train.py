@@ -173,8 +173,8 @@ def train(backend: Backend, mode: str, name: str, positive_label: str, negative_
         config = train_config(steps, lr, eps0, rank, seed)
         config.validate(lm.hidden_size)  # (steps 0 was refused by the loss chart: "total_steps must be a positive integer")
         labels = _labels(mode, positive_label, negative_label, file_a, file_b)
-    except USER_ERRORS as err:  # the last run's report, loss curve and what it learned go, as when a run starts
-        yield f"Not trained: {err}", None, "", *_unchanged(current)[:-1], ""
+    except USER_ERRORS as err:
+        yield _not_trained(err, current)
         raise
     job = _Job(lm, library, name, positive, negative, config, labels, current)
     flag = session.start_training()  # (refused while this session trains: the running one's status stays)
@@ -202,6 +202,13 @@ def _unchanged(pickers: list) -> list:
     """The Train event's outputs after its status, loss curve and report, each left as it is: the sliders, the
     pickers, the download button, what it learned."""
     return [gr.skip()] * (MAX_SLOTS + len(pickers) + 2)
+
+
+def _not_trained(err: Exception, pickers: list, chart=None) -> tuple:
+    """The Train event's outputs for a refused run: the status says why (the toast fades); the last run's report and
+    what it learned go, as when a run starts (beside "Not trained" they read as this click's), and the loss chart with
+    them unless ``chart`` keeps this run's."""
+    return f"Not trained: {err}", chart, "", *_unchanged(pickers)[:-1], ""
 
 
 def _train_and_add(backend: Backend, session: Session, job: _Job, flag, progress) -> Iterator[tuple]:
@@ -245,8 +252,8 @@ def _trained(backend: Backend, job: _Job, flag, progress, skip: list) -> Generat
     except TrainingCancelled:
         yield f"Cancelled after {len(losses)} of {job.config.steps} steps; nothing was added.", gr.skip(), gr.skip(), *skip
         return None
-    except USER_ERRORS as err:  # refused once reading began (e.g. no tokens left to train on): the status says so too,
-        yield f"Not trained: {err}", None if not losses else gr.skip(), "", *skip[:-1], ""  # and no empty loss chart stays
+    except USER_ERRORS as err:  # refused once reading began (e.g. no tokens left to train on): the status says so too
+        yield _not_trained(err, job.current, chart=gr.skip() if losses else None)
         raise
     finally:
         events.close()  # if the page went away mid-run, stop training too
