@@ -1037,14 +1037,29 @@ def test_the_session_state_is_never_an_event_output(backend):
 
 def test_highlight_meters_a_switch_imported_twice_once(backend, tmp_path):
     """A switch downloaded and imported again is in the session twice (``alpha-2``) with one matrix: the meter reads
-    each matrix once (two equal switches have no joint best ε) instead of failing every highlight."""
+    each matrix once (two equal switches have no joint best ε) instead of failing every highlight, and says so (it
+    dropped the twin without a word)."""
     session = Session()
     again = backend.library.get("alpha").save(tmp_path / "alpha.safetensors")
     assert "Imported 'alpha-2'" in app.import_switch(backend, str(again), session, *[None] * 7)[0]
     *_, meter_fig, summary = app.run_highlight(backend, "the happy one was kind and the cruel one was sad", None, "alpha", -4, 3, 1,
                                                 session)
-    assert "**alpha**" in summary and "**beta**" in summary and "alpha-2" not in summary
+    assert "**alpha**" in summary and "**beta**" in summary and "**alpha-2**" not in summary
+    assert "- alpha-2: not read again, the same switch as **alpha**" in summary  # said, not left out silently
     assert len(meter_fig.data) == 2 * 2
+
+
+def test_the_mcp_meter_names_the_switches_it_did_not_read(backend, llama_lm):
+    """measure_style with no names reads one switch per matrix up to the cap; the ones it skipped were not said."""
+    from lmswitch.webapp.mcp_tools import McpTools
+
+    tools = McpTools(backend)
+    tools.session.add(ls.load_switch(backend.library.folder / "alpha.safetensors", llama_lm), backend.library, name="alpha-copy")
+    for seed in (10, 11):
+        tools.session.add(random_switch(llama_lm, seed=seed, name=f"extra{seed}"), backend.library)
+    result = tools.measure_style("the happy one was kind and the cruel one was sad", "")
+    assert [r["name"] for r in result["switches"]] == ["alpha", "beta", "extra10"]
+    assert result["not_read"] == {"alpha-copy": "the same switch as alpha", "extra11": "the meter reads at most 3 switches"}
 
 
 def test_highlight_meters_the_picked_switch_when_the_session_has_more_than_the_meter_reads(backend, llama_lm, monkeypatch):

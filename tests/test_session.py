@@ -312,10 +312,11 @@ def test_the_meter_reads_the_named_switches_or_the_first_then_one_per_matrix_up_
     session.add(mine, library)
     session.add(load_switch(library.folder / "alpha.safetensors", llama_lm), library, name="alpha-copy")  # alpha's matrix again
     names = session.available(library)
-    read, left_out = session.meter_switches(library, first=mine)
-    assert [s.name for s in read] == ["mine", *[n for n in names if n not in ("mine", "alpha-copy")][:2]]
-    assert "alpha-copy" not in left_out and len(read) + len(left_out) == len(names) - 1  # one per matrix
-    named, none_left = session.meter_switches(library, ["beta", "mine"])
-    assert [s.name for s in named] == ["beta", "mine"] and none_left == []
+    pick = session.meter_switches(library, first=mine)
+    assert [s.name for s in pick.read] == ["mine", *[n for n in names if n not in ("mine", "alpha-copy")][:2]]
+    assert "alpha-copy" not in pick.left_out and len(pick.read) + len(pick.left_out) == len(names) - 1  # one per matrix
+    assert pick.same == {"alpha-copy": "alpha"}  # said, not dropped silently (the Highlight tab names it)
+    named = session.meter_switches(library, ["beta", "mine"])
+    assert [s.name for s in named.read] == ["beta", "mine"] and named.left_out == [] and named.same == {}
     with pytest.raises(ValueError, match="the meter reads at most 3 switches at once; got 4"):
         session.meter_switches(library, ["alpha", "beta", "mine", "alpha-copy"])

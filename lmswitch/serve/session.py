@@ -14,6 +14,7 @@ import threading
 import uuid
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lmswitch.core.models import LanguageModel
@@ -100,6 +101,16 @@ class SwitchLibrary:
         return path
 
 
+@dataclass(frozen=True)
+class MeterPick:
+    """The switches a style meter reads, the names of those left out past its cap, and each switch skipped because
+    another has its matrix (a retrain alike, an import twice): its name → the name read in its place."""
+
+    read: list[Switch]
+    left_out: list[str] = field(default_factory=list)
+    same: dict[str, str] = field(default_factory=dict)
+
+
 class Session:
     """One user's private switches and running jobs.
 
@@ -178,16 +189,19 @@ class Session:
         with self._lock:
             return [n for n in names if self._has(n, library) or library.get(n) is not None]
 
-    def meter_switches(self, library: SwitchLibrary, names: Sequence[str] = (), first: Switch | None = None) -> tuple[list[Switch], list[str]]:
-        """The switches a style meter reads, and the names of those left out: the ``names`` given (at most
+    def meter_switches(self, library: SwitchLibrary, names: Sequence[str] = (), first: Switch | None = None) -> MeterPick:
+        """The switches a style meter reads (:class:`MeterPick`): the ``names`` given (at most
         :data:`~lmswitch.serve.limits.MAX_METER_SWITCHES`, else ``ValueError``), else ``first`` and then this session's
         others, one per matrix, the first of them up to that cap (the meter's time grows fast with its switches)."""
         if names:
             if len(names) > MAX_METER_SWITCHES:
                 raise ValueError(f"the meter reads at most {MAX_METER_SWITCHES} switches at once; got {len(names)}")
-            return [self.get(n, library) for n in names], []
-        every = distinct([*([first] if first is not None else []), *(self.get(n, library) for n in self.available(library))])
-        return every[:MAX_METER_SWITCHES], [s.name for s in every[MAX_METER_SWITCHES:]]
+            return MeterPick([self.get(n, library) for n in names])
+        candidates = [*([first] if first is not None else []), *(self.get(n, library) for n in self.available(library))]
+        every = distinct(candidates)
+        kept = {s.digest: s.name for s in every}
+        same = {s.name: kept[s.digest] for s in candidates if kept[s.digest] != s.name}
+        return MeterPick(every[:MAX_METER_SWITCHES], [s.name for s in every[MAX_METER_SWITCHES:]], same)
 
     def add(self, switch: Switch, library: SwitchLibrary, name: str | None = None) -> str:
         """Keep ``switch`` in this session under ``name`` (made unique with a ``-2``, ``-3`` … suffix); returns the name."""

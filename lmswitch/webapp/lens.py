@@ -13,7 +13,7 @@ from lmswitch.lenses.options import WEAK_EVIDENCE_NATS
 from lmswitch.lenses.spans import Highlight, check_highlight_args, highlight
 from lmswitch.lenses.svd import Dimension, promoted_words, svd_dimensions, word_map
 from lmswitch.serve.limits import MAX_HIGHLIGHT_CHARS, MAX_METER_CHARS, MAX_METER_SWITCHES
-from lmswitch.serve.session import Session
+from lmswitch.serve.session import MeterPick, Session
 from lmswitch.webapp.backend import Backend, computed, user_errors
 from lmswitch.webapp.widgets import read_input
 
@@ -53,10 +53,11 @@ def _reading(row: MeterRow) -> str:
     return f"- **{row.name}**: best ε {eps} → *{side}* (evidence {row.evidence_nats:.1f} nats{'; weak' if row.weak else ''})"
 
 
-def _summary(result: Highlight, meter: Measurement, cut: bool, left_out: list[str]) -> str:
+def _summary(result: Highlight, meter: Measurement, cut: bool, pick: MeterPick) -> str:
     lines = [_reading(r) for r in meter.switches]
-    if left_out:
-        lines.append(f"- not read ({MAX_METER_SWITCHES} switches at most, the picked one first): {', '.join(left_out)}")
+    lines += [f"- {name}: not read again, the same switch as **{kept}**" for name, kept in pick.same.items()]
+    if pick.left_out:
+        lines.append(f"- not read ({MAX_METER_SWITCHES} switches at most, the picked one first): {', '.join(pick.left_out)}")
     spans = "; ".join(f"“{s.text}” ({s.score:+.2f}{WEAK_SPAN if s.weak else ''})" for s in result.spans) or "none: no part of the text reads that way"
     read = f"{meter.scored_tokens} token{'s' if meter.scored_tokens != 1 else ''}" + (f" of the first {MAX_METER_CHARS:,} characters" if cut else "")
     return f"**Spans toward {result.label}:** {spans}\n\n**Style meter** ({read}):\n" + "\n".join(lines)
@@ -75,9 +76,9 @@ def run_highlight(backend: Backend, text: str, file: str | None, name: str, eps,
     result = highlight(lm, switch, encoded, eps=eps, max_span=max_span, n_spans=n_spans)
     # the meter tries many ε per switch, so it reads a long text's beginning (another body pass, on that part alone)
     cut = len(text) > MAX_METER_CHARS
-    read, left_out = session.meter_switches(library, first=switch)  # the picked one first
-    meter = measure(lm, read, text[:MAX_METER_CHARS] if cut else encoded)
-    return result.highlighted, result.word_heatmap(), figures.meter_figure(meter), _summary(result, meter, cut, left_out)
+    pick = session.meter_switches(library, first=switch)  # the picked one first
+    meter = measure(lm, pick.read, text[:MAX_METER_CHARS] if cut else encoded)
+    return result.highlighted, result.word_heatmap(), figures.meter_figure(meter), _summary(result, meter, cut, pick)
 
 
 HIGHLIGHT_ADVICE = (f"highlighting takes at most {MAX_HIGHLIGHT_CHARS:,}. Paste the part you want to look at, or use "

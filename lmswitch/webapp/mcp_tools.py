@@ -172,14 +172,17 @@ class McpTools:
             switches: comma-separated switch names (empty: the first {meter_switches}; the meter reads at most {meter_switches}).
 
         Returns:
-            per switch, the best ε, the style it points to and the evidence in nats.
+            per switch, the best ε, the style it points to and the evidence in nats; "not_read" names the switches
+            not read and why (past the meter's cap, or the same matrix as one read).
         """
         if len(text) > MAX_METER_CHARS:
             raise ValueError(f"the text has {len(text):,} characters; measure_style reads at most {MAX_METER_CHARS:,} (it "
                              "tries many ε per switch): pass an excerpt")
         lm, library = self.backend.get()
-        chosen, _ = self.session.meter_switches(library, parse_names(switches))
-        return self.backend.run(measure, lm, chosen, text, background=True).to_dict()
+        pick = self.session.meter_switches(library, parse_names(switches))
+        not_read = {**{n: f"the same switch as {kept}" for n, kept in pick.same.items()},
+                    **{n: f"the meter reads at most {MAX_METER_SWITCHES} switches" for n in pick.left_out}}
+        return {**self.backend.run(measure, lm, pick.read, text, background=True).to_dict(), **({"not_read": not_read} if not_read else {})}
 
 
 # the tools' descriptions (their docstrings, which MCP clients read) give this server's limits and defaults as set here
