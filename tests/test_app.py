@@ -281,6 +281,20 @@ def run_training(backend, session, **kw) -> list:
     return list(app.train(backend, *train_args(**kw), session, *[None] * 7, progress=lambda *a, **k: None))
 
 
+def test_the_train_report_flags_a_switch_that_may_not_generalise(llama_lm):
+    """A one-article switch with a held-out gain of −0.004 was announced "✔ … is ready" above "Very little text … "."""
+    record = {"n_positive": 40, "n_negative": 40, "graded_labels": False, "tokens_train": 2000, "tokens_heldout": 400, "steps": 50,
+              "best_step": 50, "stopped_early": False, "lr": 0.01, "l2": 1.0, "seed": 0, "rank": None, "batch_tokens": 0, "min_steps": 0,
+              "dummy_steer": True, "train_losses": [], "heldout_losses": [], "heldout_nll_with_switch": 3.2,
+              "heldout_nll_without_switch": 3.25, "heldout_nll_reversed_switch": 3.3, "hidden_state_seconds": 0.1, "seconds": 1.0,
+              "optimizer": "lbfgs"}
+    enough = random_switch(llama_lm, seed=3, name="mood", card={**record, "heldout_gain": 0.05})
+    thin = random_switch(llama_lm, seed=3, name="mood", card={**record, "tokens_train": 120, "heldout_gain": -0.004})
+    assert app_train._report("mood", "mood", enough).startswith("### ✔ 'mood' is ready — its slider is in the Steer tab.")
+    said = app_train._report("mood", "mood", thin)
+    assert said.startswith("### ⚠ 'mood' is ready, but it may not generalise (see below) — its slider") and "Very little text" in said
+
+
 def test_training_adds_a_private_slider_and_a_downloadable_file(backend, llama_lm):
     session = Session()
     updates = run_training(backend, session)

@@ -551,10 +551,11 @@ def test_train_says_whether_its_data_sufficed_and_a_refused_input_prints_only_it
     code, stdout, err = run("train", "--positive", str(tmp_path / "pos.txt"), "--negative", str(tmp_path / "neg.txt"),
                             "--out", str(out), "--steps", "5", "--no-calibrate")
     assert code == 0 and (err == "" or err.endswith("\n"))  # a bar, when one is drawn (runs over 1 s), ends its line
-    assert stdout.startswith(f"saved {out}") and "Very little text" in stdout  # the card's data advice, as the app shows it
+    assert stdout.startswith(f"saved {out}") and "\nwarning: Very little text" in stdout  # the card's data advice, flagged as the app flags it
     code, stdout, _ = run("train", "--positive", str(tmp_path / "pos.txt"), "--negative", str(tmp_path / "neg.txt"), "--out", str(out),
                           "--force", "--steps", "5", "--no-calibrate", "--json")
-    assert code == 0 and json.loads(stdout)["advice"].startswith("Very little text")
+    said = json.loads(stdout)
+    assert code == 0 and said["advice"].startswith("Very little text") and said["may_not_generalise"] is True
     code, stdout, err = run("train", "--positive", str(tmp_path / "pos.txt"), "--negative", str(tmp_path / "pos.txt"), "--out",
                             str(tmp_path / "same.safetensors"), "--steps", "5")
     assert code == 2 and "identical" in err and "training" not in err and not (tmp_path / "same.safetensors").exists()

@@ -96,6 +96,7 @@ def test_a_switch_trained_over_mcp_steers_in_the_next_call(app_server):
     ])
     (e0, trained), (_, listed), (e2, steered), (e3, refused) = results
     assert not e0 and trained["name"] == "mcp-mood" and trained["fluent_eps"] is not None and trained["promotes"]
+    assert trained["heldout_gain"] is not None and "held-out" in trained["advice"] and isinstance(trained["may_not_generalise"], bool)
     assert "mcp-mood" in {s["name"] for s in listed["switches"]}
     assert not e2 and steered["steered"] != steered["unsteered"]
     assert e3 and "mode must be one of" in refused

@@ -18,7 +18,7 @@ from tiny import sample_texts
 from lmswitch import Switch, TrainingCancelled, steer, train_switch
 from lmswitch.core.hidden import encode_texts
 from lmswitch.core.options import TrainConfig
-from lmswitch.core.train import NEAR_COPY_SHARE, data_advice, shared_share
+from lmswitch.core.train import NEAR_COPY_SHARE, DataAdvice, advise_on_data, data_advice, shared_share
 from lmswitch.io.resources import read_data_text
 from lmswitch.lenses.svd import reference_hidden
 
@@ -398,6 +398,9 @@ def test_data_advice_branches(kw, expect):
     text = data_advice(card(**kw))
     for part in expect:
         assert part in text, (part, text)
+    # weak: the branches that say the switch may not generalise (the app announced them "✔ … is ready")
+    weak = any(w in text for w in ("Very little text", "no better than the model (", "memorised"))
+    assert advise_on_data(card(**kw)) == DataAdvice(text, weak)
     assert "sentiment sentences" not in text or kw.get("data_shape", "examples") == "examples"
     assert "Enough data" not in text or not kw.get("warnings")
     assert 1 <= text.count(". ") + 1 <= 2 and text.endswith(".")

@@ -23,7 +23,7 @@ from lmswitch.core.options import TrainConfig
 from lmswitch.core.parallel import is_main
 from lmswitch.core.steering import check_setting
 from lmswitch.core.switch import Switch, load_switch
-from lmswitch.core.train import data_advice, train_switch
+from lmswitch.core.train import advise_on_data, train_switch
 from lmswitch.core.transfer import fit_text, strength_advice, transfer
 from lmswitch.harness.frontier import calibrated_card
 from lmswitch.harness.pretrained import PRETRAINED_DIR, build_pretrained
@@ -95,9 +95,9 @@ def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
     fluent = _save_and_probe(args, lm, switch)
     fluent = f"; fluent ε {fluent}" if fluent else ""
     card = card_without_curves(switch)
-    advice = data_advice(card)  # whether the data sufficed, and any warning (a text in another language)
-    emit(args, {"out": args.out, "card": card, "advice": advice},
-         f"saved {args.out}: {switch.card.training.summary()}{fluent}\n{advice}")
+    advice = advise_on_data(card)  # whether the data sufficed, and any warning (a text in another language)
+    emit(args, {"out": args.out, "card": card, "advice": advice.text, "may_not_generalise": advice.weak},
+         f"saved {args.out}: {switch.card.training.summary()}{fluent}\n{'warning: ' if advice.weak else ''}{advice.text}")
 
 
 BEYOND_FLUENT = {  # what to expect beyond a switch's fluent range: generated with or without --adaptive, or exported

@@ -21,7 +21,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
@@ -677,8 +677,24 @@ LITTLE_TEXT_TOKENS = 300  # below this many training tokens a d × d switch most
 CLEAR_GAIN = 0.01  # nats/token of held-out gain that marks a switch which generalises (shipped switches: 0.02–0.09)
 
 
+@dataclass(frozen=True)
+class DataAdvice:
+    """Whether a trained switch's data sufficed (:func:`advise_on_data`): the advice in words, and ``weak`` when the
+    switch may not generalise (too little text, or held-out text fits no better and nothing shows that it points the
+    right way), which the app's report and the CLI flag before the advice."""
+
+    text: str
+    weak: bool = False
+
+
 def data_advice(card: Mapping) -> str:
-    """A one- or two-sentence hint, from a trained switch's card, on whether its training data sufficed.
+    """A one- or two-sentence hint, from a trained switch's card, on whether its training data sufficed
+    (:func:`advise_on_data`'s text)."""
+    return advise_on_data(card).text
+
+
+def advise_on_data(card: Mapping) -> DataAdvice:
+    """Advice, from a trained switch's card, on whether its training data sufficed.
 
     Reads ``tokens_train``, ``tokens_heldout``, ``heldout_gain`` (nats per token;
     None without a held-out split) and ``stopped_early``. A card with no training
@@ -687,10 +703,10 @@ def data_advice(card: Mapping) -> str:
     if not isinstance(card, Mapping):
         raise ValueError(f"data_advice needs a switch's card (switch.card, or its dict); got {type(card).__name__}")
     if card.get("tokens_train") is None:
-        return "This switch's card has no training record, so there is no data advice for it."
+        return DataAdvice("This switch's card has no training record, so there is no data advice for it.")
     warnings = " ".join(Card.from_dict(card).warnings)
     advice = _advice(card, caveat=bool(warnings))
-    return f"{advice} {warnings}" if warnings else advice
+    return replace(advice, text=f"{advice.text} {warnings}") if warnings else advice
 
 
 def _reversal(card: Mapping) -> float | None:
@@ -723,7 +739,7 @@ def _older_data_kind(card: Mapping) -> str:
     return EXAMPLES
 
 
-def _advice(card: Mapping, caveat: bool = False) -> str:
+def _advice(card: Mapping, caveat: bool = False) -> DataAdvice:
     """The advice proper; ``caveat``: a training warning follows it (a text in a language the model reads poorly, where
     a held-out gain may be the language's own: "Enough data … explains text it never saw" beside "may learn little
     beyond the language itself" contradicted it)."""
@@ -733,20 +749,17 @@ def _advice(card: Mapping, caveat: bool = False) -> str:
     gain = float(gain) if isinstance(gain, (int, float)) and math.isfinite(gain) and held else None
     measured = f" (held-out gain {gain:+.3f} nats/token on {held:,} tokens)" if gain is not None else ""
     if n < LITTLE_TEXT_TOKENS:
-        return (
-            f"Very little text: {n:,} training tokens{measured}, so the switch mostly memorises these examples. "
-            f"{_more_text(card)} for a reliable switch."
-        )
+        return DataAdvice(f"Very little text: {n:,} training tokens{measured}, so the switch mostly memorises these "
+                          f"examples. {_more_text(card)} for a reliable switch.", weak=True)
     if gain is None:
-        return (
-            f"No held-out split, so whether {n:,} training tokens are enough cannot be measured. "
-            f"Train with a held-out fraction (heldout={TrainConfig().heldout:g}, the default) to check that the switch generalises."
-        )
+        return DataAdvice(f"No held-out split, so whether {n:,} training tokens are enough cannot be measured. Train with a "
+                          f"held-out fraction (heldout={TrainConfig().heldout:g}, the default) to check that the switch generalises.")
     reversal = _reversal(card)
     if gain <= 0 and card.get("n_negative") and reversal is not None and reversal >= CLEAR_GAIN:
-        return (f"Held-out gain {gain:+.3f} nats/token on {held:,} tokens: on text it never saw, the switch fits no better "
-                f"than the model alone, but it points the right way (reversed, it fits that text {reversal:.3f} nats/token "
-                f"worse). Judge its {n:,} training tokens by what it writes within its fluent range.")
+        return DataAdvice(f"Held-out gain {gain:+.3f} nats/token on {held:,} tokens: on text it never saw, the switch fits "
+                          f"no better than the model alone, but it points the right way (reversed, it fits that text "
+                          f"{reversal:.3f} nats/token worse). Judge its {n:,} training tokens by what it writes within its "
+                          "fluent range.")
     if gain <= 0:
         if card.get("optimizer") in solver.RECIPES:
             sentences = _card_kind(card) == EXAMPLES  # the measured case below
@@ -755,23 +768,17 @@ def _advice(card: Mapping, caveat: bool = False) -> str:
                                       "about half without)" if sentences else "") if card.get("n_negative") else
                     "Add more varied text, or for one document try self-contrast negatives; generation may still move in "
                     "the intended direction")
-            return (f"Held-out gain {gain:+.3f} nats/token on {held:,} tokens: the switch explains held-out text no better "
-                    f"than the model (its {n:,} training tokens are few or narrow). {then}.")
+            return DataAdvice(f"Held-out gain {gain:+.3f} nats/token on {held:,} tokens: the switch explains held-out text no "
+                              f"better than the model (its {n:,} training tokens are few or narrow). {then}.", weak=True)
         fewer = "a lower learning rate" if card.get("stopped_early") else "fewer steps or a lower learning rate"
-        return (
-            f"Held-out gain {gain:+.3f} nats/token on {held:,} tokens: the switch memorised its {n:,} training tokens "
-            f"instead of learning the style. Add more varied text, or train with {fewer}; generation may still move "
-            f"in the intended direction."
-        )
+        return DataAdvice(f"Held-out gain {gain:+.3f} nats/token on {held:,} tokens: the switch memorised its {n:,} training "
+                          f"tokens instead of learning the style. Add more varied text, or train with {fewer}; generation may "
+                          "still move in the intended direction.", weak=True)
     if gain < CLEAR_GAIN:
-        return (
-            f"Small held-out gain {gain:+.3f} nats/token ({n:,} training, {held:,} held-out tokens): the switch "
-            f"generalises a little. More varied text would make it more reliable."
-        )
+        return DataAdvice(f"Small held-out gain {gain:+.3f} nats/token ({n:,} training, {held:,} held-out tokens): the "
+                          "switch generalises a little. More varied text would make it more reliable.")
     if caveat:
-        return (f"Held-out gain {gain:+.3f} nats/token on {held:,} held-out tokens ({n:,} training tokens), but much of it "
-                "may come from the text's language rather than its style.")
-    return (
-        f"Enough data: held-out gain {gain:+.3f} nats/token on {held:,} held-out tokens ({n:,} training tokens), "
-        f"so the switch explains text it never saw."
-    )
+        return DataAdvice(f"Held-out gain {gain:+.3f} nats/token on {held:,} held-out tokens ({n:,} training tokens), but "
+                          "much of it may come from the text's language rather than its style.")
+    return DataAdvice(f"Enough data: held-out gain {gain:+.3f} nats/token on {held:,} held-out tokens ({n:,} training "
+                      "tokens), so the switch explains text it never saw.")

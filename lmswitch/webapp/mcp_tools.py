@@ -19,7 +19,7 @@ from collections.abc import Callable
 import gradio as gr
 
 from lmswitch.core.options import SAMPLING, SEED, TrainConfig
-from lmswitch.core.train import train_switch
+from lmswitch.core.train import advise_on_data, train_switch
 from lmswitch.io.parse import parse_names
 from lmswitch.lenses.meter import measure
 from lmswitch.lenses.options import DEFAULT_EPS, DEFAULT_SPANS
@@ -130,7 +130,8 @@ class McpTools:
             steps: the most optimiser steps, up to {train_steps} (training stops earlier on a held-out criterion).
 
         Returns:
-            the switch's name, its held-out gain, its fluent ε range and recommended ε, and the words it promotes and demotes.
+            the switch's name, its held-out gain, advice on whether its data sufficed (may_not_generalise: too little or
+            too narrow text), its fluent ε range and recommended ε, and the words it promotes and demotes.
         """
         if mode not in TRAIN_MODES:
             raise ValueError(f"mode must be one of {', '.join(TRAIN_MODES)}; got {mode!r}")
@@ -144,8 +145,10 @@ class McpTools:
         switch.card = self.backend.calibrated(lm, switch)
         final = self.session.add(switch, library, name=name)
         words = self.backend.run(promoted_words, lm, switch, words=SHOWN_WORDS)
-        return {**_switch_summary(switch), "name": final, "heldout_gain": switch.card.get("heldout_gain"),
-                "promotes": [w.word for w in words.promoted], "demotes": [w.word for w in words.suppressed]}
+        advice = advise_on_data(switch.card)  # as the Train tab and the CLI say it
+        return {**_switch_summary(switch), "name": final, "heldout_gain": switch.card.get("heldout_gain"), "advice": advice.text,
+                "may_not_generalise": advice.weak, "promotes": [w.word for w in words.promoted],
+                "demotes": [w.word for w in words.suppressed]}
 
     def highlight_text(self, text: str, switch: str, eps: float = DEFAULT_EPS, spans: int = DEFAULT_SPANS) -> dict:
         """Find the span(s) of a text that carry a switch's style most, e.g. the insult in a toxic comment (detox at negative ε).

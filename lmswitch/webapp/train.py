@@ -13,7 +13,7 @@ import gradio as gr
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import EXAMPLES, NAMINGS, ONE_DOCUMENT, TWO_DOCUMENTS, TrainConfig
 from lmswitch.core.switch import STEERS_NOTHING, Switch, load_switch, usable_name
-from lmswitch.core.train import Done, Encoded, Evaluated, Step, TrainEvent, TrainingCancelled, data_advice, train_events
+from lmswitch.core.train import Done, Encoded, Evaluated, Step, TrainEvent, TrainingCancelled, advise_on_data, train_events
 from lmswitch.harness import figures
 from lmswitch.io.documents import split_lines
 from lmswitch.io.parse import parse_number
@@ -131,9 +131,11 @@ def _report(final: str, name: str, switch: Switch, measuring: str = "") -> str:
         fluent_text = f" The fluent-range probe failed ({card.calibration_error}); its slider spans the usual range."
     if measuring:
         fluent_text = f" {measuring}"
-    return (f"### ✔ '{final}'{renamed} is ready — its slider is in the Steer tab.{fluent_text}\n"
+    advice = advise_on_data(card)  # a switch that may not generalise was announced "✔ … is ready" above its advice
+    mark, caution = ("⚠", ", but it may not generalise (see below)") if advice.weak else ("✔", "")
+    return (f"### {mark} '{final}'{renamed} is ready{caution} — its slider is in the Steer tab.{fluent_text}\n"
             f"{card.training.tokens_train} training tokens, {card.training.tokens_heldout} held out, {card.training.summary(3)}."
-            f"\n\n{data_advice(card)}")
+            f"\n\n{advice.text}")
 
 
 def _progress_updates(events: Iterator[TrainEvent], total: int, progress, skip: list, losses: list[float]) -> Iterator:
