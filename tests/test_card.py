@@ -151,3 +151,9 @@ def test_a_card_keeps_what_its_fluent_range_was_measured_on_and_drops_a_stale_re
     assert Card.from_dict(measured.to_dict())["fluent_eps_probe"] == probe  # survives the flat form
     again = measured.calibrated(-1.0, 1.0)  # measured again by something that did not say how: no stale record
     assert "fluent_eps_probe" not in again and again.fluent_eps == (-1.0, 1.0)
+
+
+def test_beyond_fluent_is_outside_the_measured_range_and_never_without_one():
+    card = Card.from_dict({"fluent_eps": [-4, 2]})
+    assert [card.beyond_fluent(e) for e in (-4.5, -4, 0, 2, 2.5, 400)] == [True, False, False, False, True, True]
+    assert not Card().beyond_fluent(400)  # no probe: nothing to compare with (the CLI and the API say nothing)

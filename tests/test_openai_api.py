@@ -69,8 +69,12 @@ def test_completion_with_switches_equals_the_library_and_streams_the_same_text(c
     want = ls.generate(lm32, PROMPT, [(switches["sentiment"], 6), (switches["formality"], -2)], seed=3, max_new_tokens=16)[0]
     assert done.choices[0].text == want
     assert done.choices[0].finish_reason in ("length", "stop") and done.usage.completion_tokens <= 16
-    assert done.model_extra["lmswitch"] == {"seed": 3, "switches": {"sentiment": 6.0, "formality": -2.0}, "adaptive": False}
+    fluent = switches["sentiment"].card.fluent_text  # +6 is past it, as the CLI warns (ε 400 was served without a word)
+    assert done.model_extra["lmswitch"] == {"seed": 3, "switches": {"sentiment": 6.0, "formality": -2.0}, "adaptive": False,
+                                            "beyond_fluent": {"sentiment": f"ε +6 is beyond its fluent range {fluent}: expect text "
+                                                              "that reads less well"}}
     unsteered = client.completions.create(model=lm32.name, prompt=PROMPT, max_tokens=16, seed=3)
+    assert "beyond_fluent" not in unsteered.model_extra["lmswitch"]
     assert unsteered.choices[0].text == ls.generate(lm32, PROMPT, seed=3, max_new_tokens=16)[0] != want
     chunks = list(client.completions.create(model=lm32.name, prompt=PROMPT, max_tokens=16, seed=3, stream=True, extra_body=body))
     assert len(chunks) > 3 and "".join(c.choices[0].text for c in chunks) == want

@@ -112,8 +112,7 @@ BEYOND_FLUENT = {  # what to expect beyond a switch's fluent range: generated wi
 def _warn_beyond_fluent(setting: list[tuple[Switch, float]], kind: str) -> None:
     """A warning on stderr for each ε outside its switch's calibrated fluent range (text there reads less well)."""
     for switch, eps in setting:
-        fluent = switch.card.fluent_eps
-        if fluent is not None and not fluent[0] <= eps <= fluent[1]:
+        if switch.card.beyond_fluent(eps):
             log(f"warning: ε {eps:+g} for '{switch.name}' is beyond its fluent range {switch.card.fluent_text}; {BEYOND_FLUENT[kind]}")
 
 

@@ -211,6 +211,14 @@ class Card(Mapping):
         """The fluent ε range as people read it (``"-6 … +6"``), or ``""`` when the card has none."""
         return f"{self.fluent_eps[0]:+g} … {self.fluent_eps[1]:+g}" if self.fluent_eps is not None else ""
 
+    def beyond_fluent(self, eps: float) -> bool:
+        """Whether ``eps`` lies outside the measured fluent range, where text reads less well (False without one).
+
+        >>> Card.from_dict({"fluent_eps": [-4, 2]}).beyond_fluent(3), Card().beyond_fluent(400)
+        (True, False)
+        """
+        return self.fluent_eps is not None and not self.fluent_eps[0] <= eps <= self.fluent_eps[1]
+
     @property
     def fluent_row(self) -> list[float]:
         """A row of ε that stays fluent, for a sweep: the fluent range's ends, their halves and 0 (``[]`` without one).

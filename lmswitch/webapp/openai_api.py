@@ -461,7 +461,16 @@ def _head(job: Job, chunk: bool = False) -> dict:
     kind = ("chat.completion.chunk" if chunk else "chat.completion") if job.chat else "text_completion"
     return {"id": f"{'chatcmpl' if job.chat else 'cmpl'}-{uuid.uuid4().hex[:24]}", "object": kind, "created": int(time.time()),
             "model": job.lm.name, "system_fingerprint": job.lm.fingerprint,
-            "lmswitch": {"seed": job.seed, "switches": {s.name: e for s, e in job.setting}, "adaptive": job.options.adaptive}}
+            "lmswitch": {"seed": job.seed, "switches": {s.name: e for s, e in job.setting}, "adaptive": job.options.adaptive,
+                         **_beyond_fluent(job.setting)}}
+
+
+def _beyond_fluent(setting: Setting) -> dict:
+    """``beyond_fluent``: a note for each ε outside its switch's fluent range, as the CLI warns (ε 400 was served without
+    a word); nothing when every ε is within range."""
+    notes = {s.name: f"ε {e:+g} is beyond its fluent range {s.card.fluent_text}: expect text that reads less well"
+             for s, e in setting if s.card.beyond_fluent(e)}
+    return {"beyond_fluent": notes} if notes else {}
 
 
 def _finish(row: Row) -> str:
