@@ -130,8 +130,8 @@ class McpTools:
             steps: the most optimiser steps, up to {train_steps} (training stops earlier on a held-out criterion).
 
         Returns:
-            the switch's name, its held-out gain, advice on whether its data sufficed (may_not_generalise: too little or
-            too narrow text), its fluent ε range and recommended ε, and the words it promotes and demotes.
+            the switch's name, its held-out gain, advice on whether its data sufficed (may_not_generalise: too little text,
+            or memorised), its fluent ε range and recommended ε, and the words it promotes and demotes.
         """
         if mode not in TRAIN_MODES:
             raise ValueError(f"mode must be one of {', '.join(TRAIN_MODES)}; got {mode!r}")
