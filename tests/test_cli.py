@@ -92,6 +92,7 @@ def test_generate_without_eps_steers_at_the_cards_recommended_eps(run, switch_fi
     assert run("train", "--positive", str(tmp_path / "pos.txt"), "--negative", str(tmp_path / "neg.txt"), "--out", str(unprobed), "--steps", "3", "--no-calibrate")[0] == 0
     code, out, err = run("generate", "--prompt", "the", "--switch", str(unprobed), "--max-new-tokens", "4", "--json")
     assert code == 0 and json.loads(out)["switches"][0]["eps"] == FALLBACK_EPS and "has no recommended ε in its card" in err
+    assert f"(give one: --switch {unprobed}=EPS)" in err  # the path given, not the switch's name (no file of that name)
 
 
 def test_generate_best_of_is_the_librarys_choice_and_bad_values_are_refused(run, switch_file, model_dir):

@@ -102,8 +102,9 @@ def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
 
 BEYOND_FLUENT = {  # what to expect beyond a switch's fluent range: generated with or without --adaptive, or exported
     "adaptive": "--adaptive stops the steering once its budget is spent, so expect a weaker effect rather than loops",
-    "plain": "expect lower fluency: the text drifts from one style word to the next, and repeats words with "
-             "--repeat-guard 0 (--adaptive stops the steering once it has changed the text enough)",
+    "plain": "expect lower fluency: the text drifts from one style word to the next and can repeat whole phrases (the "
+             "repeat guard stops only a word pushed again at once; --adaptive stops the steering once it has changed the "
+             "text enough)",
     "export": "an exported model steers every token with plain steering (no repeat guard, no adaptive strength), so "
               "expect word loops there; export a smaller ε",
 }
@@ -117,7 +118,7 @@ def _warn_beyond_fluent(setting: list[tuple[Switch, float]], kind: str) -> None:
 
 
 def cmd_generate(args: argparse.Namespace, lm: LanguageModel) -> None:
-    setting = [(s, _card_eps(s, eps, fallback=FALLBACK_EPS)) for s, eps in ((load_switch(ref, lm), eps) for ref, eps in args.switch)]
+    setting = [(s, _card_eps(s, eps, ref, fallback=FALLBACK_EPS)) for s, ref, eps in ((load_switch(ref, lm), ref, eps) for ref, eps in args.switch)]
     check_setting(lm, setting)  # a setting that will be refused is refused before any warning
     _warn_beyond_fluent(setting, "adaptive" if args.adaptive else "plain")
     texts = generate(lm, args.prompt, setting, samples=args.samples, seed=args.seed, **_sampling(args, lm))
@@ -217,10 +218,11 @@ def cmd_build_pretrained(args: argparse.Namespace, lm: LanguageModel) -> None:
     emit(args, {"written": [str(p) for p in paths]}, "\n".join(f"wrote {p}" for p in paths))
 
 
-def _card_eps(switch: Switch, eps: float | None, fallback: float | None = None) -> float:
+def _card_eps(switch: Switch, eps: float | None, ref: str, fallback: float | None = None) -> float:
     """``eps``, or when none was given the switch card's recommended ε (inside its fluent range when it was probed; a
     transferred switch's never probed is said on stderr); an unprobed card without one: ``fallback`` (said on stderr),
-    or with None an error."""
+    or with None an error. ``ref``: the name or path the user gave, repeated in the hint (the switch's own name is no
+    file's when it was given as a path)."""
     if eps is not None:
         return eps
     if switch.card.recommended_eps is not None:
@@ -228,21 +230,20 @@ def _card_eps(switch: Switch, eps: float | None, fallback: float | None = None) 
             why = (f"its fluent-range probe failed ({switch.card.calibration_error})" if switch.card.calibration_error
                    else "it was never probed on this model")
             log(f"note: switch '{switch.name}' was transferred and {why}: its ε {switch.card.recommended_eps:+g} is scaled "
-                f"from the source's and may not read fluently here (give one: --switch {switch.name}=EPS, or transfer it again)")
+                f"from the source's and may not read fluently here (give one: --switch {ref}=EPS, or transfer it again)")
         return switch.card.recommended_eps
     if switch.card.fluent_eps is not None:  # probed, and no +ε read fluently: nothing to recommend
         raise ValueError(f"switch '{switch.name}' recommends no ε: no positive one read fluently when its range was probed "
-                         f"(fluent ε {switch.card.fluent_text}); give one: --switch {switch.name}=EPS")
+                         f"(fluent ε {switch.card.fluent_text}); give one: --switch {ref}=EPS")
     if fallback is None or switch.card.transfer is not None:  # (a source that recommends none passes none on)
-        raise ValueError(f"switch '{switch.name}' has no recommended ε in its card; give one: --switch {switch.name}=EPS")
+        raise ValueError(f"switch '{switch.name}' has no recommended ε in its card; give one: --switch {ref}=EPS")
     log(f"note: switch '{switch.name}' has no recommended ε in its card; using ε {fallback:+g} (give one: --switch "
-        f"{switch.name}=EPS)")
+        f"{ref}=EPS)")
     return fallback
 
 
 def cmd_export(args: argparse.Namespace, lm: LanguageModel) -> None:
-    switches = [(load_switch(ref, lm), eps) for ref, eps in args.switch]
-    setting = [(s, _card_eps(s, eps)) for s, eps in switches]
+    setting = [(s, _card_eps(s, eps, ref)) for s, ref, eps in ((load_switch(ref, lm), ref, eps) for ref, eps in args.switch)]
     check_setting(lm, setting)
     _warn_beyond_fluent(setting, "export")
     if not is_main():  # under accelerate launch: one process writes

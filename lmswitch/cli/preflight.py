@@ -174,6 +174,7 @@ def cmd_switch_card(args: argparse.Namespace) -> None:
     lo, hi = s.slider_range()
     recommended = f"recommended eps {s.card.recommended_eps:+g}; " if s.card.recommended_eps is not None else ""
     lines.append(f"  +eps → {s.positive_label}, -eps → {s.negative_label}; {recommended}"
-                 + (f"fluent eps {s.card.fluent_text}" if s.card.fluent_text else f"slider range {lo:g} … {hi:g}") + f" (× {s.eps0:g})")
+                 + (f"fluent eps {s.card.fluent_text}" if s.card.fluent_text else f"fluent range not probed (the app's slider spans {lo:g} … {hi:g})")
+                 + f" (× {s.eps0:g})")
     lines += [f"  {k}: {v}" for k, v in data["card"].items() if k not in s.card.unused()]  # --json keeps the whole card
     emit(args, data, "\n".join(lines))
