@@ -94,6 +94,8 @@ def test_shipped_files_match_the_embedded_model(lm):
         card = s.card
         for key in ("data", "steps", "heldout_gain", "recommended_eps", "recommended_eps_range", "heldout_meter_accuracy", "evaluation"):
             assert key in card, f"{spec.name} card lacks {key}"
+        root = PRETRAINED_DIR.parents[2]  # the data it names is in this checkout (two cards named assets/data/, long gone)
+        assert all((root / f).is_file() for f in card["data"]["files"]), card["data"]["files"]
         assert card["heldout_gain"] > 0, f"{spec.name} does not explain held-out text better than the base model"
         assert card["heldout_meter_accuracy"] >= 0.75
         r = card["recommended_eps"]
