@@ -345,6 +345,17 @@ def test_inspect_shows_tables_and_plots(ui):
         expect(panel.get_by_test_id("cell-9-1")).to_have_count(1)
         expect(panel.get_by_role("gridcell").filter(has_text="▲").first).to_be_visible()
         expect(panel.locator(".js-plotly-plot").nth(1)).to_contain_text("sentiment")
+        # at their largest the tables are whole on the page: they scrolled inside 500 px boxes, about 12 rows shown
+        for label, value in (("directions", "20"), ("words per pole", "30")):
+            box = panel.get_by_label(f"number input for {label}", exact=True)
+            box.fill(value)
+            box.press("Tab")
+        panel.get_by_role("button", name="Inspect", exact=True).click()
+        expect(panel.get_by_test_id("cell-29-1")).to_have_count(1, timeout=GENERATE_TIMEOUT)
+        expect(panel.get_by_test_id("cell-19-0")).to_have_count(2)
+        for table in panel.locator("table").all():
+            scroller = table.evaluate_handle("t => { let e = t; while (e && e.scrollHeight <= e.clientHeight + 1) e = e.parentElement; return e }")
+            assert scroller.evaluate("e => e === null || e === document.scrollingElement || e.tagName === 'BODY'"), "a table scrolls in a box"
 
 
 def test_highlight_finds_the_insult_of_the_first_example(ui):

@@ -141,6 +141,10 @@ def _train_tab(ui: SimpleNamespace, shipped: list[str]) -> None:
         ui.manage_status = gr.Markdown()
 
 
+TABLE_HEIGHT = 1600  # px: the Inspect tab's tables at their largest (20 directions, 30 words) whole on the page, not in a
+# scrolling box (Gradio's default height, 500 px, showed about 12 rows)
+
+
 def _inspect_tab(ui: SimpleNamespace, shipped: list[str]) -> None:
     with gr.Row():
         ui.inspect_name = _picker(shipped)
@@ -148,12 +152,13 @@ def _inspect_tab(ui: SimpleNamespace, shipped: list[str]) -> None:
         ui.words = gr.Slider(5, 30, value=10, step=1, label="words per pole")
         ui.inspect_go = gr.Button("Inspect", variant="primary")
     ui.svd_table = gr.Dataframe(headers=["dir", "σ", "share", "↑ at +ε", "+u pole", "−u pole", "agree"],
-                                wrap=True, interactive=False, column_widths=["5%", "7%", "7%", "7%", "33%", "33%", "8%"], label=f"word dimensions (▲ = pushed up at +ε; {RARE_NOTE})")
+                                wrap=True, interactive=False, column_widths=["5%", "7%", "7%", "7%", "33%", "33%", "8%"], max_height=TABLE_HEIGHT,
+                                label=f"word dimensions (▲ = pushed up at +ε; {RARE_NOTE})")
     with gr.Row():
         ui.spectrum = gr.Plot(label="singular values")
         ui.scatter = gr.Plot(label="words on the top two directions")
     ui.word_table = gr.Dataframe(headers=["#", "most promoted at +ε", "Δ logit", "most suppressed", "Δ logit"], interactive=False,
-                                 label=f"words by their mean logit change ({RARE_NOTE})")
+                                 max_height=TABLE_HEIGHT, label=f"words by their mean logit change ({RARE_NOTE})")
 
 
 def _transfer_tab(ui: SimpleNamespace, backend: Backend, shipped: list[str]) -> None:
