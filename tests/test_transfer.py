@@ -123,8 +123,8 @@ def test_a_source_that_recommends_no_eps_passes_none_on(llama_lm):
     assert "Recommended ε none from the source, which recommends none (no +ε read fluently on it; its ε × " in strength_advice(moved, "T")
     from lmswitch.cli.commands import _card_eps
 
-    with pytest.raises(ValueError, match="has no recommended ε in its card; give one"):  # the CLI's +5 would invent one again
-        _card_eps(moved, None, fallback=5.0)
+    with pytest.raises(ValueError, match="has no recommended ε in its card; give one: --switch moved.safetensors=EPS$"):
+        _card_eps(moved, None, "moved.safetensors", fallback=5.0)  # the CLI's +5 would invent one again
     unprobed = transfer(random_switch(llama_lm, seed=1), llama_lm, llama_lm, **FEW).card.transfer  # half its widest ε
     assert unprobed.source_recommended_eps == 5.0 and unprobed.scaled_eps == round(5.0 * unprobed.eps_scale, 3)
 
