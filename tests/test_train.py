@@ -218,6 +218,7 @@ BAD = ["the sad one", "the bad one", "the cold one", "a cruel and bitter frown",
         ((GOOD, ["the sad one", ""]), {}, "negative text #2 is empty"),
         (([*POS, "happy"],), {}, r"the positive text #6 \('happy'\) has 1 token\(s\).*remove it, or join it"),
         ((POS, ["the sad one", "the cruel one", "sad"]), {}, r"the negative text #3 \('sad'\) has 1 token"),  # by side
+        ((POS, ["the sad one", "The  sad one", "sad"]), {}, r"the negative text #3 \('sad'\)"),  # counted as given, repeats too
         (("the happy and good one",), {}, r"the document has 5 tokens; a switch needs at least 32 tokens.*much better$"),
         ((POS, "the sad one"), {}, r"the negative side is one text of 3 tokens;.*or give two or more example sentences a side"),
         ((POS, ["the sad one"]), {}, r"the negative side is one text of 3 tokens;"),  # a list of one sentence, not a document
