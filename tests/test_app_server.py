@@ -67,6 +67,8 @@ def test_generate_with_and_without_a_switch(app_server):
     for off, on in ([job.result() for job in pair] for pair in jobs):
         assert off["steered"] == off["unsteered"] == on["unsteered"]  # ε = 0 is the base model; same seed, same unsteered text
         assert on["steered"] != on["unsteered"]
+        # +12 is past the shipped card's fluent range: said, as the OpenAI API and the CLI say it; nothing said at ε 0
+        assert on["beyond_fluent"]["sentiment"].startswith("ε +12 is beyond its fluent range") and "beyond_fluent" not in off
         assert on["scores"]["unsteered"]["perplexity"] > 1
         base.append(off["unsteered"])
         steered.append(on["steered"])

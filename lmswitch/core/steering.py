@@ -45,6 +45,13 @@ def check_setting(lm: LanguageModel, setting: Setting) -> None:
             )
 
 
+def beyond_fluent(setting: Setting) -> dict[str, str]:
+    """A note per switch whose ε lies outside its card's fluent range (:meth:`~lmswitch.core.card.Card.beyond_fluent`),
+    for a response to carry (the OpenAI API's and ``/generate``'s ``beyond_fluent``); empty when every ε is within."""
+    return {s.name: f"ε {e:+g} is beyond its fluent range {s.card.fluent_text}: expect text that reads less well"
+            for s, e in setting if s.card.beyond_fluent(e)}
+
+
 def steers(setting: Setting) -> bool:
     """Whether ``setting`` changes the model: some switch at an ε other than 0."""
     return any(e != 0 for _, e in setting)

@@ -11,6 +11,7 @@ import gradio as gr
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import MIN_ANCHORS as MIN_ANCHORS  # (a module attribute the app's tests can lower)
 from lmswitch.core.options import SAMPLING
+from lmswitch.core.steering import beyond_fluent
 from lmswitch.core.switch import Switch
 from lmswitch.core.transfer import fit_text, strength_advice, transfer
 from lmswitch.harness import figures
@@ -167,11 +168,13 @@ def generate_api(backend: Backend, prompt: str, switches: str, max_new_tokens, t
     a switch pushing a word it has just written)."""
     widgets = (max_new_tokens, temperature, top_p, seed, chat, adaptive, best_of, guide, repeat_guard)
     # a script may send several at once (gradio_client's submit): none stops another, unlike a dragged slider's
-    items = _comparisons(backend, session, prompt, parse_setting(switches), widgets, changes=False, supersede=False)
+    pairs = parse_setting(switches)
+    items = _comparisons(backend, session, prompt, pairs, widgets, changes=False, supersede=False)
     last = collections.deque(items, maxlen=1)
     if not last or not isinstance(last[0], Comparison):
         raise ValueError("the generation was stopped: its client closed")
-    return last[0].to_dict()
+    notes = beyond_fluent(checked_setting(session, backend.get(session=session)[1], pairs))  # as the OpenAI API notes them
+    return {**last[0].to_dict(), **({"beyond_fluent": notes} if notes else {})}
 
 
 def batch_protocol(lm: LanguageModel, prompt: str, settings: int, samples, widgets: Sequence) -> Protocol:
