@@ -11,7 +11,7 @@ import gradio as gr
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import MIN_ANCHORS as MIN_ANCHORS  # (a module attribute the app's tests can lower)
 from lmswitch.core.options import SAMPLING
-from lmswitch.core.steering import beyond_fluent
+from lmswitch.core.steering import Setting, beyond_fluent
 from lmswitch.core.switch import Switch
 from lmswitch.core.transfer import fit_text, strength_advice, transfer
 from lmswitch.harness import figures
@@ -122,13 +122,12 @@ def run_transfer(backend: Backend, name: str, target: str, session: Session, *cu
             *dropdown_updates(session, target_library, current), target_picker(backend, target)]
 
 
-def _comparisons(backend: Backend, session: Session, prompt: str, pairs: Sequence[tuple[str, object]], widgets: Sequence,
+def _comparisons(backend: Backend, session: Session, prompt: str, setting: Setting, widgets: Sequence,
                  changes: bool = True, supersede: bool = True):
-    """The library's streamed comparison for this session: a newer request of the session stops this one, unless
-    ``supersede`` is False (:meth:`Session.new_generation`)."""
-    lm, library = backend.get(session=session)
+    """The library's streamed comparison for this session (``setting`` from :func:`checked_setting`): a newer request of
+    the session stops this one, unless ``supersede`` is False (:meth:`Session.new_generation`)."""
+    lm = backend.get(session=session)[0]
     options, seed = sampling(*widgets)
-    setting = checked_setting(session, library, pairs)
     return compare(lm, prompt, setting, seed=seed, options=options, cache=backend.comparisons, compute=backend.compute,
                    stop=session.new_generation(supersede), changes=changes, batcher=backend.batcher(lm))
 
@@ -146,7 +145,8 @@ def steer(backend: Backend, prompt: str, max_new_tokens, temperature, top_p, see
                extra[1] if len(extra) > 1 else SAMPLING.best_of, extra[2] if len(extra) > 2 else SAMPLING.guide,
                extra[3] if len(extra) > 3 else GUARD_ON)
     shown = 0.0
-    for item in _comparisons(backend, session, prompt, list(zip(names, eps, strict=False)), widgets):
+    setting = checked_setting(session, library, list(zip(names, eps, strict=False)))
+    for item in _comparisons(backend, session, prompt, setting, widgets):
         if isinstance(item, Comparison):
             yield (item.steered, item.unsteered, format_scores(item.steered_scores), format_scores(item.unsteered_scores),
                    token_html(item.changes))
@@ -168,12 +168,12 @@ def generate_api(backend: Backend, prompt: str, switches: str, max_new_tokens, t
     a switch pushing a word it has just written)."""
     widgets = (max_new_tokens, temperature, top_p, seed, chat, adaptive, best_of, guide, repeat_guard)
     # a script may send several at once (gradio_client's submit): none stops another, unlike a dragged slider's
-    pairs = parse_setting(switches)
-    items = _comparisons(backend, session, prompt, pairs, widgets, changes=False, supersede=False)
+    setting = checked_setting(session, backend.get(session=session)[1], parse_setting(switches))
+    items = _comparisons(backend, session, prompt, setting, widgets, changes=False, supersede=False)
     last = collections.deque(items, maxlen=1)
     if not last or not isinstance(last[0], Comparison):
         raise ValueError("the generation was stopped: its client closed")
-    notes = beyond_fluent(checked_setting(session, backend.get(session=session)[1], pairs))  # as the OpenAI API notes them
+    notes = beyond_fluent(setting)  # as the OpenAI API notes them
     return {**last[0].to_dict(), **({"beyond_fluent": notes} if notes else {})}
 
 
