@@ -18,7 +18,7 @@ from tiny import sample_texts
 from lmswitch import Switch, TrainingCancelled, steer, train_switch
 from lmswitch.core.hidden import encode_texts
 from lmswitch.core.options import TrainConfig
-from lmswitch.core.train import NEAR_COPY_SHARE, DataAdvice, advise_on_data, data_advice, shared_share
+from lmswitch.core.train import NEAR_COPY_SHARE, DataAdvice, advise_on_data, shared_share
 from lmswitch.io.resources import read_data_text
 from lmswitch.lenses.svd import reference_hidden
 
@@ -396,7 +396,7 @@ def card(**kw) -> dict:
     ],
 )
 def test_data_advice_branches(kw, expect):
-    text = data_advice(card(**kw))
+    text = advise_on_data(card(**kw)).text
     for part in expect:
         assert part in text, (part, text)
     # weak: the branches that say the switch may not generalise (the app announced them "✔ … is ready")
@@ -415,18 +415,18 @@ def test_repeated_texts_are_read_once_so_no_held_out_text_is_a_copy_of_a_trainin
     repeated = train_switch(small_lm, pos + pos[:5] + [f"  {pos[0].upper()} "], neg, config=config)
     assert torch.equal(repeated.W, train_switch(small_lm, pos, neg, config=config).W)  # as if given once
     assert repeated.card.training.n_positive == len(pos) and repeated.card["repeated_texts"] == 6
-    assert data_advice(repeated.card).endswith(" 6 repeated texts were read once.")
+    assert advise_on_data(repeated.card).text.endswith(" 6 repeated texts were read once.")
     with pytest.raises(ValueError, match=r"one text of \d+ tokens.*\(78 repeated texts were read once\)$"):
         train_switch(small_lm, [pos[0]] * 40, [neg[0]] * 40)
 
 
 def test_data_advice_on_odd_cards(planted):
-    assert "no training record" in data_advice({})
-    assert "fewer steps" not in data_advice(card(heldout_gain=-0.1, stopped_early=True))
+    assert "no training record" in advise_on_data({}).text
+    assert "fewer steps" not in advise_on_data(card(heldout_gain=-0.1, stopped_early=True)).text
     with pytest.raises(ValueError, match="card"):
-        data_advice(None)
+        advise_on_data(None)
     _, switch = planted
-    assert "Enough data" in data_advice(switch.card)  # a real card: the planted style is learned
+    assert "Enough data" in advise_on_data(switch.card).text  # a real card: the planted style is learned
 
 
 # --- typed progress events ---------------------------------------------------------------------

@@ -219,7 +219,7 @@ def shared_share(a: Sequence[str], b: Sequence[str], n: int = 5) -> float:
 
 def _check_sides(lm: LanguageModel, pos: list[str], neg: list[str]) -> None:
     """Refuse training data that cannot give a switch: identical sides, or a side's one document too short to learn from
-    (a list of sentences gets advice on its size after training instead: :func:`data_advice`)."""
+    (a list of sentences gets advice on its size after training instead: :func:`advise_on_data`)."""
     if neg and _normalised(pos) == _normalised(neg):
         raise ValueError("the positive and negative texts are identical (ignoring spacing and case): a switch learns what "
                          "differs between them, so give two different documents or lists")
@@ -714,12 +714,6 @@ class DataAdvice:
     weak: bool = False
 
 
-def data_advice(card: Mapping) -> str:
-    """A one- or two-sentence hint, from a trained switch's card, on whether its training data sufficed
-    (:func:`advise_on_data`'s text)."""
-    return advise_on_data(card).text
-
-
 def advise_on_data(card: Mapping) -> DataAdvice:
     """Advice, from a trained switch's card, on whether its training data sufficed.
 
@@ -728,7 +722,7 @@ def advise_on_data(card: Mapping) -> DataAdvice:
     record (a switch not made by :func:`train_switch`) gets a plain note.
     """
     if not isinstance(card, Mapping):
-        raise ValueError(f"data_advice needs a switch's card (switch.card, or its dict); got {type(card).__name__}")
+        raise ValueError(f"advise_on_data needs a switch's card (switch.card, or its dict); got {type(card).__name__}")
     if card.get("tokens_train") is None:
         return DataAdvice("This switch's card has no training record, so there is no data advice for it.")
     warnings = " ".join(Card.from_dict(card).warnings)
