@@ -12,6 +12,7 @@ import pytest
 from conftest import build_lm, random_switch
 
 from lmswitch.cli import main
+from lmswitch.cli.parser import build_parser, unknown_options_first
 from lmswitch.core.switch import load_switch
 from lmswitch.io.resources import shipped_switch_names, shipped_switch_path
 from lmswitch.lenses import svd
@@ -84,8 +85,8 @@ def test_generate_without_eps_steers_at_the_cards_recommended_eps(run, switch_fi
     card = json.loads(run("info", "--switch", str(switch_file), "--json")[1])["card"]
     assert 0 < card["recommended_eps"] <= card["fluent_eps"][1]
     code, out, err = run("generate", "--prompt", "the", "--switch", str(switch_file), "--max-new-tokens", "4", "--json")
-    assert code == 0 and json.loads(out)["switches"] == [{"path": str(switch_file), "eps": card["recommended_eps"]}]
-    assert "warning" not in err and "note" not in err
+    assert code == 0 and json.loads(out)["switches"] == [{"path": str(switch_file), "name": "s", "eps": card["recommended_eps"]}]
+    assert "warning" not in err and "note" not in err and json.loads(out)["beyond_fluent"] == {}
     given = run("generate", "--prompt", "the", "--switch", f"{switch_file}={card['recommended_eps']}", "--max-new-tokens", "4", "--json")
     assert json.loads(given[1])["samples"] == json.loads(out)["samples"]
     unprobed = tmp_path / "unprobed.safetensors"
@@ -117,7 +118,7 @@ def test_generate_guided_is_the_librarys_choice(run, switch_file, model_dir):
                        "--guide", "3", "--json")
     want = ls.generate(lm, "the", [(switch, 3.0)], seed=2, max_new_tokens=8, guide=3)
     assert code == 0 and [s["text"] for s in json.loads(out)["samples"]] == want
-    code, _, err = run("generate", "--prompt", "the", "--max-new-tokens", "2", "--guide", "9")
+    code, _, err = run("generate", "--prompt", "the", "--switch", f"{switch_file}=3", "--max-new-tokens", "2", "--guide", "9")
     assert code != 0 and "guide must be an integer from 1 (off) to 8" in err
 
 
@@ -320,6 +321,23 @@ def test_shipped_switch_for_another_model_is_refused_by_name(run):
     assert code == 2 and "made for" in err
 
 
+def test_an_unknown_option_is_named_first_with_the_nearest_known_one(capsys):
+    """``generate --swtich sentiment`` said "--prompt is required"; with --prompt added, only "unrecognized arguments"."""
+    for argv, said in ((["generate", "--swtich", "sentiment"], "unrecognized option --swtich; did you mean --switch?"),
+                       (["--model", "m", "sweep", "--prompt", "Hi", "--eps=1", "--swtich=x"], "unrecognized option --swtich; did you mean --switch?"),
+                       (["train", "--zzz"], "unrecognized option --zzz (see python -m lmswitch train --help)")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and said in err and "required" not in err, (argv, err)
+    # an unambiguous prefix of a known option, a value with a space, and what follows "--" are argparse's to read
+    args = build_parser().parse_args(["generate", "--prom", "--a b", "--switch", "sentiment"])
+    assert args.prompt == "--a b"
+    for argv in (["generate", "--prom", "--a b"], ["generate", "--prompt", "Hi", "--max", "3"]):
+        main_parser = build_parser()
+        unknown_options_first(main_parser, argv)  # nothing refused
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -449,12 +467,15 @@ def test_generate_with_a_shipped_switch_by_name(monkeypatch, tmp_path, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["generate", "--prompt", "Hi", "--switch", "sentiment=6", "--max-new-tokens", "3", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["switches"] == [{"path": "sentiment", "eps": 6.0}] and len(data["samples"]) == 1
+    assert data["switches"] == [{"path": "sentiment", "name": "sentiment", "eps": 6.0}] and len(data["samples"]) == 1
+    # beyond the card's fluent range: the JSON says so as the OpenAI API does, not only stderr
+    card = load_switch(shipped_switch_path("sentiment")).card
+    assert card.beyond_fluent(6.0) and data["beyond_fluent"] == {"sentiment": f"ε +6 is beyond its fluent range {card.fluent_text}: "
+                                                                               "expect text that reads less well"}
     assert main(["generate", "--prompt", "Hi", "--switch", "sentiment", "--max-new-tokens", "3", "--json"]) == 0
     out = capsys.readouterr()  # the shipped card's recommended ε, not the paper's 5 (beyond its fluent range, with a warning)
-    recommended = load_switch(shipped_switch_path("sentiment")).card.recommended_eps
-    assert json.loads(out.out)["switches"] == [{"path": "sentiment", "eps": recommended}]
-    assert "warning" not in out.err
+    assert json.loads(out.out)["switches"] == [{"path": "sentiment", "name": "sentiment", "eps": card.recommended_eps}]
+    assert "warning" not in out.err and json.loads(out.out)["beyond_fluent"] == {}
 
 
 def test_demo_sweeps_only_inside_the_fluent_range_it_measured(run):
@@ -483,6 +504,9 @@ def test_options_that_make_no_sense_together_are_refused_before_loading(capsys):
                        # adaptive strength's budgets change nothing without it
                        (["generate", "--prompt", "Hi", "--kl-budget", "1"], "add --adaptive"),
                        (["sweep", "--switch", "s", "--prompt", "Hi", "--generation-budget", "2"], "add --adaptive"),
+                       # with no switch the text was the model's own, --guide and --adaptive ignored without a word
+                       (["generate", "--prompt", "Hi", "--guide", "4"], "--guide keeps the candidates a switch's judge prefers, and no --switch"),
+                       (["generate", "--prompt", "Hi", "--adaptive"], "--adaptive limits a switch's steering, and no --switch is given"),
                        # a map fitted on fewer words than --min-anchors, or with none held out to measure its fit
                        (["transfer", "--switch", "s", "--to", "m", "--out", "o.safetensors", "--anchors", "20"],
                         "--anchors 20 is below --min-anchors 200"),
@@ -492,7 +516,8 @@ def test_options_that_make_no_sense_together_are_refused_before_loading(capsys):
         assert said in capsys.readouterr().err, argv
     for argv in (["eval", "--frontier", "sentiment", "--report", "E.md", "--limit", "3"], ["eval", "--switch", "s", "--out", "o", "--png"],
                  ["eval", "--stance", "--out", "o"], ["eval", "--transfer-to", "gemma3-270m", "--switches", "s"],
-                 ["generate", "--prompt", "Hi", "--adaptive", "--kl-budget", "1"],
+                 ["generate", "--prompt", "Hi", "--switch", "sentiment", "--adaptive", "--kl-budget", "1"],
+                 ["generate", "--prompt", "Hi", "--switch", "sentiment", "--guide", "4"], ["generate", "--prompt", "Hi", "--best-of", "2"],
                  ["train", "--positive", "p.txt", "--self-contrast", "--out", "o.safetensors"]):  # (the model's text: side two)
         assert main(["--model", "no-such-model", *argv]) == 2  # each option read by its mode: on to loading the model
         assert "Cannot find model 'no-such-model'" in capsys.readouterr().err, argv
@@ -682,8 +707,8 @@ def test_bad_decoding_values_are_refused_before_loading_naming_the_flags(capsys)
                        (["sweep", "--prompt", "Hi", "--switch", "sentiment", "--top-p", "2"], "--top-p must be a number from 0 to 1"),
                        (["generate", "--prompt", "Hi", "--temperature", "0", "--best-of", "2"], "--best-of > 1 needs sampling (--temperature > 0)"),
                        # the library's "or None" is no value a flag takes
-                       (["generate", "--prompt", "Hi", "--adaptive", "--kl-budget", "-1"], "--kl-budget must be a positive number of nats per token; got -1"),
-                       (["generate", "--prompt", "Hi", "--adaptive", "--generation-budget", "0"], "--generation-budget must be a positive number of nats per generation; got 0")):
+                       (["generate", "--prompt", "Hi", "--switch", "sentiment", "--adaptive", "--kl-budget", "-1"], "--kl-budget must be a positive number of nats per token; got -1"),
+                       (["generate", "--prompt", "Hi", "--switch", "sentiment", "--adaptive", "--generation-budget", "0"], "--generation-budget must be a positive number of nats per generation; got 0")):
         assert main(["--model", "no-such-model", *argv]) == 2, argv
         err = capsys.readouterr().err
         assert err.startswith("error: ") and said in err and "Cannot find model" not in err and "None" not in err, (argv, err)

@@ -14,7 +14,7 @@ import argparse
 import sys
 import warnings
 
-from lmswitch.cli.parser import build_parser, values_after_options
+from lmswitch.cli.parser import build_parser, unknown_options_first, values_after_options
 
 __all__ = ["build_parser", "main"]
 
@@ -22,7 +22,9 @@ __all__ = ["build_parser", "main"]
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default: ``sys.argv[1:]``) and run it; returns the exit code: 0, 2 for bad input, 130 when interrupted."""
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(values_after_options(argv))
+    parser, given = build_parser(), values_after_options(argv)
+    unknown_options_first(parser, given)
+    args = parser.parse_args(given)
     args.argv = list(argv)  # what a report records as its command (main may be called from a script, not the shell)
     try:
         return _run(args)

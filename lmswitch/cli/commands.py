@@ -21,7 +21,7 @@ from lmswitch.core.generate import generate, sweep
 from lmswitch.core.models import LanguageModel, load_model
 from lmswitch.core.options import TrainConfig
 from lmswitch.core.parallel import is_main
-from lmswitch.core.steering import check_setting
+from lmswitch.core.steering import beyond_fluent, check_setting
 from lmswitch.core.switch import Switch, load_switch
 from lmswitch.core.train import advise_on_data, train_switch
 from lmswitch.core.transfer import fit_text, strength_advice, transfer
@@ -122,8 +122,8 @@ def cmd_generate(args: argparse.Namespace, lm: LanguageModel) -> None:
     check_setting(lm, setting)  # a setting that will be refused is refused before any warning
     _warn_beyond_fluent(setting, "adaptive" if args.adaptive else "plain")
     texts = generate(lm, args.prompt, setting, samples=args.samples, seed=args.seed, **_sampling(args, lm))
-    used = [{"path": ref, "eps": eps} for (ref, _), (_, eps) in zip(args.switch, setting, strict=True)]
-    data = {"prompt": args.prompt, "switches": used, "seed": args.seed,
+    used = [{"path": ref, "name": s.name, "eps": eps} for (ref, _), (s, eps) in zip(args.switch, setting, strict=True)]
+    data = {"prompt": args.prompt, "switches": used, "seed": args.seed, "beyond_fluent": beyond_fluent(setting),
             "samples": [{"seed": args.seed + k, "text": t} for k, t in enumerate(texts)]}
     emit(args, data, "\n".join(_row(f"[seed {args.seed + k}]", _shown(args, t)) for k, t in enumerate(texts)))
 

@@ -16,6 +16,7 @@ Switch settings and ε lists go through the one parser in :mod:`lmswitch.io.pars
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 import sys
 from collections.abc import Callable
@@ -340,6 +341,24 @@ def values_after_options(argv: list[str]) -> list[str]:
         else:
             out.append(arg)
     return out
+
+
+def unknown_options_first(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """Refuse an option the subcommand does not have, with the nearest one it has, before argparse's own checks:
+    ``generate --swtich x`` was told "--prompt is required", and only once --prompt was added that --swtich is unknown."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    command = next((arg for arg in argv if arg in sub.choices), None)
+    if command is None:
+        return
+    p = sub.choices[command]
+    known = list(p._option_string_actions)
+    after = argv[argv.index(command) + 1 :]
+    for arg in after[: after.index("--")] if "--" in after else after:
+        flag = arg.split("=", 1)[0]
+        # argparse takes a value with a space for a value, and an unambiguous prefix of an option for the option
+        if flag.startswith("--") and " " not in arg and not any(k.startswith(flag) for k in known):
+            near = difflib.get_close_matches(flag, known, n=1)
+            p.error(f"unrecognized option {flag}" + (f"; did you mean {near[0]}?" if near else f" (see {p.prog} --help)"))
 
 
 class _Formatter(argparse.HelpFormatter):

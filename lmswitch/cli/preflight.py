@@ -20,6 +20,8 @@ from lmswitch.core.switch import Switch, check_name, load_switch, switch_path, u
 from lmswitch.io.atomic import writable
 from lmswitch.io.resources import resolve_switch_file
 
+_BUDGETS = (lambda a: not a.adaptive and (a.kl_budget is not None or a.generation_budget != SAMPLING.generation_budget),
+            "--kl-budget and --generation-budget are adaptive strength's budgets; add --adaptive")
 CONFLICTS = {  # subcommand → [(a bad combination of options, what to do instead)], checked before the model loads
     "eval": [(lambda a: a.sliders and not a.frontier, "--sliders scores the slider ranges of --frontier switches; add --frontier NAME"),
              (lambda a: a.png and not a.out, "--png renders the figure that --out DIR writes; add --out DIR")],
@@ -28,8 +30,12 @@ CONFLICTS = {  # subcommand → [(a bad combination of options, what to do inste
                "--positive without --negative gives one side only: add --negative FILE (examples of the other style), "
                "--self-contrast (the model's own continuations as the other side), or --document to learn what the file's "
                "text does differently from the model's own writing")],
-    **dict.fromkeys(("generate", "sweep"), [(lambda a: not a.adaptive and (a.kl_budget is not None or a.generation_budget != SAMPLING.generation_budget),
-                                             "--kl-budget and --generation-budget are adaptive strength's budgets; add --adaptive")]),
+    "sweep": [_BUDGETS],
+    "generate": [_BUDGETS,  # with no switch the text is the model's own, which these would leave as it is
+                 (lambda a: a.guide > 1 and not a.switch,
+                  "--guide keeps the candidates a switch's judge prefers, and no --switch is given; add --switch NAME[=EPS]"),
+                 (lambda a: a.adaptive and not a.switch,
+                  "--adaptive limits a switch's steering, and no --switch is given; add --switch NAME[=EPS]")],
 }
 
 
