@@ -284,8 +284,14 @@ def test_info_text_leaves_out_what_the_run_did_not_use(monkeypatch, tmp_path, ca
     """The shipped sentiment switch was trained with L-BFGS: Adam's settings say nothing of it (--json keeps them)."""
     monkeypatch.chdir(tmp_path)
     assert main(["info", "--switch", "sentiment"]) == 0
-    shown = {line.split(":")[0].strip() for line in capsys.readouterr().out.splitlines()}
+    out = capsys.readouterr().out
+    shown = {line.split(":")[0].strip() for line in out.splitlines()}
     assert {"steps", "l2", "optimizer"} <= shown and not shown & {"lr", "batch_tokens", "min_steps", "data_shape"}
+    # a nested entry is indented under its key, each ε's row of the evaluation on a line of its own (all on one line
+    # as a Python dict before), numbers to four figures
+    assert "{" not in out and "  evaluation:\n    prompts: neutral" in out and "\n  data:\n    dataset: sentiment\n" in out
+    row = next(line for line in out.splitlines() if line.startswith("      +4: "))
+    assert "positive_share 0.7, " in row and re.search(r"perplexity \d+\.\d{1,2},", row)
     assert main(["info", "--switch", "sentiment", "--json"]) == 0
     assert {"lr", "batch_tokens", "min_steps"} <= set(json.loads(capsys.readouterr().out)["card"])
 

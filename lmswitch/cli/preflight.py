@@ -182,5 +182,33 @@ def cmd_switch_card(args: argparse.Namespace) -> None:
     lines.append(f"  +eps → {s.positive_label}, -eps → {s.negative_label}; {recommended}"
                  + (f"fluent eps {s.card.fluent_text}" if s.card.fluent_text else f"fluent range not probed (the app's slider spans {lo:g} … {hi:g})")
                  + f" (× {s.eps0:g})")
-    lines += [f"  {k}: {v}" for k, v in data["card"].items() if k not in s.card.unused()]  # --json keeps the whole card
+    lines += card_lines({k: v for k, v in data["card"].items() if k not in s.card.unused()})  # --json keeps the whole card
     emit(args, data, "\n".join(lines))
+
+
+def card_lines(entries: dict, indent: str = "  ") -> list[str]:
+    """A card's entries one per line, a nested group indented under its key (the evaluation's per-ε rows were one line
+    of a Python dict), a group of plain values below the top on one line (a row); numbers to four figures."""
+    lines = []
+    for key, value in entries.items():
+        if isinstance(value, dict) and value and (indent == "  " or not all(map(_plain, value.values()))):
+            lines += [f"{indent}{key}:", *card_lines(value, indent + "  ")]
+        elif isinstance(value, dict) and value:
+            lines.append(f"{indent}{key}: " + ", ".join(f"{k} {_shown(v)}" for k, v in value.items()))
+        else:
+            lines.append(f"{indent}{key}: {_shown(value)}")
+    return lines
+
+
+def _plain(value: object) -> bool:
+    """A value shown on one line: no group, nor a list holding one."""
+    return not isinstance(value, dict | list) or isinstance(value, list) and not any(isinstance(v, dict | list) for v in value)
+
+
+def _shown(value: object) -> str:
+    """A plain value as read: a float to four figures, a list's items joined."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(map(_shown, value)) + "]"
+    return str(value)
