@@ -487,6 +487,7 @@ def test_generate_with_a_shipped_switch_by_name(monkeypatch, tmp_path, capsys):
 def test_demo_sweeps_only_inside_the_fluent_range_it_measured(run):
     code, out, err = run("demo", "--steps", "5", "--prompt", "the")
     assert code == 0 and "probing its fluent ε range" in err
+    assert re.search(r"trained in [\d.]+ s; Held-out gain [-+]?[\d.]+ nats/token", err)  # what train says of the data too
     head, *rows = [line for line in out.splitlines() if line.strip()]
     low, high = (float(x) for x in re.search(r"fluent ε (\S+) … (\S+);", head).groups())
     shown = [float(re.match(r"eps\s+(\S+) \|", row).group(1)) for row in rows if row.startswith("eps")]

@@ -152,7 +152,8 @@ def cmd_demo(args: argparse.Namespace, lm: LanguageModel) -> None:
     pos = read_examples(str(examples / "sentiment_positive.txt"), False)
     neg = read_examples(str(examples / "sentiment_negative.txt"), False)
     switch = train_switch(lm, pos, neg, name="sentiment", config=TrainConfig(steps=args.steps))
-    log(f"trained in {switch.card['seconds']:.1f} s; probing its fluent ε range on a few dev prompts …")
+    log(f"trained in {switch.card['seconds']:.1f} s; {advise_on_data(card_without_curves(switch)).text}")  # as train says
+    log("probing its fluent ε range on a few dev prompts …")
     switch.card = calibrated_card(lm, switch)
     rows = sweep(lm, args.prompt, switch, switch.card.fluent_row, max_new_tokens=DEMO_NEW_TOKENS)
     data = {"fluent_eps": switch.card.fluent_eps, "prompt": args.prompt, "sweep": [{"eps": eps, "text": text} for eps, text in rows]}
