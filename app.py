@@ -43,11 +43,11 @@ from lmswitch.webapp.mcp_tools import McpTools  # noqa: E402
 from lmswitch.webapp.openai_api import OpenAIApi  # noqa: E402
 from lmswitch.webapp.steer import generate_api, on_load, run_grid, run_sweep, run_transfer, select_model, steer  # noqa: E402
 from lmswitch.webapp.stopping import quiet, serve_until_stopped, stop_on_signals, stopped_while_starting  # noqa: E402
-from lmswitch.webapp.train import MODES, cancel_training, import_switch, save_switch, train  # noqa: E402
+from lmswitch.webapp.train import MODES, cancel_training, delete_switch, import_switch, save_switch, train  # noqa: E402
 from lmswitch.webapp.widgets import MAX_SLOTS, PENDING, dropdown_updates, slot_updates  # noqa: E402
 
 __all__ = [  # the handlers, for scripts and tests that call them without a server
-    "MAX_SLOTS", "MODES", "PENDING", "Backend", "McpTools", "OpenAIApi", "build_app", "cancel_training", "dropdown_updates", "generate_api", "import_switch",
+    "MAX_SLOTS", "MODES", "PENDING", "Backend", "McpTools", "OpenAIApi", "build_app", "cancel_training", "delete_switch", "dropdown_updates", "generate_api", "import_switch",
     "freeze_when_loaded", "inspect_switch", "main", "on_load", "run_grid", "run_highlight", "run_sweep", "run_transfer", "save_switch", "select_model",
     "slot_updates", "steer", "train",
 ]

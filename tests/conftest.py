@@ -201,8 +201,9 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) ->
 
 
 def digest(folder: Path) -> dict[str, str]:
-    """sha256 of every file in ``folder``: to check that nothing was written, changed or removed there."""
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+    """sha256 of every file in ``folder`` and its subfolders, by path within it: to check that nothing was written,
+    changed or removed there."""
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def lines(path: Path) -> list[str]:

@@ -19,7 +19,7 @@ from gradio.utils import get_upload_folder
 import app
 import lmswitch as ls
 from lmswitch.lenses import svd
-from lmswitch.serve.session import Session
+from lmswitch.serve.session import Session, SwitchLibrary
 from lmswitch.webapp import files, steer
 from lmswitch.webapp import lens as app_lens
 from lmswitch.webapp import train as app_train
@@ -1121,3 +1121,40 @@ def test_the_meter_summary_reads_neither_way_at_a_best_eps_shown_as_zero():
 
     assert app_lens._reading(row(0.04)) == "- **formality**: best ε +0.0 → *neither* (evidence 0.0 nats; weak)"
     assert app_lens._reading(row(-0.06)).startswith("- **formality**: best ε -0.1 → *informal*")
+
+
+def test_delete_removes_what_this_page_made_and_keeps_the_file_in_the_trash(backend, folder, llama_lm):
+    """There was no way to delete a switch. A page may delete what it made: an unsaved switch leaves it (no file is
+    touched); one it saved leaves the library, its file moved to the folder's .trash (nothing is lost). The library's
+    switches from before, and another page's, are everyone's: refused, naming the file to move by hand."""
+    session, other = Session(), Session()
+    session.add(random_switch(llama_lm, seed=31, name="draft"), backend.library)
+    before = digest(folder)
+    message, *pickers = app.delete_switch(backend, "draft", session, *["draft"] * 7)
+    assert message == "Deleted 'draft' from this page (it was not saved)." and digest(folder) == before
+    assert "draft" not in session.available(backend.library) and all(p.value != "draft" for p in pickers)
+    assert not any("draft" in {c[0] for c in p.choices} for p in pickers)
+    keeper = random_switch(llama_lm, seed=32, name="keeper")
+    session.add(keeper, backend.library)
+    app.save_switch(backend, "keeper", session, *[None] * 7)
+    saved = digest(folder)["keeper.safetensors"]
+    for page, name in ((other, "keeper"), (session, "alpha")):
+        with pytest.raises(gr.Error, match=f"'{name}' was not saved from this page, so it stays for everyone who uses it; to "
+                                           f"delete it, move its file {re.escape(str(folder / name))}.safetensors out"):
+            app.delete_switch(backend, name, page, *[None] * 7)
+    assert digest(folder) == {**before, "keeper.safetensors": saved}
+    message = app.delete_switch(backend, "keeper", session, *[None] * 7)[0]
+    trashed = folder / ".trash" / "keeper.safetensors"
+    assert message == f"Deleted 'keeper' from the library: its file is now `{trashed}` (move it back into the library folder to have it again at the next start)."
+    assert digest(folder) == {**before, ".trash/keeper.safetensors": saved}
+    assert "keeper" not in other.available(backend.library) and "keeper" not in SwitchLibrary(llama_lm, folder).names()
+    with pytest.raises(gr.Error, match="no switch named 'keeper' in this session or the library"):
+        app.delete_switch(backend, "keeper", session, *[None] * 7)
+    # the name is free again: saved and deleted once more, the trash keeps both files
+    session.add(random_switch(llama_lm, seed=33, name="keeper"), backend.library)
+    app.save_switch(backend, "keeper", session, *[None] * 7)
+    app.delete_switch(backend, "keeper", session, *[None] * 7)
+    assert sorted(set(digest(folder)) - set(before)) == [".trash/keeper-2.safetensors", ".trash/keeper.safetensors"]
+    assert torch.equal(ls.load_switch(trashed, llama_lm).W, keeper.W)
+    with pytest.raises(gr.Error, match="pick a switch to delete"):
+        app.delete_switch(backend, None, session, *[None] * 7)

@@ -68,7 +68,9 @@ GOOD = {  # values the endpoints accept, by widget label (small, so that a good 
 }
 
 
-NEEDS_MORE = {"import_switch", "save_switch", "transfer"}  # need a file, a session switch, or a second model: refused here
+# need a file, a session switch (to save, or to delete: the library's are not a page's to delete), or a second model:
+# refused here
+NEEDS_MORE = {"import_switch", "save_switch", "delete_switch", "transfer"}
 
 
 def valid(component):
@@ -109,7 +111,7 @@ def test_every_named_endpoint_answers_bad_input_with_a_readable_error(served, da
 
 def test_every_named_endpoint_is_fuzzed(served):
     _, _, endpoints, _ = served
-    assert {"generate", "steer", "sweep", "compose", "train", "cancel_training", "save_switch", "import_switch", "inspect",
+    assert {"generate", "steer", "sweep", "compose", "train", "cancel_training", "save_switch", "delete_switch", "import_switch", "inspect",
             "highlight", "select_model", "transfer", "status"} <= set(endpoints)
 
 

@@ -22,6 +22,7 @@ from lmswitch.core.switch import STEERS_NOTHING, Switch, SwitchFileError, check_
 from lmswitch.serve.limits import MAX_METER_SWITCHES
 
 MAX_SESSION_SWITCHES = 32  # each is a d × d float32 matrix (1.3 MB for the embedded model)
+TRASH = ".trash"  # the library folder's subfolder where deleted switches go (the library reads only the folder itself)
 SPOOL_QUOTA = 4 * 2**30  # bytes of closed sessions' switches on disk; past it, a closed session keeps them in memory
 
 
@@ -100,6 +101,20 @@ class SwitchLibrary:
             self._switches[name] = switch
         return path
 
+    def remove(self, name: str) -> Path:
+        """Move ``name``'s file into the folder's :data:`TRASH` (nothing is deleted: moved back by hand, the switch is in
+        the library again at the next start); returns where it went (``name-2`` … there when the name was taken)."""
+        with self._lock:
+            if name not in self._switches:
+                raise ValueError(f"no switch named '{name}' in the library")
+            trash = self.folder / TRASH
+            trash.mkdir(exist_ok=True)
+            target = trash / f"{_free_name(name, {p.stem for p in trash.glob('*.safetensors')})}.safetensors"
+            del self._switches[name]
+            with contextlib.suppress(FileNotFoundError):  # (removed by hand meanwhile: out of the library all the same)
+                os.replace(self.folder / f"{name}.safetensors", target)
+        return target
+
 
 @dataclass(frozen=True)
 class MeterPick:
@@ -127,6 +142,7 @@ class Session:
         self.model: str | None = None  # the model this session steers (None: the app's default)
         self.wide_sliders = False  # sliders span the switch's full range, beyond its calibrated fluent range
         self.measuring: set[str] = set()  # switches just trained whose fluent range is being probed (their sliders wait on it)
+        self.saved: set[str] = set()  # switches this session saved to the library: the ones it may delete from there
         self._spilled: dict[str, tuple[Path, str]] = {}  # name -> (file, model fingerprint): moved to disk by spill()
         self._spill_after_training: Path | None = None  # the page closed while a training run was going
         self._generation: threading.Event | None = None
@@ -244,9 +260,34 @@ class Session:
         with self._lock:
             self.switches.pop(name, None)
             self._forget_file(name)  # spilled meanwhile: the library has it now
+            self.saved.add(final)
             if final != name:
                 self.order[self.order.index(name)] = final
         return final, path
+
+    def delete(self, name: str, library: SwitchLibrary) -> Path | None:
+        """Delete a switch this session made: an unsaved one leaves the session (None); one it saved leaves the library,
+        its file moved to the library's trash (:meth:`SwitchLibrary.remove`; returned). Another page's switches, and the
+        library's from before this session, are not its to delete: refused, saying where their file is."""
+        if name in self.measuring:
+            raise ValueError(f"the fluent ε range of '{name}' is still being measured (a few seconds): delete it once the "
+                             "Train tab says Done")
+        with self._lock:
+            if name in self.switches or name in self._spilled:
+                self.switches.pop(name, None)
+                self._forget_file(name)
+                self.order.remove(name)
+                return None
+        if name in self.saved and library.get(name) is not None:
+            moved = library.remove(name)
+            with self._lock:
+                self.saved.discard(name)
+                self.order.remove(name)
+            return moved
+        if library.get(name) is not None:  # (a library without a folder has no switches)
+            raise ValueError(f"'{name}' was not saved from this page, so it stays for everyone who uses it; to delete it, "
+                             f"move its file {library.folder / f'{name}.safetensors'} out of the library folder")
+        raise ValueError(f"no switch named '{name}' in this session or the library")
 
     # --- a closed page ----------------------------------------------------------------
     def spill(self, folder: Path, quota: int = SPOOL_QUOTA) -> int:

@@ -132,10 +132,11 @@ def _train_tab(ui: SimpleNamespace, shipped: list[str]) -> None:
     ui.loss_plot = gr.Plot(label="training loss")
     ui.train_report = gr.Markdown(elem_id="train-report")
     ui.train_learned = gr.Markdown(elem_id="train-learned", label="what it learned")
-    with gr.Accordion("your switches: save to the library, download, import", open=True):
+    with gr.Accordion("your switches: save to the library, delete, download, import", open=True):
         with gr.Row():
             ui.manage = _picker(shipped)
             ui.save = gr.Button("Save to library")
+            ui.delete = gr.Button("Delete", variant="stop")
             ui.download = gr.DownloadButton("Download .safetensors", value=None)
             ui.upload = gr.UploadButton("Import .safetensors", file_types=[".safetensors"], type="filepath")
         ui.manage_status = gr.Markdown()
@@ -249,10 +250,13 @@ def _wire_train_and_lenses(ui: SimpleNamespace, backend: Backend) -> None:
     ui.cancel.click(train.cancel_training, ui.session, ui.train_status, api_name="cancel_training", concurrency_limit=None, queue=False)
     ui.manage.change(bind(train.export_switch, backend), [ui.manage, ui.session], ui.download, api_visibility="private")
     # show_progress_on: one output shows the progress, or on a refusal Gradio's "Error" badge, where all of them did
-    ui.save.click(bind(train.save_switch, backend), [ui.manage, ui.session, *ui.pickers], [ui.manage_status, *ui.pickers],
-                  api_name="save_switch", show_progress_on=[ui.manage_status]).then(
-        bind(steer.refresh_sliders, backend), [ui.session, *ui.sliders], ui.sliders, api_visibility="private", queue=False).then(
-        bind(steer.model_status, backend), ui.session, ui.status, api_visibility="private", queue=False)  # saved; the count
+    # saved, or deleted (a switch this page made: unsaved, it leaves the page; saved from here, its file goes to the
+    # library's .trash): then the sliders and the status line's count are drawn again
+    for button, handler in ((ui.save, train.save_switch), (ui.delete, train.delete_switch)):
+        button.click(bind(handler, backend), [ui.manage, ui.session, *ui.pickers], [ui.manage_status, *ui.pickers],
+                     api_name=handler.__name__, show_progress_on=[ui.manage_status]).then(
+            bind(steer.refresh_sliders, backend), [ui.session, *ui.sliders], ui.sliders, api_visibility="private", queue=False).then(
+            bind(steer.model_status, backend), ui.session, ui.status, api_visibility="private", queue=False)
     ui.upload.upload(bind(train.import_switch, backend), [ui.upload, ui.session, *ui.pickers], [ui.manage_status, *ui.sliders, *ui.pickers],
                      api_name="import_switch", show_progress_on=[ui.manage_status])
     inspected = ui.inspect_go.click(bind(lens.inspect_switch, backend), [ui.inspect_name, ui.dims, ui.words, ui.session],

@@ -331,6 +331,20 @@ def save_switch(backend: Backend, name: str | None, session: Session, *current: 
     return f"Saved '{name}'{renamed} to `{path}`; it will be in every new session's library.", *pickers
 
 
+@user_errors
+@computed(background=False)
+def delete_switch(backend: Backend, name: str | None, session: Session, *current: str | None):
+    """Delete the picked switch if this page made it (:meth:`Session.delete`); the message and the pickers."""
+    _, library = backend.get(session=session)
+    if not name:
+        raise ValueError("pick a switch to delete")
+    moved = session.delete(name, library)
+    said = (f"Deleted '{name}' from this page (it was not saved)." if moved is None else
+            f"Deleted '{name}' from the library: its file is now `{moved}` (move it back into the library folder to have it "
+            "again at the next start).")
+    return said, *dropdown_updates(session, library, current)
+
+
 def _importable(backend: Backend, switch: Switch, lm: LanguageModel) -> Switch:
     """``switch`` when it can steer ``lm``, stamped with ``lm``'s fingerprint when it has none (so that a library saved
     with it lists it as another model's, not as a broken file, when another model is picked); else what to do instead."""
