@@ -327,6 +327,15 @@ def test_train_from_pasted_sentences_adds_a_slider(ui):
         expect(slot).not_to_contain_text(UNSAVED)  # saved: leaving the page is not questioned any more
         assert page.evaluate("() => window.dispatchEvent(new Event('beforeunload', {cancelable: true}))")
     ui.screenshot("steer-after-training")
+    with ui.view("delete", screenshot=False) as page:  # saved from this page: Delete takes it out of the library again
+        panel = ui.tab("Train")
+        panel.get_by_role("button", name="Delete", exact=True).click()
+        expect(panel).to_contain_text(f"Deleted '{NEW_SWITCH}' from the library")
+        expect(page.locator("#status")).to_contain_text(f"{len(SWITCHES)} switches in")
+        ui.tab("Steer")
+        expect(ui.slider(f"{NEW_SWITCH}:")).to_have_count(0)
+        for name in SWITCHES:
+            expect(ui.slider(f"{name}:")).to_be_visible()
 
 
 def test_inspect_shows_tables_and_plots(ui):

@@ -166,6 +166,24 @@ def test_train_from_a_short_document_then_steer_with_it_privately(app_server, tm
     assert "Traceback" not in app_server.log_path.read_text()[before:]  # a refused input is the user's, not the server's, error
 
 
+def test_a_page_saves_then_deletes_its_switch_and_cannot_delete_anothers(app_server):
+    """Delete through the server: a saved switch is in every page's library until the page that saved it deletes it;
+    then its file is in the library's .trash, and no page lists it. Another page's delete is refused."""
+    mine, theirs = client(app_server), client(app_server)
+    text = "\n".join(lines(EXAMPLES / "sentiment_positive.txt")[:12])
+    out = mine.predict(mode="one document", name="tidy", text_a=text, file_a=None, file_b=None, steps=20, api_name="/train")
+    assert out[0] == "Done."
+    assert "Saved 'tidy'" in mine.predict("tidy", api_name="/save_switch")[0]
+    assert "tidy" in theirs.predict(api_name="/status")["switches"]
+    with pytest.raises(AppError, match="'tidy' was not saved from this page"):
+        theirs.predict("tidy", api_name="/delete_switch")
+    assert mine.predict("tidy", api_name="/delete_switch")[0].startswith("Deleted 'tidy' from the library")
+    assert (app_server.switches / ".trash" / "tidy.safetensors").is_file() and not (app_server.switches / "tidy.safetensors").exists()
+    assert "tidy" not in theirs.predict(api_name="/status")["switches"]
+    with pytest.raises(AppError, match="no switch named 'tidy'"):
+        theirs.predict(prompt=PROMPT, switches="tidy=3", api_name="/generate")
+
+
 def test_highlight_lights_up_the_insult(app_server):
     c = client(app_server)
     text = "Thanks for the quick update on the schedule. Honestly, you are a pathetic idiot for booking the room twice."
