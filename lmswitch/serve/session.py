@@ -276,13 +276,13 @@ class Session:
             if name in self.switches or name in self._spilled:
                 self.switches.pop(name, None)
                 self._forget_file(name)
-                self.order.remove(name)
+                self.order = [n for n in self.order if n != name]
                 return None
         if name in self.saved and library.get(name) is not None:
             moved = library.remove(name)
             with self._lock:
                 self.saved.discard(name)
-                self.order.remove(name)
+                self.order = [n for n in self.order if n != name]
             return moved
         if library.get(name) is not None:  # (a library without a folder has no switches)
             raise ValueError(f"'{name}' was not saved from this page, so it stays for everyone who uses it; to delete it, "
