@@ -1132,8 +1132,9 @@ def test_delete_removes_what_this_page_made_and_keeps_the_file_in_the_trash(back
     before = digest(folder)
     message, *pickers = app.delete_switch(backend, "draft", session, *["draft"] * 7)
     assert message == "Deleted 'draft' from this page (it was not saved)." and digest(folder) == before
-    assert "draft" not in session.available(backend.library) and all(p.value != "draft" for p in pickers)
-    assert not any("draft" in {c[0] for c in p.choices} for p in pickers)
+    assert "draft" not in session.available(backend.library) and not any("draft" in {c[0] for c in p.choices} for p in pickers)
+    assert [p.value for p in pickers] == [None] * 7  # left empty: not moved to a switch the user did not pick
+    assert app_train.export_switch(backend, "", session).label == app_train.DOWNLOAD  # (it named the switch picked before)
     keeper = random_switch(llama_lm, seed=32, name="keeper")
     session.add(keeper, backend.library)
     app.save_switch(backend, "keeper", session, *[None] * 7)
@@ -1158,3 +1159,22 @@ def test_delete_removes_what_this_page_made_and_keeps_the_file_in_the_trash(back
     assert torch.equal(ls.load_switch(trashed, llama_lm).W, keeper.W)
     with pytest.raises(gr.Error, match="pick a switch to delete"):
         app.delete_switch(backend, None, session, *[None] * 7)
+
+
+def test_a_slider_keeps_its_switch_when_another_page_deletes_one_drawn_before_it(backend, llama_lm):
+    """Page B drew sliders for alpha, beta, gone, late; page A deleted 'gone'. B's values were paired with the library as
+    it was at the request: 'late''s value went to nothing and 'gone''s to 'late', steering the wrong switch silently."""
+    a, b = Session(), Session()
+    a.add(random_switch(llama_lm, seed=41, name="gone"), backend.library)
+    app.save_switch(backend, "gone", a, *[None] * 7)
+    late = random_switch(llama_lm, seed=42, name="late")
+    b.add(late, backend.library)
+    steer.refresh_sliders(backend, b)  # as the page draws them on load
+    assert b.slots == ["alpha", "beta", "gone", "late"]
+    app.delete_switch(backend, "gone", a, *[None] * 7)
+    assert app_widgets.slot_setting(b, backend.library, [0.0, 0.0, 0.0, 2.0]) == [(late, 2.0)]
+    with pytest.raises(gr.Error, match="'gone' is no longer in the library \\(deleted from another page\\): reload the page"):
+        final(app.steer(backend, PROMPT, *gen_args(), b, 0.0, 0.0, 2.0, 0.0))
+    redrawn = steer.refresh_sliders(backend, b, 0.0, 1.0, 0.0, 2.0)  # after a save, say: each value stays with its switch
+    assert b.slots == ["alpha", "beta", "late"] and [u.value for u in redrawn[:3]] == [0.0, 1.0, 2.0]
+    assert app_widgets.slot_setting(b, backend.library, [0.0, 0.0, 2.0]) == [(late, 2.0)]

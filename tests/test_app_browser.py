@@ -331,6 +331,9 @@ def test_train_from_pasted_sentences_adds_a_slider(ui):
         panel = ui.tab("Train")
         panel.get_by_role("button", name="Delete", exact=True).click()
         expect(panel).to_contain_text(f"Deleted '{NEW_SWITCH}' from the library")
+        # the picker is left empty (it moved to a switch nobody picked), and so is the download
+        expect(panel.get_by_label("switch", exact=True)).to_have_value("")
+        expect(panel.get_by_role("button", name="Download .safetensors", exact=True)).to_be_visible()
         expect(page.locator("#status")).to_contain_text(f"{len(SWITCHES)} switches in")
         ui.tab("Steer")
         expect(ui.slider(f"{NEW_SWITCH}:")).to_have_count(0)

@@ -137,7 +137,7 @@ def _train_tab(ui: SimpleNamespace, shipped: list[str]) -> None:
             ui.manage = _picker(shipped)
             ui.save = gr.Button("Save to library")
             ui.delete = gr.Button("Delete")
-            ui.download = gr.DownloadButton("Download .safetensors", value=None)
+            ui.download = gr.DownloadButton(train.DOWNLOAD, value=None)
             ui.upload = gr.UploadButton("Import .safetensors", file_types=[".safetensors"], type="filepath")
         ui.manage_status = gr.Markdown()
 

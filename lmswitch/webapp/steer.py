@@ -30,6 +30,8 @@ from lmswitch.webapp.widgets import (
     format_scores,
     sampling,
     slider_range,
+    slot_names,
+    slot_setting,
     slot_updates,
     token_html,
 )
@@ -58,7 +60,7 @@ def refresh_sliders(backend: Backend, session: Session, *values: float) -> list:
     """The slider slots again, as they are now (after a save: no longer marked unsaved; after a new switch's fluent range
     was measured: spanning it), their values kept, each moved into its slider's range."""
     _, library = backend.get(session=session)
-    kept = dict(zip(session.available(library)[:MAX_SLOTS], (float(v or 0.0) for v in values), strict=False))
+    kept = dict(zip(slot_names(session, library), (float(v or 0.0) for v in values), strict=False))
     return slot_updates(session, library, values=kept)
 
 
@@ -139,13 +141,12 @@ def steer(backend: Backend, prompt: str, max_new_tokens, temperature, top_p, see
     n or guided, both at the end). (These come last so that scripts calling ``/steer`` with the slider values alone keep
     working.)"""
     _, library = backend.get(session=session)
-    names = session.available(library)[:MAX_SLOTS]
     eps, extra = values[:MAX_SLOTS], values[MAX_SLOTS:]
     widgets = (max_new_tokens, temperature, top_p, seed, chat, bool(extra[0]) if extra else False,
                extra[1] if len(extra) > 1 else SAMPLING.best_of, extra[2] if len(extra) > 2 else SAMPLING.guide,
                extra[3] if len(extra) > 3 else GUARD_ON)
     shown = 0.0
-    setting = checked_setting(session, library, list(zip(names, eps, strict=False)))
+    setting = slot_setting(session, library, eps)
     for item in _comparisons(backend, session, prompt, setting, widgets):
         if isinstance(item, Comparison):
             yield (item.steered, item.unsteered, format_scores(item.steered_scores), format_scores(item.unsteered_scores),

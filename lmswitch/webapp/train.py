@@ -297,6 +297,9 @@ def cancel_training(session: Session) -> str:
     return "Cancelling…" if session.cancel_training() else "No training is running in this session."
 
 
+DOWNLOAD = "Download .safetensors"  # the Train tab's download button while no switch is picked
+
+
 def export_path(backend: Backend, switch: Switch) -> str:
     """Write ``switch`` to a fresh temporary file for the download button."""
     folder = backend.export_dir / uuid.uuid4().hex
@@ -308,8 +311,8 @@ def export_path(backend: Backend, switch: Switch) -> str:
 @computed(background=False)
 def export_switch(backend: Backend, name: str | None, session: Session):
     _, library = backend.get(session=session)
-    if not name:
-        return gr.DownloadButton(value=None)
+    if not name:  # (its label named the switch picked before)
+        return gr.DownloadButton(value=None, label=DOWNLOAD)
     if name in session.measuring:  # as Save: its file would lack the range (the Train tab's "Done." brings the file)
         return gr.DownloadButton(value=None, label=f"Download {name}.safetensors (once its range is measured)")
     return gr.DownloadButton(value=export_path(backend, session.get(name, library)), label=f"Download {name}.safetensors")
@@ -342,7 +345,12 @@ def delete_switch(backend: Backend, name: str | None, session: Session, *current
     said = (f"Deleted '{name}' from this page (it was not saved)." if moved is None else
             f"Deleted '{name}' from the library: its file is now `{moved}` (move it back into the library folder to have it "
             "again at the next start).")
-    return said, *dropdown_updates(session, library, current)
+    # a picker that held it is left empty, not moved to another switch the user did not pick (a second Delete or the
+    # Download would act on that one)
+    names = session.available(library)
+    pickers = [gr.Dropdown(choices=names, value=None) if value == name else update
+               for value, update in zip(current, dropdown_updates(session, library, current), strict=True)]
+    return said, *pickers
 
 
 def _importable(backend: Backend, switch: Switch, lm: LanguageModel) -> Switch:

@@ -104,6 +104,25 @@ def checked_setting(session: Session, library: SwitchLibrary, pairs: Sequence[tu
     return out
 
 
+def slot_names(session: Session, library: SwitchLibrary) -> list[str]:
+    """The switch of each slider slot as the page shows it (:func:`slot_updates` drew them), so that a value stays with
+    its own switch when another page deletes one drawn before it (its values moved up a slot, onto the next switch);
+    for a client that never drew sliders (a script calling ``/steer``), the session's switches in order."""
+    return session.slots or session.available(library)[:MAX_SLOTS]
+
+
+def slot_setting(session: Session, library: SwitchLibrary, values: Sequence[object]) -> list[tuple[Switch, float]]:
+    """The sliders' values → the setting (:func:`checked_setting`); a slider steering a switch deleted since the page
+    drew it is refused, saying so (its text was the unsteered model's, without a word)."""
+    names, there = slot_names(session, library), set(session.available(library))
+    pairs = list(zip(names, values, strict=False))
+    gone = [name for name, eps in pairs if name not in there and parse_eps(eps, name)]
+    if gone:
+        raise ValueError(f"'{gone[0]}' is no longer in the library (deleted from another page): reload the page to redraw "
+                         "its sliders")
+    return checked_setting(session, library, [(name, eps) for name, eps in pairs if name in there])
+
+
 # --- sliders and pickers ------------------------------------------------------------------------
 def slider_label(switch: Switch) -> str:
     return f"{switch.name}: + → {switch.positive_label}, − → {switch.negative_label}"
@@ -115,7 +134,7 @@ def slot_updates(session: Session, library: SwitchLibrary, *, reset: bool = Fals
     ``reset`` puts every slider back to 0 (another model's switches now fill the slots); ``values`` sets some, each moved
     into its slider's range.
     """
-    names = session.available(library)[:MAX_SLOTS]
+    names = session.slots = session.available(library)[:MAX_SLOTS]
     values = values or {}
     updates = []
     for i in range(MAX_SLOTS):
