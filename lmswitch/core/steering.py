@@ -52,6 +52,13 @@ def beyond_fluent(setting: Setting) -> dict[str, str]:
             for s, e in setting if s.card.beyond_fluent(e)}
 
 
+def beyond_fluent_field(setting: Setting) -> dict[str, dict[str, str]]:
+    """A response's ``beyond_fluent`` entry (:func:`beyond_fluent`'s notes; nothing when every ε is within range), which
+    the OpenAI API's ``lmswitch`` object and ``/generate``'s answer carry alike."""
+    notes = beyond_fluent(setting)
+    return {"beyond_fluent": notes} if notes else {}
+
+
 def steers(setting: Setting) -> bool:
     """Whether ``setting`` changes the model: some switch at an ε other than 0."""
     return any(e != 0 for _, e in setting)

@@ -40,7 +40,7 @@ from lmswitch.core.generate import Prompt, check_seed
 from lmswitch.core.guided import judges_of
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SAMPLING, SamplingOptions
-from lmswitch.core.steering import Setting, beyond_fluent
+from lmswitch.core.steering import Setting, beyond_fluent_field
 from lmswitch.serve.batcher import Busy, Row
 from lmswitch.serve.limits import check_new_tokens, check_request
 from lmswitch.webapp.backend import SERVER_STOPPING, USER_ERRORS, Backend
@@ -462,14 +462,7 @@ def _head(job: Job, chunk: bool = False) -> dict:
     return {"id": f"{'chatcmpl' if job.chat else 'cmpl'}-{uuid.uuid4().hex[:24]}", "object": kind, "created": int(time.time()),
             "model": job.lm.name, "system_fingerprint": job.lm.fingerprint,
             "lmswitch": {"seed": job.seed, "switches": {s.name: e for s, e in job.setting}, "adaptive": job.options.adaptive,
-                         **_notes(job.setting)}}
-
-
-def _notes(setting: Setting) -> dict:
-    """``beyond_fluent``, a note for each ε outside its switch's fluent range, as the CLI warns (ε 400 was served
-    without a word); nothing when every ε is within range."""
-    notes = beyond_fluent(setting)
-    return {"beyond_fluent": notes} if notes else {}
+                         **beyond_fluent_field(job.setting)}}  # (ε 400 was served without a word)
 
 
 def _finish(row: Row) -> str:

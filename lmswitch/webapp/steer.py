@@ -11,7 +11,7 @@ import gradio as gr
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import MIN_ANCHORS as MIN_ANCHORS  # (a module attribute the app's tests can lower)
 from lmswitch.core.options import SAMPLING
-from lmswitch.core.steering import Setting, beyond_fluent
+from lmswitch.core.steering import Setting, beyond_fluent_field
 from lmswitch.core.switch import Switch
 from lmswitch.core.transfer import fit_text, strength_advice, transfer
 from lmswitch.harness import figures
@@ -174,8 +174,7 @@ def generate_api(backend: Backend, prompt: str, switches: str, max_new_tokens, t
     last = collections.deque(items, maxlen=1)
     if not last or not isinstance(last[0], Comparison):
         raise ValueError("the generation was stopped: its client closed")
-    notes = beyond_fluent(setting)  # as the OpenAI API notes them
-    return {**last[0].to_dict(), **({"beyond_fluent": notes} if notes else {})}
+    return {**last[0].to_dict(), **beyond_fluent_field(setting)}  # as the OpenAI API notes them
 
 
 def batch_protocol(lm: LanguageModel, prompt: str, settings: int, samples, widgets: Sequence) -> Protocol:
