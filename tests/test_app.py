@@ -1161,6 +1161,35 @@ def test_delete_removes_what_this_page_made_and_keeps_the_file_in_the_trash(back
         app.delete_switch(backend, None, session, *[None] * 7)
 
 
+def test_a_page_follows_the_switches_another_page_saves_or_deletes(backend, llama_lm):
+    """A page never learned that another page saved or deleted a switch: no slider for the new one, the header's count
+    stale, the pickers offering a switch that was gone. Its timer asks every few seconds and then draws them again, each
+    slider keeping its value; nothing is sent while nothing changed, nor before the page has loaded."""
+    a, b = Session(), Session()
+    pickers = ["alpha", "alpha", "beta", "alpha", "alpha", "beta", "alpha"]
+    sliders = [0.5, -1.0, *[0.0] * (app.MAX_SLOTS - 2)]
+    assert all(u == gr.skip() for u in steer.library_watch(backend, b, *sliders, *pickers))  # not loaded yet
+    status, *_ = steer.on_load(backend, b, *pickers)
+    assert "2 switches in" in status
+    assert all(u == gr.skip() for u in steer.library_watch(backend, b, *sliders, *pickers))
+    a.add(random_switch(llama_lm, seed=51, name="shared"), backend.library)
+    assert all(u == gr.skip() for u in steer.library_watch(backend, b, *sliders, *pickers))  # unsaved: a's alone
+    app.save_switch(backend, "shared", a, *[None] * 7)
+    status, *rest = steer.library_watch(backend, b, *sliders, *pickers)
+    drawn, picked = rest[: app.MAX_SLOTS], rest[app.MAX_SLOTS :]
+    assert "3 switches in" in status and b.slots == ["alpha", "beta", "shared"]
+    assert [u.value for u in drawn[:3]] == [0.5, -1.0, 0.0] and drawn[2].visible and drawn[2].label.startswith("shared:")
+    assert [p.value for p in picked] == pickers and all("shared" in {c[0] for c in p.choices} for p in picked)
+    assert all(u == gr.skip() for u in steer.library_watch(backend, b, *sliders, 0.0, *pickers))  # drawn: nothing more
+    b_pickers = ["shared", *pickers[1:]]
+    app.delete_switch(backend, "shared", a, *[None] * 7)  # a saved it, so a may delete it
+    status, *rest = steer.library_watch(backend, b, *sliders[:2], 1.5, *sliders[3:], *b_pickers)
+    drawn, picked = rest[: app.MAX_SLOTS], rest[app.MAX_SLOTS :]
+    assert "2 switches in" in status and b.slots == ["alpha", "beta"] and not drawn[2].visible
+    assert [p.value for p in picked] == [None, *pickers[1:]]  # left empty, not moved to a switch nobody picked
+    assert all("shared" not in {c[0] for c in p.choices} for p in picked)
+
+
 def test_a_slider_keeps_its_switch_when_another_page_deletes_one_drawn_before_it(backend, llama_lm):
     """Page B drew sliders for alpha, beta, gone, late; page A deleted 'gone'. B's values were paired with the library as
     it was at the request: 'late''s value went to nothing and 'gone''s to 'late', steering the wrong switch silently."""
@@ -1173,7 +1202,7 @@ def test_a_slider_keeps_its_switch_when_another_page_deletes_one_drawn_before_it
     assert b.slots == ["alpha", "beta", "gone", "late"]
     app.delete_switch(backend, "gone", a, *[None] * 7)
     assert app_widgets.slot_setting(b, backend.library, [0.0, 0.0, 0.0, 2.0]) == [(late, 2.0)]
-    with pytest.raises(gr.Error, match="'gone' is no longer in the library \\(deleted from another page\\): reload the page"):
+    with pytest.raises(gr.Error, match="'gone' is no longer in the library \\(deleted from another page\\): its slider leaves this page"):
         final(app.steer(backend, PROMPT, *gen_args(), b, 0.0, 0.0, 2.0, 0.0))
     redrawn = steer.refresh_sliders(backend, b, 0.0, 1.0, 0.0, 2.0)  # after a save, say: each value stays with its switch
     assert b.slots == ["alpha", "beta", "late"] and [u.value for u in redrawn[:3]] == [0.0, 1.0, 2.0]

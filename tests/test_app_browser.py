@@ -37,6 +37,7 @@ SWITCHES = ["detox", "formality", "sentiment"]  # the shipped library, in slot o
 NEW_SWITCH = "browser-switch"
 GENERATE_TIMEOUT = 90_000  # ms; one 40-token generation takes a few seconds on 2 busy cores
 TRAIN_TIMEOUT = 180_000
+WATCH_TIMEOUT = 20_000  # ms; a page asks every 5 s whether another page saved or deleted a switch
 READY = re.compile(r"ready · \d+ switches")  # not just "ready": the loading message says "as soon as it is ready"
 
 
@@ -47,6 +48,7 @@ class Ui:
     def __init__(self, page: Page, server) -> None:
         self.page, self.server = page, server
         self.errors: list[str] = []
+        self.other: Page | None = None  # a second user's page (other_page)
         self.joins: list[dict] = []  # bodies of the queue/join requests (one per event the page sends to a Python function)
         page.on("pageerror", lambda err: self.errors.append(f"{err.name}: {err.message}"))
         page.on("request", self._record)
@@ -82,6 +84,21 @@ class Ui:
         self.page.get_by_role("tab", name=name, exact=True).click()
         expect(self.page.get_by_role("tab", name=name, exact=True)).to_have_attribute("aria-selected", "true")
         return self.page.get_by_role("tabpanel")
+
+    def other_page(self) -> Page:
+        """A second page of the app in the same browser (another user's), opened and loaded on first use; its page errors
+        count as the first's."""
+        if self.other is None:
+            self.other = self.page.context.browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+            self.other.on("pageerror", lambda err: self.errors.append(f"other page: {err.name}: {err.message}"))
+            self.other.goto(self.server.url)
+            expect(self.other.locator("#status")).to_contain_text(READY, timeout=GENERATE_TIMEOUT)
+        return self.other
+
+    def close_other_page(self) -> None:
+        if self.other is not None:
+            self.other.context.close()
+            self.other = None
 
     def slider(self, text: str):
         """The ε slider slot whose label contains ``text``."""
@@ -320,9 +337,14 @@ def test_train_from_pasted_sentences_adds_a_slider(ui):
         expect(panel.locator("[data-testid=plotly]")).to_have_count(1)  # the loss curve
         ui.screenshot("train")
         expect(page.locator("#status")).to_contain_text(f"{len(SWITCHES)} switches in")
+        other = ui.other_page()  # a colleague's page, open before the save
+        expect(other.locator("#status")).to_contain_text(f"{len(SWITCHES)} switches in")
         panel.get_by_role("button", name="Save to library", exact=True).click()
         expect(panel).to_contain_text(f"Saved '{NEW_SWITCH}'")
         expect(page.locator("#status")).to_contain_text(f"{len(SWITCHES) + 1} switches in")  # the header's count follows
+        # and the other page follows the library within a few seconds, without a reload (it never learned of it before)
+        expect(other.locator("[id^='eps-']").filter(has_text=f"{NEW_SWITCH}:")).to_be_visible(timeout=WATCH_TIMEOUT)
+        expect(other.locator("#status")).to_contain_text(f"{len(SWITCHES) + 1} switches in")
         ui.tab("Steer")
         expect(slot).not_to_contain_text(UNSAVED)  # saved: leaving the page is not questioned any more
         assert page.evaluate("() => window.dispatchEvent(new Event('beforeunload', {cancelable: true}))")
@@ -339,6 +361,12 @@ def test_train_from_pasted_sentences_adds_a_slider(ui):
         expect(ui.slider(f"{NEW_SWITCH}:")).to_have_count(0)
         for name in SWITCHES:
             expect(ui.slider(f"{name}:")).to_be_visible()
+        other = ui.other_page()
+        expect(other.locator("[id^='eps-']").filter(has_text=f"{NEW_SWITCH}:")).to_have_count(0, timeout=WATCH_TIMEOUT)
+        expect(other.locator("#status")).to_contain_text(f"{len(SWITCHES)} switches in")
+        for name in SWITCHES:
+            expect(other.locator("[id^='eps-']").filter(has_text=f"{name}:")).to_be_visible()
+        ui.close_other_page()
 
 
 def test_inspect_shows_tables_and_plots(ui):

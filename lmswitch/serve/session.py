@@ -144,6 +144,7 @@ class Session:
         self.measuring: set[str] = set()  # switches just trained whose fluent range is being probed (their sliders wait on it)
         self.saved: set[str] = set()  # switches this session saved to the library: the ones it may delete from there
         self.slots: list[str] = []  # the switch of each slider slot, as the page last drew them (a deleted one stays)
+        self.shown: tuple | None = None  # (library, its switches' names) as the page's pickers last showed them (None: not yet)
         self._spilled: dict[str, tuple[Path, str]] = {}  # name -> (file, model fingerprint): moved to disk by spill()
         self._spill_after_training: Path | None = None  # the page closed while a training run was going
         self._generation: threading.Event | None = None

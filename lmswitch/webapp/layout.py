@@ -18,7 +18,7 @@ from lmswitch.serve.limits import MAX_NEW_TOKENS, MAX_TRAIN_STEPS
 from lmswitch.serve.session import Session
 from lmswitch.webapp import lens, steer, train
 from lmswitch.webapp.backend import Backend
-from lmswitch.webapp.widgets import GUARD_ON, MAX_SLOTS, token_html
+from lmswitch.webapp.widgets import GUARD_ON, LIBRARY_WATCH_S, MAX_SLOTS, token_html
 
 DOCUMENT_TYPES = list(SUPPORTED)  # what the upload boxes offer: what the document reader reads
 CSS_PATH = Path(__file__).with_name("app.css")  # the page's styles (token colours, legend), shipped with the package
@@ -202,6 +202,9 @@ def _wire_steer(ui: SimpleNamespace, backend: Backend, demo: gr.Blocks) -> None:
     loaded = demo.load(bind(steer.on_load, backend), [ui.session, *ui.pickers], [ui.status, *ui.sliders, *ui.pickers],
                        api_visibility="private", concurrency_limit=None)
     loaded.then(run_steer, steer_inputs, stream_out, api_visibility="private", **live)  # a first generation to look at
+    # another page saved or deleted a switch: its slider and picker entries come and go here too, within a few seconds
+    gr.Timer(LIBRARY_WATCH_S).tick(bind(steer.library_watch, backend), [ui.session, *ui.sliders, *ui.pickers],
+                                   [ui.status, *ui.sliders, *ui.pickers], api_visibility="private", queue=False, show_progress="hidden")
     ui.go.click(run_steer, steer_inputs, stream_out, api_name="steer", **live)
     ui.prompt.input(run_steer, steer_inputs, stream_out, api_visibility="private", **live)
     ui.gen[3].submit(run_steer, steer_inputs, stream_out, api_visibility="private", **live)  # Enter in the seed box

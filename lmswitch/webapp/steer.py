@@ -28,6 +28,7 @@ from lmswitch.webapp.widgets import (
     checked_setting,
     dropdown_updates,
     format_scores,
+    library_view,
     sampling,
     slider_range,
     slot_names,
@@ -62,6 +63,21 @@ def refresh_sliders(backend: Backend, session: Session, *values: float) -> list:
     _, library = backend.get(session=session)
     kept = dict(zip(slot_names(session, library), (float(v or 0.0) for v in values), strict=False))
     return slot_updates(session, library, values=kept)
+
+
+def library_watch(backend: Backend, session: Session, *values: float | str | None) -> list:
+    """The page's timer (every :data:`~lmswitch.webapp.widgets.LIBRARY_WATCH_S`): when another page saved or deleted a
+    switch since this page last drew its switches, the header, the sliders (each keeping its value) and the pickers (one
+    whose switch went is left empty) are drawn again; else nothing is sent. ``values``: the sliders', then the pickers'."""
+    outputs = 1 + len(values)
+    if session.shown is None or not backend.ready.is_set() or backend.error:  # the page has not loaded yet
+        return [gr.skip()] * outputs
+    _, library = backend.get(session=session)
+    if library_view(session, library) == session.shown:
+        return [gr.skip()] * outputs
+    sliders, pickers = values[:MAX_SLOTS], values[MAX_SLOTS:]
+    return [model_status(backend, session), *refresh_sliders(backend, session, *sliders),
+            *dropdown_updates(session, library, pickers, emptied=True)]
 
 
 WIDE_WARNING = ("⚠ **Sliders beyond the fluent range.** Past a switch's calibrated fluent ε, steered text reads less well: it "

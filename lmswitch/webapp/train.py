@@ -345,12 +345,7 @@ def delete_switch(backend: Backend, name: str | None, session: Session, *current
     said = (f"Deleted '{name}' from this page (it was not saved)." if moved is None else
             f"Deleted '{name}' from the library: its file is now `{moved}` (move it back into the library folder to have it "
             "again at the next start).")
-    # a picker that held it is left empty, not moved to another switch the user did not pick (a second Delete or the
-    # Download would act on that one)
-    names = session.available(library)
-    pickers = [gr.Dropdown(choices=names, value=None) if value == name else update
-               for value, update in zip(current, dropdown_updates(session, library, current), strict=True)]
-    return said, *pickers
+    return said, *dropdown_updates(session, library, current, emptied=True)  # a picker that held it is left empty
 
 
 def _importable(backend: Backend, switch: Switch, lm: LanguageModel) -> Switch:

@@ -37,6 +37,7 @@ PENDING = "<small>generating… scores follow when the text is complete</small>"
 # a preferred name, else the switch in that slot
 PICKER_DEFAULTS = (("sentiment", 0), ("sentiment", 0), ("detox", 1), (None, 0), ("sentiment", 0), ("detox", 0), ("sentiment", 0))
 MANAGE_PICKER = 3  # the Train tab's own picker (Save, download) among them (and among layout's ui.pickers)
+LIBRARY_WATCH_S = 5.0  # how often a page asks whether another page saved or deleted a switch (its sliders and pickers follow)
 
 
 GUARD_ON = SAMPLING.repeat_guard > 0  # the repeat guard's checkbox at first, and where a call leaves it out: the library's default
@@ -118,8 +119,8 @@ def slot_setting(session: Session, library: SwitchLibrary, values: Sequence[obje
     pairs = list(zip(names, values, strict=False))
     gone = [name for name, eps in pairs if name not in there and parse_eps(eps, name)]
     if gone:
-        raise ValueError(f"'{gone[0]}' is no longer in the library (deleted from another page): reload the page to redraw "
-                         "its sliders")
+        raise ValueError(f"'{gone[0]}' is no longer in the library (deleted from another page): its slider leaves this page "
+                         "within a few seconds (or reload the page)")
     return checked_setting(session, library, [(name, eps) for name, eps in pairs if name in there])
 
 
@@ -131,11 +132,11 @@ def slider_label(switch: Switch) -> str:
 def slot_updates(session: Session, library: SwitchLibrary, *, reset: bool = False, values: dict[str, float] | None = None) -> list:
     """One update per slider slot: the session's switches for this model in their stable order, then hidden slots.
 
-    ``reset`` puts every slider back to 0 (another model's switches now fill the slots); ``values`` sets some, each moved
-    into its slider's range.
+    ``reset`` puts every slider back to 0 (another model's switches now fill the slots); ``values`` sets each slider's,
+    moved into its range (0 for a switch not in it: a slot that held another switch must not pass its value on).
     """
     names = session.slots = session.available(library)[:MAX_SLOTS]
-    values = values or {}
+    reset, values = reset or values is not None, values or {}
     updates = []
     for i in range(MAX_SLOTS):
         if i >= len(names):
@@ -143,7 +144,7 @@ def slot_updates(session: Session, library: SwitchLibrary, *, reset: bool = Fals
             continue
         switch = session.get(names[i], library)
         lo, hi = slider_range(session, names[i], switch)
-        extra = {"value": min(max(float(values.get(names[i], 0.0)), lo), hi)} if reset or names[i] in values else {}
+        extra = {"value": min(max(float(values.get(names[i], 0.0)), lo), hi)} if reset else {}
         unsaved = session.unsaved(names[i])
         info = slider_info(switch, unsaved=unsaved, measuring=measuring_note(session.wide_sliders) if names[i] in session.measuring else "")
         updates.append(gr.Slider(minimum=lo, maximum=hi, label=slider_label(switch), visible=True, info=info or None,
@@ -173,13 +174,22 @@ def slider_info(switch: Switch, unsaved: bool = False, measuring: str = "") -> s
     return " ".join(part for part in (UNSAVED if unsaved else "", description, note) if part)
 
 
-def dropdown_updates(session: Session, library: SwitchLibrary, values: Sequence[str | None]) -> list:
-    """Switch pickers of the other views, keeping each current choice when it still exists."""
-    names = session.available(library)
+def library_view(session: Session, library: SwitchLibrary) -> tuple:
+    """What a page shows of the switches it can use: compared with :attr:`Session.shown`, it tells that another page
+    saved or deleted one since."""
+    return id(library), tuple(session.available(library))
+
+
+def dropdown_updates(session: Session, library: SwitchLibrary, values: Sequence[str | None], *, emptied: bool = False) -> list:
+    """Switch pickers of the other views, keeping each current choice when it still exists; one whose switch is gone
+    moves to its default, or with ``emptied`` is left empty (a deleted switch's: moved to another, a Delete or the
+    Download would act on a switch nobody picked)."""
+    session.shown = library_view(session, library)
+    names = list(session.shown[1])
     out = []
     for value, (preferred, slot) in zip(values, PICKER_DEFAULTS, strict=True):
         if value not in names:
-            value = preferred if preferred in names else names[min(slot, len(names) - 1)] if names else None
+            value = None if emptied else preferred if preferred in names else names[min(slot, len(names) - 1)] if names else None
         out.append(gr.Dropdown(choices=names, value=value))
     return out
 
