@@ -356,6 +356,10 @@ def test_train_from_pasted_sentences_adds_a_slider(ui):
         # the picker is left empty (it moved to a switch nobody picked), and so is the download
         expect(panel.get_by_label("switch", exact=True)).to_have_value("")
         expect(panel.get_by_role("button", name="Download .safetensors", exact=True)).to_be_visible()
+        panel.get_by_role("button", name="Delete", exact=True).click()  # nothing picked: refused, and the row's message
+        expect(page.locator(".toast-body").filter(has_text="pick a switch to delete")).to_be_visible()  # of the last
+        expect(panel).not_to_contain_text(f"Deleted '{NEW_SWITCH}'")  # success goes (it stood beside the refusal)
+        page.locator(".toast-close").first.click()
         expect(page.locator("#status")).to_contain_text(f"{len(SWITCHES)} switches in")
         ui.tab("Steer")
         expect(ui.slider(f"{NEW_SWITCH}:")).to_have_count(0)
