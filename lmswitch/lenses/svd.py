@@ -36,7 +36,7 @@ from lmswitch.core.switch import STEERS_NOTHING, Switch, check_switch
 from lmswitch.io.atomic import write_file
 from lmswitch.io.resources import read_data_text
 from lmswitch.lenses.options import DEFAULT_DIMS, DEFAULT_WORDS
-from lmswitch.lenses.vocab import complete_words, token_words
+from lmswitch.lenses.vocab import token_words, word_forms
 
 MAX_DIMS = 100
 MAX_WORDS = 500
@@ -251,19 +251,19 @@ def _probability_sum(lm: LanguageModel, C: torch.Tensor) -> torch.Tensor:
 
 
 def _top_words(lm: LanguageModel, rankings: torch.Tensor, ids: torch.Tensor, surfaces: list[str], n: int,
-               written: torch.Tensor) -> list[list[int]]:
-    """For each row of ``rankings`` (k, n_words): the word-table indices of its ``n`` highest-scoring
+               written: torch.Tensor) -> list[list[tuple[int, str]]]:
+    """For each row of ``rankings`` (k, n_words): the word-table index and the shown form of its ``n`` highest-scoring
     distinct whole words (case-insensitive; the best-scoring form is kept), best first; the words the model writes
     (``written``, (V,) bool: :func:`written_words`) before all others.
 
-    Candidates are checked with :func:`~lmswitch.lenses.vocab.complete_words` in that
+    Candidates are read with :func:`~lmswitch.lenses.vocab.word_forms` (no word pieces; a contraction joined) in that
     order, a little more than needed at a time and for all rows in one batched
     call, so only the top of each ranking costs model time.
     """
     order = torch.argsort(rankings, dim=1, descending=True, stable=True)
     rare = (~written[ids])[order].to(torch.uint8)  # then every written word before every rare one, each group in order
     orders = order.gather(1, torch.argsort(rare, dim=1, stable=True)).tolist()
-    outs: list[list[int]] = [[] for _ in orders]
+    outs: list[list[tuple[int, str]]] = [[] for _ in orders]
     seen: list[set[str]] = [set() for _ in orders]
     pos = [0] * len(orders)
     while True:
@@ -281,18 +281,18 @@ def _top_words(lm: LanguageModel, rankings: torch.Tensor, ids: torch.Tensor, sur
                     pending.append((r, j))
         if not pending:
             return outs
-        whole = complete_words(lm, [int(ids[j]) for _, j in pending])
-        for (r, j), ok in zip(pending, whole, strict=True):
+        forms = word_forms(lm, [int(ids[j]) for _, j in pending])
+        for (r, j), form in zip(pending, forms, strict=True):
             w = surfaces[j].lower()
-            if ok and w not in seen[r] and len(outs[r]) < n:
+            if form is not None and w not in seen[r] and len(outs[r]) < n:
                 seen[r].add(w)
-                outs[r].append(j)
+                outs[r].append((j, form))
 
 
-def _listed(rankings: torch.Tensor, ids: torch.Tensor, surfaces: list[str], written: torch.Tensor, rows: list[list[int]],
+def _listed(rankings: torch.Tensor, ids: torch.Tensor, written: torch.Tensor, rows: list[list[tuple[int, str]]],
             entry: type[WordScore] | type[WordDelta]) -> list[list]:
-    """``entry(word, score, written)`` for the word-table indices :func:`_top_words` chose, score rounded to 6 places."""
-    return [[entry(surfaces[j], round(float(rankings[r, j]), 6), bool(written[ids[j]])) for j in row] for r, row in enumerate(rows)]
+    """``entry(word, score, written)`` for the words :func:`_top_words` chose, score rounded to 6 places."""
+    return [[entry(form, round(float(rankings[r, j]), 6), bool(written[ids[j]])) for j, form in row] for r, row in enumerate(rows)]
 
 
 @dataclass
@@ -356,7 +356,7 @@ def svd_dimensions(lm: LanguageModel, switch: Switch, *, dims: int = DEFAULT_DIM
     total = float((S**2).sum()) or 1.0
     rankings = torch.cat([dirs.oriented, -dirs.oriented])
     chosen = _top_words(lm, rankings, dirs.ids, dirs.surfaces, words, dirs.written)
-    lists = _listed(rankings, dirs.ids, dirs.surfaces, dirs.written, chosen, WordScore)
+    lists = _listed(rankings, dirs.ids, dirs.written, chosen, WordScore)
     directions = [
         Dimension(
             index=i,
@@ -397,7 +397,7 @@ def promoted_words(lm: LanguageModel, switch: Switch, *, words: int = DEFAULT_WO
     delta = E @ direction.cpu() * lm.logit_scale  # in logits: the family's after-head scale too
     rankings = torch.stack([delta, -delta])
     written = _written(lm, C, bundled=reference is None)
-    up, down = _listed(rankings, ids, surfaces, written, _top_words(lm, rankings, ids, surfaces, words, written), WordDelta)
+    up, down = _listed(rankings, ids, written, _top_words(lm, rankings, ids, surfaces, words, written), WordDelta)
     return WordChanges(switch=switch.name, positive_label=switch.positive_label, negative_label=switch.negative_label,
                        promoted=up, suppressed=[WordDelta(w.word, -w.delta, w.written) for w in down],
                        reference_contexts=int(C.shape[0]))
@@ -407,7 +407,7 @@ NULL_DIRECTION = 1e-5  # a singular value below this share of the largest one is
 GROUPS = ("promoted 1", "suppressed 1", "promoted 2", "suppressed 2")
 
 
-def _map_points(dirs: _Directions, chosen: list[list[int]], live: list[bool]) -> list[WordPoint]:
+def _map_points(dirs: _Directions, chosen: list[list[tuple[int, str]]], live: list[bool]) -> list[WordPoint]:
     """The chosen words of the live directions' poles as points, each word once (in its first group)."""
     k = len(dirs.sign)
     points: list[WordPoint] = []
@@ -416,8 +416,7 @@ def _map_points(dirs: _Directions, chosen: list[list[int]], live: list[bool]) ->
         if not live[i]:
             continue
         for group, row in ((GROUPS[2 * i], chosen[i]), (GROUPS[2 * i + 1], chosen[k + i])):
-            for j in row:
-                word = dirs.surfaces[j]
+            for j, word in row:
                 if word.lower() in seen:
                     continue
                 seen.add(word.lower())

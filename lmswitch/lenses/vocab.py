@@ -9,7 +9,6 @@ which convention a tokenizer uses.
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 import weakref
@@ -78,60 +77,80 @@ def token_words(tokenizer, min_chars: int = 3) -> TokenWords:
 
 
 _COMPLETE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+CONTEXT = "This is"  # the neutral opening a word-start token is read after (a first position alone is a poor context)
+NOT = ("'t", "’t")  # the piece after a contraction's stem ("wouldn", "hadn"): shown joined, "wouldn't"
 
 
 @torch.no_grad()
-def complete_words(lm: LanguageModel, ids: Sequence[int], threshold: float = 0.5) -> list[bool]:
-    """Whether each word-start token is a whole word rather than the first piece of a longer one.
+def word_forms(lm: LanguageModel, ids: Sequence[int], threshold: float = 0.5) -> list[str | None]:
+    """How each word-start token reads in a word list: its surface; the contraction when the model nearly always
+    writes "'t" after it ("wouldn" → "wouldn't"); None for the first piece of a longer word.
 
-    Subword vocabularies hold word-start fragments such as ``" strugg"`` or
-    ``" affili"`` that only occur before a continuation piece. A token counts as a
-    whole word when the model itself, reading it alone, gives less than
-    ``threshold`` probability to a next token that continues the same word (no
-    space marker, starts with a letter or digit) after the neutral context
-    ``"This is"`` (a first position alone is a poor context). One batched forward
-    pass per call; results are cached per model, in memory and on disk under
-    :func:`~lmswitch.core.models.cache_dir` (they depend only on the weights). Word-level
-    vocabularies have no fragments, so every token is whole there.
+    Subword vocabularies hold word-start fragments such as ``" strugg"`` or ``" allevi"`` that only occur before a
+    continuation piece. A token is such a piece when the model, reading it after :data:`CONTEXT`, gives at least
+    ``threshold`` probability to a next token that continues the same word (no space marker, starts with a letter or
+    digit); a contraction's stem when it gives the pieces :data:`NOT` at least ``threshold``. One batched forward pass
+    per call; results are cached per model, in memory and on disk under :func:`~lmswitch.core.models.cache_dir` (they
+    depend only on the weights). Word-level vocabularies have no fragments, so every token reads as itself there.
     """
     tw = token_words(lm.tokenizer)
     if not any(tw.continues_word):
-        return [True] * len(ids)
+        return [tw.surface[int(i)] for i in ids]
     cache = _COMPLETE.get(lm)
     if cache is None:
         cache = _COMPLETE[lm] = _read_word_cache(lm)
     todo = sorted({int(i) for i in ids if int(i) not in cache})
     if todo:
-        context = torch.tensor([prefix_ids(lm) + lm.tokenizer("This is", add_special_tokens=False).input_ids])
-        shared = lm.model(input_ids=context.to(lm.input_device), use_cache=True).past_key_values  # the context, run once
-        cont = torch.zeros(lm.vocab_size, dtype=torch.bool)
-        n = min(lm.vocab_size, len(tw.continues_word))
-        cont[:n] = torch.tensor(tw.continues_word[:n])
+        cont, nots = _piece_masks(lm, tw)
         for s in range(0, len(todo), 512):
             batch = todo[s : s + 512]
-            past = copy.deepcopy(shared)
-            past.batch_repeat_interleave(len(batch))
-            logits = lm.model(input_ids=torch.tensor(batch)[:, None].to(lm.input_device), past_key_values=past, use_cache=True).logits
-            p = torch.softmax(logits[:, -1].float(), dim=-1)  # (b, V)
-            p_cont = p[:, cont.to(p.device)].sum(-1)
-            cache.update(zip(batch, (p_cont < threshold).tolist(), strict=True))
+            p = _next_token_probabilities(lm, CONTEXT, batch)
+            p_cont, p_not = p[:, cont.to(p.device)].sum(-1), p[:, nots.to(p.device)].sum(-1)
+            for i, c, n in zip(batch, p_cont.tolist(), p_not.tolist(), strict=True):
+                cache[i] = tw.surface[i] + NOT[0] if n >= threshold else None if c >= threshold else tw.surface[i]
         _write_word_cache(lm, cache)
     return [cache[int(i)] for i in ids]
 
 
+def complete_words(lm: LanguageModel, ids: Sequence[int], threshold: float = 0.5) -> list[bool]:
+    """Whether each word-start token reads as a word rather than the first piece of a longer one (:func:`word_forms`)."""
+    return [form is not None for form in word_forms(lm, ids, threshold)]
+
+
+def _piece_masks(lm: LanguageModel, tw: TokenWords) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(V,)`` bool masks: the tokens that continue a word, and the contraction pieces :data:`NOT`."""
+    n = min(lm.vocab_size, len(tw.continues_word))
+    cont, nots = torch.zeros(lm.vocab_size, dtype=torch.bool), torch.zeros(lm.vocab_size, dtype=torch.bool)
+    cont[:n] = torch.tensor(tw.continues_word[:n])
+    for piece in NOT:
+        ids = lm.tokenizer.convert_tokens_to_ids(lm.tokenizer.tokenize(piece))
+        if len(ids) == 1 and ids[0] is not None and ids[0] < lm.vocab_size:
+            nots[ids[0]] = True
+    return cont, nots
+
+
+def _next_token_probabilities(lm: LanguageModel, context: str, batch: list[int]) -> torch.Tensor:
+    """``(len(batch), V)``: the next-token distribution after ``context`` and each token of ``batch``."""
+    ids = torch.tensor([prefix_ids(lm) + lm.tokenizer(context, add_special_tokens=False).input_ids])
+    shared = lm.model(input_ids=ids.to(lm.input_device), use_cache=True).past_key_values  # the context, run once
+    shared.batch_repeat_interleave(len(batch))
+    logits = lm.model(input_ids=torch.tensor(batch)[:, None].to(lm.input_device), past_key_values=shared, use_cache=True).logits
+    return torch.softmax(logits[:, -1].float(), dim=-1)
+
+
 def _word_cache_path(lm: LanguageModel) -> Path:
-    return cache_dir() / "lens" / f"complete-words-{lm.fingerprint}.json"
+    return cache_dir() / "lens" / f"word-forms-{lm.fingerprint}.json"  # (complete-words-…: booleans, one context)
 
 
-def _read_word_cache(lm: LanguageModel) -> dict[int, bool]:
+def _read_word_cache(lm: LanguageModel) -> dict[int, str | None]:
     try:
         data = json.loads(_word_cache_path(lm).read_text())
-        return {int(k): bool(v) for k, v in data.items()}
+        return {int(k): v for k, v in data.items() if v is None or isinstance(v, str)}
     except (OSError, ValueError, AttributeError):
         return {}  # missing or damaged: recompute
 
 
-def _write_word_cache(lm: LanguageModel, cache: dict[int, bool]) -> None:
+def _write_word_cache(lm: LanguageModel, cache: dict[int, str | None]) -> None:
     path = _word_cache_path(lm)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
