@@ -169,7 +169,9 @@ def test_a_newer_request_stops_the_older_one(backend):
     next(older)  # streaming has started
     newer = final(app.steer(backend, PROMPT, *gen_args(max_new_tokens=40), session, -6.0, 0.0))
     assert newer[0]
-    assert list(older) == []  # stopped at its next token, nothing more shown
+    # stopped at its next token, with no more text: it ends on skips, because Gradio sends an event's last outputs again
+    # as it completes, which put the older partial text back over the newer one's (a retyped prompt, in a browser)
+    assert list(older) == [(gr.skip(),) * 5]
 
 
 def test_sessions_are_private_and_concurrent_sessions_do_not_interfere(backend, llama_lm):

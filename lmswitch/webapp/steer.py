@@ -167,12 +167,16 @@ def steer(backend: Backend, prompt: str, max_new_tokens, temperature, top_p, see
         if isinstance(item, Comparison):
             yield (item.steered, item.unsteered, format_scores(item.steered_scores), format_scores(item.unsteered_scores),
                    token_html(item.changes))
+            return
         elif not shown:  # the first token at once, and the previous scores go: they belong to the previous text
             shown = time.perf_counter()
             yield item.steered, item.unsteered, PENDING, PENDING, token_html(None, pending=True)
         elif time.perf_counter() - shown >= STREAM_EVERY:  # then a few updates a second
             shown = time.perf_counter()
             yield item.steered, item.unsteered, gr.skip(), gr.skip(), gr.skip()
+    # stopped by a newer request of the page. Gradio ends an event with its last outputs again (none: empty boxes), which
+    # put this partial text, or nothing, over the newer request's (a retyped prompt's, answered at once from the cache)
+    yield (gr.skip(),) * 5
 
 
 @user_errors

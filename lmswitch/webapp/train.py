@@ -331,7 +331,7 @@ def save_switch(backend: Backend, name: str | None, session: Session, *current: 
     final, path = session.save(name, library)
     renamed = "" if final == name else f" as '{final}' (another page saved a switch named '{name}' meanwhile)"
     pickers = dropdown_updates(session, library, [final if value == name else value for value in current])
-    return f"Saved '{name}'{renamed} to `{path}`; it will be in every new session's library.", *pickers
+    return f"Saved '{name}'{renamed} to `{path}`; every page of this app now has it (open ones within a few seconds).", *pickers
 
 
 @user_errors
