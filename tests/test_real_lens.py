@@ -15,7 +15,7 @@ from lmswitch.io.resources import examples_dir
 from lmswitch.lenses.meter import measure
 from lmswitch.lenses.spans import DEFAULT_EPS, highlight, token_changes
 from lmswitch.lenses.svd import WordDelta, WordScore, promoted_words, svd_dimensions
-from lmswitch.lenses.vocab import complete_words, word_forms
+from lmswitch.lenses.vocab import word_forms
 
 pytestmark = [pytest.mark.real_model, pytest.mark.usefixtures("real_model_threads")]
 
@@ -56,7 +56,6 @@ def test_word_fragments_are_not_listed_as_words_and_contractions_read_whole(lm):
     tokens = ["Ġstrugg", "Ġaffili", "Ġinadequ", "Ġgood", "Ġdelightful", "Ġcostly", "Ġwouldn", "Ġhadn", "Ġdon"]
     ids = lm.tokenizer.convert_tokens_to_ids(tokens)
     assert word_forms(lm, ids) == [None, None, None, "good", "delightful", "costly", "wouldn't", "hadn't", "don't"]
-    assert complete_words(lm, ids) == [False, False, False, True, True, True, True, True, True]
 
 
 @pytest.fixture(scope="module")

@@ -112,11 +112,6 @@ def word_forms(lm: LanguageModel, ids: Sequence[int], threshold: float = 0.5) ->
     return [cache[int(i)] for i in ids]
 
 
-def complete_words(lm: LanguageModel, ids: Sequence[int], threshold: float = 0.5) -> list[bool]:
-    """Whether each word-start token reads as a word rather than the first piece of a longer one (:func:`word_forms`)."""
-    return [form is not None for form in word_forms(lm, ids, threshold)]
-
-
 def _piece_masks(lm: LanguageModel, tw: TokenWords) -> tuple[torch.Tensor, torch.Tensor]:
     """``(V,)`` bool masks: the tokens that continue a word, and the contraction pieces :data:`NOT`."""
     n = min(lm.vocab_size, len(tw.continues_word))
