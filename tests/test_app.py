@@ -321,6 +321,26 @@ def test_training_adds_a_private_slider_and_a_downloadable_file(backend, llama_l
     assert int(progress[-1].split("at most ")[1].split(";")[0]) <= 20 and card["steps"] <= 20
 
 
+def test_the_train_report_says_its_switch_was_deleted(backend, llama_lm):
+    """The report said "'mood' is ready — its slider is in the Steer tab" above the row's "Deleted 'mood'". Deleted, it
+    says so and keeps the rest as a record; saved (under a new name when another page took its name) it stays."""
+    session = Session()
+    report = run_training(backend, session)[-1][2]
+    assert report.startswith("### ✔ 'mood' is ready") or report.startswith("### ⚠ 'mood' is ready")
+    assert app_train.report_after_delete(session, report) == gr.skip()  # still this page's
+    other = Session()
+    other.add(random_switch(llama_lm, seed=61, name="mood"), backend.library)
+    app.save_switch(backend, "mood", other, *[None] * 7)  # another page saves a 'mood' first: ours is saved as 'mood-2'
+    app.save_switch(backend, "mood", session, *[None] * 7)
+    assert session.reported == "mood-2" and app_train.report_after_delete(session, report) == gr.skip()  # saved, not gone
+    app.delete_switch(backend, "mood-2", session, *[None] * 7)
+    marked = app_train.report_after_delete(session, report)
+    assert marked.startswith("### 🗑 'mood-2' was deleted: its slider has left the Steer tab.") and "is ready" not in marked
+    assert marked.split("\n", 1)[1] == report.split("\n", 1)[1]  # its data and advice stay
+    assert app_train.report_after_delete(session, marked) == gr.skip()  # once
+    assert app_train.report_after_delete(Session(), "") == gr.skip()  # nothing trained, nothing reported
+
+
 def test_the_train_tab_opens_as_its_mode_shows_it(backend):
     """The layout's first placeholders, box labels and side B are the ones a change to its first mode gives (they were
     written twice, once in the layout and once in train.mode_changed)."""

@@ -376,6 +376,9 @@ def test_train_from_pasted_sentences_adds_a_slider(ui):
         panel = ui.tab("Train")
         panel.get_by_role("button", name="Delete", exact=True).click()
         expect(panel).to_contain_text(f"Deleted '{NEW_SWITCH}' from the library")
+        report = page.locator("#train-report")  # it said the switch "is ready" above "Deleted"
+        expect(report).to_contain_text(f"'{NEW_SWITCH}' was deleted: its slider has left the Steer tab")
+        expect(report).not_to_contain_text("is ready")
         # the picker is left empty (it moved to a switch nobody picked), and so is the download
         expect(panel.get_by_label("switch", exact=True)).to_have_value("")
         expect(panel.get_by_role("button", name="Download .safetensors", exact=True)).to_be_visible()

@@ -145,6 +145,7 @@ class Session:
         self.saved: set[str] = set()  # switches this session saved to the library: the ones it may delete from there
         self.slots: list[str] = []  # the switch of each slider slot, as the page last drew them (a deleted one stays)
         self.shown: tuple | None = None  # (library, its switches' names) as the page's pickers last showed them (None: not yet)
+        self.reported: str | None = None  # the switch the Train tab's report is about (its last training's)
         self._spilled: dict[str, tuple[Path, str]] = {}  # name -> (file, model fingerprint): moved to disk by spill()
         self._spill_after_training: Path | None = None  # the page closed while a training run was going
         self._generation: threading.Event | None = None
@@ -265,6 +266,7 @@ class Session:
             self.saved.add(final)
             if final != name:
                 self.order[self.order.index(name)] = final
+                self.reported = final if self.reported == name else self.reported
         return final, path
 
     def delete(self, name: str, library: SwitchLibrary) -> Path | None:

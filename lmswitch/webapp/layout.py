@@ -258,10 +258,13 @@ def _wire_train_and_lenses(ui: SimpleNamespace, backend: Backend) -> None:
     # each first empties the row's message: a refusal (a toast, and the row's "Error" badge) showed beside the last success
     clear = dict(fn=lambda: "", inputs=None, outputs=ui.manage_status, api_visibility="private", queue=False)
     for button, handler in ((ui.save, train.save_switch), (ui.delete, train.delete_switch)):
-        button.click(**clear).then(bind(handler, backend), [ui.manage, ui.session, *ui.pickers], [ui.manage_status, *ui.pickers],
-                                   api_name=handler.__name__, show_progress_on=[ui.manage_status]).then(
-            bind(steer.refresh_sliders, backend), [ui.session, *ui.sliders], ui.sliders, api_visibility="private", queue=False).then(
+        done = button.click(**clear).then(bind(handler, backend), [ui.manage, ui.session, *ui.pickers], [ui.manage_status, *ui.pickers],
+                                          api_name=handler.__name__, show_progress_on=[ui.manage_status])
+        done.then(bind(steer.refresh_sliders, backend), [ui.session, *ui.sliders], ui.sliders, api_visibility="private", queue=False).then(
             bind(steer.model_status, backend), ui.session, ui.status, api_visibility="private", queue=False)
+        if handler is train.delete_switch:  # the report on a switch just deleted said it "is ready" above "Deleted"
+            done.success(train.report_after_delete, [ui.session, ui.train_report], ui.train_report,
+                         api_visibility="private", queue=False)
     ui.upload.upload(**clear).then(bind(train.import_switch, backend), [ui.upload, ui.session, *ui.pickers],
                                    [ui.manage_status, *ui.sliders, *ui.pickers], api_name="import_switch", show_progress_on=[ui.manage_status])
     inspected = ui.inspect_go.click(bind(lens.inspect_switch, backend), [ui.inspect_name, ui.dims, ui.words, ui.session],

@@ -221,6 +221,7 @@ def _train_and_add(backend: Backend, session: Session, job: _Job, flag, progress
     if done is None:
         return
     final = session.add(done.switch, job.library, name=job.name)  # kept from here on, even if the page goes away
+    session.reported = final
     progress(1.0, desc="reading what it learned")
     yield READING, gr.skip(), gr.skip(), *skip
     learned = CANCELLED_READING if flag.is_set() else _learned(backend, job.lm, done, job.positive, job.negative)
@@ -346,6 +347,18 @@ def delete_switch(backend: Backend, name: str | None, session: Session, *current
             f"Deleted '{name}' from the library: its file is now `{moved}` (move it back into the library folder to have it "
             "again at the next start).")
     return said, *dropdown_updates(session, library, current, emptied=True)  # a picker that held it is left empty
+
+
+def report_after_delete(session: Session, report: str):
+    """The Train tab's report once the switch it is about was deleted: its heading said "'x' is ready — its slider is in
+    the Steer tab" above the row's "Deleted 'x'"; it now says so, and the rest (its data, its advice) stays as a record.
+    (A switch this page trained is either still its own, unsaved, or one it saved: else it was deleted.)"""
+    name = session.reported
+    if not report or name is None or session.unsaved(name) or name in session.saved:
+        return gr.skip()
+    session.reported = None
+    rest = report.split("\n", 1)[1] if "\n" in report else ""
+    return f"### 🗑 '{name}' was deleted: its slider has left the Steer tab. What its training said:\n{rest}"
 
 
 def _importable(backend: Backend, switch: Switch, lm: LanguageModel) -> Switch:
