@@ -80,6 +80,12 @@ def test_sliders_show_library_then_session_switches(backend, llama_lm):
     assert (tuned.minimum, tuned.maximum) == (-6.0, 4.0) and "Fluent ε -6 … +4" in tuned.info  # the calibrated range, said
     calibrated.description = "learned from one document"
     assert app_widgets.slider_info(calibrated).startswith("learned from one document. Fluent ε -6 … +4;")  # sentences, not run on
+    # a long one is cut at a word and marked: a transferred shipped switch's ended "(transferred f. Fluent ε …"
+    calibrated.description = ("Detoxification: positive ε makes text less toxic (civil), negative ε more toxic (the paper's "
+                              "convention). (transferred from smollm2-135m)")
+    assert app_widgets.slider_info(calibrated).startswith(calibrated.description + ". Fluent ε -6 … +4;")
+    calibrated.description = "word " * 60
+    assert app_widgets.slider_info(calibrated).startswith(f"{'word ' * 30}word … Fluent ε -6 … +4;")  # 160 characters
 
 
 def test_page_load_reports_ready_and_skipped_files(llama_lm, folder):

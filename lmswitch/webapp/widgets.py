@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import os
+import textwrap
 from collections.abc import Sequence
 
 import gradio as gr
@@ -21,6 +22,7 @@ from lmswitch.serve.session import Session, SwitchLibrary
 MAX_SLOTS = 12  # ε sliders shown in the Steer view (switches beyond that are usable in the other views)
 UNSAVED = "Not saved: it goes with this page unless you save or download it (Train tab)."  # a session switch's slider says so
 UNSAVED_CLASS = "unsaved-switch"  # and has this class: the page asks before it is left or reloaded (sliders.html)
+DESCRIPTION_CHARS = 160  # of a switch's description under its slider (a transferred shipped switch's is ~140)
 # a switch just trained is steered at once: until its fluent range is measured, its slider reaches the largest strength
 # the probe checks below its first, where the trained switches seen read fluent on the dev prompts (a one-article switch
 # −4 … +2; 30 + 30 sentences −2 … +2 or −1 … +2, where ε −2 writes 4× the unsteered perplexity)
@@ -168,7 +170,8 @@ def slider_info(switch: Switch, unsaved: bool = False, measuring: str = "") -> s
     range in which it still writes fluent text: calibrated, or being measured (``measuring``: :func:`measuring_note`)."""
     fluent = switch.card.fluent_text
     note = measuring or (f"Fluent ε {fluent}; beyond it text reads less well." if fluent else "")
-    description = switch.description[:120].strip()
+    # cut at a word, marked: a transferred switch's "(transferred from …)" was cut mid-word at 120 characters
+    description = textwrap.shorten(switch.description, DESCRIPTION_CHARS, placeholder=" …")
     if description and description[-1] not in ".!?…":  # a sentence of its own, not run into the next part
         description += "."
     return " ".join(part for part in (UNSAVED if unsaved else "", description, note) if part)
