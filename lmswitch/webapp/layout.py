@@ -231,7 +231,8 @@ def _wire_steer(ui: SimpleNamespace, backend: Backend, demo: gr.Blocks) -> None:
     grid = ui.grid_go.click(bind(steer.run_grid, backend), [ui.grid_a, ui.grid_b, ui.grid_eps_a, ui.grid_eps_b, ui.grid_samples, ui.prompt,
                                                              *ui.gen, ui.session, ui.adaptive, ui.best_of, ui.guide, ui.repeat_guard],
                             [ui.grid_plot, ui.grid_table], api_name="compose", show_progress_on=[ui.grid_plot], **batch)
-    ui.results = [sweep, grid]  # read with the page's model (_wire_model_change)
+    ui.results = [_emptied_on_refusal(sweep, [ui.sweep_plot, ui.sweep_table]),  # read with the page's model
+                  _emptied_on_refusal(grid, [ui.grid_plot, ui.grid_table])]  # (_wire_model_change)
 
 
 def _wire_train_and_lenses(ui: SimpleNamespace, backend: Backend) -> None:
@@ -272,7 +273,15 @@ def _wire_train_and_lenses(ui: SimpleNamespace, backend: Backend) -> None:
                                     show_progress_on=[ui.svd_table])
     highlighted = ui.hl_go.click(bind(lens.run_highlight, backend), [ui.hl_text, ui.hl_file, ui.hl_switch, *ui.hl_settings, ui.session],
                                  [ui.hl_spans, ui.hl_heat, ui.meter_plot, ui.hl_summary], api_name="highlight", show_progress_on=[ui.hl_spans])
-    ui.results += [inspected, highlighted]
+    ui.results += [_emptied_on_refusal(inspected, [ui.svd_table, ui.spectrum, ui.scatter, ui.word_table]),
+                   _emptied_on_refusal(highlighted, [ui.hl_spans, ui.hl_heat, ui.meter_plot, ui.hl_summary])]
+
+
+def _emptied_on_refusal(event, outputs: list):
+    """``event``, whose outputs are emptied when it is refused: the last result stayed beside the refusal's toast (a
+    text over the limit kept the spans of the one before), and once the toast went it read as the new input's."""
+    event.failure(lambda: [None] * len(outputs), None, outputs, api_visibility="private", queue=False)
+    return event
 
 
 def _wire_model_change(ui: SimpleNamespace) -> None:
