@@ -850,15 +850,18 @@ def test_import_refuses_an_empty_switch_stamps_one_without_a_model_and_says_wher
 # --- inspect and highlight ------------------------------------------------------------------
 
 
-def test_inspect_marks_the_promoted_pole(backend):
-    rows, spectrum, scatter, words = app.inspect_switch(backend, "alpha", 4, 5, Session())
+def test_inspect_lists_each_directions_words_by_what_positive_eps_does(backend, llama_lm):
+    """The table named its poles +u and −u (the decomposition's sign), marked the one raised at +ε with ▲ and said so
+    again in a column of its own, and showed 6 words a pole whatever "words per pole" said: now a direction's words
+    raised and lowered at +ε, as many as asked, its share of W and its agreement as percentages."""
+    rows, spectrum, scatter, words = app.inspect_switch(backend, "alpha", 4, 7, Session())
+    found = svd.svd_dimensions(llama_lm, backend.library.get("alpha"), dims=4, words=7)
     assert [r[0] for r in rows] == [1, 2, 3, 4]
-    for r in rows:
-        plus, minus = r[4], r[5]
-        assert plus.startswith("▲ ") != minus.startswith("▲ ")  # exactly one pole is marked
-        assert (r[3] == "+u") == plus.startswith("▲ ")
+    for r, d in zip(rows, found.dimensions, strict=True):
+        assert r[3] == ", ".join(w.shown for w in d.promoted) and r[4] == ", ".join(w.shown for w in d.suppressed)
+        assert len(d.promoted) == 7 and r[2] == f"{100 * d.share:.1f}%" and r[5] == f"{100 * d.agreement:.0f}%"
     assert [round(x, 3) for x in spectrum.data[0].y[:4]] == [r[1] for r in rows]
-    assert len(scatter.data) >= 2 and len(words) == 5
+    assert len(scatter.data) >= 2 and len(words) == 7
 
 
 def test_highlight_returns_spans_heatmap_and_meter(backend, llama_lm, monkeypatch):

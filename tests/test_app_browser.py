@@ -413,7 +413,8 @@ def test_inspect_shows_tables_and_plots(ui):
         expect(panel.get_by_test_id("cell-0-0")).to_have_count(2)
         expect(panel.get_by_test_id("cell-7-0")).to_have_count(2)  # 8 directions; 10 words per pole
         expect(panel.get_by_test_id("cell-9-1")).to_have_count(1)
-        expect(panel.get_by_role("gridcell").filter(has_text="▲").first).to_be_visible()
+        expect(panel.get_by_role("columnheader").filter(has_text="raised at +ε")).to_have_count(1)
+        expect(panel.get_by_role("gridcell").filter(has_text="%").first).to_be_visible()  # its share of W
         expect(panel.locator(".js-plotly-plot").nth(1)).to_contain_text("sentiment")
         # at their largest the tables are whole on the page: they scrolled inside 500 px boxes, about 12 rows shown
         for label, value in (("directions", "20"), ("words per pole", "30")):

@@ -142,8 +142,10 @@ def _train_tab(ui: SimpleNamespace, shipped: list[str]) -> None:
         ui.manage_status = gr.Markdown()
 
 
-TABLE_HEIGHT = 1600  # px: the Inspect tab's tables at their largest (20 directions, 30 words) whole on the page, not in a
-# scrolling box (Gradio's default height, 500 px, showed about 12 rows)
+TABLE_HEIGHT = 1600  # px: the Inspect tab's word table at its largest (30 words) whole on the page, not in a scrolling
+# box (Gradio's default height, 500 px, showed about 12 rows); the directions' table, 20 rows of up to 30 words a pole,
+# ~150 px each, gets more
+DIRECTIONS_HEIGHT = 4000
 
 
 def _inspect_tab(ui: SimpleNamespace, shipped: list[str]) -> None:
@@ -152,9 +154,10 @@ def _inspect_tab(ui: SimpleNamespace, shipped: list[str]) -> None:
         ui.dims = gr.Slider(1, 20, value=8, step=1, label="directions")
         ui.words = gr.Slider(5, 30, value=10, step=1, label="words per pole")
         ui.inspect_go = gr.Button("Inspect", variant="primary")
-    ui.svd_table = gr.Dataframe(headers=["dir", "σ", "share", "↑ at +ε", "+u pole", "−u pole", "agree"],
-                                wrap=True, interactive=False, column_widths=["5%", "7%", "7%", "7%", "33%", "33%", "8%"], max_height=TABLE_HEIGHT,
-                                label=f"word dimensions (▲ = pushed up at +ε; {RARE_NOTE})")
+    ui.svd_table = gr.Dataframe(headers=["dir", "σ", "share of W", "raised at +ε", "lowered at +ε", "agreement"],
+                                wrap=True, interactive=False, column_widths=["5%", "7%", "8%", "35%", "35%", "10%"], max_height=DIRECTIONS_HEIGHT,
+                                label=f"word directions of W (share: of ‖W‖²; agreement: the share of reference contexts where "
+                                      f"the direction moves its words this way round; {RARE_NOTE})")
     with gr.Row():
         ui.spectrum = gr.Plot(label="singular values")
         ui.scatter = gr.Plot(label="words on the top two directions")

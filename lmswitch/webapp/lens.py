@@ -17,18 +17,14 @@ from lmswitch.serve.session import MeterPick, Session
 from lmswitch.webapp.backend import Backend, computed, user_errors
 from lmswitch.webapp.widgets import read_input
 
-TABLE_WORDS = 6  # words per pole in the SVD table (the word lists below it are longer)
 MAP_WORDS = 15  # words per group on the word map
 WEAK_SPAN = f"; weak: under {WEAK_EVIDENCE_NATS:g} nat, the text hardly reads that way"
 
 
 def _dimension_row(d: Dimension) -> list:
-    """One row of the SVD table: the pole pushed up at +ε is marked ▲."""
-    promoted = ", ".join(w.shown for w in d.promoted[:TABLE_WORDS])
-    suppressed = ", ".join(w.shown for w in d.suppressed[:TABLE_WORDS])
-    plus, minus = (suppressed, promoted) if d.flipped else (promoted, suppressed)
-    return [d.index + 1, round(d.singular_value, 3), round(d.share, 3), ("−u" if d.flipped else "+u"),
-            ("" if d.flipped else "▲ ") + plus, ("▲ " if d.flipped else "") + minus, round(d.agreement, 2)]
+    """One row of the SVD table: its words by what +ε does to them (its u's sign is the decomposition's choice)."""
+    return [d.index + 1, round(d.singular_value, 3), f"{100 * d.share:.1f}%", ", ".join(w.shown for w in d.promoted),
+            ", ".join(w.shown for w in d.suppressed), f"{100 * d.agreement:.0f}%"]
 
 
 @user_errors
