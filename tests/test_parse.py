@@ -64,6 +64,10 @@ def test_eps_lists():
     with pytest.raises(ValueError, match="numbers separated by commas"):
         parse_eps_list("1, two")
     assert eps_grid(-12, 12, 5) == [-12.0, -6.0, 0.0, 6.0, 12.0] and eps_grid(-1, 1, 1) == [0.0]
+    # a range that spans 0 has 0 in it, the unsteered baseline: detox's −2 … +3 gave −1.17, −0.33, 0.5 … (no 0)
+    assert eps_grid(-2, 3, 7) == [-2.0, -1.0, 0.0, 0.75, 1.5, 2.25, 3.0] and eps_grid(-2, 3, 5) == [-2.0, -1.0, 0.0, 1.5, 3.0]
+    assert eps_grid(-0.1, 10, 4) == [-0.1, 0.0, 5.0, 10.0]  # a short side keeps one value
+    assert eps_grid(1, 3, 3) == [1.0, 2.0, 3.0] and eps_grid(-2, 3, 2) == [-2.0, 3.0]  # without 0 inside, or no room for it
 
 
 @given(st.text(max_size=60))

@@ -116,7 +116,19 @@ def parse_eps_list(value: str | None, default: list[float] | None = None, max_va
 
 
 def eps_grid(low: float, high: float, count: int) -> list[float]:
-    """``count`` evenly spaced ε values from ``low`` to ``high`` (rounded to 0.01), e.g. a slider's range."""
+    """``count`` ε values from ``low`` to ``high`` (rounded to 0.01), e.g. over a slider's range; one that spans 0 has 0
+    among them, the unsteered baseline, with each side's values evenly spaced and shared out by its length (detox's
+    −2 … +3 in 7: −2, −1, 0, 0.75, 1.5, 2.25, 3, where an even spacing gave −1.17, −0.33, 0.5 …).
+
+    >>> eps_grid(-12, 12, 5), eps_grid(-2, 3, 5), eps_grid(1, 3, 3)
+    ([-12.0, -6.0, 0.0, 6.0, 12.0], [-2.0, -1.0, 0.0, 1.5, 3.0], [1.0, 2.0, 3.0])
+    """
     if count < 2:
         return [round((low + high) / 2, 2)]
-    return [round(low + (high - low) * i / (count - 1), 2) for i in range(count)]
+    if not low < 0 < high or count < 3:
+        return [round(low + (high - low) * i / (count - 1), 2) for i in range(count)]
+    below = min(max(1, round((count - 1) * -low / (high - low))), count - 2)  # values under 0; the rest above it
+    above = count - 1 - below
+    return [round(low * (below - i) / below, 2) for i in range(below)] + [0.0] + [round(high * i / above, 2) for i in range(1, above + 1)]
+
+

@@ -77,7 +77,7 @@ def _sweep_and_map(ui: SimpleNamespace, shipped: list[str]) -> None:
     with gr.Accordion("ε sweep: one switch, a row of ε values, one batched call", open=False):
         with gr.Row():
             ui.sweep_switch = _picker(shipped)
-            ui.sweep_eps = gr.Textbox("", label="ε values", placeholder="empty: 7 values over the switch's range, or e.g. -10, -5, 0, 5, 10")
+            ui.sweep_eps = gr.Textbox("", label="ε values", placeholder="empty: 7 values over the switch's range, 0 among them; or e.g. -10, -5, 0, 5, 10")
             ui.sweep_samples = gr.Slider(1, 8, value=3, step=1, label="samples per ε")
         ui.sweep_go = gr.Button("Run sweep")
         ui.sweep_plot = gr.Plot(label="scores vs ε")
@@ -88,8 +88,8 @@ def _sweep_and_map(ui: SimpleNamespace, shipped: list[str]) -> None:
             ui.grid_a, ui.grid_b = _picker(shipped, "switch (rows)"), _picker(shipped, "switch (columns)")
             ui.grid_samples = gr.Slider(1, 4, value=2, step=1, label="samples per cell")
         with gr.Row():
-            ui.grid_eps_a = gr.Textbox("", label="ε values (rows)", placeholder="empty: 5 values over the range")
-            ui.grid_eps_b = gr.Textbox("", label="ε values (columns)", placeholder="empty: 5 values over the range")
+            ui.grid_eps_a = gr.Textbox("", label="ε values (rows)", placeholder="empty: 5 values over the range, 0 among them")
+            ui.grid_eps_b = gr.Textbox("", label="ε values (columns)", placeholder="empty: 5 values over the range, 0 among them")
         ui.grid_go = gr.Button("Run composition map")
         ui.grid_plot = gr.Plot(label="scores over the grid (hover a cell for a sample)")
         ui.grid_table = gr.Dataframe(headers=["ε rows", "ε columns", "sample", "text", "sentiment", "toxicity"], wrap=True, interactive=False,
