@@ -228,7 +228,7 @@ def test_measure_several_switches(run, switch_file, tmp_path, model_dir):
         (["measure", "--switch", "{switch}", "--file", "{tmp}/b.bin"], "unsupported file type .bin"),
         (["train", "--positive", "{tmp}/broken.docx", "--document", "--out", "{tmp}/new.safetensors"], "not a valid .docx"),
         (["svd", "--switch", "{switch}", "--dims", "0"], "^error: --dims must be an integer from 1"),
-        (["svd", "--switch", "{missing}"], "no switch file .* or one of: .*sentiment"),
+        (["svd", "--switch", "{missing}"], "no such file: .* one of: .*sentiment"),
         (["build-pretrained", "--only", "poetry", "--out", "{tmp}"], "no shipped switch"),
         (["build-pretrained", "--data", "{tmp}", "--out", "{tmp}"], "missing"),
         (["eval", "--report", "{tmp}/E.md", "--switches", "{tmp}"], "build-pretrained"),

@@ -115,8 +115,14 @@ def test_a_folder_given_as_a_switch_is_called_a_folder(tmp_path):
 
 
 def test_missing_file_names_the_shipped_switches(tmp_path):
-    with pytest.raises(SwitchFileError, match="no switch file .*nope.safetensors.* one of: detox, formality, sentiment"):
+    """A path that names no file is said to be missing first (it read "no switch file … and no shipped switch of that
+    name", as if a name had been misspelt); a bare name that is neither is said so."""
+    with pytest.raises(SwitchFileError, match=f"no such file: '.*nope.safetensors' \\(check the path; {tmp_path} holds no "
+                                              "nope.safetensors\\); or give a shipped switch's name, one of: detox, formality, sentiment"):
         load_switch(tmp_path / "nope.safetensors")
+    with pytest.raises(SwitchFileError, match="no switch file 'sentimnet' and no shipped switch of that name; give a "
+                                              ".safetensors path or one of: detox, formality, sentiment"):
+        load_switch("sentimnet")
 
 
 def test_a_shipped_switch_loads_by_name_and_a_file_of_that_name_wins(saved, tmp_path, monkeypatch):

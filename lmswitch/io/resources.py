@@ -70,7 +70,9 @@ def resolve_switch_file(ref: str | Path) -> Path:
     if str(ref).strip() and path.is_dir():  # ("" is the current folder, and no name)
         raise FileNotFoundError(f"{path} is a folder; give a switch file in it (a .safetensors file) or a shipped switch's name")
     several = "; give several switches one by one (on the command line: --switch sentiment=2 --switch formality=1)" if "," in str(ref) else ""
-    raise FileNotFoundError(
-        f"no switch file '{ref}' and no shipped switch of that name; give a .safetensors path or one of: "
-        + ", ".join(shipped_switch_names()) + several
-    )
+    names = ", ".join(shipped_switch_names())
+    if path.suffix == ".safetensors" or len(path.parts) > 1:  # meant as a file: said so first, not as a switch name
+        raise FileNotFoundError(f"no such file: '{ref}' (check the path; {path.parent} holds no {path.name}); or give a "
+                                f"shipped switch's name, one of: {names}")
+    raise FileNotFoundError(f"no switch file '{ref}' and no shipped switch of that name; give a .safetensors path or one of: "
+                            f"{names}{several}")
