@@ -177,7 +177,8 @@ def word_map_figure(data: WordMap) -> go.Figure:
     fig.add_hline(y=0, line={"color": "lightgray", "width": 1})
     fig.add_vline(x=0, line={"color": "lightgray", "width": 1})
     fig.update_layout(
-        title=f"words of '{data.switch}' on its top two directions (positive = pushed up at ε > 0)",
+        # on two lines: one was cut at the plot's edge for a long switch name ("… (positive = p")
+        title=f"words of '{data.switch}' on its top two directions<br><sup>positive = pushed up at ε > 0</sup>",
         xaxis_title=f"direction 1 (σ={sigma[0]:.3g})", yaxis_title=f"direction 2 (σ={sigma[1]:.3g})",
         template="plotly_white", legend={"orientation": "h", "y": -0.2}, margin={"t": 50},
     )

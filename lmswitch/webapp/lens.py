@@ -74,7 +74,12 @@ def run_highlight(backend: Backend, text: str, file: str | None, name: str, eps,
     cut = len(text) > MAX_METER_CHARS
     pick = session.meter_switches(library, first=switch)  # the picked one first
     meter = measure(lm, pick.read, text[:MAX_METER_CHARS] if cut else encoded)
-    return result.highlighted, result.word_heatmap(), figures.meter_figure(meter), _summary(result, meter, cut, pick)
+    return result.highlighted, _shown_heatmap(result), figures.meter_figure(meter), _summary(result, meter, cut, pick)
+
+
+def _shown_heatmap(result: Highlight) -> list[tuple[str, float]]:
+    """The per-word heatmap as the page shows it: a line break as ↵ (drawn as is, it was an empty coloured box)."""
+    return [(word.replace("\n", "↵"), score) for word, score in result.word_heatmap()]
 
 
 HIGHLIGHT_ADVICE = (f"highlighting takes at most {MAX_HIGHLIGHT_CHARS:,}. Paste the part you want to look at, or use "
