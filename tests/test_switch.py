@@ -120,6 +120,8 @@ def test_missing_file_names_the_shipped_switches(tmp_path):
     with pytest.raises(SwitchFileError, match=f"no such file: '.*nope.safetensors' \\(check the path; {tmp_path} holds no "
                                               "nope.safetensors\\); or give a shipped switch's name, one of: detox, formality, sentiment"):
         load_switch(tmp_path / "nope.safetensors")
+    with pytest.raises(SwitchFileError, match=f"no such file: '.*gone/nope.safetensors' \\(check the path; there is no folder {tmp_path}/gone\\)"):
+        load_switch(tmp_path / "gone" / "nope.safetensors")
     with pytest.raises(SwitchFileError, match="no switch file 'sentimnet' and no shipped switch of that name; give a "
                                               ".safetensors path or one of: detox, formality, sentiment"):
         load_switch("sentimnet")

@@ -72,7 +72,9 @@ def resolve_switch_file(ref: str | Path) -> Path:
     several = "; give several switches one by one (on the command line: --switch sentiment=2 --switch formality=1)" if "," in str(ref) else ""
     names = ", ".join(shipped_switch_names())
     if path.suffix == ".safetensors" or len(path.parts) > 1:  # meant as a file: said so first, not as a switch name
-        raise FileNotFoundError(f"no such file: '{ref}' (check the path; {path.parent} holds no {path.name}); or give a "
-                                f"shipped switch's name, one of: {names}")
+        folder = path.absolute().parent
+        where = f"{folder} holds no {path.name}" if folder.is_dir() else f"there is no folder {folder}"
+        raise FileNotFoundError(f"no such file: '{ref}' (check the path; {where}); or give a shipped switch's name, one of: "
+                                f"{names}")
     raise FileNotFoundError(f"no switch file '{ref}' and no shipped switch of that name; give a .safetensors path or one of: "
                             f"{names}{several}")
