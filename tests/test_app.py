@@ -347,6 +347,20 @@ def test_the_train_report_says_its_switch_was_deleted(backend, llama_lm):
     assert app_train.report_after_delete(Session(), "") == gr.skip()  # nothing trained, nothing reported
 
 
+def test_a_switch_past_the_last_slider_is_not_said_to_have_one(backend, llama_lm):
+    """The Steer tab draws the first 12 switches; a 13th trained or imported was announced "its slider is in the Steer
+    tab", and the user looked for a slider that was not there. It is told where to steer it instead."""
+    session = Session()
+    for k in range(app.MAX_SLOTS - len(backend.library.names())):
+        session.add(random_switch(llama_lm, seed=70 + k, name=f"s{k}"), backend.library)
+    assert len(session.available(backend.library)) == app.MAX_SLOTS
+    report = run_training(backend, session)[-1][2]
+    assert "'mood' is ready" in report and "its slider is in the Steer tab" not in report
+    assert f"the Steer tab has sliders for the first {app.MAX_SLOTS} switches, so it gets none" in report
+    app.delete_switch(backend, "s0", session, *[None] * 7)  # a slider freed: the switch after it moves up
+    assert app_widgets.where_to_steer(session, backend.library, "mood") == "its slider is in the Steer tab"
+
+
 def test_the_train_tab_opens_as_its_mode_shows_it(backend):
     """The layout's first placeholders, box labels and side B are the ones a change to its first mode gives (they were
     written twice, once in the layout and once in train.mode_changed)."""

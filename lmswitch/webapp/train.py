@@ -31,6 +31,7 @@ from lmswitch.webapp.widgets import (
     read_input,
     slot_updates,
     uploaded,
+    where_to_steer,
 )
 
 MODES = ("one document", "two documents (A vs B)", "labelled sentences")
@@ -117,8 +118,9 @@ def train_config(steps, lr, eps0, rank, seed) -> TrainConfig:
                        seed=parse_number(seed, "seed", int), rank=rank or None)
 
 
-def _report(final: str, name: str, switch: Switch, measuring: str = "") -> str:
-    """The Train tab's report on a new switch; ``measuring``: the note while its fluent range is measured."""
+def _report(final: str, name: str, switch: Switch, measuring: str = "", steered: str = "its slider is in the Steer tab") -> str:
+    """The Train tab's report on a new switch; ``measuring``: the note while its fluent range is measured; ``steered``:
+    where the page steers it (:func:`~lmswitch.webapp.widgets.where_to_steer`)."""
     card = switch.card
     renamed = f" (renamed from '{name}', which was taken)" if final != name else ""
     recommended = f"; recommended ε {card.recommended_eps:+g}" if card.fluent_text and card.recommended_eps else ""
@@ -133,7 +135,7 @@ def _report(final: str, name: str, switch: Switch, measuring: str = "") -> str:
         fluent_text = f" {measuring}"
     advice = advise_on_data(card)  # a switch that may not generalise was announced "✔ … is ready" above its advice
     mark, caution = ("⚠", ", but it may not generalise (see below)") if advice.weak else ("✔", "")
-    return (f"### {mark} '{final}'{renamed} is ready{caution} — its slider is in the Steer tab.{fluent_text}\n"
+    return (f"### {mark} '{final}'{renamed} is ready{caution} — {steered}.{fluent_text}\n"
             f"{card.training.tokens_train} training tokens, {card.training.tokens_heldout} held out, {card.training.summary(3)}."
             f"\n\n{advice.text}")
 
@@ -229,7 +231,8 @@ def _train_and_add(backend: Backend, session: Session, job: _Job, flag, progress
     try:  # steered at once, its slider provisional: a user reads what it learned and tries it while the range is probed
         _, shown = backend.get(session=session)  # the model the page steers now (the picker may have changed it)
         picked = [*job.current[:3], final, *job.current[4:]]  # the manage picker on the new switch
-        yield (PROBING, gr.skip(), _report(final, job.name, done.switch, measuring_note(session.wide_sliders)),
+        yield (PROBING, gr.skip(), _report(final, job.name, done.switch, measuring_note(session.wide_sliders),
+                                           where_to_steer(session, shown, final)),
                *slot_updates(session, shown), *dropdown_updates(session, shown, picked), gr.skip(), learned)
         # a cancel before or during the probe ends it (the session holds this very switch: its card is updated)
         done.switch.card = backend.calibrated(job.lm, done.switch, cancel=flag, cancelled=CANCELLED_PROBE)
@@ -276,7 +279,7 @@ def _finished(backend: Backend, session: Session, name: str, final: str, switch:
     manage = [gr.Dropdown(choices=names, value=final)] if ours else [gr.skip()]
     download = gr.DownloadButton(value=backend.run(export_path, backend, switch), label=f"Download {final}.safetensors") if ours else gr.skip()
     return ("Done.", figures.loss_figure(card["train_losses"], card["heldout_losses"], total_steps=card["steps"]),
-            _report(final, name, switch), *[gr.skip()] * (MAX_SLOTS + MANAGE_PICKER), *manage,
+            _report(final, name, switch, steered=where_to_steer(session, shown, final)), *[gr.skip()] * (MAX_SLOTS + MANAGE_PICKER), *manage,
             *[gr.skip()] * (len(PICKER_DEFAULTS) - MANAGE_PICKER - 1), download)
 
 
@@ -389,5 +392,5 @@ def import_switch(backend: Backend, file: str | None, session: Session, *current
     switch = _importable(backend, load_switch(path), lm)
     final = session.add(switch, library, name=usable_name(switch.name))  # (named where names are free: a usable form)
     picked = [final if i == MANAGE_PICKER else value for i, value in enumerate(current)]  # Save and download: the new one
-    return (f"Imported '{final}' ({switch.positive_label} ↔ {switch.negative_label}); its slider is in the Steer tab.",
+    return (f"Imported '{final}' ({switch.positive_label} ↔ {switch.negative_label}); {where_to_steer(session, library, final)}.",
             *slot_updates(session, library), *dropdown_updates(session, library, picked))

@@ -154,6 +154,16 @@ def slot_updates(session: Session, library: SwitchLibrary, *, reset: bool = Fals
     return updates
 
 
+def where_to_steer(session: Session, library: SwitchLibrary, name: str) -> str:
+    """Where the page steers switch ``name``, just added: its slider, or past the Steer tab's :data:`MAX_SLOTS`, where
+    else (a 13th switch was announced as having a slider it did not get)."""
+    names = session.available(library)  # (a switch for another model than the page's now: a slider with its model)
+    if name not in names or names.index(name) < MAX_SLOTS:
+        return "its slider is in the Steer tab"
+    return (f"the Steer tab has sliders for the first {MAX_SLOTS} switches, so it gets none: steer it in the sweep or the "
+            "composition map, read it in Inspect and Highlight, or delete a switch this page made to give it a slider")
+
+
 def slider_range(session: Session, name: str, switch: Switch, wide: bool | None = None) -> tuple[float, float]:
     """The ε range of ``name``'s slider in ``session``: the switch's own (:meth:`Switch.slider_range`), or while its
     fluent range is being measured, ±:data:`PROVISIONAL_EPS`; twice as far with the sliders widened (``wide``: by
