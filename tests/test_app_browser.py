@@ -12,17 +12,18 @@ itself sends the regeneration request.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
+import torch
 from app_server import ARTIFACTS
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page, expect, sync_playwright
 
+from lmswitch.core.switch import Switch
 from lmswitch.io.resources import examples_dir
 from lmswitch.webapp.lens import highlight_examples
 from lmswitch.webapp.widgets import UNSAVED
@@ -337,8 +338,7 @@ def test_train_from_pasted_sentences_adds_a_slider(ui):
         expect(report).to_contain_text("Fluent ε range")
         fluent = re.search(r"range\): ([-+−\d.]+) … ([-+\d.]+)", report.text_content())
         low, high = (float(x.replace("−", "-")) for x in fluent.groups())
-        top = math.floor(high) if math.floor(high) > math.ceil(low) else high
-        bottom = math.ceil(low) if math.floor(high) > math.ceil(low) else low
+        bottom, top = Switch(torch.zeros(1, 1), card={"fluent_eps": [low, high]}).slider_range()
         expect(track).to_have_attribute("max", f"{top:g}")
         expect(track).to_have_attribute("min", f"{bottom:g}")
         expect(track).to_have_value(f"{min(max(dragged, bottom), top):g}")

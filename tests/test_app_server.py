@@ -15,10 +15,12 @@ from pathlib import Path
 
 import openai
 import pytest
+import torch
 from conftest import EXAMPLES, lines, wait_for
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
+from lmswitch.core.switch import Switch
 from lmswitch.harness.evaluate import sentiment_scores
 from lmswitch.io.resources import data_path
 from lmswitch.webapp.stopping import STOPPED_STARTING, STOPPING
@@ -219,7 +221,7 @@ def test_transfer_a_switch_to_gemma_then_steer_it(app_server):
     assert fluent and 0 < recommended <= float(fluent.group(2)), report
     slider = next(u for u in out[3:] if isinstance(u, dict) and u.get("label", "").startswith("sentiment-to-gemma3-270m"))
     low, high = float(fluent.group(1)), float(fluent.group(2))  # the slider: whole ε inside it (Switch.slider_range)
-    assert (slider["minimum"], slider["maximum"], slider["value"]) == (math.ceil(low), math.floor(high), recommended)
+    assert (slider["minimum"], slider["maximum"], slider["value"]) == (*Switch(torch.zeros(1, 1), card={"fluent_eps": [low, high]}).slider_range(), recommended)
     res = c.predict(prompt=PROMPT, switches="sentiment-to-gemma3-270m=2", max_new_tokens=15, api_name="/generate")
     assert res["steered"] != res["unsteered"]
     with pytest.raises(AppError, match="no switch named 'sentiment-to-gemma3-270m'"):

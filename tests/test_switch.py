@@ -351,6 +351,10 @@ def test_the_slider_range_stays_inside_a_fractional_fluent_range():
     assert s.slider_range() == (-2.0, 4.0) and s.slider_range(wide=True) == (-8.0, 8.0)
     narrow = Switch(torch.zeros(4, 4), card={"fluent_eps": [-0.5, 0.5]})
     assert narrow.slider_range() == (-0.5, 0.5)
+    # one side under a whole ε keeps its side, at the slider's half step: −2 … +0.5 was drawn −2 … 0, and nothing past
+    # 0 could be steered toward + (a switch from 2 + 2 sentences)
+    for fluent, drawn in (([-2, 0.5], (-2.0, 0.5)), ([-2, 0.8], (-2.0, 0.5)), ([-0.7, 3.2], (-0.5, 3.0)), ([-2, 0.3], (-2.0, 0.3))):
+        assert Switch(torch.zeros(4, 4), card={"fluent_eps": fluent}).slider_range() == drawn
     # a value set on the slider (a recommended ε inside the fluent range may lie past its whole-ε end) goes to the nearest end
     assert (s.on_slider(4.3), s.on_slider(-3.0), s.on_slider(1.5), s.on_slider(6.0, wide=True)) == (4.0, -2.0, 1.5, 6.0)
 

@@ -54,6 +54,17 @@ def _eps_range(value: object) -> tuple[float, float]:
     return low, high
 
 
+
+def _inside(end: float) -> float:
+    """A fluent range's upper ``end`` as a slider's: down to a whole ε, or where that loses its side of 0 (+0.5 → 0: the
+    slider of a switch fluent at −2 … +0.5 could not steer toward + at all) to a half ε (the slider's step), else as
+    measured."""
+    for step in (1.0, 0.5):
+        inside = math.floor(end / step) * step
+        if inside > 0 or end <= 0:
+            return float(inside)
+    return end
+
 @dataclass(eq=False)
 class Switch:
     """A learned steering matrix and its card.
@@ -135,7 +146,7 @@ class Switch:
         ``wide``: twice as far each way."""
         fluent = self.card.fluent_eps
         if fluent is not None and fluent[1] > fluent[0]:
-            lo, hi = float(math.ceil(fluent[0])), float(math.floor(fluent[1]))  # whole ε, never past the fluent range
+            lo, hi = -_inside(-float(fluent[0])), _inside(float(fluent[1]))  # never past the fluent range
             if hi <= lo:  # a range narrower than one whole ε: as measured
                 lo, hi = float(fluent[0]), float(fluent[1])
         else:
