@@ -401,7 +401,8 @@ def test_data_advice_branches(kw, expect):
         assert part in text, (part, text)
     # weak: the branches that say the switch may not generalise (the app announced them "✔ … is ready")
     weak = any(w in text for w in ("Very little text", "memorised"))
-    assert advise_on_data(card(**kw)) == DataAdvice(text, weak)
+    no_gain = "explains held-out text no better than the model" in text  # not weak, but no plain ✔ in the app's headline
+    assert advise_on_data(card(**kw)) == DataAdvice(text, weak, no_gain)
     assert "sentiment sentences" not in text or kw.get("data_shape", "examples") == "examples"
     assert "Enough data" not in text or not kw.get("warnings")
     assert 1 <= text.count(". ") + 1 <= 2 and text.endswith(".")

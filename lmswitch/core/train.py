@@ -712,6 +712,7 @@ class DataAdvice:
 
     text: str
     weak: bool = False
+    no_gain: bool = False  # held-out text fits it no better than the model alone (not flagged weak: see above)
 
 
 def advise_on_data(card: Mapping) -> DataAdvice:
@@ -789,10 +790,10 @@ def _advice(card: Mapping, caveat: bool = False) -> DataAdvice:
             then = (f"{_more_text(card)}; meanwhile guided decoding with 8 candidates moves generation furthest within the "
                     "fluent range" + (" (a switch from 30 + 30 sentiment sentences: 0.85 positive on test prompts with it, "
                                       "about half without)" if sentences else "") if card.get("n_negative") else
-                    "Add more varied text, or for one document try self-contrast negatives; generation may still move in "
-                    "the intended direction")
+                    "Add more varied text, or for one document try self-contrast negatives (on the command line: train "
+                    "--self-contrast); generation may still move in the intended direction")
             return DataAdvice(f"Held-out gain {gain:+.3f} nats/token on {held:,} tokens: the switch explains held-out text no "
-                              f"better than the model (its {n:,} training tokens are few or narrow). {then}.")
+                              f"better than the model (its {n:,} training tokens are few or narrow). {then}.", no_gain=True)
         fewer = "a lower learning rate" if card.get("stopped_early") else "fewer steps or a lower learning rate"
         return DataAdvice(f"Held-out gain {gain:+.3f} nats/token on {held:,} tokens: the switch memorised its {n:,} training "
                           f"tokens instead of learning the style. Add more varied text, or train with {fewer}; generation may "

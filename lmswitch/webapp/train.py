@@ -134,7 +134,8 @@ def _report(final: str, name: str, switch: Switch, measuring: str = "", steered:
     if measuring:
         fluent_text = f" {measuring}"
     advice = advise_on_data(card)  # a switch that may not generalise was announced "✔ … is ready" above its advice
-    mark, caution = ("⚠", ", but it may not generalise (see below)") if advice.weak else ("✔", "")
+    mark, caution = (("⚠", ", but it may not generalise (see below)") if advice.weak else
+                     ("⚠", ", but held-out text fits it no better than the model alone (see below)") if advice.no_gain else ("✔", ""))
     return (f"### {mark} '{final}'{renamed} is ready{caution} — {steered}.{fluent_text}\n"
             f"{card.training.tokens_train} training tokens, {card.training.tokens_heldout} held out, {card.training.summary(3)}."
             f"\n\n{advice.text}")
