@@ -77,6 +77,9 @@ def test_language_warning_flags_text_the_model_tokenizes_poorly(lm):
     german = ("Immer wenn das Budget der Stadt knapp ist, schlägt jemand vor, eine Zweigstelle der Bibliothek zu schließen. "
               "Das Argument klingt zunächst vernünftig, aber es verkennt, wofür eine Bibliothek da ist.")
     assert language_warning(lm, english) is None
+    # four short English sentences tokenize at 1.45× the reference's rate (a capital, a full stop, "Tr|ains"): English,
+    # and were called "a language or script that 'smollm2-135m' handles poorly"
+    assert language_warning(lm, ["Trains are good.", "I love trains.", "Trains are bad.", "I hate trains."]) is None
     for text in (chinese, german):
         warning = language_warning(lm, text)
         assert warning is not None and "language or script" in warning and lm.name in warning

@@ -192,6 +192,8 @@ def _unique(ex: _Examples) -> tuple[_Examples, list[int]]:
 
 MIN_DOCUMENT_TOKENS = 32  # a side given as one document shorter than this cannot be learned from
 FOREIGN_TOKEN_RATIO = 1.4  # tokens per character this many times the bundled English reference's: warn
+# a short text says less: four short English sentences ("Trains are good.", 59 characters) tokenize at 1.45× the reference
+SHORT_TEXT_CHARS, SHORT_TEXT_RATIO = 200, 1.6  # under this many characters, warn only past this ratio (German: 1.8×)
 
 
 # two documents that share this share of the shorter one's five-word runs are one text (two saves of one article, as
@@ -248,7 +250,7 @@ def language_warning(lm: LanguageModel, texts: str | Sequence[str]) -> str | Non
     reference = read_data_text("reference.txt")
     ratio = sum(len(lm.tokenizer(t, add_special_tokens=False).input_ids) for t in texts) / chars
     base = len(lm.tokenizer(reference, add_special_tokens=False).input_ids) / len(reference)
-    if ratio <= FOREIGN_TOKEN_RATIO * base:
+    if ratio <= (FOREIGN_TOKEN_RATIO if chars >= SHORT_TEXT_CHARS else SHORT_TEXT_RATIO) * base:
         return None
     return (f"The model's tokenizer needs {100 * ratio:.0f} tokens per 100 characters of this text against {100 * base:.0f} "
             f"for its English reference text: the text is probably in a language or script that '{lm.name}' handles "
