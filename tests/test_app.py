@@ -640,6 +640,12 @@ def test_training_can_be_cancelled(backend):
     assert last[0].startswith("Cancelled after")
     assert session.available(backend.library) == ["alpha", "beta"]
     assert app.cancel_training(session) == "No training is running in this session."
+    # cancelled once steps were shown, it says the total they said ("Cancelled after 10 of 200 steps" under "at most 60")
+    stream = app.train(backend, *train_args(steps=5_000), session, *[None] * 7, progress=lambda *a, **k: None)
+    shown = next(u[0] for u in stream if u[0].startswith("Training… step"))
+    app.cancel_training(session)
+    planned = shown.split("(at most ")[1].split(";")[0]
+    assert int(planned) < 5_000 and re.fullmatch(rf"Cancelled after \d+ of at most {planned} steps; nothing was added\.", list(stream)[-1][0])
 
 
 @pytest.mark.parametrize(

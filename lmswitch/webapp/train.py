@@ -141,7 +141,7 @@ def _report(final: str, name: str, switch: Switch, measuring: str = "", steered:
             f"\n\n{advice.text}")
 
 
-def _progress_updates(events: Iterator[TrainEvent], total: int, progress, skip: list, losses: list[float]) -> Iterator:
+def _progress_updates(events: Iterator[TrainEvent], planned: list[int], progress, skip: list, losses: list[float]) -> Iterator:
     """Status text and loss curve while training runs, a few times a second; the last event (Done) is yielded as is."""
     held: list[tuple[int, float]] = []
     last = 0.0
@@ -155,7 +155,7 @@ def _progress_updates(events: Iterator[TrainEvent], total: int, progress, skip: 
             held.append((event.step, event.heldout_loss))
         elif isinstance(event, Step):
             losses.append(event.loss)
-            total = event.total  # L-BFGS ends its ridge path before the step cap
+            total = planned[0] = event.total  # L-BFGS plans fewer than the step cap (a cancel says that number too)
             if time.perf_counter() - last > UPDATE_EVERY or event.step == total:
                 last = time.perf_counter()
                 progress(event.step / total, desc=f"step {event.step} (at most {total})")
@@ -245,6 +245,7 @@ def _train_and_add(backend: Backend, session: Session, job: _Job, flag, progress
 def _trained(backend: Backend, job: _Job, flag, progress, skip: list) -> Generator[tuple, None, Done | None]:
     """The training run's progress messages; returns its ``Done`` (None when cancelled, after saying so)."""
     losses: list[float] = []
+    planned = [job.config.steps]  # the steps the run plans at most: the step cap, or fewer once the trainer says so
     events = backend.compute.stepped(train_events(
         job.lm, job.positive, job.negative, name=job.name, config=job.config, cancel=flag,
         positive_label=job.labels[0], negative_label=job.labels[1]))
@@ -252,12 +253,12 @@ def _trained(backend: Backend, job: _Job, flag, progress, skip: list) -> Generat
         progress(0, desc="encoding the text")
         # the last run's report and what it learned go: they would read as this run's until it replaces them
         yield "Encoding the text…", figures.loss_figure([], total_steps=job.config.steps), "", *skip[:-1], ""
-        for update in _progress_updates(events, job.config.steps, progress, skip, losses):
+        for update in _progress_updates(events, planned, progress, skip, losses):
             if isinstance(update, Done):
                 return update
             yield update
     except TrainingCancelled:
-        yield f"Cancelled after {len(losses)} of {job.config.steps} steps; nothing was added.", gr.skip(), gr.skip(), *skip
+        yield f"Cancelled after {len(losses)} of at most {planned[0]} steps; nothing was added.", gr.skip(), gr.skip(), *skip
         return None
     except USER_ERRORS as err:  # refused once reading began (e.g. no tokens left to train on): the status says so too
         yield _not_trained(err, job.current, chart=gr.skip() if losses else None)
