@@ -399,6 +399,7 @@ def test_training_from_one_document_and_two_documents(backend, tmp_path):
         assert (switch.positive_label, switch.negative_label) == (pos.placeholder.split(" (")[0], neg.placeholder.split(" (")[0])
         assert pos.placeholder.endswith(" (or the uploaded file's name)") == (mode == app.MODES[1])
         assert side_b.visible == (mode != app.MODES[0])
+        assert pos.value == neg.value == ""  # labels typed for another mode ("pro-subsidy") go: this mode's show
         assert text_a.label == ("the document" if mode == app.MODES[0] else "document A")  # not "positive sentences…"
         assert (text_b.label == "document B") == (mode == app.MODES[1])
     assert [box.label for box in app_train.mode_changed(app.MODES[2])[3:]] == ["positive sentences, one per line",

@@ -95,10 +95,12 @@ def mode_widgets(mode: str) -> ModeWidgets:
 
 
 def mode_changed(mode: str) -> tuple:
-    """A new training mode: side B, the labels' placeholders and the text boxes' labels (:func:`mode_widgets`)."""
+    """A new training mode: side B, the labels emptied to show the mode's own as placeholders (labels typed for two
+    documents, "pro-subsidy", named the sides of the next mode's switches too), and the text boxes' labels
+    (:func:`mode_widgets`)."""
     shown = mode_widgets(mode)
-    return (gr.Column(visible=shown.side_b), gr.Textbox(placeholder=shown.positive_placeholder),
-            gr.Textbox(placeholder=shown.negative_placeholder), gr.Textbox(label=shown.text_a), gr.Textbox(label=shown.text_b))
+    return (gr.Column(visible=shown.side_b), gr.Textbox(value="", placeholder=shown.positive_placeholder),
+            gr.Textbox(value="", placeholder=shown.negative_placeholder), gr.Textbox(label=shown.text_a), gr.Textbox(label=shown.text_b))
 
 
 def training_data(mode: str, text_a, file_a, text_b, file_b) -> tuple[str | list[str], str | list[str] | None]:
