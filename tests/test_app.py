@@ -133,6 +133,7 @@ def test_zero_eps_shows_the_base_model_exactly(backend, llama_lm):
     expected = ls.generate(llama_lm, PROMPT, [], **GEN)[0]
     assert steered == base == expected
     assert s_scores == b_scores and "perplexity" in s_scores
+    assert "sentiment −1 … +1" in s_scores and "toxicity 0 … 1" in s_scores and "lower is likelier" in s_scores  # its scales
     assert "Move a slider" in tokens
 
 

@@ -208,10 +208,14 @@ def dropdown_updates(session: Session, library: SwitchLibrary, values: Sequence[
 
 
 # --- outputs ------------------------------------------------------------------------------------
+SCORES_NOTE = ("sentiment −1 … +1 (VADER), toxicity 0 … 1 (profanity-check), perplexity under the unsteered model: lower "
+               "is likelier, though a loop that repeats itself scores low too")  # the scales were not said anywhere
+
+
 def format_scores(scores: TextScores) -> str:
     ppl = "–" if scores.perplexity is None else f"{scores.perplexity:.1f}"
     return (f"sentiment **{scores.sentiment:+.2f}** · toxicity **{scores.toxicity:.2f}** · "
-            f"perplexity **{ppl}** <small>(vader, profanity-check, unsteered model; {scores.tokens} tokens)</small>")
+            f"perplexity **{ppl}** <small>({SCORES_NOTE}; {scores.tokens} tokens)</small>")
 
 
 def _token_tip(t: TokenChange) -> str:
