@@ -104,6 +104,13 @@ def test_check_name_refuses_path_like_and_odd_names(bad):
     assert repr(bad) in str(err.value)  # the message shows what was given
 
 
+def test_a_long_refused_name_is_shown_cut():
+    """A 200-character name was repeated whole in the refusal's toast."""
+    with pytest.raises(ValueError, match=NAME_RULE) as err:
+        check_name("y" * 200)
+    assert str(err.value).endswith(f"got {'y' * 48!r}… (200 characters)")
+
+
 @pytest.mark.parametrize(("name", "expected"), [("a", "a"), ("x" * 48, "x" * 48), ("mood_v2.1+b-c", "mood_v2.1+b-c"),
                                                 (" padded\t", "padded")])
 def test_check_name_accepts_file_names_and_strips_spaces(name, expected):

@@ -245,8 +245,9 @@ class Switch:
 def check_name(name: object) -> str:
     """A switch name usable as a file name: 1–48 letters, digits, ``_ . + -``, starting with a letter or digit."""
     if not isinstance(name, str) or not NAME_RE.match(name.strip()):
+        got = f"{name[:48]!r}… ({len(name):,} characters)" if isinstance(name, str) and len(name) > 60 else repr(name)
         raise ValueError(
-            f"switch names are 1–48 characters of letters, digits, '_', '.', '+' or '-', starting with a letter or digit; got {name!r}"
+            f"switch names are 1–48 characters of letters, digits, '_', '.', '+' or '-', starting with a letter or digit; got {got}"
         )
     return name.strip()
 
