@@ -54,7 +54,6 @@ def _eps_range(value: object) -> tuple[float, float]:
     return low, high
 
 
-
 def _inside(end: float) -> float:
     """A fluent range's upper ``end`` as a slider's: down to a whole ε, or where that loses its side of 0 (+0.5 → 0: the
     slider of a switch fluent at −2 … +0.5 could not steer toward + at all) to a half ε (the slider's step), else as
@@ -64,6 +63,7 @@ def _inside(end: float) -> float:
         if inside > 0 or end <= 0:
             return float(inside)
     return end
+
 
 @dataclass(eq=False)
 class Switch:

@@ -24,6 +24,7 @@ from lmswitch.webapp.backend import USER_ERRORS, Backend, computed, user_errors
 from lmswitch.webapp.widgets import (
     MANAGE_PICKER,
     MAX_SLOTS,
+    ON_A_SLIDER,
     PICKER_DEFAULTS,
     dropdown_updates,
     measuring_note,
@@ -120,7 +121,7 @@ def train_config(steps, lr, eps0, rank, seed) -> TrainConfig:
                        seed=parse_number(seed, "seed", int), rank=rank or None)
 
 
-def _report(final: str, name: str, switch: Switch, measuring: str = "", steered: str = "its slider is in the Steer tab") -> str:
+def _report(final: str, name: str, switch: Switch, measuring: str = "", steered: str = ON_A_SLIDER) -> str:
     """The Train tab's report on a new switch; ``measuring``: the note while its fluent range is measured; ``steered``:
     where the page steers it (:func:`~lmswitch.webapp.widgets.where_to_steer`)."""
     card = switch.card

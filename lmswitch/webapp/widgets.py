@@ -154,12 +154,15 @@ def slot_updates(session: Session, library: SwitchLibrary, *, reset: bool = Fals
     return updates
 
 
+ON_A_SLIDER = "its slider is in the Steer tab"  # where a switch just trained or imported is steered, as a rule
+
+
 def where_to_steer(session: Session, library: SwitchLibrary, name: str) -> str:
     """Where the page steers switch ``name``, just added: its slider, or past the Steer tab's :data:`MAX_SLOTS`, where
     else (a 13th switch was announced as having a slider it did not get)."""
     names = session.available(library)  # (a switch for another model than the page's now: a slider with its model)
     if name not in names or names.index(name) < MAX_SLOTS:
-        return "its slider is in the Steer tab"
+        return ON_A_SLIDER
     return (f"the Steer tab has sliders for the first {MAX_SLOTS} switches, so it gets none: steer it in the sweep or the "
             "composition map, read it in Inspect and Highlight, or delete a switch this page made to give it a slider")
 
