@@ -211,8 +211,8 @@ def dropdown_updates(session: Session, library: SwitchLibrary, values: Sequence[
 
 
 # --- outputs ------------------------------------------------------------------------------------
-SCORES_NOTE = ("sentiment −1 … +1 (VADER), toxicity 0 … 1 (profanity-check), perplexity under the unsteered model: lower "
-               "is likelier, though a loop that repeats itself scores low too")  # the scales were not said anywhere
+# the scales were said nowhere (a loop's perplexity is low too, which the frontier's other rules catch)
+SCORES_NOTE = "sentiment −1 … +1 (VADER), toxicity 0 … 1 (profanity-check), perplexity under the unsteered model, lower is likelier"
 
 
 def format_scores(scores: TextScores) -> str:
