@@ -76,7 +76,7 @@ def token_words(tokenizer, min_chars: int = 3) -> TokenWords:
     return TokenWords(surface=tuple(surface), starts_word=tuple(starts), continues_word=tuple(continues))
 
 
-_COMPLETE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_FORMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {token id: its form or None}
 CONTEXT = "This is"  # the neutral opening a word-start token is read after (a first position alone is a poor context)
 NOT = ("'t", "’t")  # the piece after a contraction's stem ("wouldn", "hadn"): shown joined, "wouldn't"
 
@@ -96,9 +96,9 @@ def word_forms(lm: LanguageModel, ids: Sequence[int], threshold: float = 0.5) ->
     tw = token_words(lm.tokenizer)
     if not any(tw.continues_word):
         return [tw.surface[int(i)] for i in ids]
-    cache = _COMPLETE.get(lm)
+    cache = _FORMS.get(lm)
     if cache is None:
-        cache = _COMPLETE[lm] = _read_word_cache(lm)
+        cache = _FORMS[lm] = _read_word_cache(lm)
     todo = sorted({int(i) for i in ids if int(i) not in cache})
     if todo:
         cont, nots = _piece_masks(lm, tw)
