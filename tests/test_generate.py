@@ -231,9 +231,9 @@ def test_bad_options_are_refused_by_sweep_and_stream(tiny_lm, option, match):
 
 def test_bad_eps_is_refused_before_generating(tiny_lm):
     s = random_switch(tiny_lm, seed=11)
-    with pytest.raises(ValueError, match="eps"):
+    with pytest.raises(ValueError, match="ε for 'random11' must be a finite number"):
         generate(tiny_lm, PROMPT, [(s, float("nan"))])
-    with pytest.raises(ValueError, match="eps"):
+    with pytest.raises(ValueError, match="ε 5000 for 'random11' is out of range"):
         sweep(tiny_lm, PROMPT, s, [0.0, 5000.0])
     with pytest.raises(ValueError, match="no prompt"):
         generate(tiny_lm, [], [])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import openai
 import pytest
@@ -127,6 +129,10 @@ def test_chat_completion_equals_the_library_with_the_chat_template(client, lm32,
 @pytest.mark.parametrize(("request_args", "error", "said"), [
     ({"extra_body": {"switches": {"no-such-switch": 3}}}, openai.BadRequestError, "unknown switch 'no-such-switch'"),
     ({"extra_body": {"switches": {"sentiment": 1e9}}}, openai.BadRequestError, "out of range"),
+    # streamed: refused before the stream starts, not as an event after a 200
+    ({"stream": True, "extra_body": {"switches": {"sentiment": 1e9}}}, openai.BadRequestError, "out of range: .*fluent range is"),
+    # the Python client's argument sent as a field (by a raw-JSON client) would leave the text unsteered
+    ({"extra_body": {"extra_body": {"switches": {"sentiment": 4}}}}, openai.BadRequestError, "extra_body is an argument of the OpenAI"),
     ({"extra_body": {"switches": {"sentiment": "strong"}}}, openai.BadRequestError, "switches.sentiment: Input should be a number"),
     ({"extra_body": {"switch": {"sentiment": 4}}}, openai.BadRequestError, "unknown field 'switch': did you mean 'switches'"),
     ({"extra_body": {"generation_budget": 1}}, openai.BadRequestError, "generation_budget .* give it with adaptive=true"),
@@ -150,6 +156,35 @@ def test_bad_requests_get_openai_errors_with_clear_messages(client, request_args
     args["model"] = args["model"] or client.models.list().data[0].id
     with pytest.raises(error, match=said):
         client.completions.create(**args)
+
+
+def test_a_streamed_requests_bad_eps_is_a_400_naming_the_switch(app_server):
+    """A raw client's streamed request with ε NaN: refused with a 400 whose param names the switch's field, before any
+    event is sent (it came as an error event after a 200)."""
+    body = b'{"model": "smollm2-135m", "prompt": "Hi", "max_tokens": 2, "stream": true, "switches": {"sentiment": NaN}}'
+    answer = httpx.post(f"{app_server.url}/v1/completions", content=body, timeout=60,
+                        headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["param"] == "switches.sentiment" and "must be a finite number" in answer.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    (b'{"model": "smollm2-135m", "max_tokens": 3}', "^prompt is required$"),
+    (b"hello", r"^the body is not JSON \(expected value at line 1 column 1\): send a JSON object"),
+    (b"[]", r"^the body must be a JSON object; got \[\]$"),
+    (b'{"prompt": "Hi", "switches": {"sentiment": null}}', r"Input should be a number \(got null\)$"),
+    (b'{"prompt": "Hi", "max_tokens": "5"}', r'\(got "5"\)$'),
+])
+def test_a_malformed_body_is_told_in_the_clients_terms(app_server, body, said):
+    """What pydantic says of a body, without Python's spelling of it (b'hello', None, the whole body as a dict)."""
+    answer = httpx.post(f"{app_server.url}/v1/completions", content=body, timeout=60,
+                        headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"})
+    assert answer.status_code == 400 and re.search(said, answer.json()["error"]["message"]), answer.text
+
+
+def test_a_get_is_answered_with_an_openai_error(app_server):
+    answer = httpx.get(f"{app_server.url}/v1/chat/completions", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=30)
+    assert answer.status_code == 405 and "takes POST" in answer.json()["error"]["message"], answer.text
 
 
 def test_the_api_key_is_required_and_oversized_bodies_are_refused(app_server, client):

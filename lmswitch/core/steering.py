@@ -37,12 +37,11 @@ def check_setting(lm: LanguageModel, setting: Setting) -> None:
             raise TypeError(f"a steering setting is a list of (Switch, eps) pairs; got {str(item)[:80]!r}")
         switch, eps = check_switch(item[0], lm), item[1]
         if not is_number(eps):
-            raise ValueError(f"eps for '{switch.name}' must be a finite number; got {eps!r}")
+            raise ValueError(f"ε for '{switch.name}' must be a finite number; got {eps!r}")
         if abs(eps) > MAX_ABS_EPS:
-            raise ValueError(
-                f"ε {eps:g} for '{switch.name}' is out of range: |ε| ≤ {MAX_ABS_EPS:g} (ε counts steps of ε0 = {switch.eps0:g}), "
-                f"and its slider's range is {switch.slider_range()[0]:g}…{switch.slider_range()[1]:g}"
-            )
+            fluent = f"; its fluent range is {switch.card.fluent_text}" if switch.card.fluent_text else ""
+            raise ValueError(f"ε {eps:g} for '{switch.name}' is out of range: |ε| ≤ {MAX_ABS_EPS:g} (ε counts steps of "
+                             f"ε0 = {switch.eps0:g}){fluent}")
 
 
 def beyond_fluent(setting: Setting) -> dict[str, str]:

@@ -40,7 +40,7 @@ from lmswitch.core.generate import Prompt, check_seed
 from lmswitch.core.guided import judges_of
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SAMPLING, SamplingOptions
-from lmswitch.core.steering import Setting, beyond_fluent_field
+from lmswitch.core.steering import Setting, beyond_fluent_field, check_setting
 from lmswitch.serve.batcher import Busy, Row
 from lmswitch.serve.limits import check_new_tokens, check_request
 from lmswitch.webapp.backend import SERVER_STOPPING, USER_ERRORS, Backend
@@ -91,6 +91,10 @@ def _refuse_unsupported(req: _Request) -> None:
     asked = next((k for k in UNSUPPORTED if _asks((req.model_extra or {}).get(k))), None)
     if asked:
         raise ApiError(400, f"{asked}: {UNSUPPORTED[asked]} by this server; leave it out", param=asked)
+    if "extra_body" in (req.model_extra or {}):  # sent as a field, its switches would be ignored
+        raise ApiError(400, "extra_body is an argument of the OpenAI Python client, not a field of the request: send "
+                            f"{', '.join(EXTENSIONS[:2])} and the other steering fields at the top level of the JSON body",
+                       param="extra_body")
     for key in req.model_extra or {}:  # other unknown fields are ignored, but not a misspelt steering field
         meant = difflib.get_close_matches(key, EXTENSIONS, n=1, cutoff=0.8)
         if meant and key not in UNSUPPORTED:
@@ -206,12 +210,31 @@ def _validated(model: type[BaseModel], body: bytes) -> Any:
     try:
         return model.model_validate_json(body)
     except ValidationError as err:
-        errors = err.errors()
-        where = _where(errors[0])
-        tags = {str(x) for e in errors if _where(e) == where for x in e["loc"] if _TYPE_TAG.match(str(x))}
-        # a number field is a union of int and float: pydantic's first complaint ("a valid integer") misleads
-        says = "Input should be a number" if {"int", "float"} <= tags else errors[0]["msg"]
-        raise ApiError(400, f"{where}: {says} (got {str(errors[0].get('input'))[:80]!r})", param=where) from None
+        raise ApiError(400, _invalid(err.errors()), param=_where(err.errors()[0])) from None
+
+
+def _invalid(errors: list) -> str:
+    """pydantic's first complaint about a body as a client reads it: the field, what is wrong, the value as JSON."""
+    first, where = errors[0], _where(errors[0])
+    if first["type"] == "json_invalid":
+        return f"the body is not JSON ({first['ctx']['error']}): send a JSON object, with Content-Type: application/json"
+    if first["type"] == "model_type" and where == "body":
+        return f"the body must be a JSON object; got {_as_json(first.get('input'))}"
+    if first["type"] == "missing":
+        return f"{where} is required"
+    tags = {str(x) for e in errors if _where(e) == where for x in e["loc"] if _TYPE_TAG.match(str(x))}
+    # a number field is a union of int and float: pydantic's first complaint ("a valid integer") misleads
+    says = "Input should be a number" if {"int", "float"} <= tags else first["msg"]
+    return f"{where}: {says} (got {_as_json(first.get('input'))})"
+
+
+def _as_json(value: Any) -> str:
+    """A value as the client sent it (``null``, ``true``, ``"5"``), cut to 80 characters."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 80 else text[:79] + "…"
 
 
 def _where(error: Mapping) -> str:
@@ -238,6 +261,8 @@ class OpenAIApi:
         router.add_api_route("/models/{model}", self.model, methods=["GET"])
         router.add_api_route("/completions", self.completions, methods=["POST"])
         router.add_api_route("/chat/completions", self.chat_completions, methods=["POST"])
+        for path in ("/completions", "/chat/completions"):  # an OpenAI error object, not FastAPI's {"detail": …}
+            router.add_api_route(path, _post_only, methods=["GET", "PUT", "PATCH", "DELETE"], include_in_schema=False)
         return router
 
     # --- routes -------------------------------------------------------------------------------------------
@@ -338,7 +363,8 @@ class OpenAIApi:
                            code="model_not_found")
         return self.backend.models[name] if name else (self.backend.lm, self.backend.library)
 
-    def _setting(self, library, switches: dict[str, float]) -> Setting:
+    def _setting(self, lm: LanguageModel, library, switches: dict[str, float]) -> Setting:
+        """The request's switches, each checked before any answer starts (a stream's 200 would carry the refusal)."""
         if len(switches) > MAX_SWITCHES:
             raise ApiError(400, f"{len(switches)} switches in one request; the limit is {MAX_SWITCHES}", param="switches")
         setting = []
@@ -347,6 +373,10 @@ class OpenAIApi:
             if switch is None:
                 known = ", ".join(library.names()) or "none"
                 raise ApiError(400, f"unknown switch {name[:60]!r}; this server has: {known}", param="switches", code="switch_not_found")
+            try:
+                check_setting(lm, [(switch, float(eps))])
+            except ValueError as err:  # not finite, or out of range
+                raise ApiError(400, str(err), param=f"switches.{name[:60]}") from None
             setting.append((switch, float(eps)))
         return setting
 
@@ -365,7 +395,7 @@ class OpenAIApi:
             raise ApiError(400, "messages: give at least one message", param="messages")
         self._check_length(lm, prompt, options, "messages" if chat else "prompt")  # (the chat template's refusals fail here too)
         seed = req.seed if req.seed is not None else secrets.randbelow(2**31)
-        setting = self._setting(library, req.switches)
+        setting = self._setting(lm, library, req.switches)
         if options.guide > 1:
             try:
                 judges_of(setting)
@@ -447,6 +477,10 @@ async def _watch(request: Request, gone: threading.Event, stopping: threading.Ev
     except Exception:  # (the connection's state cannot be read: treat the client as gone)
         pass
     gone.set()
+
+
+async def _post_only(request: Request) -> JSONResponse:
+    return ApiError(405, f"{request.url.path} takes POST, with a JSON body; got {request.method}", code="method_not_allowed").response()
 
 
 def _model_object(name: str, library) -> dict:
