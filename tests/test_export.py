@@ -273,3 +273,24 @@ def test_a_foreign_adapter_or_the_model_itself_is_never_replaced(llama_lm, tmp_p
     for fmt in ("peft", "merged"):
         with pytest.raises(ValueError, match="holds the model itself"):
             export(lm, [(random_switch(lm, seed=1), 2.0)], folder, format=fmt, force=True)
+
+
+def test_a_full_disk_is_one_clear_error_and_leaves_nothing(llama_lm, tmp_path, monkeypatch):
+    """safetensors reports a write that failed (a full disk) as its own error, which reached command-line users as a
+    traceback: it is now the OSError it is, naming what was being written, and nothing is left behind. (safetensors'
+    writer is made to fail as it does on a full disk: a real one needs a mount.)"""
+    from safetensors import SafetensorError
+
+    def no_space(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    s = random_switch(llama_lm, seed=1, scale=20.0)
+    monkeypatch.setattr("lmswitch.core.export.save_file", no_space)
+    with pytest.raises(OSError, match="No space left on device") as caught:
+        export_peft(llama_lm, [(s, 2.0)], tmp_path / "out")
+    assert caught.value.filename == str(tmp_path / "out")
+    monkeypatch.setattr("lmswitch.core.switch.save_file", no_space)
+    with pytest.raises(OSError, match="No space left on device") as caught:
+        s.save(tmp_path / "s.safetensors")
+    assert caught.value.filename == str(tmp_path / "s.safetensors")
+    assert list(tmp_path.iterdir()) == []  # no folder, file or temporary

@@ -37,14 +37,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import EXPORT_FORMAT
 from lmswitch.core.options import EXPORT_FORMATS as FORMATS
 from lmswitch.core.steering import Setting, check_setting, steering_matrix
-from lmswitch.io.atomic import as_new_files, new_folder_beside
+from lmswitch.io.atomic import as_new_files, as_os_error, new_folder_beside
 
 LORA_FORMATS = ("peft", "gguf-lora")  # the formats that write a LoRA adapter beside the model
 ADAPTER_FILE = "adapter_model.safetensors"
@@ -273,6 +273,9 @@ def write_folder(out: str | os.PathLike, format: str, force: bool, write: Callab
         write(tmp)
         as_new_files(tmp)
         _publish(tmp, folder, force)
+    except SafetensorError as err:  # a full disk, in the model's or the adapter's weights
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise as_os_error(err, folder) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -18,6 +18,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from safetensors import SafetensorError
+
 
 def writable(path: str | os.PathLike, *, folder: bool = False) -> Path:
     """``path`` with ``~`` expanded, once it can be written: a file (or with ``folder``, a folder to write into), not
@@ -84,7 +86,16 @@ def write_file(target: Path, write: Callable[[Path], object]) -> Path:
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, target)
+    except SafetensorError as err:
+        tmp.unlink(missing_ok=True)
+        raise as_os_error(err, target) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return target
+
+
+def as_os_error(err: SafetensorError, target: Path) -> OSError:
+    """safetensors' own error for a write that failed (a full disk: "Error while serializing: I/O error: No space left
+    on device") as the ``OSError`` it is, naming ``target``: the command line and the app report those in one line."""
+    return OSError(errno.EIO, str(err), str(target))
