@@ -82,6 +82,17 @@ def test_load_for_another_hidden_size_is_refused(saved, make_lm):
         load_switch(saved, model=wider)
 
 
+def test_a_file_whose_matrix_disagrees_with_its_own_model_is_called_inconsistent(make_lm, tmp_path):
+    """A header naming the loaded model over a matrix of another size (a damaged or edited file): "load the model it was
+    made for" could not be followed, since that model is the one loaded."""
+    lm = make_lm("gpt2")
+    edited = Switch(W=torch.zeros(8, 8), name="edited", model_name=lm.name, model_fingerprint=lm.fingerprint)
+    edited.save(tmp_path / "edited.safetensors")
+    with pytest.raises(SwitchFileError, match=r"says it was made for .*but its matrix is 8 × 8: the file is inconsistent") as caught:
+        load_switch(tmp_path / "edited.safetensors", model=lm)
+    assert "Load the model it was made for" not in str(caught.value)
+
+
 def test_save_requires_safetensors_suffix(switch, tmp_path):
     with pytest.raises(ValueError, match=".safetensors"):
         switch.save(tmp_path / "sentiment.pt")

@@ -211,6 +211,12 @@ class Switch:
 
     def check_model(self, lm: LanguageModel) -> None:
         """Raise :class:`SwitchFileError` unless this switch was made for ``lm``."""
+        if self.dim != lm.hidden_size and self.model_fingerprint and self.model_fingerprint == lm.fingerprint:
+            raise SwitchFileError(  # its header names this very model: the file was damaged or edited, not mistaken
+                f"switch '{self.name}' says it was made for '{lm.name}' (fingerprint {lm.fingerprint}), whose hidden size is "
+                f"{lm.hidden_size}, but its matrix is {self.dim} × {self.dim}: the file is inconsistent (damaged or edited); "
+                "train or export it again"
+            )
         if self.dim != lm.hidden_size:
             raise SwitchFileError(
                 f"switch '{self.name}' is {self.dim} × {self.dim} but model '{lm.name}' has hidden size "
