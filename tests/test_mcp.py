@@ -55,7 +55,7 @@ def test_the_tools_are_typed_and_described(app_server):
     # Gradio's launch warning about tools with a gr.State input was about the page's endpoints, which are not tools
     assert "Launching MCP server" in app_server.log_path.read_text() and "gr.State" not in app_server.log_path.read_text()
     for tool in tools:
-        assert len(tool.description) > 40
+        assert len(tool.description) > 40 and ",," not in tool.description  # (Gradio joins a docstring's lines with ",")
         assert all(len(p.get("description", "")) > 10 for p in tool.inputSchema["properties"].values()), tool.name
 
 
@@ -80,7 +80,8 @@ def test_steer_highlight_and_measure_over_mcp(app_server, lm32):
     assert "idiot" in spans["spans"][0]["text"] and spans["label"] == "toxic"
     assert meter["switches"][0]["best_eps"] > 0
     assert e4 and "no-such-switch" in unknown and "available" in unknown
-    assert e5 and "n_spans" in bad or "span" in bad
+    assert e5 and "spans must be an integer from 1" in bad and "n_spans" not in bad  # the tool's own parameter name
+    assert all(x == round(x, 6) for x in meter["switches"][0]["grid"])  # not linspace's -3.1999999999999993
     assert not unknown.startswith(("'", '"'))  # the message as written, not its repr
     said = ["more than this server generates per request (1,024)", "this server reads at most 2,048", "reads at most 2,000"]
     assert [error for error, _ in capped] == [True] * 3 and all(s in text for s, (_, text) in zip(said, capped, strict=True))
@@ -93,8 +94,12 @@ def test_a_switch_trained_over_mcp_steers_in_the_next_call(app_server):
         ("list_switches", {}),
         ("steer_text", {"prompt": "My weekend was", "switches": "mcp-mood=4", "max_new_tokens": 10, "seed": 2}),
         ("train_from_text", {"name": "bad", "positive": "one line", "mode": "poems"}),
+        ("train_from_text", {"name": "bad", "positive": "one line", "negative": " "}),
+        ("train_from_text", {"name": "bad", "positive": "one line", "negative": "another", "steps": -1}),
     ])
-    (e0, trained), (_, listed), (e2, steered), (e3, refused) = results
+    (e0, trained), (_, listed), (e2, steered), (e3, refused), (e4, empty), (e5, steps) = results
+    assert e4 and empty.startswith("negative is empty: give its text") and "upload" not in empty  # no page to upload to
+    assert e5 and f"from 1 to {MAX_TRAIN_STEPS:,} on this server" in steps  # the server's cap, not the library's
     assert not e0 and trained["name"] == "mcp-mood" and trained["fluent_eps"] is not None and trained["promotes"]
     assert trained["heldout_gain"] is not None and "held-out" in trained["advice"] and isinstance(trained["may_not_generalise"], bool)
     assert "mcp-mood" in {s["name"] for s in listed["switches"]}

@@ -199,7 +199,7 @@ def _raw_at(L0: torch.Tensor, Ds: list[torch.Tensor], eps: Sequence[float]) -> t
 
 def _grid_for(switch: Switch, points: int) -> list[float]:
     lo, hi = switch.eps_range
-    return [float(x) for x in np.linspace(lo, hi, points)]
+    return [round(float(x), 6) for x in np.linspace(lo, hi, points)]  # −3.2, not linspace's −3.1999999999999993
 
 
 def _curves(surface: _Surface, switches: Sequence[Switch], grid: Sequence[float] | None, points: int) -> list[tuple[list[float], list[float]]]:

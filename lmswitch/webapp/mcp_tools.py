@@ -130,8 +130,7 @@ class McpTools:
             steps: the most optimiser steps, up to {train_steps} (training stops earlier on a held-out criterion).
 
         Returns:
-            the switch's name, its held-out gain, advice on whether its data sufficed (may_not_generalise: too little text,
-            or memorised), its fluent ε range and recommended ε, and the words it promotes and demotes.
+            the switch's name, its held-out gain, advice on whether its data sufficed (may_not_generalise: too little text or memorised), its fluent ε range and recommended ε, and the words it promotes and demotes.
         """
         if mode not in TRAIN_MODES:
             raise ValueError(f"mode must be one of {', '.join(TRAIN_MODES)}; got {mode!r}")
@@ -140,6 +139,9 @@ class McpTools:
         if self.session.full():  # checked before spending the training time
             raise ValueError(f"this server already holds {MAX_SESSION_SWITCHES} switches trained over MCP; restart the app to clear "
                              "them, or train in the app and save to the library")
+        for field, text in (("positive", positive), ("negative", negative))[: 1 if mode == "one document" else 2]:
+            if not isinstance(text, str) or not text.strip():  # (the page's own message says to paste or upload)
+                raise ValueError(f"{field} is empty: give its text ({'one example per line' if mode == 'sentences' else 'a document'})")
         pos, neg = training_data(TRAIN_MODES[mode], positive, None, negative, None)
         switch = self.backend.run(train_switch, lm, pos, neg, name=name, config=TrainConfig(steps=check_train_steps(steps)), background=True)
         switch.card = self.backend.calibrated(lm, switch)
@@ -165,7 +167,10 @@ class McpTools:
         if len(text) > MAX_HIGHLIGHT_CHARS:
             raise ValueError(f"the text has {len(text):,} characters; highlighting takes at most {MAX_HIGHLIGHT_CHARS:,}")
         lm, s = self._switch(switch)
-        return self.backend.run(highlight, lm, s, text, eps=eps, n_spans=spans, background=True).to_dict()
+        try:
+            return self.backend.run(highlight, lm, s, text, eps=eps, n_spans=spans, background=True).to_dict()
+        except ValueError as err:  # the library's name for the count is this tool's "spans"
+            raise ValueError(str(err).replace("n_spans", "spans")) from None
 
     def measure_style(self, text: str, switches: str = "") -> dict:
         """The style meter: which ε of each switch explains a text best (positive: the switch's positive style, negative: the other).
@@ -175,8 +180,7 @@ class McpTools:
             switches: comma-separated switch names (empty: the first {meter_switches}; the meter reads at most {meter_switches}).
 
         Returns:
-            per switch, the best ε, the style it points to and the evidence in nats; "not_read" names the switches
-            not read and why (past the meter's cap, or the same matrix as one read).
+            per switch, the best ε, the style it points to and the evidence in nats; "not_read" names the switches not read and why (past the meter's cap, or the same matrix as one read).
         """
         if len(text) > MAX_METER_CHARS:
             raise ValueError(f"the text has {len(text):,} characters; measure_style reads at most {MAX_METER_CHARS:,} (it "
