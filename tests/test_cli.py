@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import build_lm, random_switch
 
 from lmswitch.cli import main
@@ -170,6 +171,11 @@ def test_highlight_json_has_offsets_and_token_scores(run, switch_file, tmp_path)
     shown = [line for line in out.splitlines() if line.startswith("span ")]
     assert code == 0 and all("Δ=+" in line for line in shown)  # only what reads toward the side
     assert len(shown) == 9 or f"{len(shown)} of the 9 spans asked read toward" in out
+    flat = load_switch(switch_file)
+    flat.W = torch.zeros_like(flat.W)  # Δ = 0 everywhere: no span reads toward either side
+    flat.save(tmp_path / "flat.safetensors")
+    code, out, _ = run("highlight", "--switch", str(tmp_path / "flat.safetensors"), "--text", text)
+    assert code == 0 and out.strip() == "no span reads toward warm (summed Δ > 0)"  # the text is not echoed unmarked
 
 
 def test_train_from_docx_and_highlight_html(run, tmp_path):
@@ -233,7 +239,8 @@ def test_measure_several_switches(run, switch_file, tmp_path, model_dir):
         (["build-pretrained", "--data", "{tmp}", "--out", "{tmp}"], "missing"),
         (["eval", "--report", "{tmp}/E.md", "--switches", "{tmp}"], "build-pretrained"),
         (["eval", "--switch", "{switch}", "--prompts", "no-such-set"], "no prompt set"),
-        (["eval", "--switch", "{switch}", "--limit", "0"], "positive integer"),
+        (["eval", "--switch", "{switch}", "--prompts", "{tmp}"], "no prompt set .*is a folder"),
+        (["eval", "--switch", "{switch}", "--limit", "0"], "^error: --limit must be a positive integer"),
     ],
 )
 def test_bad_input_exits_2_with_a_message(run, switch_file, tmp_path, args, message):
@@ -325,6 +332,18 @@ def test_switches_joined_by_a_comma_get_the_hint_to_give_them_one_by_one(capsys)
 def test_shipped_switch_for_another_model_is_refused_by_name(run):
     code, _, err = run("generate", "--prompt", "the", "--switch", "sentiment=6", "--max-new-tokens", "2")
     assert code == 2 and "made for" in err
+
+
+def test_an_unknown_command_is_answered_with_the_command_meant(capsys):
+    """The app's tab is Inspect and the MCP tool steer_text: argparse said "invalid choice" and listed all twelve."""
+    for argv, said in ((["inspect", "--switch", "sentiment"], "'inspect' is not a command; did you mean 'svd'?"),
+                       (["--model", "m", "steer", "--prompt", "Hi"], "'steer' is not a command; did you mean 'generate'?"),
+                       (["genrate"], "did you mean 'generate'?"),
+                       (["--dtype", "float32", "poems"], "'poems' is not a command (the commands: info, train")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and said in err, (argv, err)
 
 
 def test_an_unknown_option_is_named_first_with_the_nearest_known_one(capsys):
@@ -428,7 +447,7 @@ def test_help_and_a_mistyped_command_do_not_import_the_library():
               "print(sorted(m for m in ('torch', 'transformers', 'gradio') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.stdout.strip().splitlines()[-1:] == ["[]"], done.stdout + done.stderr
-    assert "invalid choice: 'generat'" in done.stderr
+    assert "'generat' is not a command; did you mean 'generate'?" in done.stderr
     assert all(f"usage: python -m lmswitch {name} " in done.stdout for name in SUBCOMMANDS), done.stdout
 
 
@@ -508,6 +527,13 @@ def test_options_that_make_no_sense_together_are_refused_before_loading(capsys):
                        (["eval", "--frontier", "sentiment", "--guide", "4"], "--guide does not apply to eval --frontier"),
                        (["eval", "--stance", "--frontier", "sentiment"], "one of --stance, --highlight, --frontier"),
                        (["eval", "--switch", "sentiment", "--png"], "add --out DIR"),
+                       # values refused without the model: before it loads (a typo cost 5–8 s of loading)
+                       (["generate", "--prompt", "Hi", "--switch", "sentimnt=1"], "no switch file 'sentimnt'"),
+                       (["generate", "--prompt", "Hi", "--samples", "0"], "--samples must be an integer from 1"),
+                       (["svd", "--switch", "sentiment", "--dims", "0"], "--dims must be an integer from 1"),
+                       (["highlight", "--switch", "detox", "--text", "Hi", "--spans", "0"], "--spans must be an integer from 1"),
+                       (["eval", "--switch", "sentiment", "--limit", "0"], "--limit must be a positive integer"),
+                       (["eval", "--switch", "sentiment", "--top-p", "5"], "--top-p must be a number from 0 to 1"),
                        # adaptive strength's budgets change nothing without it
                        (["generate", "--prompt", "Hi", "--kl-budget", "1"], "add --adaptive"),
                        (["sweep", "--switch", "s", "--prompt", "Hi", "--generation-budget", "2"], "add --adaptive"),
@@ -521,7 +547,7 @@ def test_options_that_make_no_sense_together_are_refused_before_loading(capsys):
                         "--anchors must be an integer ≥ 10 (one in ten is held out")):
         assert main(["--model", "no-such-model", *argv]) == 2
         assert said in capsys.readouterr().err, argv
-    for argv in (["eval", "--frontier", "sentiment", "--report", "E.md", "--limit", "3"], ["eval", "--switch", "s", "--out", "o", "--png"],
+    for argv in (["eval", "--frontier", "sentiment", "--report", "E.md", "--limit", "3"], ["eval", "--switch", "sentiment", "--out", "o", "--png"],
                  ["eval", "--stance", "--out", "o"], ["eval", "--transfer-to", "gemma3-270m", "--switches", "s"],
                  ["generate", "--prompt", "Hi", "--switch", "sentiment", "--adaptive", "--kl-budget", "1"],
                  ["generate", "--prompt", "Hi", "--switch", "sentiment", "--guide", "4"], ["generate", "--prompt", "Hi", "--best-of", "2"],

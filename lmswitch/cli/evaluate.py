@@ -82,17 +82,30 @@ def _write(outcome: _Outcome, folder: str, png: bool) -> None:
     outcome.lines.append("wrote " + ", ".join(str(p) for p in written))
 
 
-def _evaluate(args: argparse.Namespace, lm: LanguageModel) -> None:
-    """An ε sweep of ``--switch``, or with ``--grid`` the 2-D grid of two switches."""
+def is_sweep(args: argparse.Namespace) -> bool:
+    """Whether ``eval`` runs an ε sweep or grid (:func:`cmd_eval`'s last branch)."""
+    return not (args.stance or args.highlight or args.frontier or args.transfer_to or args.report)
+
+
+def sweep_inputs(args: argparse.Namespace) -> tuple[list[str], list[str], Protocol]:
+    """A sweep's metrics, prompts and protocol from its flags, checked as far as they can be without the model (the
+    command line does so before it loads one)."""
     if not args.switch:
         raise ValueError("give --switch S.safetensors to evaluate (or --report EVALUATION.md for the full report)")
     metrics = _metrics(args.metrics)
-    switch = load_switch(args.switch, lm)
     prompts = load_prompts(args.prompts, args.limit)
     protocol = Protocol(samples=args.samples, max_new_tokens=args.max_new_tokens, top_p=args.top_p, seed=args.seed,
                         adaptive=args.adaptive, kl_budget=args.kl_budget, generation_budget=args.generation_budget,
                         best_of=args.best_of, guide=args.guide, repeat_guard=args.repeat_guard)
-    protocol.validate()
+    flag_errors(protocol.validate)
+    flag_errors(protocol.sampling().validate)  # all but the model's part (its context length)
+    return metrics, prompts, protocol
+
+
+def _evaluate(args: argparse.Namespace, lm: LanguageModel) -> None:
+    """An ε sweep of ``--switch``, or with ``--grid`` the 2-D grid of two switches."""
+    metrics, prompts, protocol = sweep_inputs(args)
+    switch = load_switch(args.switch, lm)
     flag_errors(lambda: protocol.sampling().validate(lm))
     outcome = (_grid if args.grid else _sweep)(args, lm, switch, prompts, protocol, metrics)
     outcome.data.update({"prompts": args.prompts, "n_prompts": len(prompts), "protocol": protocol.__dict__})
@@ -190,7 +203,9 @@ def cmd_eval(args: argparse.Namespace, lm: LanguageModel) -> None:
     if world()[1] > 1 and (args.stance or args.highlight or args.frontier or args.transfer_to or args.report):
         raise ValueError("under accelerate launch, eval runs ε sweeps and grids (--switch); run --stance, --highlight, --frontier, "
                          "--transfer-to and --report in one process")
-    if args.stance:
+    if is_sweep(args):
+        _evaluate(args, lm)
+    elif args.stance:
         _stance(args, lm)
     elif args.highlight:
         _highlight(args, lm)
@@ -198,7 +213,5 @@ def cmd_eval(args: argparse.Namespace, lm: LanguageModel) -> None:
         _frontier(args, lm)
     elif args.transfer_to:
         _transfer_report(args, lm)
-    elif args.report:
-        _report(args, lm)
     else:
-        _evaluate(args, lm)
+        _report(args, lm)

@@ -349,6 +349,7 @@ def unknown_options_first(parser: argparse.ArgumentParser, argv: list[str]) -> N
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     command = next((arg for arg in argv if arg in sub.choices), None)
     if command is None:
+        _unknown_command(parser, sub, argv)
         return
     p = sub.choices[command]
     known = list(p._option_string_actions)
@@ -359,6 +360,22 @@ def unknown_options_first(parser: argparse.ArgumentParser, argv: list[str]) -> N
         if flag.startswith("--") and " " not in arg and not any(k.startswith(flag) for k in known):
             near = difflib.get_close_matches(flag, known, n=1)
             p.error(f"unrecognized option {flag}" + (f"; did you mean {near[0]}?" if near else f" (see {p.prog} --help)"))
+
+
+# what a user of the app, the MCP tools or the README's prose may type for a command: the command that does it
+COMMAND_NAMES = {"inspect": "svd", "words": "svd", "steer": "generate", "steer_text": "generate", "highlight_text": "highlight",
+                 "meter": "measure", "measure_style": "measure", "evaluate": "eval", "lora": "export", "convert": "export"}
+
+
+def _unknown_command(parser: argparse.ArgumentParser, sub: argparse._SubParsersAction, argv: list[str]) -> None:
+    """A first word that is no command, answered with the command meant (argparse lists every choice)."""
+    taking = {k for k, a in parser._option_string_actions.items() if a.nargs != 0}  # the common options' values
+    for i, arg in enumerate(argv):
+        if arg.startswith("-") or (i and argv[i - 1] in taking):
+            continue
+        meant = COMMAND_NAMES.get(arg.lower()) or next(iter(difflib.get_close_matches(arg, list(sub.choices), n=1)), None)
+        parser.error(f"{arg!r} is not a command" + (f"; did you mean {meant!r}?" if meant else "") +
+                     f" (the commands: {', '.join(sub.choices)})")
 
 
 class _Formatter(argparse.HelpFormatter):

@@ -15,10 +15,12 @@ from dataclasses import fields
 from pathlib import Path
 
 from lmswitch.cli.common import emit
+from lmswitch.core.checks import check_samples, check_seed
 from lmswitch.core.options import SAMPLING, SamplingOptions
 from lmswitch.core.switch import Switch, check_name, load_switch, switch_path, usable_name
 from lmswitch.io.atomic import writable
 from lmswitch.io.resources import resolve_switch_file
+from lmswitch.lenses.options import check_counts, check_highlight_args
 
 _BUDGETS = (lambda a: not a.adaptive and (a.kl_budget is not None or a.generation_budget != SAMPLING.generation_budget),
             "--kl-budget and --generation-budget are adaptive strength's budgets; add --adaptive")
@@ -113,9 +115,28 @@ def checked_before_loading(args: argparse.Namespace) -> None:
         args.name = check_name(args.name) if args.name else usable_name(Path(args.out).stem)  # (a file's name may be freer)
     if args.command in ("generate", "sweep"):
         flag_errors(sampling_options(args).validate)
+    _counts_before_loading(args)
     given = getattr(args, "switch", None)
-    if isinstance(given, list):  # generate, measure, export take several: one given twice is a typo
-        _once([g[0] if isinstance(g, tuple) else g for g in given])
+    refs = [g[0] if isinstance(g, tuple) else g for g in (given if isinstance(given, list) else [given] if given else [])]
+    for ref in refs:  # a switch that does not load (a typo in its name or path) is refused before the model loads
+        load_switch(ref)
+    _once(refs)  # generate, measure, export take several: one given twice is a typo
+
+
+def _counts_before_loading(args: argparse.Namespace) -> None:
+    """The values a command refuses without the model, refused before it loads (a typo cost seconds of loading)."""
+    if args.command == "highlight":
+        check_highlight_args(args.eps, args.max_span, args.spans)
+    elif args.command == "svd":
+        check_counts(args.dims, args.words)
+    elif args.command == "generate":
+        check_samples(args.samples)
+        check_seed(args.seed)
+    elif args.command == "eval":
+        from lmswitch.cli.evaluate import is_sweep, sweep_inputs
+
+        if is_sweep(args):
+            sweep_inputs(args)
 
 
 def sampling_options(args: argparse.Namespace) -> SamplingOptions:

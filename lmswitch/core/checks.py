@@ -31,3 +31,12 @@ def check_seed(seed: object, what: str = "seed") -> int:
         raise ValueError(f"{what} must be an integer from 0 to {MAX_SEED:,} (2³² − 1: the random generator keeps 32 bits, "
                          f"so a larger seed would repeat a smaller one's text); got {seed!r}")
     return int(seed)
+
+
+MAX_SAMPLES = 1024  # texts per prompt one generate call writes
+
+
+def check_samples(samples: object) -> None:
+    """Refuse a count of texts per prompt :func:`~lmswitch.core.generate.generate` does not write."""
+    if not is_whole(samples) or not 1 <= samples <= MAX_SAMPLES:
+        raise ValueError(f"samples must be an integer from 1 to {MAX_SAMPLES}; got {samples!r}")

@@ -27,7 +27,7 @@ from transformers.cache_utils import DynamicLayer
 from transformers.generation.streamers import BaseStreamer
 
 from lmswitch.core.budget import Budget, RowBudgets
-from lmswitch.core.checks import check_seed, is_whole
+from lmswitch.core.checks import check_samples, check_seed
 from lmswitch.core.guard import RepeatGuard
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SAMPLES, SAMPLING, SEED, SamplingOptions
@@ -437,8 +437,7 @@ def generate(
     prompts = [prompt] if isinstance(prompt, str) else list(_checked_prompt(prompt))
     if not prompts:
         raise ValueError("no prompt given")
-    if not is_whole(samples) or not 1 <= samples <= 1024:
-        raise ValueError(f"samples must be an integer from 1 to 1024; got {samples!r}")
+    check_samples(samples)
     check_seed(seed)
     rows = [p for p in prompts for _ in range(samples)]
     seeds = [seed + k for _ in prompts for k in range(samples)]

@@ -77,7 +77,8 @@ def load_prompts(which: str | Path, limit: int | None = None, split: str | None 
     path = prompts_dir() / PROMPT_SETS[which] if which in PROMPT_SETS else Path(which)
     if not path.is_file():
         names = ", ".join(PROMPT_SETS)
-        raise ValueError(f"no prompt set {str(which)!r}: give one of {names} or a text file with one prompt per line")
+        there = f" ({path} is a folder)" if path.is_dir() else ""
+        raise ValueError(f"no prompt set {str(which)!r}{there}: give one of {names} or a text file with one prompt per line")
     try:
         prompts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     except UnicodeDecodeError as err:
@@ -88,7 +89,7 @@ def load_prompts(which: str | Path, limit: int | None = None, split: str | None 
         raise ValueError(f"{path} contains no prompts" + (f" in its {split} split" if split else ""))
     if limit is not None:
         if not is_whole(limit) or limit < 1:
-            raise ValueError(f"the prompt limit must be a positive integer; got {limit!r}")
+            raise ValueError(f"limit must be a positive integer (the number of prompts kept); got {limit!r}")
         prompts = prompts[:limit]
     return prompts
 

@@ -17,16 +17,21 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from lmswitch.core.checks import is_number, is_whole
+from lmswitch.core.checks import is_whole
 from lmswitch.core.hidden import EncodedText, encode_text, target_logprobs
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.steering import Setting, check_setting, steering_matrix
 from lmswitch.core.switch import Switch
-from lmswitch.lenses.options import DEFAULT_EPS, DEFAULT_MAX_SPAN, DEFAULT_SPANS, WEAK_EVIDENCE_NATS
+from lmswitch.lenses.options import (
+    DEFAULT_EPS,
+    DEFAULT_MAX_SPAN,
+    DEFAULT_SPANS,
+    WEAK_EVIDENCE_NATS,
+    check_highlight_args,
+    check_span_args,
+)
 
 # best_spans costs O(tokens × spans × span length) in Python: these keep one call on a 100,000-character text to seconds
-MAX_SPAN_TOKENS = 64
-MAX_SPANS = 50
 
 
 @dataclass(frozen=True)
@@ -125,13 +130,6 @@ def _glued(left: str, right: str) -> bool:
     return left[-1:].isalnum() and right[:1].isalnum()
 
 
-def _check_span_args(max_span: object, n_spans: object) -> None:
-    if not is_whole(max_span) or not 1 <= max_span <= MAX_SPAN_TOKENS:
-        raise ValueError(f"max_span must be an integer from 1 to {MAX_SPAN_TOKENS} (tokens per span); got {max_span!r}")
-    if not is_whole(n_spans) or not 1 <= n_spans <= MAX_SPANS:
-        raise ValueError(f"n_spans must be an integer from 1 to {MAX_SPANS}; got {n_spans!r}")
-
-
 class Run(NamedTuple):
     """A run of items ``[start, end)`` and their summed score (:func:`best_spans`); a tuple, so it unpacks as one."""
 
@@ -151,7 +149,7 @@ def best_spans(scores: Sequence[float], max_span: int = DEFAULT_MAX_SPAN, n_span
     >>> best_spans([0.1, -2, 3, 1, -1, 2], max_span=2)
     [Run(start=2, end=4, total=4.0)]
     """
-    _check_span_args(max_span, n_spans)
+    check_span_args(max_span, n_spans)
     try:
         x = np.asarray(scores, dtype=np.float64)
     except (TypeError, ValueError):
@@ -291,13 +289,6 @@ def token_deltas(lm: LanguageModel, switch: Switch, enc: EncodedText, eps: float
     setting = [(switch, float(eps))]
     check_setting(lm, setting)
     return _token_deltas(lm, enc, steering_matrix(setting))
-
-
-def check_highlight_args(eps: object, max_span: object, n_spans: object) -> None:
-    """Refuse settings :func:`highlight` cannot use (a caller about to read the text can check them first)."""
-    if not is_number(eps) or eps == 0:
-        raise ValueError(f"ε must be a finite non-zero number (in steps of the switch's ε0); got {eps!r}")
-    _check_span_args(max_span, n_spans)
 
 
 def highlight_changes(switch: Switch, enc: EncodedText, delta: np.ndarray, *, eps: float, max_span: int = DEFAULT_MAX_SPAN,

@@ -27,7 +27,6 @@ from dataclasses import asdict, dataclass
 import torch
 from safetensors.torch import load_file, save_file
 
-from lmswitch.core.checks import is_whole
 from lmswitch.core.hidden import encode_texts
 from lmswitch.core.models import LanguageModel, cache_dir
 from lmswitch.core.options import TrainConfig
@@ -35,11 +34,8 @@ from lmswitch.core.pause import pause_point
 from lmswitch.core.switch import STEERS_NOTHING, Switch, check_switch
 from lmswitch.io.atomic import write_file
 from lmswitch.io.resources import read_data_text
-from lmswitch.lenses.options import DEFAULT_DIMS, DEFAULT_WORDS
+from lmswitch.lenses.options import DEFAULT_DIMS, DEFAULT_WORDS, check_counts
 from lmswitch.lenses.vocab import token_words, word_forms
-
-MAX_DIMS = 100
-MAX_WORDS = 500
 
 WRITTEN_SHARE = 0.02  # a listed word's mean probability after the reference contexts, as a share of uniform (1 / V);
 # set by reading the lists of the shipped switches and of one-article switches (EVALUATION.md, twenty-second session)
@@ -204,13 +200,6 @@ def _bundled_reference_hidden(lm: LanguageModel) -> torch.Tensor:
     return hidden
 
 
-def _check_counts(dims: int, words: int) -> None:
-    if not is_whole(dims) or not 1 <= dims <= MAX_DIMS:
-        raise ValueError(f"dims must be an integer from 1 to {MAX_DIMS}; got {dims!r}")
-    if not is_whole(words) or not 1 <= words <= MAX_WORDS:
-        raise ValueError(f"words must be an integer from 1 to {MAX_WORDS}; got {words!r}")
-
-
 def _word_table(lm: LanguageModel) -> tuple[torch.Tensor, list[str]]:
     """Ids and surfaces of the readable word-start tokens of the model's vocabulary."""
     tw = token_words(lm.tokenizer)
@@ -346,7 +335,7 @@ def svd_dimensions(lm: LanguageModel, switch: Switch, *, dims: int = DEFAULT_DIM
     >>> [w.word for w in d.dimensions[0].promoted[:3]]    # doctest: +SKIP
     ['wonderful', 'great', 'love']
     """
-    _check_counts(dims, words)
+    check_counts(dims, words)
     check_switch(switch, lm)
     if switch.steers_nothing:
         raise ValueError(f"switch '{switch.name}' {STEERS_NOTHING}: it has no directions to list; train it or load another")
@@ -387,7 +376,7 @@ def promoted_words(lm: LanguageModel, switch: Switch, *, words: int = DEFAULT_WO
     >>> w = promoted_words(lm, sentiment, words=5)            # doctest: +SKIP
     >>> [x.word for x in w.promoted], [x.word for x in w.suppressed]  # doctest: +SKIP
     """
-    _check_counts(1, words)
+    check_counts(1, words)
     check_switch(switch, lm)
     C = reference_hidden(lm, reference)
     c_mean = C.double().mean(0).to(switch.W.device)
@@ -441,7 +430,7 @@ def word_map(lm: LanguageModel, switch: Switch, *, words: int = 15, reference: l
     >>> m = word_map(lm, sentiment)                                  # doctest: +SKIP
     >>> [(p.word, p.x) for p in m.points if p.group == "promoted 1"]  # doctest: +SKIP
     """
-    _check_counts(2, words)
+    check_counts(2, words)
     if switch.steers_nothing:
         raise ValueError(f"switch '{switch.name}' {STEERS_NOTHING}: it has no directions to map; train it or load another")
     dirs = _directions(lm, switch, 2, reference)
