@@ -25,6 +25,7 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 from lmswitch.core.switch import Switch
 from lmswitch.io.resources import examples_dir
+from lmswitch.serve.limits import MAX_PROMPT_TOKENS
 from lmswitch.webapp.lens import highlight_examples
 from lmswitch.webapp.widgets import UNSAVED
 
@@ -276,6 +277,12 @@ def test_a_retyped_prompt_keeps_its_text(ui):
             page.wait_for_timeout(4000)  # the stopped keystrokes' events end meanwhile
             expect(page.locator("#steered-scores")).to_contain_text("perplexity", timeout=GENERATE_TIMEOUT)
             expect(page.locator("#steered textarea")).to_have_value(before)
+        # a prompt over the server's limit is refused, and both texts go: they read as the refused prompt's
+        prompt.fill("word " * (MAX_PROMPT_TOKENS + 10))
+        page.locator("#generate").click()
+        expect(page.locator(".toast-body").filter(has_text="shorten it")).to_be_visible(timeout=GENERATE_TIMEOUT)
+        for box in ("steered", "unsteered"):
+            expect(page.locator(f"#{box} textarea")).to_have_value("")
 
 
 def test_train_from_pasted_sentences_adds_a_slider(ui):

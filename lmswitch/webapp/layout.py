@@ -208,11 +208,12 @@ def _wire_steer(ui: SimpleNamespace, backend: Backend, demo: gr.Blocks) -> None:
     # another page saved or deleted a switch: its slider and picker entries come and go here too, within a few seconds
     gr.Timer(LIBRARY_WATCH_S).tick(bind(steer.library_watch, backend), [ui.session, *ui.sliders, *ui.pickers],
                                    [ui.status, *ui.sliders, *ui.pickers], api_visibility="private", queue=False, show_progress="hidden")
-    ui.go.click(run_steer, steer_inputs, stream_out, api_name="steer", **live)
-    ui.prompt.input(run_steer, steer_inputs, stream_out, api_visibility="private", **live)
-    ui.gen[3].submit(run_steer, steer_inputs, stream_out, api_visibility="private", **live)  # Enter in the seed box
+    # a refused request (a prompt over the server's limit) empties both texts: the last ones read as the new prompt's
+    _emptied_on_refusal(ui.go.click(run_steer, steer_inputs, stream_out, api_name="steer", **live), stream_out)
+    _emptied_on_refusal(ui.prompt.input(run_steer, steer_inputs, stream_out, api_visibility="private", **live), stream_out)
+    _emptied_on_refusal(ui.gen[3].submit(run_steer, steer_inputs, stream_out, api_visibility="private", **live), stream_out)  # Enter: seed
     for slider in ui.sliders:
-        slider.release(run_steer, steer_inputs, stream_out, api_visibility="private", **live)
+        _emptied_on_refusal(slider.release(run_steer, steer_inputs, stream_out, api_visibility="private", **live), stream_out)
     ui.wide.change(bind(steer.widen_sliders, backend), [ui.wide, ui.session, *ui.sliders], [ui.wide_warning, *ui.sliders], api_visibility="private",
                    concurrency_limit=None).then(run_steer, steer_inputs, stream_out, api_visibility="private", **live)  # a moved slider's text
     picked = ui.model_pick.input(bind(steer.select_model, backend), [ui.model_pick, ui.session, *ui.pickers],
