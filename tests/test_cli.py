@@ -339,6 +339,7 @@ def test_an_unknown_command_is_answered_with_the_command_meant(capsys):
     for argv, said in ((["inspect", "--switch", "sentiment"], "'inspect' is not a command; did you mean 'svd'?"),
                        (["--model", "m", "steer", "--prompt", "Hi"], "'steer' is not a command; did you mean 'generate'?"),
                        (["genrate"], "did you mean 'generate'?"),
+                       (["--mod", "m", "SVD"], "'SVD' is not a command; did you mean 'svd'?"),  # --mod: argparse's prefix
                        (["--dtype", "float32", "poems"], "'poems' is not a command (the commands: info, train")):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
@@ -532,6 +533,7 @@ def test_options_that_make_no_sense_together_are_refused_before_loading(capsys):
                        (["generate", "--prompt", "Hi", "--samples", "0"], "--samples must be an integer from 1"),
                        (["svd", "--switch", "sentiment", "--dims", "0"], "--dims must be an integer from 1"),
                        (["highlight", "--switch", "detox", "--text", "Hi", "--spans", "0"], "--spans must be an integer from 1"),
+                       (["highlight", "--switch", "detox", "--text", "Hi", "--eps", "0"], "--eps must be a finite non-zero number"),
                        (["eval", "--switch", "sentiment", "--limit", "0"], "--limit must be a positive integer"),
                        (["eval", "--switch", "sentiment", "--top-p", "5"], "--top-p must be a number from 0 to 1"),
                        # adaptive strength's budgets change nothing without it

@@ -292,5 +292,13 @@ def test_a_full_disk_is_one_clear_error_and_leaves_nothing(llama_lm, tmp_path, m
     monkeypatch.setattr("lmswitch.core.switch.save_file", no_space)
     with pytest.raises(OSError, match="No space left on device") as caught:
         s.save(tmp_path / "s.safetensors")
-    assert caught.value.filename == str(tmp_path / "s.safetensors")
+    assert caught.value.filename == str(tmp_path / "s.safetensors") and caught.value.errno == 28
     assert list(tmp_path.iterdir()) == []  # no folder, file or temporary
+
+    def bad_metadata(*args, **kwargs):  # not the system's refusal: not called an I/O error
+        raise SafetensorError("Error while serializing: the metadata is not a dict of strings")
+
+    monkeypatch.setattr("lmswitch.core.switch.save_file", bad_metadata)
+    with pytest.raises(SafetensorError, match="metadata"):
+        s.save(tmp_path / "s.safetensors")
+    assert list(tmp_path.iterdir()) == []

@@ -186,8 +186,8 @@ def cmd_highlight(args: argparse.Namespace, lm: LanguageModel) -> None:
     switch = load_switch(args.switch, lm)
     h = highlight(lm, switch, text_arg(args), eps=args.eps, max_span=args.max_span, n_spans=args.spans)
     marked = "".join(f"[[{piece}]]" if label else piece for piece, label in h.highlighted)
-    lines = ([marked, ""] if h.spans else []) + [f"span {s.start}:{s.end}  Δ={s.score:+.3f} nats  {s.text!r}{'  (weak)' if s.weak else ''}"
-                            for s in h.spans]
+    lines = ([marked, ""] if h.spans else []) + [
+        f"span {s.start}:{s.end}  Δ={s.score:+.3f} nats  {s.text!r}{'  (weak)' if s.weak else ''}" for s in h.spans]
     if any(s.weak for s in h.spans):
         lines.append(f"weak: a span under {WEAK_EVIDENCE_NATS:g} nat; the text hardly reads toward {h.label} there")
     if len(h.spans) < args.spans:  # the others would have read the other way, or not at all

@@ -200,7 +200,7 @@ def _publish(args: argparse.Namespace, name: str, results: object, heading: str,
 
 def cmd_eval(args: argparse.Namespace, lm: LanguageModel) -> None:
     """``eval``: the frontier, the stance evaluation, the transfer report, the full report, or a sweep/grid."""
-    if world()[1] > 1 and (args.stance or args.highlight or args.frontier or args.transfer_to or args.report):
+    if world()[1] > 1 and not is_sweep(args):
         raise ValueError("under accelerate launch, eval runs ε sweeps and grids (--switch); run --stance, --highlight, --frontier, "
                          "--transfer-to and --report in one process")
     if is_sweep(args):

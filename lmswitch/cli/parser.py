@@ -369,11 +369,15 @@ COMMAND_NAMES = {"inspect": "svd", "words": "svd", "steer": "generate", "steer_t
 
 def _unknown_command(parser: argparse.ArgumentParser, sub: argparse._SubParsersAction, argv: list[str]) -> None:
     """A first word that is no command, answered with the command meant (argparse lists every choice)."""
-    taking = {k for k, a in parser._option_string_actions.items() if a.nargs != 0}  # the common options' values
+    taking = [k for k, a in parser._option_string_actions.items() if a.nargs != 0]  # the common options' values
+
+    def takes_a_value(flag: str) -> bool:  # (argparse also takes an unambiguous prefix: --mod for --model)
+        return flag.startswith("--") and "=" not in flag and any(k.startswith(flag) for k in taking)
+
     for i, arg in enumerate(argv):
-        if arg.startswith("-") or (i and argv[i - 1] in taking):
+        if arg.startswith("-") or (i and takes_a_value(argv[i - 1])):
             continue
-        meant = COMMAND_NAMES.get(arg.lower()) or next(iter(difflib.get_close_matches(arg, list(sub.choices), n=1)), None)
+        meant = COMMAND_NAMES.get(arg.lower()) or next(iter(difflib.get_close_matches(arg.lower(), list(sub.choices), n=1)), None)
         parser.error(f"{arg!r} is not a command" + (f"; did you mean {meant!r}?" if meant else "") +
                      f" (the commands: {', '.join(sub.choices)})")
 

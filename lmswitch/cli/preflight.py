@@ -1,6 +1,6 @@
 """What the command line does before it loads a model: refuse what can be refused without one, and ``info --switch``,
 the one command that needs none. Only torch comes in here (a switch is a tensor), not the model libraries, so these
-answer in about a second.
+answer in about two seconds; ``eval``'s sweep inputs (its prompt set and metrics) bring in the harness, a few more.
 
 >>> from lmswitch.cli import main
 >>> main(["info", "--switch", "detox"])   # this module's cmd_switch_card   # doctest: +SKIP
@@ -76,7 +76,7 @@ def _flags(dests: list[str]) -> str:
     return ", ".join("--" + d.replace("_", "-") for d in dests)
 
 
-OWN_NAMES = {"n_spans": "spans"}  # a library parameter → the command's option that sets it, where their names differ
+OWN_NAMES = {"n_spans": "spans", "ε": "eps"}  # a library parameter → the command's option that sets it, where their names differ
 
 
 def flag_named(message: str, args: argparse.Namespace) -> str:
@@ -118,9 +118,8 @@ def checked_before_loading(args: argparse.Namespace) -> None:
     _counts_before_loading(args)
     given = getattr(args, "switch", None)
     refs = [g[0] if isinstance(g, tuple) else g for g in (given if isinstance(given, list) else [given] if given else [])]
-    for ref in refs:  # a switch that does not load (a typo in its name or path) is refused before the model loads
-        load_switch(ref)
-    _once(refs)  # generate, measure, export take several: one given twice is a typo
+    digests = [load_switch(ref).digest for ref in refs]  # one that does not load (a typo) is refused before the model
+    _once(refs, digests)  # generate, measure, export take several: one given twice is a typo
 
 
 def _counts_before_loading(args: argparse.Namespace) -> None:
@@ -157,12 +156,12 @@ def flag_errors(check: Callable[[], None]) -> None:
         raise ValueError(re.sub(r",? or None\b|,? \(or None[^)]*\)", "", said)) from None
 
 
-def _once(refs: list[str]) -> None:
+def _once(refs: list[str], matrices: list[str]) -> None:
     """Refuse a switch given twice, also once by name and once by its file's path, or as a copy of its file (its
-    steering would be doubled)."""
+    steering would be doubled); ``matrices``: each one's content id (:attr:`Switch.digest`)."""
     if len(refs) < 2:
         return
-    files, matrices = [_file_of(ref) for ref in refs], [_matrix_of(ref) for ref in refs]
+    files = [_file_of(ref) for ref in refs]
     for i, (file, matrix) in enumerate(zip(files, matrices, strict=True)):
         j = min(files.index(file), matrices.index(matrix))
         if j < i:
@@ -176,14 +175,6 @@ def _file_of(ref: str) -> str:
     try:
         return str(resolve_switch_file(ref).resolve())
     except (FileNotFoundError, OSError):
-        return ref
-
-
-def _matrix_of(ref: str) -> str:
-    """The content id of the switch ``ref`` names (:attr:`Switch.digest`), or ``ref`` itself when it does not load."""
-    try:
-        return load_switch(ref).digest
-    except (ValueError, OSError):
         return ref
 
 

@@ -36,7 +36,9 @@ def check_seed(seed: object, what: str = "seed") -> int:
 MAX_SAMPLES = 1024  # texts per prompt one generate call writes
 
 
-def check_samples(samples: object) -> None:
-    """Refuse a count of texts per prompt :func:`~lmswitch.core.generate.generate` does not write."""
+def check_samples(samples: object) -> int:
+    """A count of texts per prompt :func:`~lmswitch.core.generate.generate` writes: an integer from 1 to
+    :data:`MAX_SAMPLES`."""
     if not is_whole(samples) or not 1 <= samples <= MAX_SAMPLES:
         raise ValueError(f"samples must be an integer from 1 to {MAX_SAMPLES}; got {samples!r}")
+    return int(samples)

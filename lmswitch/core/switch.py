@@ -215,7 +215,7 @@ class Switch:
             raise SwitchFileError(  # its header names this very model: the file was damaged or edited, not mistaken
                 f"switch '{self.name}' says it was made for '{lm.name}' (fingerprint {lm.fingerprint}), whose hidden size is "
                 f"{lm.hidden_size}, but its matrix is {self.dim} × {self.dim}: the file is inconsistent (damaged or edited); "
-                "train or export it again"
+                "train or transfer it again, or use an intact copy"
             )
         if self.dim != lm.hidden_size:
             raise SwitchFileError(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import secrets
 import stat
 import tempfile
@@ -95,7 +96,9 @@ def write_file(target: Path, write: Callable[[Path], object]) -> Path:
     return target
 
 
-def as_os_error(err: SafetensorError, target: Path) -> OSError:
-    """safetensors' own error for a write that failed (a full disk: "Error while serializing: I/O error: No space left
-    on device") as the ``OSError`` it is, naming ``target``: the command line and the app report those in one line."""
-    return OSError(errno.EIO, str(err), str(target))
+def as_os_error(err: SafetensorError, target: Path) -> Exception:
+    """safetensors' own error for a write the system refused (a full disk: "Error while serializing: I/O error: No space
+    left on device (os error 28)") as the ``OSError`` it is, naming ``target``, which the command line reports in one
+    line; any other of its errors as it is."""
+    code = re.search(r"\(os error (\d+)\)", str(err))
+    return OSError(int(code[1]), os.strerror(int(code[1])), str(target)) if code else err

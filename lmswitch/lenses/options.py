@@ -25,6 +25,7 @@ DEFAULT_POINTS = 21  # the style meter's grid points per switch over its meter r
 # (the highlight examples' spans score 1.5–4.1 at ε ±1; spans of six plain sentences for detox at −1, 0.1–0.85)
 WEAK_EVIDENCE_NATS = 1.0
 
+# best_spans costs O(tokens × spans × span length) in Python: these keep one call on a 100,000-character text to seconds
 MAX_SPAN_TOKENS = 64  # tokens in one highlighted span
 MAX_SPANS = 50  # spans one highlight finds
 MAX_DIMS = 100  # singular directions svd_dimensions lists

@@ -64,7 +64,7 @@ def _why(lm: LanguageModel, options: SamplingOptions, limit: int) -> str:
 
 def check_train_steps(steps: int) -> int:
     """``steps``, refused (``ValueError``) under 1 or over this server's cap."""
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+    if not is_whole(steps) or steps < 1:
         raise ValueError(f"steps must be an integer from 1 to {MAX_TRAIN_STEPS:,} on this server; got {steps!r}")
     if steps > MAX_TRAIN_STEPS:
         raise ValueError(f"steps {steps:,} is more than this server trains per request ({MAX_TRAIN_STEPS:,}); training stops "

@@ -9,8 +9,8 @@ from lmswitch.harness import figures
 from lmswitch.io.parse import parse_number
 from lmswitch.io.resources import examples_dir
 from lmswitch.lenses.meter import Measurement, MeterRow, measure
-from lmswitch.lenses.options import WEAK_EVIDENCE_NATS
-from lmswitch.lenses.spans import Highlight, check_highlight_args, highlight
+from lmswitch.lenses.options import WEAK_EVIDENCE_NATS, check_highlight_args
+from lmswitch.lenses.spans import Highlight, highlight
 from lmswitch.lenses.svd import Dimension, promoted_words, svd_dimensions, word_map
 from lmswitch.serve.limits import MAX_HIGHLIGHT_CHARS, MAX_METER_CHARS, MAX_METER_SWITCHES
 from lmswitch.serve.session import MeterPick, Session

@@ -169,8 +169,10 @@ class McpTools:
         lm, s = self._switch(switch)
         try:
             return self.backend.run(highlight, lm, s, text, eps=eps, n_spans=spans, background=True).to_dict()
-        except ValueError as err:  # the library's name for the count is this tool's "spans"
-            raise ValueError(str(err).replace("n_spans", "spans")) from None
+        except ValueError as err:
+            if str(err).startswith("n_spans "):  # the library's name for the count is this tool's "spans"
+                raise ValueError(str(err).replace("n_spans", "spans", 1)) from None
+            raise
 
     def measure_style(self, text: str, switches: str = "") -> dict:
         """The style meter: which ε of each switch explains a text best (positive: the switch's positive style, negative: the other).
