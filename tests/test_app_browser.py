@@ -283,6 +283,9 @@ def test_a_retyped_prompt_keeps_its_text(ui):
         expect(page.locator(".toast-body").filter(has_text="shorten it")).to_be_visible(timeout=GENERATE_TIMEOUT)
         for box in ("steered", "unsteered"):
             expect(page.locator(f"#{box} textarea")).to_have_value("")
+        prompt.fill(typed)  # the page is the next tests' too: its prompt as it was
+        page.locator("#generate").click()
+        expect(page.locator("#steered textarea")).to_have_value(before, timeout=GENERATE_TIMEOUT)
 
 
 def test_train_from_pasted_sentences_adds_a_slider(ui):
