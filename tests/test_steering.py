@@ -423,10 +423,10 @@ def test_switch_for_another_model_is_refused(tiny_lm):
 @pytest.mark.parametrize("eps", [math.nan, math.inf, -math.inf, 1000.5, -5000.0, 1e9, "5"])
 def test_bad_eps_is_refused(tiny_lm, eps):
     s = random_switch(tiny_lm, seed=24)
-    with pytest.raises(ValueError, match="eps"):
+    with pytest.raises(ValueError, match="ε"):
         with steer(tiny_lm, [(s, eps)]):
             pass
-    with pytest.raises(ValueError, match="eps"):
+    with pytest.raises(ValueError, match="ε"):
         with steer_rows(tiny_lm, [[(s, 1.0)], [(s, eps)]]):
             pass
 
