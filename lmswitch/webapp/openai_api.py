@@ -217,7 +217,8 @@ def _invalid(errors: list) -> str:
     """pydantic's first complaint about a body as a client reads it: the field, what is wrong, the value as JSON."""
     first, where = errors[0], _where(errors[0])
     if first["type"] == "json_invalid":
-        return f"the body is not JSON ({first['ctx']['error']}): send a JSON object, with Content-Type: application/json"
+        why = first.get("ctx", {}).get("error", first["msg"])
+        return f"the body is not JSON ({why}): send a JSON object, with Content-Type: application/json"
     if first["type"] == "model_type" and where == "body":
         return f"the body must be a JSON object; got {_as_json(first.get('input'))}"
     if first["type"] == "missing":
