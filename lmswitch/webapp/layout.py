@@ -198,31 +198,29 @@ def _highlight_tab(ui: SimpleNamespace, shipped: list[str]) -> None:
 def _wire_steer(ui: SimpleNamespace, backend: Backend, demo: gr.Blocks) -> None:
     bind = functools.partial
     live = dict(concurrency_id="generate", concurrency_limit=4, trigger_mode="multiple", show_progress="hidden")
-    steer_inputs = [ui.prompt, *ui.gen, ui.session, *ui.sliders, ui.adaptive, ui.best_of, ui.guide, ui.repeat_guard]
-    stream_out = [ui.steered, ui.base, ui.steered_scores, ui.base_scores, ui.tokens]
-    run_steer = bind(steer.steer, backend)
-    ui.regenerate = dict(fn=run_steer, inputs=steer_inputs, outputs=stream_out, api_visibility="private", **live)  # (other tabs')
+    ui.regenerate = dict(fn=bind(steer.steer, backend), api_visibility="private", **live,  # every event writing the texts
+                         inputs=[ui.prompt, *ui.gen, ui.session, *ui.sliders, ui.adaptive, ui.best_of, ui.guide, ui.repeat_guard],
+                         outputs=[ui.steered, ui.base, ui.steered_scores, ui.base_scores, ui.tokens])
     loaded = demo.load(bind(steer.on_load, backend), [ui.session, *ui.pickers], [ui.status, *ui.sliders, *ui.pickers],
                        api_visibility="private", concurrency_limit=None)
-    loaded.then(run_steer, steer_inputs, stream_out, api_visibility="private", **live)  # a first generation to look at
+    _regenerating(loaded.then, ui)  # a first generation to look at
     # another page saved or deleted a switch: its slider and picker entries come and go here too, within a few seconds
     gr.Timer(LIBRARY_WATCH_S).tick(bind(steer.library_watch, backend), [ui.session, *ui.sliders, *ui.pickers],
                                    [ui.status, *ui.sliders, *ui.pickers], api_visibility="private", queue=False, show_progress="hidden")
-    # a refused request (a prompt over the server's limit) empties both texts: the last ones read as the new prompt's
-    _emptied_on_refusal(ui.go.click(run_steer, steer_inputs, stream_out, api_name="steer", **live), stream_out)
-    _emptied_on_refusal(ui.prompt.input(run_steer, steer_inputs, stream_out, api_visibility="private", **live), stream_out)
-    _emptied_on_refusal(ui.gen[3].submit(run_steer, steer_inputs, stream_out, api_visibility="private", **live), stream_out)  # Enter: seed
+    _regenerating(ui.go.click, ui, api_name="steer", api_visibility="public")
+    _regenerating(ui.prompt.input, ui)
+    _regenerating(ui.gen[3].submit, ui)  # Enter in the seed box
     for slider in ui.sliders:
-        _emptied_on_refusal(slider.release(run_steer, steer_inputs, stream_out, api_visibility="private", **live), stream_out)
-    ui.wide.change(bind(steer.widen_sliders, backend), [ui.wide, ui.session, *ui.sliders], [ui.wide_warning, *ui.sliders], api_visibility="private",
-                   concurrency_limit=None).then(run_steer, steer_inputs, stream_out, api_visibility="private", **live)  # a moved slider's text
+        _regenerating(slider.release, ui)
+    _regenerating(ui.wide.change(bind(steer.widen_sliders, backend), [ui.wide, ui.session, *ui.sliders], [ui.wide_warning, *ui.sliders],
+                                 api_visibility="private", concurrency_limit=None).then, ui)  # a moved slider's text
     picked = ui.model_pick.input(bind(steer.select_model, backend), [ui.model_pick, ui.session, *ui.pickers],
                                  [ui.status, *ui.sliders, *ui.pickers, ui.tr_target], api_name="select_model", show_progress_on=[ui.status])
-    picked.then(run_steer, steer_inputs, stream_out, api_visibility="private", **live)
+    _regenerating(picked.then, ui)
     moved = ui.tr_go.click(bind(steer.run_transfer, backend), [ui.tr_switch, ui.tr_target, ui.session, *ui.pickers],
                            [ui.tr_report, ui.model_pick, ui.status, *ui.sliders, *ui.pickers, ui.tr_target], api_name="transfer",
                            show_progress_on=[ui.tr_report])
-    moved.then(run_steer, steer_inputs, stream_out, api_visibility="private", **live)
+    _regenerating(moved.then, ui)
     ui.model_changes = [picked, moved]
     batch = dict(concurrency_id="generate", concurrency_limit=4)
     ui.api_go.click(bind(steer.generate_api, backend), [ui.prompt, ui.api_switches, *ui.gen, ui.session, ui.adaptive, ui.best_of, ui.guide,
@@ -253,8 +251,8 @@ def _wire_train_and_lenses(ui: SimpleNamespace, backend: Backend) -> None:
         api_name="train", concurrency_id="train", concurrency_limit=2, show_progress_on=[ui.train_status])
     trained.failure(lambda: gr.Button(interactive=True), **button)  # (Gradio's .then does not follow a failed event)
     trained.success(lambda: gr.Button(interactive=True), **button)
-    trained.then(bind(steer.refresh_sliders, backend), [ui.session, *ui.sliders], ui.sliders, api_visibility="private", queue=False).then(
-        **ui.regenerate)  # the text of a value moved into the new range (unchanged: the session's cache answers at once)
+    refreshed = trained.then(bind(steer.refresh_sliders, backend), [ui.session, *ui.sliders], ui.sliders, api_visibility="private", queue=False)
+    _regenerating(refreshed.then, ui)  # the text of a value moved into the new range (unchanged: the session's cache answers at once)
     ui.cancel.click(train.cancel_training, ui.session, ui.train_status, api_name="cancel_training", concurrency_limit=None, queue=False)
     ui.manage.change(bind(train.export_switch, backend), [ui.manage, ui.session], ui.download, api_visibility="private")
     # show_progress_on: one output shows the progress, or on a refusal Gradio's "Error" badge, where all of them did
@@ -279,6 +277,13 @@ def _wire_train_and_lenses(ui: SimpleNamespace, backend: Backend) -> None:
                                  [ui.hl_spans, ui.hl_heat, ui.meter_plot, ui.hl_summary], api_name="highlight", show_progress_on=[ui.hl_spans])
     ui.results += [_emptied_on_refusal(inspected, [ui.svd_table, ui.spectrum, ui.scatter, ui.word_table]),
                    _emptied_on_refusal(highlighted, [ui.hl_spans, ui.hl_heat, ui.meter_plot, ui.hl_summary])]
+
+
+def _regenerating(listener, ui: SimpleNamespace, **given):
+    """``listener`` (an event method: ``ui.go.click``, an event's ``.then``) set to write the Steer tab's texts
+    (``ui.regenerate``, with ``given`` over it); a refused request (a prompt over the server's limit) empties them, since
+    the last ones would read as the refused request's."""
+    return _emptied_on_refusal(listener(**{**ui.regenerate, **given}), ui.regenerate["outputs"])
 
 
 def _emptied_on_refusal(event, outputs: list):
