@@ -182,9 +182,16 @@ def test_a_malformed_body_is_told_in_the_clients_terms(app_server, body, said):
     assert answer.status_code == 400 and re.search(said, answer.json()["error"]["message"]), answer.text
 
 
-def test_a_get_is_answered_with_an_openai_error(app_server):
-    answer = httpx.get(f"{app_server.url}/v1/chat/completions", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=30)
-    assert answer.status_code == 405 and "takes POST" in answer.json()["error"]["message"], answer.text
+@pytest.mark.parametrize(("method", "path", "said"), [
+    ("GET", "/v1/chat/completions", "takes POST, with a JSON body; got GET"),
+    ("PUT", "/v1/completions", "takes POST, with a JSON body; got PUT"),
+    ("POST", "/v1/models", "/v1/models takes GET; got POST"),
+    ("DELETE", "/v1/models/smollm2-135m", "takes GET; got DELETE"),
+])
+def test_a_wrong_method_is_answered_with_an_openai_error(app_server, method, path, said):
+    answer = httpx.request(method, f"{app_server.url}{path}", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=30)
+    assert answer.status_code == 405 and said in answer.json()["error"]["message"], answer.text
+    assert answer.headers["allow"] == ("POST" if "POST," in said else "GET")
 
 
 def test_the_api_key_is_required_and_oversized_bodies_are_refused(app_server, client):

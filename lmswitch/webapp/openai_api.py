@@ -262,8 +262,10 @@ class OpenAIApi:
         router.add_api_route("/models/{model}", self.model, methods=["GET"])
         router.add_api_route("/completions", self.completions, methods=["POST"])
         router.add_api_route("/chat/completions", self.chat_completions, methods=["POST"])
-        for path in ("/completions", "/chat/completions"):  # an OpenAI error object, not FastAPI's {"detail": …}
-            router.add_api_route(path, _post_only, methods=["GET", "PUT", "PATCH", "DELETE"], include_in_schema=False)
+        for route in list(router.routes):  # a wrong method gets an OpenAI error object, not FastAPI's {"detail": …}
+            taken = sorted(route.methods)
+            router.add_api_route(route.path.removeprefix("/v1"), _wrong_method(taken), include_in_schema=False,
+                                 methods=sorted({"GET", "POST", "PUT", "PATCH", "DELETE"} - set(taken)))
         return router
 
     # --- routes -------------------------------------------------------------------------------------------
@@ -480,8 +482,15 @@ async def _watch(request: Request, gone: threading.Event, stopping: threading.Ev
     gone.set()
 
 
-async def _post_only(request: Request) -> JSONResponse:
-    return ApiError(405, f"{request.url.path} takes POST, with a JSON body; got {request.method}", code="method_not_allowed").response()
+def _wrong_method(taken: list[str]):
+    """The answer to a method a route does not take: a 405 naming the one it takes (POST with a JSON body, or GET)."""
+    how = "POST, with a JSON body" if taken == ["POST"] else " or ".join(taken)
+
+    async def answer(request: Request) -> JSONResponse:
+        response = ApiError(405, f"{request.url.path} takes {how}; got {request.method}", code="method_not_allowed").response()
+        response.headers["Allow"] = ", ".join(taken)
+        return response
+    return answer
 
 
 def _model_object(name: str, library) -> dict:
