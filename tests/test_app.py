@@ -256,15 +256,23 @@ def test_bad_inputs_give_readable_errors_and_the_app_keeps_working(backend, call
 
 
 def test_sweep_is_one_row_per_eps_and_sample(backend, llama_lm):
+    """Each row is the library's text at its ε and sample (seed + k), with the decoding options the page sent."""
+    alpha = backend.library.get("alpha")
     fig, rows = app.run_sweep(backend, "alpha", "-6, 0, 6", 2, PROMPT, *gen_args(), Session())
     assert [r[0] for r in rows] == [-6.0, -6.0, 0.0, 0.0, 6.0, 6.0]
-    assert rows[2][2] == ls.generate(llama_lm, PROMPT, [], **GEN)[0]  # ε = 0, sample 0 is the unsteered text
+    for eps in (-6.0, 0.0, 6.0):
+        assert [r[2] for r in rows if r[0] == eps] == ls.generate(llama_lm, PROMPT, [(alpha, eps)], samples=2, **GEN), eps
     assert list(fig.data[0].x) == [-6.0, 0.0, 6.0]
+    options = {"adaptive": True, "best_of": 2, "guide": 1, "repeat_guard": False}  # (run_sweep's order)
+    _, rows = app.run_sweep(backend, "alpha", "6", 1, PROMPT, *gen_args(), Session(), *options.values())
+    assert rows[0][2] == ls.generate(llama_lm, PROMPT, [(alpha, 6.0)], **GEN, adaptive=True, best_of=2, repeat_guard=0)[0]
 
 
-def test_composition_map_covers_the_grid(backend):
+def test_composition_map_covers_the_grid(backend, llama_lm):
     fig, rows = app.run_grid(backend, "alpha", "beta", "-5, 5", "-5, 0, 5", 1, PROMPT, *gen_args(), Session())
     assert len(rows) == 6 and {(r[0], r[1]) for r in rows} == {(a, b) for a in (-5.0, 5.0) for b in (-5.0, 0.0, 5.0)}
+    alpha, beta = backend.library.get("alpha"), backend.library.get("beta")
+    assert all(r[3] == ls.generate(llama_lm, PROMPT, [(alpha, r[0]), (beta, r[1])], **GEN)[0] for r in rows)  # both applied
     heat = fig.data[0]
     assert list(heat.y) == [-5.0, 5.0] and list(heat.x) == [-5.0, 0.0, 5.0]
     assert len(heat.customdata) == 2 and len(heat.customdata[0]) == 3  # sample texts on hover

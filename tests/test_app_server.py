@@ -119,13 +119,19 @@ def test_generate_repeat_guard_off_is_the_papers_plain_steering(app_server, lm32
     assert on["unsteered"] == off["unsteered"]  # ε 0: the guard has nothing to take back
 
 
-def test_slider_endpoint_streams_and_scores(app_server):
+def test_slider_endpoint_streams_and_scores(app_server, lm32):
+    """The sliders' /steer streams the library's texts: the steered one at the slider's ε, the unsteered one at 0."""
+    import lmswitch as ls
+    from lmswitch.io.resources import shipped_switch_path
+
     c = client(app_server)
-    job = c.submit(*steer_args({"sentiment": -12}), api_name="/steer")
+    job = c.submit(*steer_args({"sentiment": -12, "detox": -2}), api_name="/steer")
     updates = list(job)
     assert len(updates) >= 5  # streamed token by token
     steered, unsteered, steered_scores, unsteered_scores, tokens = job.outputs()[-1]
-    assert steered and unsteered and steered != unsteered
+    setting = [(ls.load_switch(shipped_switch_path(name), lm32), eps) for name, eps in (("detox", -2.0), ("sentiment", -12.0))]
+    sampling = {"seed": 0, "max_new_tokens": 24, "temperature": 1.0, "top_p": 0.9}
+    assert steered == ls.generate(lm32, PROMPT, setting, **sampling)[0] != unsteered == ls.generate(lm32, PROMPT, **sampling)[0]
     assert "perplexity" in steered_scores and "perplexity" in unsteered_scores
     assert 'class="tok"' in tokens
 
@@ -421,3 +427,19 @@ def test_stopping_make_apps_process_group_ends_the_app_cleanly(stopped_make_apps
     closed = [STOPPING] + ([STOPPED_STARTING] if app.when == STARTING else [])
     assert any(c in text for c in closed) and "Traceback" not in text and "make: ***" not in text, text[-4000:]
     assert list(app.tmp.glob("lmswitch-*")) == []
+
+
+def test_sweep_and_composition_map_endpoints_answer_the_librarys_texts(app_server, lm32):
+    """/sweep and /compose on the launched app: each row is the library's text at its ε (both switches in a map cell)."""
+    import lmswitch as ls
+    from lmswitch.io.resources import shipped_switch_path
+
+    sentiment, detox = (ls.load_switch(shipped_switch_path(n), lm32) for n in ("sentiment", "detox"))
+    sampling = {"max_new_tokens": 8, "temperature": 1.0, "top_p": 0.9, "seed": 2}
+    widgets = [*sampling.values(), False, False, 1, 1, True]  # chat, adaptive, best of, guided, repeat guard
+    c = client(app_server)
+    _, table = c.predict("sentiment", "-4, 4", 1, PROMPT, *widgets, api_name="/sweep")
+    assert [(r[0], r[2]) for r in table["data"]] == [(e, ls.generate(lm32, PROMPT, [(sentiment, e)], **sampling)[0]) for e in (-4.0, 4.0)]
+    _, table = c.predict("sentiment", "detox", "-4, 4", "2", 1, PROMPT, *widgets, api_name="/compose")
+    assert [(r[0], r[1]) for r in table["data"]] == [(-4.0, 2.0), (4.0, 2.0)]
+    assert [r[3] for r in table["data"]] == [ls.generate(lm32, PROMPT, [(sentiment, a), (detox, 2.0)], **sampling)[0] for a in (-4.0, 4.0)]

@@ -85,24 +85,29 @@ def test_eps_zero_rows_decode_exactly_as_without_guide(tiny_lm):
     assert mixed.texts[0] == a.texts[0]  # an unsteered row beside a guided one is still the plain decode
 
 
-def test_each_piece_keeps_the_candidate_the_judge_likes_best(tiny_lm):
-    """The first piece of a guided row is the best-scored of the ``guide`` candidates decoded alone with their seeds."""
-    s = _judged(tiny_lm, 4)
-    setting, n = [(s, 3.0)], 3
-    guided = generate_tokens(tiny_lm, [PROMPT], [setting], [7], SamplingOptions(max_new_tokens=GUIDE_TOKENS + 3, guide=n))
-    pieces = [generate_tokens(tiny_lm, [PROMPT], [setting], [candidate_seed(7, j)], SamplingOptions(max_new_tokens=GUIDE_TOKENS))
+def _best_candidate(lm, s, eps: float, seed: int, n: int) -> list[int]:
+    """The first piece guided decoding should keep at ``eps``: the ``n`` candidates decoded alone with their seeds, the
+    judge's best-scored at that ε among those that do not loop."""
+    setting = [(s, eps)]
+    pieces = [generate_tokens(lm, [PROMPT], [setting], [candidate_seed(seed, j)], SamplingOptions(max_new_tokens=GUIDE_TOKENS))
               for j in range(n)]
     prompt = pieces[0].prompt_ids[0][pieces[0].prompt_mask[0].bool()].tolist()
     news = [p.new_ids[0][p.new_mask[0].bool()].tolist() for p in pieces]
     assert len({tuple(x) for x in news}) > 1  # the candidates differ, so the choice means something
-    means = _mean_continuation(tiny_lm, [prompt + x for x in news], [len(prompt)] * n)
-    score = guide_scores([(s.judge, 3.0)], means)
-    clean = [j for j in range(n) if not repetitive(tiny_lm.tokenizer.decode(news[j], skip_special_tokens=True))] or list(range(n))
-    best = max(clean, key=lambda j: float(score[j]))
-    got = guided.new_ids[0][guided.new_mask[0].bool()].tolist()
-    assert got[:GUIDE_TOKENS] == news[best] and len(got) == GUIDE_TOKENS + 3
-    flipped = generate_tokens(tiny_lm, [PROMPT], [[(s, -3.0)]], [7], SamplingOptions(max_new_tokens=GUIDE_TOKENS, guide=n))
-    assert flipped.texts != [tiny_lm.tokenizer.decode(news[best], skip_special_tokens=True)] or len(set(map(tuple, news))) == 1
+    score = guide_scores([(s.judge, eps)], _mean_continuation(lm, [prompt + x for x in news], [len(prompt)] * n))
+    clean = [j for j in range(n) if not repetitive(lm.tokenizer.decode(news[j], skip_special_tokens=True))] or list(range(n))
+    return news[max(clean, key=lambda j: float(score[j]))]
+
+
+def test_each_piece_keeps_the_candidate_the_judge_likes_best(tiny_lm):
+    """The first piece of a guided row is the best-scored of the ``guide`` candidates decoded alone with their seeds, at
+    the row's own ε: with its sign (a judge read at |ε| would pick the same side's best at −3 as at +3)."""
+    s, n = _judged(tiny_lm, 4), 3
+    for eps in (3.0, -3.0):
+        guided = generate_tokens(tiny_lm, [PROMPT], [[(s, eps)]], [7], SamplingOptions(max_new_tokens=GUIDE_TOKENS + 3, guide=n))
+        got = guided.new_ids[0][guided.new_mask[0].bool()].tolist()
+        assert got[:GUIDE_TOKENS] == _best_candidate(tiny_lm, s, eps, 7, n), eps
+        assert eps < 0 or len(got) == GUIDE_TOKENS + 3  # (a row may end at EOS after its first piece)
 
 
 def _spied(carried, caches: list, *args):

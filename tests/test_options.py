@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from dataclasses import fields
 
 import pytest
 import torch
@@ -78,8 +79,13 @@ def test_numpy_numbers_in_options_become_python_numbers():
 
 def test_a_protocol_from_sampling_options_keeps_every_decoding_setting():
     """The app's sweeps built their protocol field by field and left the adaptive budgets out."""
-    protocol = Protocol(samples=3, max_new_tokens=7, top_p=0.8, temperature=0.7, seed=5, adaptive=True, kl_budget=0.5,
-                        generation_budget=2.0, best_of=2, repeat_guard=6)
-    assert Protocol.from_sampling(protocol.sampling(), samples=3, seed=5) == protocol
+    protocols = [Protocol(samples=3, max_new_tokens=7, top_p=0.8, temperature=0.7, seed=5, adaptive=True, kl_budget=0.5,
+                          generation_budget=2.0, best_of=2, repeat_guard=6),
+                 Protocol(samples=3, seed=5, guide=3, repeat_guard=0)]  # (guided decoding does not take best of n)
+    for protocol in protocols:
+        assert Protocol.from_sampling(protocol.sampling(), samples=3, seed=5) == protocol
+    # every decoding setting but chat (an evaluation continues plain prompts) is moved off its default above
+    moved = {f.name for p in protocols for f in fields(SamplingOptions) if getattr(p.sampling(), f.name) != getattr(SamplingOptions(), f.name)}
+    assert moved == {f.name for f in fields(SamplingOptions)} - {"chat"}, moved
     with pytest.raises(ValueError, match="plain prompts"):
         Protocol.from_sampling(SamplingOptions(chat=True), samples=1, seed=0)

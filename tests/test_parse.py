@@ -45,8 +45,8 @@ def test_switch_specs_take_the_last_equals_sign():
     assert parse_switch_spec("sentiment=6") == ("sentiment", 6.0)
     assert parse_switch_spec("dir/a=b.safetensors=-3") == ("dir/a=b.safetensors", -3.0)
     assert parse_switch_spec("sentiment") == ("sentiment", FALLBACK_EPS)
-    for bad in ("", "=3", "s=x"):
-        with pytest.raises(ValueError):
+    for bad, said in (("", "expected NAME=EPS"), ("=3", "with a switch before '='"), ("s=x", "the ε of 's' must be a number")):
+        with pytest.raises(ValueError, match=said):
             parse_switch_spec(bad)
 
 

@@ -37,13 +37,14 @@ def test_zero_eps_is_exactly_the_base_model(lm, sentiment):
 
 
 def test_sentiment_switch_steers_generations(lm, sentiment):
-    """~30 + 30 project-written sentences → clearly more positive text at +eps than at -eps (vaderSentiment)."""
+    """~30 + 30 project-written sentences → clearly more positive text at +ε and more negative at −ε than the unsteered
+    model writes on the same prompts and seeds (vaderSentiment, mean compound)."""
     vader = SentimentIntensityAnalyzer()
     scores = {}
-    for eps in (-5.0, 5.0):
+    for eps in (-5.0, 0.0, 5.0):
         texts = ls.generate(lm, NEUTRAL_PROMPTS, [(sentiment, eps)], samples=3, seed=0, max_new_tokens=25)
         scores[eps] = statistics.mean(vader.polarity_scores(t)["compound"] for t in texts)
-    assert scores[5.0] - scores[-5.0] > 0.3, scores
+    assert scores[5.0] - scores[0.0] > 0.3 and scores[0.0] - scores[-5.0] > 0.3, scores  # each side moves on its own
     assert scores[5.0] > 0 > scores[-5.0], scores
 
 

@@ -227,7 +227,7 @@ def test_steer_rows_refuses_a_batch_that_does_not_fit(tiny_lm):
     with pytest.raises(ValueError, match="rows"):
         with steer_rows(tiny_lm, [[(s, 1.0)], [(s, 2.0)]]):
             logits_of(tiny_lm, random_ids(tiny_lm, 3, 4))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least one row setting"):
         with steer_rows(tiny_lm, []):
             pass
 

@@ -323,6 +323,26 @@ def test_graded_labels(small_lm, small_data):
     switch = train_switch(small_lm, pos, neg, labels=labels, config=TrainConfig(steps=10))
     assert switch.card["graded_labels"] is True
     assert torch.isfinite(switch.W).all()
+    as_signs = train_switch(small_lm, pos, neg, config=TrainConfig(steps=10))
+    assert not torch.allclose(switch.W, as_signs.W)  # the grades are read, not only their signs
+
+
+def test_a_graded_label_steers_its_text_at_that_fraction_of_eps(tokenizer):
+    """The objective with labels y: each text's NLL under the model steered at ε = y (in ε0 units), averaged."""
+    from lmswitch.core.train import _Objective
+
+    lm = build_lm("llama", init=0.3, tokenizer=tokenizer)
+    config = TrainConfig()
+    texts, labels = sample_texts(random.Random(3), WORDS_A, 4), [1.0, 0.5, -0.5, -1.0]  # (equal lengths)
+    data = encode_texts(lm, texts, labels, 256)
+    everything = torch.ones(len(data.targets), dtype=torch.bool)
+    objective = _Objective(lm, data, (everything, everything), config, use_dummy=False)
+    switch = random_switch(lm, seed=2, scale=20.0, eps0=config.eps0)
+    with torch.no_grad():
+        nll = float(objective.loss(objective.train, switch.W, torch.zeros_like(switch.W)))
+    expected = sum(-mean_log_likelihood(lm, [t], [(switch, y)]) for t, y in zip(texts, labels, strict=True)) / len(texts)
+    assert nll == pytest.approx(expected, abs=1e-4)
+    assert nll != pytest.approx(-mean_log_likelihood(lm, texts, [(switch, 1.0)]), abs=1e-3)  # (not all at ε 1)
 
 
 def test_positives_only_without_heldout(small_lm, small_data):
