@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 import torch
 from conftest import EOS_ID, random_switch
+from tiny import judged_switch
 
 from lmswitch.core.generate import generate_tokens
 from lmswitch.core.options import SamplingOptions
@@ -204,6 +205,10 @@ def test_evaluate_shapes_coupling_and_sweeps(llama_lm):
     assert [t.text for t in grid[0][1].texts] == [t.text for t in base.texts]
     with pytest.raises(ValueError, match="no prompts to evaluate on"):
         evaluate(lm, [], [], protocol)
+    with pytest.raises(ValueError, match=r"prompts must be a list of prompts; got one string: give \['she was'\]"):
+        evaluate(lm, [], "she was", protocol)  # (it ran on each of its characters)
+    with pytest.raises(ValueError, match="the ε values for s must be a list of numbers, e.g. \\[-4, 0, 4\\]; got '10'"):
+        evaluate_sweep(lm, switch, "10", PROMPTS, protocol)  # (it ran ε 1 and 0)
     with pytest.raises(ValueError, match="samples must be an integer from 1"):
         evaluate(lm, [], PROMPTS, Protocol(samples=0))
     with pytest.raises(ValueError, match="give at least one ε value for s"):
@@ -349,3 +354,17 @@ def test_protocol_defaults_are_the_sampling_defaults():
                                   "adaptive": False, "kl_budget": None,
                                   "generation_budget": SAMPLING.generation_budget, "best_of": 1, "guide": 1,
                                   "repeat_guard": SAMPLING.repeat_guard, "score_from_decode": True}
+
+
+def test_an_evaluation_decodes_with_every_option_of_its_protocol(llama_lm):
+    """Guided decoding and best of n reach the evaluation's rows: its texts are the decode's with the same options (a
+    protocol that dropped one would sample plain rows and still pass the shape checks above)."""
+    s = judged_switch(llama_lm, seed=4, scale=30.0, name="s")
+    for protocol in (Protocol(samples=2, max_new_tokens=12, guide=3), Protocol(samples=2, max_new_tokens=6, best_of=3)):
+        ev = evaluate(llama_lm, [(s, 3.0)], PROMPTS, protocol)
+        rows = [(p, protocol.seed + k) for p in PROMPTS for k in range(protocol.samples)]
+        gen = generate_tokens(llama_lm, [p for p, _ in rows], [[(s, 3.0)]] * len(rows), [k for _, k in rows], protocol.sampling())
+        assert [t.text for t in ev.texts] == gen.texts, protocol
+        plain = generate_tokens(llama_lm, [p for p, _ in rows], [[(s, 3.0)]] * len(rows), [k for _, k in rows],
+                                replace(protocol.sampling(), guide=1, best_of=1))
+        assert gen.texts != plain.texts  # (the option changes the texts, so the equality above means something)

@@ -106,10 +106,16 @@ def test_bad_exports_are_refused_and_nothing_is_written(llama_lm, tmp_path):
     with pytest.raises(ValueError, match="no switch was given: there is nothing to export"):
         export_peft(llama_lm, [], tmp_path / "none")
     with pytest.raises(ValueError, match="cancel"):
-        export_peft(llama_lm, [(s, 3.0), (s, -3.0)], tmp_path / "cancel")
+        export_peft(llama_lm, [(s, 3.0), (-s, 3.0)], tmp_path / "cancel")
+    with pytest.raises(ValueError, match="is given twice"):
+        export(llama_lm, [(s, 3.0), (s, -3.0)], tmp_path / "twice")
+    with pytest.raises(ValueError, match="got Switch '.*' alone: give it with its ε"):
+        export(llama_lm, s, tmp_path / "alone")
+    with pytest.raises(TypeError, match="expected a LanguageModel; got str"):
+        export("smollm2-135m", [(s, 3.0)], tmp_path / "named")
     with pytest.raises(ValueError, match="rank must be a positive integer"):
         export_peft(llama_lm, [(s, 2.0)], tmp_path / "bad", rank=0)
-    with pytest.raises(ValueError, match="--rank applies to LoRA"):
+    with pytest.raises(ValueError, match=r"rank \(--rank\) applies to LoRA"):
         export(llama_lm, [(s, 2.0)], tmp_path / "m", format="merged", rank=4)
     with pytest.raises(ValueError, match="unknown export format"):
         export(llama_lm, [(s, 2.0)], tmp_path / "g", format="onnx")
@@ -209,8 +215,9 @@ def test_cli_export_writes_an_adapter_and_prints_its_fidelity(llama_lm, tmp_path
     out = capsys.readouterr()
     assert code == 0 and json.loads(out.out)["setting"] == [["mood", 3.0]], out.err  # the card's recommended ε
     code = main(["--model", str(folder), "export", "--switch", f"{path}=9", "--out", str(tmp_path / "far")])
-    err = capsys.readouterr().err
-    assert code == 0 and "beyond its fluent range -2 … +3" in err and "plain steering" in err and "--adaptive stops" not in err
+    out = capsys.readouterr().out  # the library's report says it (its notes), and the command prints them
+    assert code == 0 and "note: 'mood': ε +9 is beyond its fluent range -2 … +3" in out and "plain steering" in out, out
+    assert "--adaptive stops" not in out
     code = main(["--model", str(folder), "export", "--switch", f"{path}=2000", "--out", str(tmp_path / "refused")])
     err = capsys.readouterr().err  # refused before any warning that it is beyond the fluent range
     assert code != 0 and "out of range" in err and "beyond its fluent range" not in err and not (tmp_path / "refused").exists()

@@ -12,7 +12,7 @@ from conftest import random_switch
 from llama_cpp import Llama
 
 import lmswitch as ls
-from lmswitch.core.export import export, lora_factors, merged_head
+from lmswitch.core.export import BEYOND_FLUENT_EXPORT, export, lora_factors, merged_head
 from lmswitch.core.export_gguf import ADAPTER_FILE, BASE_FILE, MERGED_FILE
 from lmswitch.io.resources import shipped_switch_path
 
@@ -24,7 +24,7 @@ def test_a_model_not_loaded_from_gguf_is_refused_with_the_way_forward(llama_lm, 
     for fmt in ("gguf", "gguf-lora"):
         with pytest.raises(ValueError, match="not loaded from a GGUF file.*--format merged"):
             export(llama_lm, [(s, 2.0)], tmp_path / fmt, format=fmt)
-    with pytest.raises(ValueError, match="--rank applies to LoRA"):
+    with pytest.raises(ValueError, match=r"rank \(--rank\) applies to LoRA"):
         export(llama_lm, [(s, 2.0)], tmp_path / "g", format="gguf", rank=2)
     assert not any(tmp_path.iterdir())
 
@@ -70,7 +70,9 @@ def test_the_merged_gguf_head_is_exact_whatever_dtype_the_model_was_loaded_in(lm
     change, with no note), where the float32 model's is exact."""
     sentiment = ls.load_switch(shipped_switch_path("sentiment"), lm)
     report = export(lm, [(sentiment, 6.0)], tmp_path / "g", format="gguf")
-    assert report.relative_logit_error < 1e-5 and not report.notes
+    assert report.relative_logit_error < 1e-5  # and its one note is that +6 is past the card's fluent range, no rounding's
+    assert report.notes == (f"'sentiment': ε +6 is beyond its fluent range {sentiment.card.fluent_text}: expect text that reads "
+                            f"less well; {BEYOND_FLUENT_EXPORT}",)
 
 
 @pytest.mark.real_model

@@ -195,10 +195,13 @@ def test_calibration_stores_the_fluent_range_in_the_card(llama_lm):
     strict = replace(probe, rules=FluencyRules(perplexity_ratio=1.01, dist3_ratio=1.0, max_repetition=0.0))
     low, high = calibrate(llama_lm, wild, strict)
     assert low <= 0 <= high and (low, high) != (-8.0, 8.0)  # a wild switch breaks the rules somewhere
-    card = calibrated_card(llama_lm, zero, probe)
+    gentle = random_switch(llama_lm, seed=2, scale=0.01, name="gentle")  # steers, too little to break a rule
+    card = calibrated_card(llama_lm, gentle, probe)
     assert card.fluent_eps == (-8.0, 8.0) and card.recommended_eps == 6.0  # recommended from inside the probe's limit (3/4)
     assert card["fluent_eps_probe"] == {"prompt_set": "neutral", "split": "dev", "prompts": 2, "samples": 1, "max_new_tokens": 6}
-    assert calibrated_card(llama_lm, zero, replace(probe, recommend=1.0)).recommended_eps == 8.0
+    assert calibrated_card(llama_lm, gentle, replace(probe, recommend=1.0)).recommended_eps == 8.0
+    with pytest.raises(ValueError, match="'zero' is all zeros"):  # a card's range for it would read as a switch that steers
+        calibrated_card(llama_lm, zero, probe)
 
 
 def test_a_transferred_switch_is_probed_on_more_prompts_than_a_trained_one(llama_lm, monkeypatch):

@@ -203,8 +203,12 @@ def test_wrong_arguments_say_what_to_pass(tiny_lm):
         generate(tiny_lm, None, [(s, 1.0)])
     with pytest.raises(ValueError, match=r"switches must be a list of \(switch, ε\) pairs, e.g. \[\(sentiment, 4\)\]; got Switch"):
         generate(tiny_lm, PROMPT, s)
-    with pytest.raises(ValueError, match=r"eps_values must be a list of ε values, e.g. \[-4, 0, 4\]; got 2"):
+    with pytest.raises(ValueError, match=r"the ε values for sweeping '.*' must be a list of numbers, e.g. \[-4, 0, 4\]; got 2"):
         sweep(tiny_lm, PROMPT, s, 2)
+    with pytest.raises(ValueError, match="must be finite numbers; got 'a'"):  # (was float's "could not convert string")
+        sweep(tiny_lm, PROMPT, s, ["a"])
+    with pytest.raises(TypeError, match="sweep continues one prompt; got a list of 2"):
+        sweep(tiny_lm, [PROMPT, PROMPT], s, [1.0])
     with pytest.raises(TypeError, match="stream_generate\\(\\) got an unexpected keyword argument 'top_k'"):
         next(stream_generate(tiny_lm, PROMPT, [(s, 1.0)], top_k=5))
     assert generate(tiny_lm, PROMPT, None, seed=3, max_new_tokens=4) == generate(tiny_lm, PROMPT, [], seed=3, max_new_tokens=4)
@@ -408,3 +412,43 @@ def test_numpy_numbers_steer_and_seed_like_python_numbers(tiny_lm):
     plain = generate(tiny_lm, PROMPT, [(s, 3)], samples=2, seed=5, max_new_tokens=6)
     assert generate(tiny_lm, PROMPT, [(s, np.arange(-4, 5)[7])], samples=np.int64(2), seed=np.int64(5), max_new_tokens=6) == plain
     assert generate(tiny_lm, PROMPT, [(s, np.float32(3.0))], samples=2, seed=5, max_new_tokens=6) == plain
+
+
+def test_what_is_not_a_model_a_setting_or_an_option_is_refused_with_what_to_give(tiny_lm):
+    """A user's likely slips, each refused before any work with the fix (they raised AttributeError, misread 'no' as on, or
+    silently summed or ignored what was given)."""
+    s = random_switch(tiny_lm, seed=13)
+    with pytest.raises(TypeError, match=r"expected a LanguageModel; got str: load it first, lm = ls.load_model\('smollm2-135m'\)"):
+        generate("smollm2-135m", PROMPT, [(s, 1.0)])
+    with pytest.raises(TypeError, match=r"got \w+: wrap a transformers model with its tokenizer, ls.LanguageModel"):
+        generate(tiny_lm.model, PROMPT)
+    for call in (lambda: ls.train_switch("m", ["a"], ["b"]), lambda: list(stream_generate("m", PROMPT)),
+                 lambda: ls.promoted_words("m", s), lambda: ls.calibrated_card("m", s), lambda: ls.steer("m", []).__enter__()):
+        with pytest.raises(TypeError, match="expected a LanguageModel; got str"):
+            call()
+    settings = {"got one pair: put it in a list": (s, 2.0), "got the text 'x=2': load each switch first": "x=2"}
+    for said, setting in settings.items():
+        with pytest.raises(ValueError, match=said):
+            generate(tiny_lm, PROMPT, setting)
+    with pytest.raises(ValueError, match=f"got Switch '{s.name}' alone: give it with its ε"):
+        ls.steer(tiny_lm, s).__enter__()
+    with pytest.raises(ValueError, match=f"switch '{s.name}' is given twice \\(ε 2.0 and 2.0\\): give it once"):
+        generate(tiny_lm, PROMPT, [(s, 2.0), (s, 2.0)])
+    with pytest.raises(ValueError, match="is given twice"):  # the swept switch among the others held fixed
+        sweep(tiny_lm, PROMPT, s, [1.0], others=[(s, 2.0)])
+    with pytest.raises(ValueError, match="adaptive must be True or False; got 'no'"):  # ("no" is truthy)
+        generate(tiny_lm, PROMPT, [(s, 2.0)], adaptive="no")
+    with pytest.raises(ValueError, match="generation_budget is adaptive strength's .* give 0.5 with adaptive=True"):
+        generate(tiny_lm, PROMPT, [(s, 2.0)], generation_budget=0.5)  # (it was ignored)
+    assert generate(tiny_lm, PROMPT, [(s, 2.0)], adaptive=True, generation_budget=0.5, max_new_tokens=3)
+    with pytest.raises(TypeError, match=r"got one message \(a dict\): .* \[\[message, …\]\], with chat=True"):
+        generate(tiny_lm, [{"role": "user", "content": "hi"}])  # (these tiny models have no chat template to try it with)
+    with pytest.raises(ValueError, match=r"a sum of switches has none: give them side by side"):
+        generate(tiny_lm, PROMPT, [(s + random_switch(tiny_lm, seed=14, name="t"), 2.0)], guide=2)
+
+
+def test_a_switch_set_to_nan_after_it_was_made_is_refused_not_decoded_to_nothing(tiny_lm):
+    s = random_switch(tiny_lm, seed=13)
+    s.W = torch.full_like(s.W, float("nan"))
+    with pytest.raises(ValueError, match=f"switch '{s.name}' has NaN or infinite entries"):
+        generate(tiny_lm, PROMPT, [(s, 1.0)])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from conftest import EXAMPLES, WORDS_A, WORDS_B, all_threads, lines, random_switch
@@ -43,6 +45,7 @@ def test_a_planted_word_is_promoted_and_a_planted_opposite_demoted(gpt2_lm):
     assert (learned.text, learned.spans, learned.own_meter, learned.other_meter, learned.verdict) == ("", [], None, None, "")
     md = learned.to_markdown()
     assert "**Promotes**" in md and "grief" in md and "joy" in md and "meter" not in md and "passages" not in md
+    assert json.loads(json.dumps(learned.to_dict()))["promoted"][0] == "grief"  # a plain dict, as the other results give
 
 
 def test_a_training_warning_is_shown_above_what_was_learned(gpt2_lm):

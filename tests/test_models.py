@@ -261,3 +261,15 @@ def test_head_weight_copy_is_cached_and_refreshed_after_an_in_place_change(make_
             lm.head.weight.copy_(saved)
     restored = lm.head_weight(torch.float64)
     assert restored is not fresh and torch.equal(restored, E64)
+
+
+def test_a_device_this_torch_cannot_use_is_refused_before_loading():
+    """(The README's device="cuda" on a CPU-only torch raised torch's AssertionError; "tpu" its list of device types.)"""
+    with pytest.raises(ValueError, match=r"unknown device 'tpu'; use 'cpu', 'cuda' or 'cuda:N'"):
+        ls.load_model(device="tpu")
+    if torch.cuda.is_available():
+        with pytest.raises(ValueError, match=r"device 'cuda:99' asked, but this machine has \d+ CUDA GPU"):
+            ls.load_model(device="cuda:99")
+    else:
+        with pytest.raises(ValueError, match=r"device 'cuda' asked, but (this torch is built without CUDA|no CUDA GPU is visible)"):
+            ls.load_model(device="cuda")

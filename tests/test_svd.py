@@ -121,6 +121,10 @@ def test_directions_past_the_switch_rank_are_not_listed(gpt2_lm, llama_lm):
                      model_fingerprint=llama_lm.fingerprint)
     with pytest.raises(ValueError, match="all zeros"):
         svd_dimensions(llama_lm, zero, reference=REFERENCE)
+    with pytest.raises(ValueError, match="'zero' is all zeros .*: it raises and lowers no words"):  # (it listed "the, and" at 0)
+        ls.promoted_words(llama_lm, zero, reference=REFERENCE)
+    with pytest.raises(ValueError, match="'zero' is all zeros .*: it has no fluent range to measure"):  # (±16, after a probe)
+        ls.calibrated_card(llama_lm, zero)
 
 
 def test_word_lists_hold_only_readable_distinct_words(gpt2_lm):

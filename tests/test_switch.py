@@ -7,14 +7,17 @@ import copy
 import json
 import math
 import os
+import random
 import stat
 
 import pytest
 import torch
-from conftest import random_switch
+from conftest import WORDS_A, WORDS_B, random_switch
 from safetensors import safe_open
 from safetensors.torch import save_file
+from tiny import sample_texts
 
+import lmswitch as ls
 import lmswitch.core.switch
 from lmswitch import LanguageModel, Switch, SwitchFileError, load_switch
 
@@ -401,3 +404,26 @@ def test_a_switch_too_small_to_change_a_head_input_steers_nothing(switch):
     assert not switch.steers_nothing and not torch.equal(moved(switch), c)
     small = Switch(W=switch.W * 1e-3 / float(torch.linalg.matrix_norm(switch.W)), eps0=switch.eps0)  # ε = 1000 moves it 2e-3
     assert not small.steers_nothing and not torch.equal(moved(small), c)
+
+
+def test_a_switch_changed_after_it_was_made_is_checked_again_before_it_is_written(tiny_lm, tmp_path):
+    """A card given as a dict is parsed, and a NaN matrix refused, on save as on construction (it raised AttributeError
+    for the card, and wrote the NaN file that load_switch then refused)."""
+    s = random_switch(tiny_lm, seed=3)
+    s.card = {"fluent_eps": [-2, 2]}
+    assert load_switch(s.save(tmp_path / "a.safetensors")).card.fluent_eps == (-2.0, 2.0)
+    s.W = torch.full_like(s.W, float("nan"))
+    with pytest.raises(SwitchFileError, match="NaN or infinite"):
+        s.save(tmp_path / "b.safetensors")
+    assert not (tmp_path / "b.safetensors").exists()
+    with pytest.raises(SwitchFileError, match="a switch is loaded from a file path or a shipped switch's name"):
+        load_switch(None)
+
+
+def test_a_model_and_a_card_read_briefly(tiny_lm):
+    """A notebook shows a model in a line (it printed the module tree and every added token) and a card without its curves."""
+    text = repr(tiny_lm)
+    assert text.startswith(f"LanguageModel({tiny_lm.name!r}, ") and len(text) < 200 and "Linear" not in text
+    texts = sample_texts(random.Random(1), WORDS_A, 12), sample_texts(random.Random(2), WORDS_B, 12)
+    card = ls.train_switch(tiny_lm, *texts, config=ls.TrainConfig(steps=30)).card
+    assert len(card.training.train_losses) > 1 and "train_losses" not in repr(card) and "heldout_gain" in repr(card)

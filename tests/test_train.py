@@ -317,6 +317,20 @@ def test_a_switch_is_named_by_its_data_unless_its_caller_names_it(small_lm, smal
     assert named(doc_a, positive_label=" ", negative_label="") == named(doc_a)  # a blank label names no direction: not given
 
 
+def test_a_bad_callback_or_name_is_refused_before_any_work(small_lm, small_data, monkeypatch):
+    """progress and cancel failed after the texts were read ("'int' object is not callable"), and a name the app and the
+    command line cannot refer to ("my switch/1") was trained, saved and loaded back."""
+    from lmswitch.core import train as module
+
+    monkeypatch.setattr(module, "_prepare", lambda *a: pytest.fail("the data was read before the refusal"))
+    cases = {"progress must be a function of \\(step, total, loss\\); got int": {"progress": 5},
+             "cancel must be a threading.Event or a function that returns True to stop; got str": {"cancel": "yes"},
+             "switch names are 1–48 characters .* got 'my switch/1'": {"name": "my switch/1"}}
+    for said, kw in cases.items():
+        with pytest.raises(ValueError, match=said):
+            train_switch(small_lm, *small_data, **kw)
+
+
 def test_graded_labels(small_lm, small_data):
     pos, neg = small_data
     labels = [1.0] * 10 + [0.5] * 10 + [-0.5] * 10 + [-1.0] * 10

@@ -100,13 +100,11 @@ def cmd_train(args: argparse.Namespace, lm: LanguageModel) -> None:
          f"saved {args.out}: {switch.card.training.summary()}{fluent}\n{'warning: ' if advice.weak else ''}{advice.text}")
 
 
-BEYOND_FLUENT = {  # what to expect beyond a switch's fluent range: generated with or without --adaptive, or exported
+BEYOND_FLUENT = {  # what to expect beyond a switch's fluent range, generated with or without --adaptive (an export's: its notes)
     "adaptive": "--adaptive stops the steering once its budget is spent, so expect a weaker effect rather than loops",
     "plain": "expect lower fluency: the text drifts from one style word to the next and can repeat whole phrases (the "
              "repeat guard stops only a word pushed again at once; --adaptive stops the steering once it has changed the "
              "text enough)",
-    "export": "an exported model steers every token with plain steering (no repeat guard, no adaptive strength), so "
-              "expect word loops there; export a smaller ε",
 }
 
 
@@ -246,7 +244,6 @@ def _card_eps(switch: Switch, eps: float | None, ref: str, fallback: float | Non
 def cmd_export(args: argparse.Namespace, lm: LanguageModel) -> None:
     setting = [(s, _card_eps(s, eps, ref)) for s, ref, eps in ((load_switch(ref, lm), ref, eps) for ref, eps in args.switch)]
     check_setting(lm, setting)
-    _warn_beyond_fluent(setting, "export")
     if not is_main():  # under accelerate launch: one process writes
         return
     r = export(lm, setting, args.out, format=args.format, rank=args.rank, force=args.force)

@@ -39,8 +39,8 @@ class TrainingRecord:
     batch_tokens: int
     min_steps: int
     dummy_steer: bool
-    train_losses: list[float]
-    heldout_losses: list[list[float]]  # [step, loss] pairs
+    train_losses: list[float] = field(repr=False)  # (the curves: hundreds of numbers in a notebook's repr)
+    heldout_losses: list[list[float]] = field(repr=False)  # [step, loss] pairs
     heldout_nll_with_switch: float | None
     heldout_nll_without_switch: float | None
     heldout_nll_reversed_switch: float | None

@@ -33,6 +33,19 @@ def check_seed(seed: object, what: str = "seed") -> int:
     return int(seed)
 
 
+def check_eps_values(values: object, what: str) -> list[float]:
+    """A list of finite ε values (a sweep's, a grid's side), at least one; ``what`` says whose, in the message."""
+    if isinstance(values, str | bytes) or not hasattr(values, "__iter__"):
+        raise ValueError(f"the ε values for {what} must be a list of numbers, e.g. [-4, 0, 4]; got {values!r}")
+    values = list(values)
+    if not values:
+        raise ValueError(f"give at least one ε value for {what}")
+    bad = [e for e in values if not is_number(e)]
+    if bad:
+        raise ValueError(f"the ε values for {what} must be finite numbers; got {bad[0]!r}")
+    return [float(e) for e in values]
+
+
 MAX_SAMPLES = 1024  # texts per prompt one generate call writes
 
 

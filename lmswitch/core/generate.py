@@ -17,7 +17,7 @@ import math
 import queue
 import threading
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
@@ -27,11 +27,11 @@ from transformers.cache_utils import DynamicLayer
 from transformers.generation.streamers import BaseStreamer
 
 from lmswitch.core.budget import Budget, RowBudgets
-from lmswitch.core.checks import check_samples, check_seed
+from lmswitch.core.checks import check_eps_values, check_samples, check_seed
 from lmswitch.core.guard import RepeatGuard
-from lmswitch.core.models import LanguageModel
+from lmswitch.core.models import LanguageModel, check_model
 from lmswitch.core.options import SAMPLES, SAMPLING, SEED, SamplingOptions
-from lmswitch.core.steering import Setting, steer_rows
+from lmswitch.core.steering import Setting, as_setting, steer_rows
 from lmswitch.core.switch import Switch
 
 
@@ -209,6 +209,9 @@ Prompt = str | Messages  # a plain prompt, or (with chat) a whole conversation
 def prompt_text(lm: LanguageModel, prompt: Prompt, chat: bool) -> str:
     """The text the model continues: the prompt itself, or the chat template applied to it (a message or a conversation).
     Raises ``TypeError``/``ValueError`` for anything else (so it also checks a prompt before it is queued)."""
+    if isinstance(prompt, Mapping):  # one message of a list given as the prompts
+        raise TypeError("a prompt must be a string or a conversation; got one message (a dict): a list of messages is one "
+                        "conversation, so give the prompts as a list of conversations, [[message, …]], with chat=True")
     if not isinstance(prompt, str | list | tuple):
         raise TypeError(f"a prompt must be a string; got {type(prompt).__name__}")
     if isinstance(prompt, str):
@@ -305,7 +308,7 @@ def generate_tokens(
     OpenAI's ``best_of``; the streamer then hears nothing (the best candidate is known only at the end). With
     ``opts.guide`` = n > 1 the rows are decoded by :func:`lmswitch.core.guided.guided_tokens` (no streamer either).
     """
-    opts.validate(lm)
+    opts.validate(check_model(lm))
     if opts.guide > 1:
         from lmswitch.core.guided import guided_tokens  # (it decodes its chunks with this module's helpers)
 
@@ -452,15 +455,6 @@ def _checked_prompt(prompt: object) -> Sequence:
     return prompt
 
 
-def as_setting(switches: Setting | None) -> list:
-    """The (switch, ε) pairs asked for, as a list (None: none), refusing what is not such a list."""
-    if switches is None:
-        return []
-    if isinstance(switches, Switch) or not isinstance(switches, Iterable):
-        raise ValueError(f"switches must be a list of (switch, ε) pairs, e.g. [(sentiment, 4)]; got {type(switches).__name__}")
-    return list(switches)
-
-
 def sweep(
     lm: LanguageModel,
     prompt: str,
@@ -487,11 +481,9 @@ def sweep(
     >>> sweep(lm, "I think that", detox, [-5, 0, 5])   # doctest: +SKIP
     [(-5.0, ' ...'), (0.0, ' ...'), (5.0, ' ...')]
     """
-    if isinstance(eps_values, str) or not isinstance(eps_values, Iterable):
-        raise ValueError(f"eps_values must be a list of ε values, e.g. [-4, 0, 4]; got {eps_values!r}")
-    eps_values = [float(e) for e in eps_values]
-    if not eps_values:
-        raise ValueError("give at least one eps value to sweep")
+    eps_values = check_eps_values(eps_values, f"sweeping '{getattr(switch, 'name', switch)}'")
+    if not chat and isinstance(prompt, list | tuple) and all(isinstance(p, str) for p in prompt):
+        raise TypeError(f"sweep continues one prompt; got a list of {len(prompt)}: sweep each prompt in turn")
     check_seed(seed)
     settings = [[(switch, e), *others] for e in eps_values]
     opts = SamplingOptions(max_new_tokens, temperature, top_p, chat, adaptive, kl_budget, generation_budget, best_of, guide,
@@ -545,7 +537,7 @@ def stream_tokens(lm: LanguageModel, prompts: Sequence[Prompt], settings: Sequen
 
     Closing the iterator early stops the generation. It runs on a new thread, or on ``executor``.
     """
-    opts.validate(lm)
+    opts.validate(check_model(lm))
     out: queue.Queue = queue.Queue()
     stop = threading.Event()
     done = object()

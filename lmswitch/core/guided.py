@@ -45,8 +45,10 @@ def judges_of(setting: Setting) -> list[tuple[torch.Tensor, float]]:
     out = []
     for switch, eps in setting:
         if eps and switch.judge is None:
-            raise ValueError(f"switch '{switch.name}' has no judge, so it cannot guide decoding; switches trained from two "
-                             "sides (positive and negative texts) have one: train it again, or set guide to 1")
+            composed = (" (a sum of switches has none: give them side by side, [(a, 2), (b, 2)], and each judge guides)"
+                        if "sum_of" in switch.card else "")
+            raise ValueError(f"switch '{switch.name}' has no judge, so it cannot guide decoding{composed}; switches trained "
+                             "from two sides (positive and negative texts) have one: train it again, or set guide to 1")
         if eps:
             out.append((switch.judge, float(eps)))
     return out

@@ -82,6 +82,11 @@ class LanguageModel:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         contiguous_input(self.head)  # a bfloat16 head on CPU is ~300× slower on the slices generate gives it
 
+    def __repr__(self) -> str:  # not the dataclass's: that prints the whole module tree and the tokenizer
+        dtype = str(self.model.dtype).removeprefix("torch.")
+        return (f"LanguageModel({self.name!r}, {self.model.config.model_type}, hidden size {self.hidden_size}, "
+                f"{self.vocab_size:,} tokens, {dtype} on {self.head_device})")
+
     @property
     def head(self) -> torch.nn.Module:
         """The output head: its input is the final hidden state ``c``."""
@@ -284,6 +289,36 @@ class _StopForward(Exception):
     """Raised inside the head pre-hook to skip computing logits."""
 
 
+def check_model(lm: object) -> LanguageModel:
+    """``lm`` itself once it is a :class:`LanguageModel`; a name, a path or a transformers model is refused with how to
+    make one (every function of the library that takes a model checks it so, before any work)."""
+    if isinstance(lm, LanguageModel):
+        return lm
+    if isinstance(lm, str | os.PathLike):
+        hint = f": load it first, lm = ls.load_model({str(lm)!r})"
+    elif isinstance(lm, PreTrainedModel):
+        hint = (": wrap a transformers model with its tokenizer, ls.LanguageModel(model, tokenizer, name='…'), or load it "
+                "by name or folder with ls.load_model")
+    else:
+        hint = " from ls.load_model()"
+    raise TypeError(f"expected a LanguageModel; got {type(lm).__name__}{hint}")
+
+
+def _check_device(device: str | torch.device | None) -> None:
+    """Refuse a device this machine's torch cannot use, before any loading, with what it can."""
+    if device is None:
+        return
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"unknown device {device!r}; use 'cpu', 'cuda' or 'cuda:N' (or another device type torch names)") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        why = "this torch is built without CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
+        raise ValueError(f"device {str(device)!r} asked, but {why} (torch {torch.__version__}); use device='cpu'")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"device {str(device)!r} asked, but this machine has {torch.cuda.device_count()} CUDA GPU(s)")
+
+
 def _execution_device(module: torch.nn.Module) -> torch.device:
     """The device ``module`` computes on: its weight's, or accelerate's execution device when the weight is offloaded."""
     device = module.weight.device
@@ -482,6 +517,7 @@ def load_model(
     ('smollm2-135m', 576)
     """
     start = time.perf_counter()
+    _check_device(device)
     key = str(name) if name is not None else DEFAULT_MODEL
     try:
         folder, display, gguf = _local_folder(key)

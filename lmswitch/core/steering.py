@@ -10,7 +10,7 @@ closes, also on exceptions.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 
@@ -20,7 +20,7 @@ from lmswitch.core.adaptive import kl_scale
 from lmswitch.core.budget import Budget
 from lmswitch.core.checks import is_number
 from lmswitch.core.guard import RepeatGuard
-from lmswitch.core.models import LanguageModel
+from lmswitch.core.models import LanguageModel, check_model
 from lmswitch.core.switch import MAX_EPS_RANGE, Switch, check_switch
 
 Setting = Sequence[tuple[Switch, float]]  # (switch, eps in units of that switch's eps0)
@@ -28,14 +28,34 @@ Setting = Sequence[tuple[Switch, float]]  # (switch, eps in units of that switch
 MAX_ABS_EPS = MAX_EPS_RANGE  # in eps0 units; far beyond any useful value (the paper uses ±5)
 
 
+def as_setting(switches: Setting | None) -> list:
+    """The (switch, ε) pairs asked for, as a list (None: none), refusing what is not such a list with how to write one."""
+    if switches is None:
+        return []
+    what = "switches must be a list of (switch, ε) pairs, e.g. [(sentiment, 4)]"
+    if isinstance(switches, Switch):
+        raise ValueError(f"{what}; got Switch '{switches.name}' alone: give it with its ε, [({switches.name}, 4)]")
+    if isinstance(switches, tuple) and len(switches) == 2 and isinstance(switches[0], Switch):
+        raise ValueError(f"{what}; got one pair: put it in a list, [({switches[0].name}, {switches[1]!r})]")
+    if isinstance(switches, str | bytes):
+        raise ValueError(f"{what}; got the text {switches[:40]!r}: load each switch first, [(ls.load_switch('sentiment'), 4)]")
+    if not isinstance(switches, Iterable):
+        raise ValueError(f"{what}; got {type(switches).__name__}")
+    return list(switches)
+
+
 def check_setting(lm: LanguageModel, setting: Setting) -> None:
-    """Raise a clear error unless ``setting`` is a list of (Switch for this model, finite eps in range)."""
-    if isinstance(setting, tuple) and len(setting) == 2 and isinstance(setting[0], Switch):
-        raise TypeError("a steering setting is a list of (Switch, eps) pairs: [(switch, eps)], not one pair (got the pair itself)")
-    for item in setting:
+    """Raise a clear error unless ``setting`` is a list of (Switch for this model, finite eps in range), each switch once."""
+    check_model(lm)
+    seen: dict[int, float] = {}
+    for item in as_setting(setting):
         if not (isinstance(item, tuple) and len(item) == 2):
-            raise TypeError(f"a steering setting is a list of (Switch, eps) pairs; got {str(item)[:80]!r}")
+            raise TypeError(f"a steering setting is a list of (switch, ε) pairs, e.g. [(sentiment, 4)]; one of them is "
+                            f"{type(item).__name__} {str(item)[:40]!r}")
         switch, eps = check_switch(item[0], lm), item[1]
+        if id(switch) in seen:  # (its two ε would add up unseen; a sweep's others holding the swept switch)
+            raise ValueError(f"switch '{switch.name}' is given twice (ε {seen[id(switch)]!r} and {eps!r}): give it once")
+        seen[id(switch)] = eps
         if not is_number(eps):
             raise ValueError(f"ε for '{switch.name}' must be a finite number; got {eps!r}")
         if abs(eps) > MAX_ABS_EPS:
@@ -71,6 +91,10 @@ def steering_matrix(setting: Setting) -> torch.Tensor | None:
     M = torch.zeros_like(active[0][0].W)
     for switch, eps in active:
         M.add_(switch.W, alpha=eps * switch.eps0)
+    if not torch.isfinite(M).all():  # (a switch whose W was set to NaN after it was made: it would write nothing)
+        bad = [s.name for s, _ in active if not torch.isfinite(s.W).all()]
+        raise ValueError(f"switch '{', '.join(bad) or active[0][0].name}' has NaN or infinite entries" if bad else
+                         "the steering matrix overflows (ε × W past float32's range): use a smaller ε")
     return M
 
 

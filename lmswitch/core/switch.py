@@ -125,6 +125,11 @@ class Switch:
         beyond float32's rounding (:data:`NULL_EFFECT`): it would not steer anything."""
         return float(torch.linalg.vector_norm(self.W)) * self.eps0 * MAX_EPS_RANGE <= NULL_EFFECT
 
+    def check_steers(self, lacks: str) -> None:
+        """Refuse a switch that :attr:`steers_nothing`, for work that needs it to (``lacks``: what it then has none of)."""
+        if self.steers_nothing:
+            raise ValueError(f"switch '{self.name}' {STEERS_NOTHING}: {lacks}; train it or load another")
+
     @property
     def digest(self) -> str:
         """A content id of ``W`` and ``eps0`` (sha256, 16 hex digits): equal for equal switches, whatever their name.
@@ -210,7 +215,10 @@ class Switch:
             )
 
     def check_model(self, lm: LanguageModel) -> None:
-        """Raise :class:`SwitchFileError` unless this switch was made for ``lm``."""
+        """Raise :class:`SwitchFileError` unless this switch was made for ``lm`` (a TypeError unless it is a model)."""
+        from lmswitch.core.models import check_model  # (this module loads without transformers)
+
+        check_model(lm)
         if self.dim != lm.hidden_size and self.model_fingerprint and self.model_fingerprint == lm.fingerprint:
             raise SwitchFileError(  # its header names this very model: the file was damaged or edited, not mistaken
                 f"switch '{self.name}' says it was made for '{lm.name}' (fingerprint {lm.fingerprint}), whose hidden size is "
@@ -221,13 +229,13 @@ class Switch:
             raise SwitchFileError(
                 f"switch '{self.name}' is {self.dim} × {self.dim} but model '{lm.name}' has hidden size "
                 f"{lm.hidden_size}; it was made for {self.model_name or 'another model'}. Load the model it was made for, "
-                "or transfer the switch with `python -m lmswitch transfer`."
+                "or transfer the switch to it (ls.transfer, or `python -m lmswitch transfer`)."
             )
         if self.model_fingerprint and self.model_fingerprint != lm.fingerprint:
             raise SwitchFileError(
                 f"switch '{self.name}' was made for model '{self.model_name}' (fingerprint {self.model_fingerprint}), "
                 f"not for '{lm.name}' (fingerprint {lm.fingerprint}). Load the model it was made for, "
-                "or transfer the switch with `python -m lmswitch transfer`."
+                "or transfer the switch to it (ls.transfer, or `python -m lmswitch transfer`)."
             )
 
     # --- files ------------------------------------------------------------------------
@@ -240,7 +248,9 @@ class Switch:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write one ``.safetensors`` file atomically (write to a temp file, then rename). A new file gets the
-        permissions any new file gets (the umask's), a replaced one keeps its own."""
+        permissions any new file gets (the umask's), a replaced one keeps its own. Checked again first, as when it was
+        made: a matrix or card set since is validated (a NaN matrix, a card given as a dict) before it is written."""
+        self.__post_init__()
         path = switch_path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         meta = {"format": "lmswitch", "version": FORMAT_VERSION, "switch": json.dumps(self.header())}
@@ -276,7 +286,7 @@ def switch_path(path: str | os.PathLike, *, overwrite: bool = True) -> Path:
     if p.is_dir():
         raise ValueError(f"{p} is a folder; give a file name ending in .safetensors")
     if p.exists() and not overwrite:
-        raise ValueError(f"{p} exists; choose another name, or pass --force to replace it")
+        raise ValueError(f"{p} exists; choose another name, or pass --force (overwrite=True) to replace it")
     return writable(p)
 
 
@@ -315,6 +325,9 @@ def load_switch(path: str | os.PathLike, model: LanguageModel | None = None) -> 
     >>> detox = load_switch("detox", lm)   # doctest: +SKIP
     """
     try:
+        if not isinstance(path, str | os.PathLike):
+            raise SwitchFileError(f"a switch is loaded from a file path or a shipped switch's name (\"sentiment\"); got "
+                                  f"{type(path).__name__}")
         path = resolve_switch_file(path)
     except FileNotFoundError as err:
         raise SwitchFileError(str(err)) from None

@@ -30,10 +30,10 @@ from lmswitch.core import solver
 from lmswitch.core.card import Card, TrainingRecord
 from lmswitch.core.hidden import READ_CHARS, EncodedText, ShortText, TokenStates, check_text, encode_texts
 from lmswitch.core.judge import fit_judge
-from lmswitch.core.models import LanguageModel, preferred_dtype
+from lmswitch.core.models import LanguageModel, check_model, preferred_dtype
 from lmswitch.core.options import EXAMPLES, NAMINGS, ONE_DOCUMENT, TWO_DOCUMENTS, Naming, TrainConfig
 from lmswitch.core.pause import pause_point
-from lmswitch.core.switch import Switch
+from lmswitch.core.switch import Switch, check_name
 
 ProgressCallback = Callable[[int, int, float], None]  # (step, total, loss)
 
@@ -544,6 +544,8 @@ def _neutral_contexts(lm: LanguageModel) -> torch.Tensor:
 
 
 def _cancel_check(cancel: threading.Event | Callable[[], bool] | None) -> Callable[[], bool]:
+    if cancel is not None and not (isinstance(cancel, threading.Event) or callable(cancel)):
+        raise ValueError(f"cancel must be a threading.Event or a function that returns True to stop; got {type(cancel).__name__}")
     return cancel.is_set if isinstance(cancel, threading.Event) else (cancel or (lambda: False))
 
 
@@ -572,9 +574,11 @@ def train_events(
     ...     if isinstance(event, Done): switch = event.switch
     """
     start = time.perf_counter()
+    check_model(lm)
     if not isinstance(config, TrainConfig):
         raise ValueError(f"config must be a TrainConfig, e.g. lmswitch.TrainConfig(steps=100); got {type(config).__name__}")
     config.validate(lm.hidden_size)
+    name, stop = check_name(name), _cancel_check(cancel)  # (a switch the app and the command line could not name)
     prep = _prepare(lm, positive, negative, labels, config)
     obj = prep.objective
     hidden_seconds = time.perf_counter() - start
@@ -583,9 +587,9 @@ def train_events(
     # zero start: a random start would leave untrained noise in W that steering then amplifies
     run = _Run(torch.zeros(d, d, device=obj.device, requires_grad=True), torch.zeros(d, d, device=obj.device, requires_grad=obj.use_dummy))
     if _optimizer(lm, config) in solver.RECIPES:
-        yield from _optimise_lbfgs(obj, config, _cancel_check(cancel), run)
+        yield from _optimise_lbfgs(obj, config, stop, run)
     else:
-        yield from _optimise(obj, config, _cancel_check(cancel), prep.generator, run)
+        yield from _optimise(obj, config, stop, prep.generator, run)
     card = _final_card(prep, config, run, (hidden_seconds, time.perf_counter() - start), data_kind(positive, negative))
     named = naming(positive, negative, positive_label, negative_label, description)
     yield Done(Switch(W=run.W.detach().cpu(), name=name, description=named.description, eps0=config.eps0,
@@ -691,6 +695,8 @@ def train_switch(
     >>> s.card["heldout_gain"]                                                   # doctest: +SKIP
     0.21
     """
+    if progress is not None and not callable(progress):
+        raise ValueError(f"progress must be a function of (step, total, loss); got {type(progress).__name__}")
     events = train_events(lm, positive, negative, labels=labels, name=name, description=description, positive_label=positive_label,
                           negative_label=negative_label, config=config, cancel=cancel)
     for event in events:

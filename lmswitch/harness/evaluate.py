@@ -45,7 +45,7 @@ from typing import NamedTuple
 
 import torch
 
-from lmswitch.core.checks import is_whole
+from lmswitch.core.checks import check_eps_values, is_whole
 from lmswitch.core.generate import Generated, encode_prompts, generate_tokens, positions
 from lmswitch.core.guided import loops as repeated_word
 from lmswitch.core.hidden import EncodedText, encode_continuations, target_logprobs
@@ -532,6 +532,8 @@ def evaluate_settings(
     divided by the number of settings.
     """
     protocol.validate()
+    if isinstance(prompts, str):  # (it would run on each of its characters)
+        raise ValueError(f"prompts must be a list of prompts; got one string: give [{prompts[:40]!r}]")
     prompts = list(prompts)
     if not prompts:
         raise ValueError("no prompts to evaluate on")
@@ -586,13 +588,6 @@ def _per_setting(progress: Progress | None, settings: int, prompts: Sequence[str
     return report
 
 
-def _check_eps(values: Sequence[float], what: str) -> list[float]:
-    values = [float(e) for e in values]
-    if not values:
-        raise ValueError(f"give at least one ε value for {what}")
-    return values
-
-
 def evaluate_sweep(
     lm: LanguageModel,
     switch: Switch,
@@ -608,7 +603,7 @@ def evaluate_sweep(
     All ε values are sampled together (:func:`evaluate_settings`); ``progress(done, total)``
     counts settings (ε values) whose samples are all generated.
     """
-    eps_values = _check_eps(eps_values, switch.name)
+    eps_values = check_eps_values(eps_values, switch.name)
     prompts = list(prompts)
     settings = [[(switch, eps), *others] for eps in eps_values]
     return evaluate_settings(lm, settings, prompts, protocol, progress=_per_setting(progress, len(settings), prompts, protocol))
@@ -632,7 +627,7 @@ def evaluate_grid(
     if a.name == b.name:  # each cell's setting is read by switch name
         raise ValueError(f"the grid's two switches are both named '{a.name}'; compose two different switches (one switch "
                          "with itself is its sweep), or rename one")
-    eps_a, eps_b = _check_eps(eps_a, a.name), _check_eps(eps_b, b.name)
+    eps_a, eps_b = check_eps_values(eps_a, a.name), check_eps_values(eps_b, b.name)
     prompts = list(prompts)
     settings = [[(a, ea), (b, eb)] for ea in eps_a for eb in eps_b]
     flat = evaluate_settings(lm, settings, prompts, protocol, progress=_per_setting(progress, len(settings), prompts, protocol))

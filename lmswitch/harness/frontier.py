@@ -32,7 +32,7 @@ from functools import lru_cache, partial
 from lmswitch.core.card import Card
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import SAMPLING
-from lmswitch.core.switch import Switch
+from lmswitch.core.switch import Switch, check_switch
 from lmswitch.harness.baselines import ActivationAddition, added, fit_activation_addition
 from lmswitch.harness.datasets import load_dataset
 from lmswitch.harness.evaluate import PROTOCOL, Check, Evaluation, Protocol, evaluate_settings, load_prompts
@@ -500,5 +500,6 @@ def calibrated_card(lm: LanguageModel, switch: Switch, probe: Probe | None = Non
 
     >>> moved.card = calibrated_card(gemma, moved)   # doctest: +SKIP
     """
+    check_switch(switch, lm).check_steers("it has no fluent range to measure")
     probe = probe or probe_for(switch)
     return probed_card(switch.card, calibrate(lm, switch, probe), probe)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from lmswitch.core.hidden import READ_CHARS, EncodedText, check_text, encode_text
 from lmswitch.core.models import LanguageModel
@@ -50,6 +50,9 @@ class Learned:
     # the training's warnings from the switch's card (a text in a language the model reads poorly): they say how far
     # the readings below can be trusted, so they are shown above them
     cautions: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
     def to_markdown(self) -> str:
         """The summary as Markdown: any caution, the words, the spans in context, the verdict."""

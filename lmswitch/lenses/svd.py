@@ -31,7 +31,7 @@ from lmswitch.core.hidden import encode_texts
 from lmswitch.core.models import LanguageModel, cache_dir
 from lmswitch.core.options import TrainConfig
 from lmswitch.core.pause import pause_point
-from lmswitch.core.switch import STEERS_NOTHING, Switch, check_switch
+from lmswitch.core.switch import Switch, check_switch
 from lmswitch.io.atomic import write_file
 from lmswitch.io.resources import read_data_text
 from lmswitch.lenses.options import DEFAULT_DIMS, DEFAULT_WORDS, check_counts
@@ -337,8 +337,7 @@ def svd_dimensions(lm: LanguageModel, switch: Switch, *, dims: int = DEFAULT_DIM
     """
     check_counts(dims, words)
     check_switch(switch, lm)
-    if switch.steers_nothing:
-        raise ValueError(f"switch '{switch.name}' {STEERS_NOTHING}: it has no directions to list; train it or load another")
+    switch.check_steers("it has no directions to list")
     dirs = _directions(lm, switch, dims, reference)
     S, k = dirs.S, len(dirs.sign)
     live = sum(float(S[i]) > NULL_DIRECTION * float(S[0]) for i in range(k))  # past the switch's rank: noise, not listed
@@ -377,7 +376,7 @@ def promoted_words(lm: LanguageModel, switch: Switch, *, words: int = DEFAULT_WO
     >>> [x.word for x in w.promoted], [x.word for x in w.suppressed]  # doctest: +SKIP
     """
     check_counts(1, words)
-    check_switch(switch, lm)
+    check_switch(switch, lm).check_steers("it raises and lowers no words")
     C = reference_hidden(lm, reference)
     c_mean = C.double().mean(0).to(switch.W.device)
     direction = switch.W.double() @ c_mean * switch.eps0  # (d,)
@@ -431,8 +430,7 @@ def word_map(lm: LanguageModel, switch: Switch, *, words: int = 15, reference: l
     >>> [(p.word, p.x) for p in m.points if p.group == "promoted 1"]  # doctest: +SKIP
     """
     check_counts(2, words)
-    if switch.steers_nothing:
-        raise ValueError(f"switch '{switch.name}' {STEERS_NOTHING}: it has no directions to map; train it or load another")
+    switch.check_steers("it has no directions to map")
     dirs = _directions(lm, switch, 2, reference)
     S = dirs.S
     live = [i < len(dirs.sign) and float(S[i]) > NULL_DIRECTION * float(S[0]) for i in range(2)]
