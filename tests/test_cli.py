@@ -743,7 +743,10 @@ def test_bad_decoding_values_are_refused_before_loading_naming_the_flags(capsys)
                        (["generate", "--prompt", "Hi", "--temperature", "0", "--best-of", "2"], "--best-of > 1 needs sampling (--temperature > 0)"),
                        # the library's "or None" is no value a flag takes
                        (["generate", "--prompt", "Hi", "--switch", "sentiment", "--adaptive", "--kl-budget", "-1"], "--kl-budget must be a positive number of nats per token; got -1"),
-                       (["generate", "--prompt", "Hi", "--switch", "sentiment", "--adaptive", "--generation-budget", "0"], "--generation-budget must be a positive number of nats per generation; got 0")):
+                       (["generate", "--prompt", "Hi", "--switch", "sentiment", "--adaptive", "--generation-budget", "0"], "--generation-budget must be a positive number of nats per generation; got 0"),
+                       # the library's "adaptive=True (--adaptive)" read as the flag alone
+                       (["eval", "--switch", "sentiment", "--kl-budget", "1"], "--kl-budget caps adaptive strength's steering per token: give it with --adaptive, or leave it out"),
+                       (["eval", "--switch", "sentiment", "--generation-budget", "6"], "--generation-budget caps adaptive strength's steering per generation: give 6 with --adaptive, or leave it out")):
         assert main(["--model", "no-such-model", *argv]) == 2, argv
         err = capsys.readouterr().err
         assert err.startswith("error: ") and said in err and "Cannot find model" not in err and "None" not in err, (argv, err)

@@ -205,10 +205,13 @@ def test_evaluate_shapes_coupling_and_sweeps(llama_lm):
     assert [t.text for t in grid[0][1].texts] == [t.text for t in base.texts]
     with pytest.raises(ValueError, match="no prompts to evaluate on"):
         evaluate(lm, [], [], protocol)
-    with pytest.raises(ValueError, match=r"prompts must be a list of prompts; got one string: give \['she was'\]"):
+    with pytest.raises(ValueError, match=r"prompts must be a list of prompts; got one string: put it in a list, \[prompt\]"):
         evaluate(lm, [], "she was", protocol)  # (it ran on each of its characters)
     with pytest.raises(ValueError, match="the ε values for s must be a list of numbers, e.g. \\[-4, 0, 4\\]; got '10'"):
         evaluate_sweep(lm, switch, "10", PROMPTS, protocol)  # (it ran ε 1 and 0)
+    for call in (lambda: evaluate_sweep(lm, switch, [1.0], "she was", protocol), lambda: evaluate_grid(lm, (switch, [1.0]), (other, [1.0]), "she was", protocol)):
+        with pytest.raises(ValueError, match="got one string: put it in a list"):
+            call()
     with pytest.raises(ValueError, match="samples must be an integer from 1"):
         evaluate(lm, [], PROMPTS, Protocol(samples=0))
     with pytest.raises(ValueError, match="give at least one ε value for s"):

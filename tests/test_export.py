@@ -219,8 +219,9 @@ def test_cli_export_writes_an_adapter_and_prints_its_fidelity(llama_lm, tmp_path
     assert code == 0 and "note: 'mood': ε +9 is beyond its fluent range -2 … +3" in out and "plain steering" in out, out
     assert "--adaptive stops" not in out
     code = main(["--model", str(folder), "export", "--switch", f"{path}=2000", "--out", str(tmp_path / "refused")])
-    err = capsys.readouterr().err  # refused before any warning that it is beyond the fluent range
-    assert code != 0 and "out of range" in err and "beyond its fluent range" not in err and not (tmp_path / "refused").exists()
+    out = capsys.readouterr()  # refused before anything is written, and so before any note
+    assert code != 0 and "out of range" in out.err and "beyond its fluent range" not in out.out + out.err
+    assert not (tmp_path / "refused").exists()
     with pytest.raises(SystemExit) as stop:  # checked before any model is loaded
         main(["--model", "no-such-model", "export", "--switch", f"{path}=5", "--format", "onnx", "--out", str(tmp_path / "g")])
     assert stop.value.code == 2 and "invalid choice" in capsys.readouterr().err

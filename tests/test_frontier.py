@@ -81,9 +81,11 @@ def test_frontier_chooses_on_dev_and_reports_on_test(llama_lm, tmp_path):
     switch = random_switch(llama_lm, seed=3, scale=30.0, name="s")
     spec = FrontierSpec("s", str(prompts), "positive_share", (+1, -1), +1, FluencyRules(perplexity_ratio=100.0, dist3_ratio=0.0,
                         max_repetition=1.0, max_sprinkle_rise=1.0), strengths=(1.0, 3.0))
-    protocol = replace(PROTOCOL, samples=1, max_new_tokens=4)
+    protocol = replace(PROTOCOL, samples=1, max_new_tokens=4, generation_budget=0.5)  # (eval --frontier --generation-budget)
     frontier = run_frontier(llama_lm, switch, spec, methods=("switch", "switch+adaptive"), protocol=protocol)
-    assert frontier.dev_prompts == frontier.test_prompts == 4
+    assert frontier.dev_prompts == frontier.test_prompts == 4 and frontier.protocol.generation_budget == 0.5
+    plain = run_frontier(llama_lm, switch, spec, methods=("switch",), protocol=replace(protocol, generation_budget=None))
+    assert [t.text for t in plain.rows[0].test.texts] == [t.text for t in frontier.rows[0].test.texts]  # the budget: adaptive rows' only
     assert frontier.protocol.score_from_decode  # every row decoded by the unchanged body: scored from its decode
     assert [(r.method, r.side) for r in frontier.rows] == [("switch", 1), ("switch", -1), ("switch+adaptive", 1), ("switch+adaptive", -1)]
     for row in frontier.rows:

@@ -437,6 +437,17 @@ def test_eps_at_the_limit_is_accepted(tiny_lm):
         assert active_hook_count(tiny_lm) == 1
 
 
+def test_a_setting_given_as_a_generator_steers_as_its_list_does(tiny_lm):
+    """The check read a generator to its end, and then nothing was steered (no error either)."""
+    s, ids = random_switch(tiny_lm, seed=26), random_ids(tiny_lm, 2, 5)
+    with steer(tiny_lm, [(s, 2.0)]):
+        expected = logits_of(tiny_lm, ids)
+    with steer(tiny_lm, ((x, e) for x, e in [(s, 2.0)])):
+        assert torch.equal(logits_of(tiny_lm, ids), expected)
+    with steer_rows(tiny_lm, [((x, e) for x, e in [(s, 2.0)]), iter([(s, 2.0)])]):
+        assert torch.equal(logits_of(tiny_lm, ids), expected)
+
+
 def test_malformed_setting_is_refused(tiny_lm):
     s = random_switch(tiny_lm, seed=26)
     for bad in ([s], [(s,)], [(s, 1.0, 2.0)], [("switch", 1.0)], [[s, 1.0]]):

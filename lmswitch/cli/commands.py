@@ -66,7 +66,7 @@ def _save_and_probe(args: argparse.Namespace, lm: LanguageModel, switch: Switch)
     range on ``lm``'s dev prompts and write it again with that range in its card. Returns the range as text ("" unprobed)."""
     if is_main():  # under `accelerate launch` every process holds the same switch; one writes it
         switch.save(args.out)
-    if not args.calibrate:
+    if not args.calibrate or switch.steers_nothing:  # (a switch that steers nothing has no range: calibrated_card says so)
         return ""
     if not args.json:
         log(f"probing the fluent ε range on {lm.name}'s dev prompts …")

@@ -37,7 +37,7 @@ def check_eps_values(values: object, what: str) -> list[float]:
     """A list of finite ε values (a sweep's, a grid's side), at least one; ``what`` says whose, in the message."""
     if isinstance(values, str | bytes) or not hasattr(values, "__iter__"):
         raise ValueError(f"the ε values for {what} must be a list of numbers, e.g. [-4, 0, 4]; got {values!r}")
-    values = list(values)
+    values = [e.item() if getattr(e, "ndim", None) == 0 else e for e in values]  # (a tensor's or an array's numbers)
     if not values:
         raise ValueError(f"give at least one ε value for {what}")
     bad = [e for e in values if not is_number(e)]

@@ -43,7 +43,7 @@ from safetensors.torch import save_file
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import EXPORT_FORMAT
 from lmswitch.core.options import EXPORT_FORMATS as FORMATS
-from lmswitch.core.steering import Setting, as_setting, beyond_fluent, check_setting, steering_matrix
+from lmswitch.core.steering import Setting, beyond_fluent, check_setting, steering_matrix
 from lmswitch.io.atomic import as_new_files, as_os_error, new_folder_beside
 
 LORA_FORMATS = ("peft", "gguf-lora")  # the formats that write a LoRA adapter beside the model
@@ -99,7 +99,7 @@ def head_module_name(lm: LanguageModel) -> str:
 
 def _steering(lm: LanguageModel, setting: Setting) -> torch.Tensor:
     """The setting's steering matrix ``M``, float64, with clear errors when there is nothing to export."""
-    check_setting(lm, setting)
+    setting = check_setting(lm, setting)
     M = steering_matrix(setting)
     if M is None:
         said = "no switch was given" if not setting else "every ε is 0"
@@ -214,8 +214,8 @@ def _check_out(folder: Path, ours: Callable[[Path], bool], force: bool, model_fi
             raise ValueError(f"--out {folder} holds the model itself ({path}); write the export to a new folder")
     if folder.is_dir() and any(folder.iterdir()) and not ours(folder) and not force:
         shown = ", ".join(sorted(p.name for p in folder.iterdir())[:4])
-        raise ValueError(f"--out {folder} already holds other files ({shown} …); choose a new or empty folder "
-                         "(or pass force=True, --force on the command line, to write beside them)")
+        raise ValueError(f"--out {folder} already holds other files ({shown} …); choose a new or empty folder, "
+                         "or pass force=True (--force) to write beside them")
     here = Path.cwd().resolve()
     if folder.is_dir() and not force and (here == folder or folder in here.parents):  # _publish swaps the folder whole
         raise ValueError(f"--out {folder} is the folder you are in (or holds it): an export replaces its folder whole, "
@@ -361,20 +361,19 @@ def export_merged(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *
     return ExportReport.of(out, "merged", full, full, 1.0, errors, target, setting, notes)
 
 
+# what an ε beyond its switch's fluent range means in an export (the command line and the library say it alike)
+BEYOND_FLUENT_EXPORT = ("an exported model steers every token with plain steering (no repeat guard, no adaptive strength), so "
+                        "expect word loops there; export a smaller ε")
+
+
 def export(lm: LanguageModel, setting: Setting, out: str | os.PathLike, *, format: str = EXPORT_FORMAT, rank: int | None = None,
            force: bool = False) -> ExportReport:
     """Export ``setting`` in ``format`` (:data:`FORMATS`) to the folder ``out``. The report's notes say where an ε lies
     beyond its switch's fluent range (:data:`BEYOND_FLUENT_EXPORT`)."""
-    setting = as_setting(setting)
-    check_setting(lm, setting)
+    setting = check_setting(lm, setting)
     report = _export(lm, setting, out, format, rank, force)
     beyond = tuple(f"'{name}': {note}; {BEYOND_FLUENT_EXPORT}" for name, note in beyond_fluent(setting).items())
     return replace(report, notes=beyond + report.notes)
-
-
-# what an ε beyond its switch's fluent range means in an export (the command line and the library say it alike)
-BEYOND_FLUENT_EXPORT = ("an exported model steers every token with plain steering (no repeat guard, no adaptive strength), so "
-                        "expect word loops there; export a smaller ε")
 
 
 def _export(lm: LanguageModel, setting: Setting, out: str | os.PathLike, format: str, rank: int | None, force: bool) -> ExportReport:

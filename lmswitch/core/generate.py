@@ -481,7 +481,7 @@ def sweep(
     >>> sweep(lm, "I think that", detox, [-5, 0, 5])   # doctest: +SKIP
     [(-5.0, ' ...'), (0.0, ' ...'), (5.0, ' ...')]
     """
-    eps_values = check_eps_values(eps_values, f"sweeping '{getattr(switch, 'name', switch)}'")
+    eps_values = check_eps_values(eps_values, getattr(switch, "name", "the switch"))
     if not chat and isinstance(prompt, list | tuple) and all(isinstance(p, str) for p in prompt):
         raise TypeError(f"sweep continues one prompt; got a list of {len(prompt)}: sweep each prompt in turn")
     check_seed(seed)

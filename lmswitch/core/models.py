@@ -316,7 +316,9 @@ def _check_device(device: str | torch.device | None) -> None:
         why = "this torch is built without CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
         raise ValueError(f"device {str(device)!r} asked, but {why} (torch {torch.__version__}); use device='cpu'")
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise ValueError(f"device {str(device)!r} asked, but this machine has {torch.cuda.device_count()} CUDA GPU(s)")
+        n = torch.cuda.device_count()
+        raise ValueError(f"device {str(device)!r} asked, but this machine has {n} CUDA GPU(s): use 'cuda:0' to 'cuda:{n - 1}', "
+                         "or 'cpu'")
 
 
 def _execution_device(module: torch.nn.Module) -> torch.device:

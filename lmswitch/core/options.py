@@ -138,13 +138,13 @@ class SamplingOptions:
             raise ValueError(f"kl_budget must be a positive number of nats per token, or None; got {self.kl_budget!r}")
         if self.kl_budget is not None and not self.adaptive:  # it would change nothing: say so, not ignore it
             raise ValueError("kl_budget caps adaptive strength's steering per token: give it with adaptive=True "
-                             "(--adaptive on the command line), or leave it out")
+                             "(--adaptive), or leave it out")
         if self.generation_budget is not None and not (_finite(self.generation_budget) and self.generation_budget > 0):
             raise ValueError(f"generation_budget must be a positive number of nats per generation, or None; "
                              f"got {self.generation_budget!r}")
         if self.generation_budget not in (GENERATION_BUDGET, None) and not self.adaptive:  # another budget, unused
-            raise ValueError(f"generation_budget is adaptive strength's steering per generation: give {self.generation_budget:g} "
-                             "with adaptive=True (--adaptive on the command line), or leave it out")
+            raise ValueError(f"generation_budget caps adaptive strength's steering per generation: give {self.generation_budget:g} "
+                             "with adaptive=True (--adaptive), or leave it out")
         if not _whole(self.best_of) or not 1 <= self.best_of <= MAX_BEST_OF:
             raise ValueError(f"best_of must be an integer from 1 to {MAX_BEST_OF}; got {self.best_of!r}")
         if self.best_of > 1 and self.temperature == 0:

@@ -44,24 +44,27 @@ def as_setting(switches: Setting | None) -> list:
     return list(switches)
 
 
-def check_setting(lm: LanguageModel, setting: Setting) -> None:
-    """Raise a clear error unless ``setting`` is a list of (Switch for this model, finite eps in range), each switch once."""
+def check_setting(lm: LanguageModel, setting: Setting) -> list[tuple[Switch, float]]:
+    """``setting`` as a list (:func:`as_setting`) once it is of (Switch for this model, finite ε in range) pairs, each
+    switch once; a clear error otherwise. Use what it returns: a setting given as a generator is read here."""
     check_model(lm)
-    seen: dict[int, float] = {}
-    for item in as_setting(setting):
+    setting, seen = as_setting(setting), {}
+    for item in setting:
         if not (isinstance(item, tuple) and len(item) == 2):
-            raise TypeError(f"a steering setting is a list of (switch, ε) pairs, e.g. [(sentiment, 4)]; one of them is "
+            raise TypeError(f"switches must be a list of (switch, ε) pairs, e.g. [(sentiment, 4)]; one of them is "
                             f"{type(item).__name__} {str(item)[:40]!r}")
         switch, eps = check_switch(item[0], lm), item[1]
-        if id(switch) in seen:  # (its two ε would add up unseen; a sweep's others holding the swept switch)
-            raise ValueError(f"switch '{switch.name}' is given twice (ε {seen[id(switch)]!r} and {eps!r}): give it once")
-        seen[id(switch)] = eps
         if not is_number(eps):
             raise ValueError(f"ε for '{switch.name}' must be a finite number; got {eps!r}")
         if abs(eps) > MAX_ABS_EPS:
             fluent = f"; its fluent range is {switch.card.fluent_text}" if switch.card.fluent_text else ""
             raise ValueError(f"ε {eps:g} for '{switch.name}' is out of range: |ε| ≤ {MAX_ABS_EPS:g} (ε counts steps of "
                              f"ε0 = {switch.eps0:g}){fluent}")
+        if id(switch) in seen:  # (its two ε would add up unseen; a sweep's others holding the swept switch)
+            raise ValueError(f"switch '{switch.name}' is given twice (ε {seen[id(switch)]:g} and {eps:g}): give it once, "
+                             f"at ε {seen[id(switch)] + eps:g} for their sum")
+        seen[id(switch)] = eps
+    return setting
 
 
 def beyond_fluent(setting: Setting) -> dict[str, str]:
@@ -93,8 +96,9 @@ def steering_matrix(setting: Setting) -> torch.Tensor | None:
         M.add_(switch.W, alpha=eps * switch.eps0)
     if not torch.isfinite(M).all():  # (a switch whose W was set to NaN after it was made: it would write nothing)
         bad = [s.name for s, _ in active if not torch.isfinite(s.W).all()]
-        raise ValueError(f"switch '{', '.join(bad) or active[0][0].name}' has NaN or infinite entries" if bad else
-                         "the steering matrix overflows (ε × W past float32's range): use a smaller ε")
+        raise ValueError(f"switch '{bad[0]}' has NaN or infinite entries (its matrix was changed after it was made): load "
+                         "or train it again" if bad else "the steering matrix overflows (ε × W past float32's range): use a "
+                         "smaller ε")
     return M
 
 
@@ -271,7 +275,7 @@ def steer(lm: LanguageModel, setting: Setting, *, kl_budget: float | None = None
     >>> with steer(lm, [(sentiment, 5.0), (detox, 3.0)]):   # doctest: +SKIP
     ...     logits = lm.model(ids).logits
     """
-    check_setting(lm, setting)
+    setting = check_setting(lm, setting)
     with steering(lm, RowSteering.one(setting), kl_budget=kl_budget, budget=budget, guard=guard):
         yield
 
@@ -287,8 +291,7 @@ def steer_rows(lm: LanguageModel, settings: Sequence[Setting], *, kl_budget: flo
     """
     if not settings:
         raise ValueError("steer_rows needs at least one row setting")
-    for setting in settings:
-        check_setting(lm, setting)
+    settings = [check_setting(lm, setting) for setting in settings]
     with steering(lm, RowSteering.of(settings), kl_budget=kl_budget, budget=budget, guard=guard):
         yield
 

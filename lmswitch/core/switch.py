@@ -35,6 +35,7 @@ MAX_EPS_RANGE = 1000.0  # |ε| of a switch's search range at most (the steering 
 # a switch steers nothing when even the largest ε moves the head input by less than this share of its length
 # (``|ε|·ε0·‖W‖ ≤ MAX_EPS_RANGE·ε0·‖W‖_F``): below float32's rounding; a shipped switch's ‖W‖_F·ε0 is ~0.1
 NULL_EFFECT = 1e-7
+TRANSFER_IT = "transfer the switch to it (ls.transfer, or `python -m lmswitch transfer`)"  # a switch for another model
 STEERS_NOTHING = "is all zeros (or too small to change anything)"  # what is said of such a switch (Switch.steers_nothing)
 MAX_FILE_BYTES = 2 * 1024**3  # a 16k × 16k float32 matrix is 1 GiB; anything much larger is not a switch
 
@@ -125,10 +126,10 @@ class Switch:
         beyond float32's rounding (:data:`NULL_EFFECT`): it would not steer anything."""
         return float(torch.linalg.vector_norm(self.W)) * self.eps0 * MAX_EPS_RANGE <= NULL_EFFECT
 
-    def check_steers(self, lacks: str) -> None:
+    def check_steers(self, lacks: str, fix: str = "train it or load another") -> None:
         """Refuse a switch that :attr:`steers_nothing`, for work that needs it to (``lacks``: what it then has none of)."""
         if self.steers_nothing:
-            raise ValueError(f"switch '{self.name}' {STEERS_NOTHING}: {lacks}; train it or load another")
+            raise ValueError(f"switch '{self.name}' {STEERS_NOTHING}: {lacks}; {fix}")
 
     @property
     def digest(self) -> str:
@@ -229,13 +230,13 @@ class Switch:
             raise SwitchFileError(
                 f"switch '{self.name}' is {self.dim} × {self.dim} but model '{lm.name}' has hidden size "
                 f"{lm.hidden_size}; it was made for {self.model_name or 'another model'}. Load the model it was made for, "
-                "or transfer the switch to it (ls.transfer, or `python -m lmswitch transfer`)."
+                f"or {TRANSFER_IT}."
             )
         if self.model_fingerprint and self.model_fingerprint != lm.fingerprint:
             raise SwitchFileError(
                 f"switch '{self.name}' was made for model '{self.model_name}' (fingerprint {self.model_fingerprint}), "
                 f"not for '{lm.name}' (fingerprint {lm.fingerprint}). Load the model it was made for, "
-                "or transfer the switch to it (ls.transfer, or `python -m lmswitch transfer`)."
+                f"or {TRANSFER_IT}."
             )
 
     # --- files ------------------------------------------------------------------------
@@ -286,7 +287,7 @@ def switch_path(path: str | os.PathLike, *, overwrite: bool = True) -> Path:
     if p.is_dir():
         raise ValueError(f"{p} is a folder; give a file name ending in .safetensors")
     if p.exists() and not overwrite:
-        raise ValueError(f"{p} exists; choose another name, or pass --force (overwrite=True) to replace it")
+        raise ValueError(f"{p} exists; choose another name, or pass overwrite=True (--force) to replace it")
     return writable(p)
 
 

@@ -16,7 +16,7 @@ import torch
 from lmswitch.core.card import TransferRecord
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import ANCHORS, HELDOUT_EVERY, MIN_ANCHORS, check_anchors
-from lmswitch.core.switch import MAX_EPS_RANGE, STEERS_NOTHING, Switch, check_switch, usable_name
+from lmswitch.core.switch import MAX_EPS_RANGE, Switch, check_switch, usable_name
 from lmswitch.lenses.svd import reference_hidden
 from lmswitch.lenses.vocab import token_words
 
@@ -82,9 +82,7 @@ def _strength(lm: LanguageModel, W: torch.Tensor) -> float:
 
 
 def _check_transfer(switch: Switch, source: LanguageModel, anchors: int, min_anchors: int, method: str, ridge: float) -> None:
-    check_switch(switch, source)  # a switch made for another model than the stated source: clear error
-    if switch.steers_nothing:
-        raise ValueError(f"switch '{switch.name}' {STEERS_NOTHING}: it steers nothing, so there is nothing to transfer")
+    check_switch(switch, source).check_steers("it steers nothing, so there is nothing to transfer")  # (and made for source)
     check_anchors(anchors, min_anchors)
     if method not in ("procrustes", "ridge"):
         raise ValueError(f"method must be 'procrustes' or 'ridge'; got {method!r}")

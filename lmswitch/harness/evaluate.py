@@ -532,11 +532,7 @@ def evaluate_settings(
     divided by the number of settings.
     """
     protocol.validate()
-    if isinstance(prompts, str):  # (it would run on each of its characters)
-        raise ValueError(f"prompts must be a list of prompts; got one string: give [{prompts[:40]!r}]")
-    prompts = list(prompts)
-    if not prompts:
-        raise ValueError("no prompts to evaluate on")
+    prompts = prompt_list(prompts)
     settings = [list(s) for s in settings]
     if not settings:
         raise ValueError("give at least one steering setting to evaluate (an empty setting [] is the unsteered model)")
@@ -560,6 +556,16 @@ def evaluate_settings(
         _summarise(setting, rows, *(x[i * n : (i + 1) * n] for x in (texts, nll, counts, sent, tox, formal)), protocol.samples, seconds)
         for i, setting in enumerate(settings)
     ]
+
+
+def prompt_list(prompts: Sequence[str]) -> list[str]:
+    """An evaluation's prompts as a list, at least one; one string is refused (it would be read a character a row)."""
+    if isinstance(prompts, str):
+        raise ValueError("prompts must be a list of prompts; got one string: put it in a list, [prompt]")
+    prompts = list(prompts)
+    if not prompts:
+        raise ValueError("no prompts to evaluate on")
+    return prompts
 
 
 def evaluate(lm: LanguageModel, setting: Setting, prompts: Sequence[str], protocol: Protocol = PROTOCOL) -> Evaluation:
@@ -604,7 +610,7 @@ def evaluate_sweep(
     counts settings (ε values) whose samples are all generated.
     """
     eps_values = check_eps_values(eps_values, switch.name)
-    prompts = list(prompts)
+    prompts = prompt_list(prompts)
     settings = [[(switch, eps), *others] for eps in eps_values]
     return evaluate_settings(lm, settings, prompts, protocol, progress=_per_setting(progress, len(settings), prompts, protocol))
 
@@ -628,7 +634,7 @@ def evaluate_grid(
         raise ValueError(f"the grid's two switches are both named '{a.name}'; compose two different switches (one switch "
                          "with itself is its sweep), or rename one")
     eps_a, eps_b = check_eps_values(eps_a, a.name), check_eps_values(eps_b, b.name)
-    prompts = list(prompts)
+    prompts = prompt_list(prompts)
     settings = [[(a, ea), (b, eb)] for ea in eps_a for eb in eps_b]
     flat = evaluate_settings(lm, settings, prompts, protocol, progress=_per_setting(progress, len(settings), prompts, protocol))
     return [flat[i * len(eps_b) : (i + 1) * len(eps_b)] for i in range(len(eps_a))]

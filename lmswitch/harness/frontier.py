@@ -155,6 +155,7 @@ METHODS: dict[str, Method] = {"switch": _switch(), "switch-unguarded": _switch(r
                               "prompting": _prompting, "caa": _caa}
 if tuple(METHODS) != FRONTIER_METHODS:  # checked at import, also under python -O
     raise RuntimeError("name each method in lmswitch.harness.options.FRONTIER_METHODS too (the CLI reads them there)")
+ADAPTIVE_METHODS = ("switch+adaptive",)  # the methods that decode with adaptive strength, and so read the protocol's budgets
 DECODE_SCORED = ("switch", "switch-unguarded", "switch+adaptive")  # methods whose rows are scored from their decode (Protocol.score_from_decode)
 LEVELS = tuple(float(k) for k in range(1, len(INSTRUCTIONS) + 1))  # the prompting baseline's strengths
 CAA_STRENGTHS = (0.5, 1.0, 2.0, 3.0, 4.0, 6.0)  # |α| swept for activation addition, multiples of its mean-difference vector
@@ -239,7 +240,8 @@ def run_frontier(lm: LanguageModel, switch: Switch, spec: FrontierSpec, *, metho
     """Sweep every method on the dev prompts, pick its strongest fluent setting per side, and report it on the test prompts.
 
     With a method beyond :data:`DECODE_SCORED` every row, the unsteered ones included, is scored by a body pass
-    (``Protocol.score_from_decode`` off), so that all the rows compared are scored alike."""
+    (``Protocol.score_from_decode`` off), so that all the rows compared are scored alike. The protocol's budgets
+    (``kl_budget``, ``generation_budget``) go to the rows that turn adaptive strength on (:data:`ADAPTIVE_METHODS`)."""
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}")
@@ -247,11 +249,12 @@ def run_frontier(lm: LanguageModel, switch: Switch, spec: FrontierSpec, *, metho
     if not set(methods) <= set(DECODE_SCORED):  # rows compared with each other are scored alike (by a body pass)
         protocol = replace(protocol, score_from_decode=False)
     prompts = load_prompts(spec.prompts, dev_limit, split="dev"), load_prompts(spec.prompts, test_limit, split="test")
-    dev, test = (_Split(p, evaluate_settings(lm, [[]], p, protocol)[0]) for p in prompts)  # (both read before any work)
+    plain = protocol if protocol.adaptive else replace(protocol, kl_budget=None, generation_budget=SAMPLING.generation_budget)
+    dev, test = (_Split(p, evaluate_settings(lm, [[]], p, plain)[0]) for p in prompts)  # (both read before any work)
     rows = []
     for method in methods:
         for side in spec.sides:
-            rows.append(_row(lm, switch, spec, method, side, dev, test, protocol))
+            rows.append(_row(lm, switch, spec, method, side, dev, test, protocol if method in ADAPTIVE_METHODS else plain))
             if log:
                 log(f"{spec.switch}: {method} at {'+' if side > 0 else '−'}ε done")
     return Frontier(spec, protocol, len(dev.prompts), len(test.prompts), rows)

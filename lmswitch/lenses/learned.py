@@ -52,6 +52,7 @@ class Learned:
     cautions: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
+        """Every field as plain data (the spans as dicts), for JSON."""
         return asdict(self)
 
     def to_markdown(self) -> str:

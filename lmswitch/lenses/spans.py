@@ -361,7 +361,7 @@ def token_changes(
         raise ValueError(f"top must be an integer from 0 to 100; got {top!r}")
     if among is not None and (not is_whole(among) or among < 1):
         raise ValueError(f"among must be a positive integer or None; got {among!r}")
-    check_setting(lm, setting)
+    setting = check_setting(lm, setting)
     M = steering_matrix(setting)
     enc = encoded if encoded is not None and encoded.text == text else encode_text(lm, text, prompt=prompt, chat=chat)
     bounds, pieces = enc.boundaries(), enc.pieces()

@@ -26,7 +26,7 @@ import secrets
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -482,7 +482,7 @@ async def _watch(request: Request, gone: threading.Event, stopping: threading.Ev
     gone.set()
 
 
-def _wrong_method(taken: list[str]):
+def _wrong_method(taken: list[str]) -> Callable[[Request], Awaitable[JSONResponse]]:
     """The answer to a method a route does not take: a 405 naming the one it takes (POST with a JSON body, or GET)."""
     how = "POST, with a JSON body" if taken == ["POST"] else " or ".join(taken)
 

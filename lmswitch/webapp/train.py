@@ -12,7 +12,7 @@ import gradio as gr
 
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import EXAMPLES, NAMINGS, ONE_DOCUMENT, TWO_DOCUMENTS, TrainConfig
-from lmswitch.core.switch import STEERS_NOTHING, Switch, load_switch, usable_name
+from lmswitch.core.switch import Switch, load_switch, usable_name
 from lmswitch.core.train import Done, Encoded, Evaluated, Step, TrainEvent, TrainingCancelled, advise_on_data, train_events
 from lmswitch.harness import figures
 from lmswitch.io.documents import split_lines
@@ -377,8 +377,7 @@ def _importable(backend: Backend, switch: Switch, lm: LanguageModel) -> Switch:
         raise ValueError(f"'{switch.name}' was made for {made_for}, not {lm.name}: pick {made_for} in the Steer tab's model "
                          f"picker and import it there (to steer {lm.name} with it, transfer it there in the Transfer tab)")
     switch.check_model(lm)
-    if switch.steers_nothing:
-        raise ValueError(f"'{switch.name}' {STEERS_NOTHING}: it would not steer anything; train it or import another")
+    switch.check_steers("it would not steer anything", fix="train it or import another")
     if not switch.model_fingerprint:
         switch.model_fingerprint, switch.model_name = lm.fingerprint, switch.model_name or lm.name
     return switch
