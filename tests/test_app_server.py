@@ -20,6 +20,7 @@ from conftest import EXAMPLES, lines, wait_for
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
+import lmswitch as ls
 from lmswitch.core.switch import Switch
 from lmswitch.harness.evaluate import sentiment_scores
 from lmswitch.io.resources import data_path
@@ -79,10 +80,7 @@ def test_generate_with_and_without_a_switch(app_server):
 
 def test_generate_best_of_returns_the_librarys_choice_for_both_outputs(app_server, lm32):
     """The app's "best of" control: both outputs are the likeliest of n candidates, as the library chooses them."""
-    import lmswitch as ls
-    from lmswitch.io.resources import shipped_switch_path
-
-    detox = ls.load_switch(shipped_switch_path("detox"), lm32)
+    detox = ls.load_switch("detox", lm32)
     res = client(app_server).predict(prompt=PROMPT, switches="detox=4", max_new_tokens=12, seed=3, best_of=3, api_name="/generate")
     assert res["steered"] == ls.generate(lm32, PROMPT, [(detox, 4.0)], seed=3, max_new_tokens=12, best_of=3)[0]
     assert res["unsteered"] == ls.generate(lm32, PROMPT, seed=3, max_new_tokens=12, best_of=3)[0]
@@ -94,10 +92,7 @@ def test_generate_best_of_returns_the_librarys_choice_for_both_outputs(app_serve
 def test_generate_guided_returns_the_librarys_choice(app_server, lm32):
     """The app's "guided" control: the steered output is the library's guided decode, the unsteered one the plain
     decode (ε 0 has nothing to guide it)."""
-    import lmswitch as ls
-    from lmswitch.io.resources import shipped_switch_path
-
-    sentiment = ls.load_switch(shipped_switch_path("sentiment"), lm32)
+    sentiment = ls.load_switch("sentiment", lm32)
     res = client(app_server).predict(prompt=PROMPT, switches="sentiment=4", max_new_tokens=12, seed=3, guide=3, api_name="/generate")
     assert res["steered"] == ls.generate(lm32, PROMPT, [(sentiment, 4.0)], seed=3, max_new_tokens=12, guide=3)[0]
     assert res["unsteered"] == ls.generate(lm32, PROMPT, seed=3, max_new_tokens=12)[0]
@@ -107,10 +102,7 @@ def test_generate_guided_returns_the_librarys_choice(app_server, lm32):
 
 def test_generate_repeat_guard_off_is_the_papers_plain_steering(app_server, lm32):
     """The app's "repeat guard" checkbox: on (the default) is the library's default decoding, off is repeat_guard=0."""
-    import lmswitch as ls
-    from lmswitch.io.resources import shipped_switch_path
-
-    sentiment = ls.load_switch(shipped_switch_path("sentiment"), lm32)
+    sentiment = ls.load_switch("sentiment", lm32)
     on = client(app_server).predict(prompt=PROMPT, switches="sentiment=8", max_new_tokens=16, seed=4, api_name="/generate")
     off = client(app_server).predict(prompt=PROMPT, switches="sentiment=8", max_new_tokens=16, seed=4, repeat_guard=False,
                                      api_name="/generate")
@@ -121,15 +113,12 @@ def test_generate_repeat_guard_off_is_the_papers_plain_steering(app_server, lm32
 
 def test_slider_endpoint_streams_and_scores(app_server, lm32):
     """The sliders' /steer streams the library's texts: the steered one at the slider's ε, the unsteered one at 0."""
-    import lmswitch as ls
-    from lmswitch.io.resources import shipped_switch_path
-
     c = client(app_server)
     job = c.submit(*steer_args({"sentiment": -12, "detox": -2}), api_name="/steer")
     updates = list(job)
     assert len(updates) >= 5  # streamed token by token
     steered, unsteered, steered_scores, unsteered_scores, tokens = job.outputs()[-1]
-    setting = [(ls.load_switch(shipped_switch_path(name), lm32), eps) for name, eps in (("detox", -2.0), ("sentiment", -12.0))]
+    setting = [(ls.load_switch(name, lm32), eps) for name, eps in (("detox", -2.0), ("sentiment", -12.0))]
     sampling = {"seed": 0, "max_new_tokens": 24, "temperature": 1.0, "top_p": 0.9}
     assert steered == ls.generate(lm32, PROMPT, setting, **sampling)[0] != unsteered == ls.generate(lm32, PROMPT, **sampling)[0]
     assert "perplexity" in steered_scores and "perplexity" in unsteered_scores
@@ -431,10 +420,7 @@ def test_stopping_make_apps_process_group_ends_the_app_cleanly(stopped_make_apps
 
 def test_sweep_and_composition_map_endpoints_answer_the_librarys_texts(app_server, lm32):
     """/sweep and /compose on the launched app: each row is the library's text at its ε (both switches in a map cell)."""
-    import lmswitch as ls
-    from lmswitch.io.resources import shipped_switch_path
-
-    sentiment, detox = (ls.load_switch(shipped_switch_path(n), lm32) for n in ("sentiment", "detox"))
+    sentiment, detox = (ls.load_switch(n, lm32) for n in ("sentiment", "detox"))
     sampling = {"max_new_tokens": 8, "temperature": 1.0, "top_p": 0.9, "seed": 2}
     widgets = [*sampling.values(), False, False, 1, 1, True]  # chat, adaptive, best of, guided, repeat guard
     c = client(app_server)

@@ -12,7 +12,6 @@ from mcp.client.streamable_http import streamablehttp_client
 
 import lmswitch as ls
 from lmswitch.core.options import SAMPLING, TrainConfig
-from lmswitch.io.resources import shipped_switch_path
 from lmswitch.serve.limits import MAX_NEW_TOKENS, MAX_TRAIN_STEPS
 
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]  # a launched app.py on the embedded model
@@ -77,7 +76,7 @@ def test_steer_highlight_and_measure_over_mcp(app_server, lm32):
     assert not any((e0, e1, e2, e3))
     assert {s["name"] for s in listed["switches"]} >= {"sentiment", "detox", "formality"} and listed["model"] == lm32.name
     assert steered["steered"] != steered["unsteered"] and steered["setting"] == {"sentiment": 6.0}
-    sentiment = ls.load_switch(shipped_switch_path("sentiment"), lm32)  # the switch and ε applied, not only echoed
+    sentiment = ls.load_switch("sentiment", lm32)  # the switch and ε applied, not only echoed
     assert steered["steered"] == ls.generate(lm32, "My weekend was", [(sentiment, 6.0)], seed=1, max_new_tokens=12)[0]
     assert steered["unsteered"] == ls.generate(lm32, "My weekend was", seed=1, max_new_tokens=12)[0]
     assert "idiot" in spans["spans"][0]["text"] and spans["label"] == "toxic"
