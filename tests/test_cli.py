@@ -568,7 +568,7 @@ def test_an_output_folder_or_report_that_cannot_be_written_is_refused_before_loa
                        (["export", "--switch", "sentiment", "--out", "{tmp}/afile"], "is a file; give a folder"),
                        (["export", "--switch", "sentiment", "--out", "{tmp}/others"], "already holds other files"),
                        (["export", "--switch", "sentiment", "--format", "gguf-lora", "--out", "{tmp}/others"], "already holds other files"),
-                       (["export", "--switch", "sentiment", "--out", ""], "--out is empty"),
+                       (["export", "--switch", "sentiment", "--out", ""], "(out, --out) is empty"),
                        (["eval", "--switch", "sentiment", "--out", "{tmp}/afile"], "is a file; give a folder"),
                        (["build-pretrained", "--out", "{tmp}/afile/x"], "is a file, not a folder"),
                        (["eval", "--report", "{tmp}"], "is a folder; give a file name"),

@@ -170,7 +170,7 @@ def test_files_a_user_added_to_an_earlier_export_are_never_swept_away(llama_lm, 
     for out in (".", tmp_path / "here"):
         with pytest.raises(ValueError, match="is the folder you are in"):
             export_peft(llama_lm, [(s, 3.0)], out)
-    with pytest.raises(ValueError, match="--out is empty"):
+    with pytest.raises(ValueError, match=r"folder \(out, --out\) is empty"):
         export(llama_lm, [(s, 3.0)], "")
     export_peft(llama_lm, [(s, 3.0)], ".", force=True)  # file by file: the folder stays the one the shell is in
     assert os.path.samefile(".", tmp_path / "here") and sorted(p.name for p in tmp_path.iterdir()) == ["here", "merged"]

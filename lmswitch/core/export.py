@@ -207,19 +207,19 @@ def _check_out(folder: Path, ours: Callable[[Path], bool], force: bool, model_fi
     """Refuse to write into a folder that holds anything but an earlier export of this format (unless ``force``), and
     ever into the folder of the model's own files (``model_files``)."""
     if folder.exists() and not folder.is_dir():
-        raise ValueError(f"--out {folder} is a file; give a folder to write")
+        raise ValueError(f"{folder} is a file; give a folder to write the export into")
     for path in filter(None, model_files):
         model = Path(path).resolve()
         if folder.resolve() in (model, model.parent):
-            raise ValueError(f"--out {folder} holds the model itself ({path}); write the export to a new folder")
+            raise ValueError(f"{folder} holds the model itself ({path}); write the export to a new folder")
     if folder.is_dir() and any(folder.iterdir()) and not ours(folder) and not force:
         shown = ", ".join(sorted(p.name for p in folder.iterdir())[:4])
-        raise ValueError(f"--out {folder} already holds other files ({shown} …); choose a new or empty folder, "
+        raise ValueError(f"{folder} already holds other files ({shown} …); choose a new or empty folder, "
                          "or pass force=True (--force) to write beside them")
     here = Path.cwd().resolve()
     if folder.is_dir() and not force and (here == folder or folder in here.parents):  # _publish swaps the folder whole
-        raise ValueError(f"--out {folder} is the folder you are in (or holds it): an export replaces its folder whole, "
-                         "which would leave you in a removed one; write it to a new folder, e.g. --out adapter")
+        raise ValueError(f"{folder} is the folder you are in (or holds it): an export replaces its folder whole, "
+                         "which would leave you in a removed one; write it to a new folder, e.g. out='adapter' (--out adapter)")
 
 
 def _publish(tmp: Path, folder: Path, force: bool) -> None:
@@ -257,7 +257,7 @@ def checked_out(out: str | os.PathLike, format: str, force: bool, model: tuple[s
     model's :func:`model_files`). The command line asks before it loads the model and an export before its work, so
     that a refusal comes at once; the export asks again just before it writes."""
     if not str(out).strip():  # (Path("") is the current folder)
-        raise ValueError("--out is empty: give the folder to write the export into, e.g. --out adapter")
+        raise ValueError("the export's folder (out, --out) is empty: give the folder to write it into, e.g. out='adapter' (--out adapter)")
     folder = Path(out).expanduser().resolve()
     _check_out(folder, _ours(format), force, model)
     return folder
