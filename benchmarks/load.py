@@ -1,7 +1,7 @@
 """Load benchmark (issue 17): N clients at once against a launched app, over the OpenAI endpoint and Gradio's API.
 
     python benchmarks/load.py [--clients 1,4,8] [--seconds 30] [--tokens 20] [--via openai,gradio] [--busy] [--guided]
-                              [--quantum 0.1,inf]
+                              [--quantum 0.1,inf] [--rounds 3]
     python benchmarks/load.py --soak          # one hour, 4 clients: errors and memory growth after warm-up
 
 Starts ``app.py`` on a free port (embedded model, shipped switches), then for each
@@ -18,7 +18,8 @@ its last), errors, the background work done, and whether every result equals the
 same request run alone (every request is replayed alone afterwards, one at a
 time). ``--quantum`` lists the compute thread's pause quanta to compare, one server
 each (``inf``: background work never lets generations go first, as before issue 17's
-fair scheduling). Prints a Markdown block for benchmarks/RESULTS.md.
+fair scheduling). ``--rounds R`` splits each row into R turns and runs the client counts in turn (1, 4, 1, 4, …), so
+the machine's speed drifting between rows, as it does on shared cores, does not flatter one count. Prints a Markdown block for benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -203,15 +204,32 @@ def measure(way: Way, server: AppServer, counts: list[int], args: argparse.Names
     client = way.client()
     for k in range(len(PROMPTS)):  # warm-up: every prompt once, and past the ~3 s of work the app reads ahead as it starts
         way.request(client, 10**9 + k, args.tokens)
-    rows, start_k = [], 0
-    for n in counts:
-        results, errors, done = run_clients(way, server, n, args.seconds, args.tokens, start_k, args.busy, args.guided)
-        start_k += 100_000
+    pooled = {n: ([], [], {}) for n in counts}
+    for turn in range(args.rounds):  # the counts take turns, so a drift in the machine's speed reaches each of them alike
+        for i, n in enumerate(counts):
+            results, errors, done = run_clients(way, server, n, args.seconds / args.rounds, args.tokens,
+                                                (turn * len(counts) + i) * 100_000, args.busy, args.guided)
+            _pool(pooled[n], results, errors, done)
+    rows = []
+    for n, (results, errors, done) in pooled.items():
         same = None if args.soak else sum(way.solo(r["k"], args.tokens) == r["text"] for r in results)
         firsts, lasts = [r["first"] for r in results], [r["last"] for r in results]
         rows.append((quantum, way.name, n, len(results), len(results) / args.seconds, pct(firsts, 50), pct(firsts, 95), pct(lasts, 50),
                      pct(lasts, 95), len(errors), same, done, errors[:3]))
     return rows
+
+
+def _pool(into: tuple[list, list, dict], results: list[dict], errors: list[str], done: dict) -> None:
+    """One turn of a row added to the row: its requests, errors and the work beside; memory from the first turn's
+    warm-up to the last turn's end."""
+    into[0].extend(results)
+    into[1].extend(errors)
+    pooled = into[2]
+    for key, value in done.items():
+        if key in ("rss_end", "rss_error") or key not in pooled:
+            pooled[key] = value
+        elif key != "rss_warm":  # counts and lists of errors add up
+            pooled[key] += value
 
 
 def memory(done: dict) -> str:
@@ -223,7 +241,8 @@ def memory(done: dict) -> str:
 def report(rows: list[tuple], args: argparse.Namespace) -> None:
     busy = " while one more client trains switches and one runs sweeps and highlights" if args.busy else ""
     busy += (" and" if busy else " while") + " one more client sends guided generations" if args.guided else ""
-    print(f"## {date.today()} — load (issue 17): {args.tokens}-token generations{busy}, {args.seconds:g} s per row — "
+    print(f"## {date.today()} — load (issue 17): {args.tokens}-token generations{busy}, {args.seconds:g} s per row"
+          f"{f' in {args.rounds} turns, the client counts taking turns' if args.rounds > 1 else ''} — "
           f"{machine()}, embedded "
           f"SmolLM2-135M-Instruct in {args.dtype}\n")
     print("| quantum | via | clients | requests | req/s | first token p50 | p95 | last token p50 | p95 | errors | equal to solo | "
@@ -247,6 +266,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--clients", help="client counts, comma-separated (default 1,4,8; --soak: 4)")
     p.add_argument("--seconds", type=float, help="seconds per row (default 30; --soak: 3600)")
+    p.add_argument("--rounds", type=int, default=1, help="split each row into this many turns, the client counts taking "
+                   "turns (1,4,1,4,…), so a drift in the machine's speed between rows reaches every count alike")
     p.add_argument("--tokens", type=int, default=20)
     p.add_argument("--via", help="openai, gradio or both, comma-separated (default both; --soak: openai)")
     p.add_argument("--busy", action="store_true", help="a training client and a sweep/highlight client work beside the clients")
@@ -263,6 +284,8 @@ def main() -> None:
     if not ways or set(ways) - {"openai", "gradio"}:
         p.error(f"--via takes openai, gradio or both; got {args.via!r}")
     counts = [int(x) for x in args.clients.split(",")]
+    if args.rounds < 1:
+        p.error(f"--rounds takes a whole number ≥ 1; got {args.rounds}")
     rows = []
     # this process's temporary files in one folder removed at the end: the app's switch folder, and the empty folder
     # gradio_client leaves behind for every file it downloads (Client._download_file)
