@@ -292,7 +292,8 @@ def bench_lens(lm: ls.LanguageModel, switch: ls.Switch, repeats: int) -> dict:
 
 def bench_eval(lm: ls.LanguageModel, prompts: int, samples: int) -> dict:
     """The evaluation harness (batched, coupled samples, scored) vs a naive per-prompt loop with HF sampling."""
-    from lmswitch.harness.evaluate import Protocol, evaluate, load_prompts
+    from lmswitch.harness.evaluate import Protocol, evaluate
+    from lmswitch.harness.options import load_prompts
 
     texts = load_prompts("neutral", prompts)
     protocol = Protocol(samples=samples)

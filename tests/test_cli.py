@@ -480,12 +480,13 @@ def test_a_switch_card_and_a_refused_combination_do_not_import_the_model_librari
     script = ("import json, sys\nfrom lmswitch.cli import main\n"
               "code = main(['info', '--switch', 'sentiment', '--json'])\n"
               "refused = main(['--offload-folder', 'd', 'generate', '--prompt', 'Hi'])\n"
-              "print(json.dumps([code, refused, sorted(m for m in ('transformers', 'gradio') if m in sys.modules)]))")
+              "swept = main(['eval', '--switch', 'sentiment', '--samples', '0'])\n"  # eval's checks: no harness, no plotly
+              "print(json.dumps([code, refused, swept, sorted(m for m in ('transformers', 'gradio', 'plotly') if m in sys.modules)]))")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
     *card, last = done.stdout.strip().splitlines()
-    assert json.loads(last) == [0, 2, []], done.stdout + done.stderr
+    assert json.loads(last) == [0, 2, 2, []], done.stdout + done.stderr
     assert json.loads("\n".join(card))["name"] == "sentiment"
-    assert "add --device-map auto" in done.stderr
+    assert "add --device-map auto" in done.stderr and "--samples must be an integer from 1" in done.stderr
 
 
 @pytest.mark.real_model

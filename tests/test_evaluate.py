@@ -25,7 +25,6 @@ from lmswitch.harness.evaluate import (
     evaluate_settings,
     evaluate_sweep,
     formality_scores,
-    load_prompts,
     perplexity_from_nll,
     sentiment_scores,
     text_scores,
@@ -33,6 +32,7 @@ from lmswitch.harness.evaluate import (
     toxicity_summary,
 )
 from lmswitch.harness.figures import grid_figure, sweep_figure
+from lmswitch.harness.options import load_prompts
 from lmswitch.lenses.spans import token_changes
 
 PROMPTS = ["the happy one", "she was", "they love the"]

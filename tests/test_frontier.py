@@ -8,8 +8,9 @@ import pytest
 import torch
 from conftest import random_switch
 
-from lmswitch.harness.evaluate import PICTOGRAPH, PROTOCOL, Evaluation, load_prompts, loops, repetition_share, sprinkle_share, sprinkled
+from lmswitch.harness.evaluate import PICTOGRAPH, PROTOCOL, Evaluation, loops, repetition_share, sprinkle_share, sprinkled
 from lmswitch.harness.frontier import FluencyRules, Frontier, FrontierSpec, _best, markdown, run_frontier, target_checks
+from lmswitch.harness.options import load_prompts
 
 
 def evaluation(**kw) -> Evaluation:

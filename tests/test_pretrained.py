@@ -10,7 +10,8 @@ from conftest import tiny_style_data
 
 from lmswitch.core.options import SAMPLING
 from lmswitch.core.switch import load_switch
-from lmswitch.harness.evaluate import Protocol, evaluate_sweep, load_prompts
+from lmswitch.harness.evaluate import Protocol, evaluate_sweep
+from lmswitch.harness.options import load_prompts
 from lmswitch.harness.pretrained import CALIBRATION, PRETRAINED_DIR, SPECS, build_pretrained, get_spec, load_pretrained
 
 

@@ -15,7 +15,8 @@ import lmswitch as ls
 from lmswitch.cli import main
 from lmswitch.core.switch import SwitchFileError
 from lmswitch.core.transfer import fit_text, shared_anchors, strength_advice, transfer
-from lmswitch.harness.evaluate import PROTOCOL, evaluate_settings, load_prompts
+from lmswitch.harness.evaluate import PROTOCOL, evaluate_settings
+from lmswitch.harness.options import load_prompts
 from lmswitch.io.resources import shipped_switch_path
 
 FEW = dict(min_anchors=20)  # the tiny vocabularies share 42 readable words

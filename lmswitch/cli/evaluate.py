@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmswitch.cli.common import emit, log
-from lmswitch.cli.preflight import flag_errors
+from lmswitch.cli.preflight import flag_errors, is_sweep, sweep_inputs
 from lmswitch.core.models import LanguageModel, load_model
 from lmswitch.core.parallel import is_main, world
 from lmswitch.core.switch import Switch, load_switch
-from lmswitch.harness.evaluate import Evaluation, Protocol, evaluate_grid, evaluate_sweep, load_prompts
+from lmswitch.harness.evaluate import Evaluation, Protocol, evaluate_grid, evaluate_sweep
 from lmswitch.harness.pretrained import PRETRAINED_DIR
 from lmswitch.io.parse import parse_names
 
@@ -33,16 +33,6 @@ class _Outcome:
 
 def _progress(done: int, total: int) -> None:
     log(f"{done}/{total} settings evaluated")
-
-
-def _metrics(text: str) -> list[str]:
-    from lmswitch.harness.figures import METRICS  # plotly: imported only when a figure is drawn
-
-    metrics = parse_names(text)
-    bad = [m for m in metrics if m not in METRICS]
-    if bad:
-        raise ValueError(f"unknown metric(s) {', '.join(bad)}; choose from {', '.join(METRICS)}")
-    return metrics
 
 
 def _grid(args: argparse.Namespace, lm: LanguageModel, switch: Switch, prompts: list[str], protocol: Protocol, metrics: list[str]) -> _Outcome:
@@ -80,26 +70,6 @@ def _write(outcome: _Outcome, folder: str, png: bool) -> None:
         written.append(export(outcome.figure, out / f"{outcome.stem}.png"))
     outcome.data["written"] = [str(p) for p in written]
     outcome.lines.append("wrote " + ", ".join(str(p) for p in written))
-
-
-def is_sweep(args: argparse.Namespace) -> bool:
-    """Whether ``eval`` runs an ε sweep or grid (:func:`cmd_eval`'s last branch)."""
-    return not (args.stance or args.highlight or args.frontier or args.transfer_to or args.report)
-
-
-def sweep_inputs(args: argparse.Namespace) -> tuple[list[str], list[str], Protocol]:
-    """A sweep's metrics, prompts and protocol from its flags, checked as far as they can be without the model (the
-    command line does so before it loads one)."""
-    if not args.switch:
-        raise ValueError("give --switch S.safetensors to evaluate (or --report EVALUATION.md for the full report)")
-    metrics = _metrics(args.metrics)
-    prompts = load_prompts(args.prompts, args.limit)
-    protocol = Protocol(samples=args.samples, max_new_tokens=args.max_new_tokens, top_p=args.top_p, seed=args.seed,
-                        adaptive=args.adaptive, kl_budget=args.kl_budget, generation_budget=args.generation_budget,
-                        best_of=args.best_of, guide=args.guide, repeat_guard=args.repeat_guard)
-    flag_errors(protocol.validate)
-    flag_errors(protocol.sampling().validate)  # all but the model's part (its context length)
-    return metrics, prompts, protocol
 
 
 def _evaluate(args: argparse.Namespace, lm: LanguageModel) -> None:

@@ -18,7 +18,9 @@ from lmswitch.cli.common import emit
 from lmswitch.core.checks import check_samples, check_seed
 from lmswitch.core.options import SAMPLING, SamplingOptions
 from lmswitch.core.switch import Switch, check_name, load_switch, switch_path, usable_name
+from lmswitch.harness.options import METRICS, Protocol, load_prompts
 from lmswitch.io.atomic import writable
+from lmswitch.io.parse import parse_names
 from lmswitch.io.resources import resolve_switch_file
 from lmswitch.lenses.options import check_counts, check_highlight_args
 
@@ -132,10 +134,36 @@ def _counts_before_loading(args: argparse.Namespace) -> None:
         check_samples(args.samples)
         check_seed(args.seed)
     elif args.command == "eval":
-        from lmswitch.cli.evaluate import is_sweep, sweep_inputs
-
         if is_sweep(args):
             sweep_inputs(args)
+
+
+def is_sweep(args: argparse.Namespace) -> bool:
+    """Whether ``eval`` runs an ε sweep or grid (:func:`cmd_eval`'s last branch)."""
+    return not (args.stance or args.highlight or args.frontier or args.transfer_to or args.report)
+
+
+def sweep_inputs(args: argparse.Namespace) -> tuple[list[str], list[str], Protocol]:
+    """A sweep's metrics, prompts and protocol from its flags, checked as far as they can be without the model (the
+    command line does so before it loads one)."""
+    if not args.switch:
+        raise ValueError("give --switch S.safetensors to evaluate (or --report EVALUATION.md for the full report)")
+    metrics = _metrics(args.metrics)
+    prompts = load_prompts(args.prompts, args.limit)
+    protocol = Protocol(samples=args.samples, max_new_tokens=args.max_new_tokens, top_p=args.top_p, seed=args.seed,
+                        adaptive=args.adaptive, kl_budget=args.kl_budget, generation_budget=args.generation_budget,
+                        best_of=args.best_of, guide=args.guide, repeat_guard=args.repeat_guard)
+    flag_errors(protocol.validate)
+    flag_errors(protocol.sampling().validate)  # all but the model's part (its context length)
+    return metrics, prompts, protocol
+
+
+def _metrics(text: str) -> list[str]:
+    metrics = parse_names(text)
+    bad = [m for m in metrics if m not in METRICS]
+    if bad:
+        raise ValueError(f"unknown metric(s) {', '.join(bad)}; choose from {', '.join(METRICS)}")
+    return metrics
 
 
 def sampling_options(args: argparse.Namespace) -> SamplingOptions:

@@ -40,12 +40,11 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
-from pathlib import Path
 from typing import NamedTuple
 
 import torch
 
-from lmswitch.core.checks import check_eps_values, is_whole
+from lmswitch.core.checks import check_eps_values
 from lmswitch.core.generate import Generated, encode_prompts, generate_tokens, positions
 from lmswitch.core.guided import loops as repeated_word
 from lmswitch.core.hidden import EncodedText, encode_continuations, target_logprobs
@@ -54,10 +53,8 @@ from lmswitch.core.options import SamplingOptions
 from lmswitch.core.parallel import gather, mine
 from lmswitch.core.steering import Setting, check_setting
 from lmswitch.core.switch import Switch
-from lmswitch.harness.options import PROTOCOL, SPLITS, Protocol, check_split
-from lmswitch.io.resources import prompts_dir
+from lmswitch.harness.options import PROTOCOL, Protocol
 
-PROMPT_SETS = {"neutral": "neutral.txt", "provocative": "provocative.txt"}
 POSITIVE, NEGATIVE = 0.05, -0.05  # vader's conventional compound thresholds
 TOXIC = 0.5  # a sample is toxic above this profanity probability (DExperts, the paper)
 FORMAL = 0.5  # a sample is formal above this classifier probability
@@ -65,33 +62,6 @@ FORMAL = 0.5  # a sample is formal above this classifier probability
 Progress = Callable[[int, int], None]  # (done, total): rows in evaluate_settings, settings in sweeps and grids
 
 
-
-
-def load_prompts(which: str | Path, limit: int | None = None, split: str | None = None) -> list[str]:
-    """A shipped prompt set (``"neutral"``, ``"provocative"``) or a text file with one prompt per line.
-
-    ``split="dev"`` keeps the even lines and ``"test"`` the odd ones (fixed, so nothing
-    tuned on dev is reported on test); ``limit`` then keeps the first prompts.
-    """
-    check_split(split, "every prompt")
-    path = prompts_dir() / PROMPT_SETS[which] if which in PROMPT_SETS else Path(which)
-    if not path.is_file():
-        names = ", ".join(PROMPT_SETS)
-        there = f" ({path} is a folder)" if path.is_dir() else ""
-        raise ValueError(f"no prompt set {str(which)!r}{there}: give one of {names} or a text file with one prompt per line")
-    try:
-        prompts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{path} is not UTF-8 text ({err.reason} at byte {err.start}); give one prompt per line") from None
-    if split is not None:
-        prompts = prompts[SPLITS.index(split) :: 2]
-    if not prompts:
-        raise ValueError(f"{path} contains no prompts" + (f" in its {split} split" if split else ""))
-    if limit is not None:
-        if not is_whole(limit) or limit < 1:
-            raise ValueError(f"limit must be a positive integer (the number of prompts kept); got {limit!r}")
-        prompts = prompts[:limit]
-    return prompts
 
 
 # ---------------------------------------------------------------- metrics on texts

@@ -13,26 +13,13 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from lmswitch.harness.evaluate import Evaluation
+from lmswitch.harness.options import METRICS
 
 if TYPE_CHECKING:  # the lenses pull in scipy and the SVD code; the figures only read their results
     from lmswitch.harness.frontier import Frontier
     from lmswitch.lenses.meter import Measurement
     from lmswitch.lenses.svd import WordMap, WordPoint
 
-# metric key -> (axis title, range or None)
-METRICS: dict[str, tuple[str, tuple[float, float] | None]] = {
-    "positive_share": ("share positive (vader)", (0, 1)),
-    "negative_share": ("share negative (vader)", (0, 1)),
-    "mean_sentiment": ("mean vader compound", (-1, 1)),
-    "toxicity_prob": ("toxicity probability", (0, 1)),
-    "avg_max_toxicity": ("average max toxicity", (0, 1)),
-    "mean_toxicity": ("mean toxicity (profanity-check)", (0, 1)),
-    "formal_share": ("share formal", (0, 1)),
-    "perplexity": ("perplexity (unsteered model)", None),
-    "dist3": ("Dist-3", (0, 1)),
-    "repetition": ("share of looping samples", (0, 1)),
-    "sprinkle": ("share of samples sprinkling one word or mark", (0, 1)),
-}
 METHOD_COLORS = {"switch": "#1f77b4", "switch+adaptive": "#2ca02c", "prompting": "#ff7f0e"}
 
 

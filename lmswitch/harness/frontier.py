@@ -35,8 +35,8 @@ from lmswitch.core.options import SAMPLING
 from lmswitch.core.switch import Switch, check_switch
 from lmswitch.harness.baselines import ActivationAddition, added, fit_activation_addition
 from lmswitch.harness.datasets import load_dataset
-from lmswitch.harness.evaluate import PROTOCOL, Check, Evaluation, Protocol, evaluate_settings, load_prompts
-from lmswitch.harness.options import BEST_OF, FRONTIER_METHODS, GUIDES
+from lmswitch.harness.evaluate import PROTOCOL, Check, Evaluation, Protocol, evaluate_settings
+from lmswitch.harness.options import BEST_OF, FRONTIER_METHODS, GUIDES, load_prompts
 
 
 @dataclass(frozen=True)

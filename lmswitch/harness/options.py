@@ -1,7 +1,8 @@
 """The evaluation harness's options, each default written once: the sampling settings of an evaluation
-(:class:`Protocol`), the names of the fluent frontier's and the stance evaluation's methods, and the settings of the
-shipped switches' build. The harness reads them here, and so does the command line in its help, which is why this
-module imports no torch.
+(:class:`Protocol`), its prompt sets (:func:`load_prompts`) and metrics (:data:`METRICS`), the names of the fluent
+frontier's and the stance evaluation's methods, and the settings of the shipped switches' build. The harness reads
+them here, and so does the command line in its help and in the checks it makes before loading a model, which is why
+this module imports no torch.
 
 >>> Protocol(samples=25, max_new_tokens=20)   # the paper's own protocol   # doctest: +SKIP
 """
@@ -9,9 +10,11 @@ module imports no torch.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
-from lmswitch.core.checks import check_seed
+from lmswitch.core.checks import check_seed, is_whole
 from lmswitch.core.options import SAMPLING, SamplingOptions, TrainConfig
+from lmswitch.io.resources import prompts_dir
 
 # every prompt set, dataset and stance topic list splits in two: even items (0, 2, …) are dev, odd ones test; settings
 # are chosen on dev only and reported on test
@@ -22,6 +25,50 @@ def check_split(split: str | None, whole: str) -> None:
     """Refuse a ``split`` that is none of :data:`SPLITS` or None (``whole``: what None gives)."""
     if split is not None and split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)} or None ({whole}); got {split!r}")
+
+
+# the metrics an evaluation reports, as figures draw them: key -> (axis title, range or None)
+METRICS: dict[str, tuple[str, tuple[float, float] | None]] = {
+    "positive_share": ("share positive (vader)", (0, 1)),
+    "negative_share": ("share negative (vader)", (0, 1)),
+    "mean_sentiment": ("mean vader compound", (-1, 1)),
+    "toxicity_prob": ("toxicity probability", (0, 1)),
+    "avg_max_toxicity": ("average max toxicity", (0, 1)),
+    "mean_toxicity": ("mean toxicity (profanity-check)", (0, 1)),
+    "formal_share": ("share formal", (0, 1)),
+    "perplexity": ("perplexity (unsteered model)", None),
+    "dist3": ("Dist-3", (0, 1)),
+    "repetition": ("share of looping samples", (0, 1)),
+    "sprinkle": ("share of samples sprinkling one word or mark", (0, 1)),
+}
+PROMPT_SETS = {"neutral": "neutral.txt", "provocative": "provocative.txt"}
+
+
+def load_prompts(which: str | Path, limit: int | None = None, split: str | None = None) -> list[str]:
+    """A shipped prompt set (``"neutral"``, ``"provocative"``) or a text file with one prompt per line.
+
+    ``split="dev"`` keeps the even lines and ``"test"`` the odd ones (fixed, so nothing
+    tuned on dev is reported on test); ``limit`` then keeps the first prompts.
+    """
+    check_split(split, "every prompt")
+    path = prompts_dir() / PROMPT_SETS[which] if which in PROMPT_SETS else Path(which)
+    if not path.is_file():
+        names = ", ".join(PROMPT_SETS)
+        there = f" ({path} is a folder)" if path.is_dir() else ""
+        raise ValueError(f"no prompt set {str(which)!r}{there}: give one of {names} or a text file with one prompt per line")
+    try:
+        prompts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path} is not UTF-8 text ({err.reason} at byte {err.start}); give one prompt per line") from None
+    if split is not None:
+        prompts = prompts[SPLITS.index(split) :: 2]
+    if not prompts:
+        raise ValueError(f"{path} contains no prompts" + (f" in its {split} split" if split else ""))
+    if limit is not None:
+        if not is_whole(limit) or limit < 1:
+            raise ValueError(f"limit must be a positive integer (the number of prompts kept); got {limit!r}")
+        prompts = prompts[:limit]
+    return prompts
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,9 @@ from lmswitch.core.options import SAMPLING, TrainConfig
 from lmswitch.core.switch import Switch, load_switch
 from lmswitch.core.train import train_switch
 from lmswitch.harness.datasets import DATASETS, HELDOUT_EVERY, SOURCE_PATH, StyleData, load_dataset
-from lmswitch.harness.evaluate import Protocol, evaluate_sweep, load_prompts
+from lmswitch.harness.evaluate import Protocol, evaluate_sweep
 from lmswitch.harness.frontier import FrontierSpec, Probe, calibrate, probed_card
-from lmswitch.harness.options import BUILD_SEED, CARD_PROMPTS, CARD_SAMPLES
+from lmswitch.harness.options import BUILD_SEED, CARD_PROMPTS, CARD_SAMPLES, load_prompts
 from lmswitch.io.atomic import write_file
 from lmswitch.io.resources import shipped_switches_dir
 from lmswitch.lenses.meter import style_slope

@@ -44,9 +44,9 @@ from lmswitch.harness.evaluate import (
     Protocol,
     evaluate_grid,
     evaluate_sweep,
-    load_prompts,
 )
 from lmswitch.harness.figures import export, grid_figure, sweep_figure
+from lmswitch.harness.options import load_prompts
 from lmswitch.harness.pretrained import PRETRAINED_DIR, Log, get_spec, load_pretrained, quiet
 from lmswitch.io.atomic import write_file
 

@@ -27,8 +27,9 @@ from lmswitch.core.models import LanguageModel
 from lmswitch.core.options import MIN_ANCHORS, TrainConfig
 from lmswitch.core.switch import Switch
 from lmswitch.core.transfer import fit_text, strength_advice, transfer
-from lmswitch.harness.evaluate import Check, Evaluation, Protocol, evaluate_settings, load_prompts, verdict
+from lmswitch.harness.evaluate import Check, Evaluation, Protocol, evaluate_settings, verdict
 from lmswitch.harness.frontier import TRANSFER_PROBE, FluencyRules, Probe, calibrated_card
+from lmswitch.harness.options import load_prompts
 from lmswitch.harness.pretrained import PRETRAINED_DIR, Log, build_switch, get_spec, load_pretrained, quiet
 from lmswitch.harness.report import FIGURES, Sweep, replace_section, table
 

@@ -19,8 +19,9 @@ from lmswitch.core.generate import Generated, generate_tokens
 from lmswitch.core.hidden import target_logprobs
 from lmswitch.core.options import SamplingOptions
 from lmswitch.core.steering import steering_matrix
-from lmswitch.harness.evaluate import _summarise, formality_scores, load_prompts, sentiment_scores, toxicity_scores
+from lmswitch.harness.evaluate import _summarise, formality_scores, sentiment_scores, toxicity_scores
 from lmswitch.harness.frontier import FluencyRules
+from lmswitch.harness.options import load_prompts
 from lmswitch.io.resources import shipped_switch_path
 
 RULES = ("llr", "likelihood")

@@ -35,8 +35,9 @@ from pathlib import Path
 from scipy.stats import fisher_exact
 
 import lmswitch as ls
-from lmswitch.harness.evaluate import PROTOCOL, Evaluation, evaluate_settings, load_prompts, loops
+from lmswitch.harness.evaluate import PROTOCOL, Evaluation, evaluate_settings, loops
 from lmswitch.harness.frontier import FrontierSpec
+from lmswitch.harness.options import load_prompts
 from lmswitch.io.resources import shipped_switch_path
 
 METRICS = ("word_loop", "phrase3", "phrase4", "immediate", "poss3", "poss3_noun")

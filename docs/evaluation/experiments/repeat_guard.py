@@ -35,8 +35,9 @@ import lmswitch as ls
 from lmswitch.core import generate
 from lmswitch.core.guard import RepeatGuard
 from lmswitch.core.guided import repetitive
-from lmswitch.harness.evaluate import PROTOCOL, Evaluation, evaluate_settings, load_prompts
+from lmswitch.harness.evaluate import PROTOCOL, Evaluation, evaluate_settings
 from lmswitch.harness.frontier import FrontierSpec, check_sliders
+from lmswitch.harness.options import load_prompts
 from lmswitch.io.resources import shipped_switch_path
 
 

@@ -22,8 +22,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import lmswitch as ls
-from lmswitch.harness.evaluate import PROTOCOL, evaluate_settings, load_prompts, sprinkled
+from lmswitch.harness.evaluate import PROTOCOL, evaluate_settings, sprinkled
 from lmswitch.harness.frontier import FrontierSpec, check_sliders
+from lmswitch.harness.options import load_prompts
 from lmswitch.io.resources import shipped_switch_path
 
 

@@ -27,8 +27,9 @@ from collections import Counter, defaultdict
 from dataclasses import replace
 
 import lmswitch as ls
-from lmswitch.harness.evaluate import PROTOCOL, _Row, _sample, _summarise, load_prompts, sprinkled
+from lmswitch.harness.evaluate import PROTOCOL, _Row, _sample, _summarise, sprinkled
 from lmswitch.harness.frontier import FluencyRules
+from lmswitch.harness.options import load_prompts
 from lmswitch.io.resources import shipped_switches_dir
 
 NAMES = ("sentiment", "detox", "formality")

@@ -25,8 +25,9 @@ from collections import Counter
 from dataclasses import replace
 
 import lmswitch as ls
-from lmswitch.harness.evaluate import PROTOCOL, evaluate_settings, load_prompts, sprinkled
+from lmswitch.harness.evaluate import PROTOCOL, evaluate_settings, sprinkled
 from lmswitch.harness.frontier import SPECS, FluencyRules, Probe, calibrate
+from lmswitch.harness.options import load_prompts
 from lmswitch.io.resources import shipped_switches_dir
 
 DEV_STRENGTHS = (0.5, 1.0, 2.0, 3.0, 4.0, 6.0)
