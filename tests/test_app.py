@@ -1246,19 +1246,28 @@ def test_a_page_follows_the_switches_another_page_saves_or_deletes(backend, llam
     a.add(random_switch(llama_lm, seed=51, name="shared"), backend.library)
     assert all(u == gr.skip() for u in steer.library_watch(backend, b, *sliders, *pickers))  # unsaved: a's alone
     app.save_switch(backend, "shared", a, *[None] * 7)
-    status, *rest = steer.library_watch(backend, b, *sliders, *pickers)
+    status, *rest, rewrite = steer.library_watch(backend, b, *sliders, *pickers)
     drawn, picked = rest[: app.MAX_SLOTS], rest[app.MAX_SLOTS :]
+    assert rewrite == gr.skip()  # a new switch changes no text
     assert "3 switches in" in status and b.slots == ["alpha", "beta", "shared"]
     assert [u.value for u in drawn[:3]] == [0.5, -1.0, 0.0] and drawn[2].visible and drawn[2].label.startswith("shared:")
     assert [p.value for p in picked] == pickers and all("shared" in {c[0] for c in p.choices} for p in picked)
     assert all(u == gr.skip() for u in steer.library_watch(backend, b, *sliders, 0.0, *pickers))  # drawn: nothing more
     b_pickers = ["shared", *pickers[1:]]
     app.delete_switch(backend, "shared", a, *[None] * 7)  # a saved it, so a may delete it
-    status, *rest = steer.library_watch(backend, b, *sliders[:2], 1.5, *sliders[3:], *b_pickers)
+    status, *rest, rewrite = steer.library_watch(backend, b, *sliders[:2], 1.5, *sliders[3:], *b_pickers)
     drawn, picked = rest[: app.MAX_SLOTS], rest[app.MAX_SLOTS :]
+    assert isinstance(rewrite, float)  # 'shared' steered this page's texts at 1.5: they are written again without it
     assert "2 switches in" in status and b.slots == ["alpha", "beta"] and not drawn[2].visible
     assert [p.value for p in picked] == [None, *pickers[1:]]  # left empty, not moved to a switch nobody picked
     assert all("shared" not in {c[0] for c in p.choices} for p in picked)
+    again = random_switch(llama_lm, seed=52, name="unused")  # deleted while its slider stood at 0: the texts stand
+    a.add(again, backend.library)
+    app.save_switch(backend, "unused", a, *[None] * 7)
+    steer.library_watch(backend, b, *sliders, *b_pickers)
+    app.delete_switch(backend, "unused", a, *[None] * 7)
+    *_, rewrite = steer.library_watch(backend, b, *sliders, *b_pickers)
+    assert rewrite == gr.skip() and b.slots == ["alpha", "beta"]
 
 
 def test_a_slider_keeps_its_switch_when_another_page_deletes_one_drawn_before_it(backend, llama_lm):

@@ -206,7 +206,9 @@ def _wire_steer(ui: SimpleNamespace, backend: Backend, demo: gr.Blocks) -> None:
     _regenerating(loaded.then, ui)  # a first generation to look at
     # another page saved or deleted a switch: its slider and picker entries come and go here too, within a few seconds
     gr.Timer(LIBRARY_WATCH_S).tick(bind(steer.library_watch, backend), [ui.session, *ui.sliders, *ui.pickers],
-                                   [ui.status, *ui.sliders, *ui.pickers], api_visibility="private", queue=False, show_progress="hidden")
+                                   [ui.status, *ui.sliders, *ui.pickers, ui.rewrite], api_visibility="private", queue=False,
+                                   show_progress="hidden")
+    _regenerating(ui.rewrite.change, ui)  # the texts of a switch another page deleted are written again without it
     _regenerating(ui.go.click, ui, api_name="steer", api_visibility="public")
     _regenerating(ui.prompt.input, ui)
     _regenerating(ui.gen[3].submit, ui)  # Enter in the seed box
@@ -323,6 +325,9 @@ def build_app(backend: Backend) -> gr.Blocks:
     ui = SimpleNamespace()
     with gr.Blocks(title="lmswitch", analytics_enabled=False) as demo:
         ui.session = gr.State(Session())  # deep-copied into a fresh Session per visitor
+        # set by the library watch when the Steer tab's texts must be written again (a hidden component, not a State: a
+        # State's change does not fire from the watch's unqueued event)
+        ui.rewrite = gr.Number(0.0, visible=False)
         gr.Markdown("# lmswitch <small>steer a language model with LM-Switch</small>", elem_id="title")
         ui.status = gr.Markdown(f"⏳ Loading the model **{backend.model_name}** and the switches… the controls appear as soon as it has "
                                 "loaded.", elem_id="status")

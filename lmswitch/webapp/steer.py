@@ -34,6 +34,7 @@ from lmswitch.webapp.widgets import (
     slot_names,
     slot_setting,
     slot_updates,
+    steered_but_gone,
     token_html,
 )
 
@@ -68,16 +69,19 @@ def refresh_sliders(backend: Backend, session: Session, *values: float) -> list:
 def library_watch(backend: Backend, session: Session, *values: float | str | None) -> list:
     """The page's timer (every :data:`~lmswitch.webapp.widgets.LIBRARY_WATCH_S`): when another page saved or deleted a
     switch since this page last drew its switches, the header, the sliders (each keeping its value) and the pickers (one
-    whose switch went is left empty) are drawn again; else nothing is sent. ``values``: the sliders', then the pickers'."""
-    outputs = 1 + len(values)
+    whose switch went is left empty) are drawn again; else nothing is sent. ``values``: the sliders', then the pickers'.
+    The last output asks for the texts again (a new value of the page's ``rewrite`` state) when a deleted switch was
+    steering them: they were written with it, and stayed on screen after its slider went."""
+    outputs = 2 + len(values)
     if session.shown is None or not backend.ready.is_set() or backend.error:  # the page has not loaded yet
         return [gr.skip()] * outputs
     _, library = backend.get(session=session)
     if library_view(session, library) == session.shown:
         return [gr.skip()] * outputs
     sliders, pickers = values[:MAX_SLOTS], values[MAX_SLOTS:]
+    rewrite = time.monotonic() if steered_but_gone(session, library, sliders) else gr.skip()  # (before the slots are redrawn)
     return [model_status(backend, session), *refresh_sliders(backend, session, *sliders),
-            *dropdown_updates(session, library, pickers, emptied=True)]
+            *dropdown_updates(session, library, pickers, emptied=True), rewrite]
 
 
 WIDE_WARNING = ("⚠ **Sliders beyond the fluent range.** Past a switch's calibrated fluent ε, steered text reads less well: it "

@@ -117,13 +117,20 @@ def slot_names(session: Session, library: SwitchLibrary) -> list[str]:
 def slot_setting(session: Session, library: SwitchLibrary, values: Sequence[object]) -> list[tuple[Switch, float]]:
     """The sliders' values → the setting (:func:`checked_setting`); a slider steering a switch deleted since the page
     drew it is refused, saying so (its text was the unsteered model's, without a word)."""
-    names, there = slot_names(session, library), set(session.available(library))
-    pairs = list(zip(names, values, strict=False))
-    gone = [name for name, eps in pairs if name not in there and parse_eps(eps, name)]
+    gone = steered_but_gone(session, library, values)
     if gone:
         raise ValueError(f"'{gone[0]}' is no longer in the library (deleted from another page): its slider leaves this page "
                          "within a few seconds (or reload the page)")
-    return checked_setting(session, library, [(name, eps) for name, eps in pairs if name in there])
+    there = set(session.available(library))
+    return checked_setting(session, library, [(name, eps) for name, eps in zip(slot_names(session, library), values, strict=False)
+                                              if name in there])
+
+
+def steered_but_gone(session: Session, library: SwitchLibrary, values: Sequence[object]) -> list[str]:
+    """The switches of the page's slider slots (:func:`slot_names`) that its ``values`` steer, though they have left the
+    library since the page drew them (another page deleted them)."""
+    there = set(session.available(library))
+    return [name for name, eps in zip(slot_names(session, library), values, strict=False) if name not in there and parse_eps(eps, name)]
 
 
 # --- sliders and pickers ------------------------------------------------------------------------
