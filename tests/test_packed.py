@@ -10,6 +10,7 @@ from conftest import build_lm, random_ids, random_switch
 from torch import nn
 
 from lmswitch.core import packed as packed_module
+from lmswitch.core.attention import batch_invariant
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.packed import PackedLinear, pack_linears, refresh, unpack_linears
 from lmswitch.core.steering import steer
@@ -203,6 +204,27 @@ def test_bfloat16_layers_pack_where_the_cpu_is_made_for_it_with_the_bits_of_f_li
         torch.set_num_threads(before)
     if packed_module.cpu_has_fast_bf16():
         assert layer._packed is not None  # the packed path ran
+
+
+@pytest.mark.parametrize("threads", sorted({1, 2, os.cpu_count() or 1}))
+@pytest.mark.parametrize("shape", [(576, 576), (576, 1536), (576, 49152)])
+def test_inside_batch_invariant_a_bfloat16_row_gets_its_bits_alone_whatever_the_rows(shape, threads):
+    """A server's prompts read together make products of many rows (4 prompts of 11 tokens: 44): on an Intel Xeon with
+    AMX, bfloat16 products of 33 rows or more took another kernel, and the rows' last bits were not theirs alone (a
+    request's text then differed from its solo run); inside ``batch_invariant`` they are."""
+    layer = nn.Linear(*shape, bias=False).to(torch.bfloat16)
+    pack_linears(layer)
+    x = torch.randn(100, shape[0], generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.no_grad(), batch_invariant():
+            alone = torch.cat([layer(x[k : k + 1]) for k in range(len(x))])
+            for rows in (2, 32, 33, 44, 65, 100):
+                assert torch.equal(layer(x[:rows]), alone[:rows]), rows
+            assert torch.equal(layer(x.view(4, 25, -1)), alone.view(4, 25, -1))  # (B, T, K) as a body pass gives it
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_mm_t_is_a_times_b_transposed_on_every_path():

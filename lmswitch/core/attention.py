@@ -46,6 +46,12 @@ def batch_invariant() -> Iterator[None]:
         _INVARIANT.reset(token)
 
 
+def in_batch_invariant() -> bool:
+    """Whether this thread is inside :func:`batch_invariant` (packed bfloat16 products then keep to row counts whose
+    rows get their bits alone: :data:`lmswitch.core.packed.INVARIANT_ROWS`)."""
+    return _INVARIANT.get()
+
+
 def use_batch_invariant(model: nn.Module) -> bool:
     """Route ``model``'s attention through this module where it uses SDPA (other implementations are left as they are);
     returns whether its attention can be batch-invariant. Nothing changes outside :func:`batch_invariant`."""

@@ -14,7 +14,11 @@ core), not a guarantee.
 bfloat16 layers are packed the same way on CPUs with native bfloat16 instructions (AVX512-BF16, AMX), where the
 library loads models in bfloat16 by default: there ``F.linear`` reorders the weight on every call, and the packed
 product is ~1.7× faster for a few rows (a decoder layer's (1536 × 576) product of 2 rows: 23 against 41 µs; the head
-of 8 rows: 1.1 against 1.9 ms), with the same bits as ``F.linear`` and, on that machine, batch-invariant as well.
+of 8 rows: 1.1 against 1.9 ms), with the same bits as ``F.linear`` and, on that machine, batch-invariant as well. On
+an Intel Xeon with AMX, bfloat16 products of up to 32 rows were batch-invariant too, at 1 and 2 threads, but one of
+33 or more rows took another kernel, whose rows' last bits differ from theirs alone (a server's prompts read
+together: 44 rows). Inside :func:`~lmswitch.core.attention.batch_invariant` (a server's decode) a bfloat16 product
+is therefore computed :data:`INVARIANT_ROWS` rows at a time; elsewhere it is one product, the fastest.
 
 :func:`pack_linears` turns every plain ``nn.Linear`` of such a CPU model into a :class:`PackedLinear` (still an
 ``nn.Linear``: same parameters, same state dict, PEFT wraps it as before). It keeps a packed copy of its weight
@@ -34,7 +38,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lmswitch.core.attention import in_batch_invariant
+
 MAX_PACKED_BYTES = 4 * 2**30  # models with more linear weight bytes than this are left as they are (a second copy)
+INVARIANT_ROWS = 32  # bfloat16 rows per product inside batch_invariant (the module docstring)
 
 
 @functools.cache
@@ -95,11 +102,18 @@ class PackedLinear(nn.Linear):
                 self._packed = None  # moved to another device or dtype: the CPU copy would only take memory
             return F.linear(x, w, b)
         rows = x.reshape(-1, x.shape[-1])
-        n = rows.shape[0]
-        if n == 1:  # one row is computed as two (see the module docstring)
+        if len(rows) > INVARIANT_ROWS and w.dtype == torch.bfloat16 and in_batch_invariant():
+            out = torch.cat([self._product(rows[s : s + INVARIANT_ROWS], b) for s in range(0, len(rows), INVARIANT_ROWS)])
+        else:
+            out = self._product(rows, b)
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+    def _product(self, rows: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        """``rows Wᵀ (+ b)`` of (n, K) rows in one oneDNN product; one row is computed as two (the module docstring)."""
+        n = len(rows)
+        if n == 1:
             rows = rows.expand(2, -1).contiguous()
-        out = torch.ops.mkldnn._linear_pointwise(rows, self._packed_weight(), b, "none", [], "")
-        return out[:n].reshape(*x.shape[:-1], out.shape[-1])
+        return torch.ops.mkldnn._linear_pointwise(rows, self._packed_weight(), b, "none", [], "")[:n]
 
     def _packed_weight(self) -> torch.Tensor:
         """The weight in oneDNN's layout, packed again when the weight has been replaced or changed in place."""
