@@ -239,7 +239,9 @@ def test_the_joint_search_finds_what_a_general_bounded_optimiser_finds(gpt2_lm, 
     ref = scipy.optimize.minimize(negative, np.zeros(3), jac=True, method="L-BFGS-B", bounds=box,
                                   options={"ftol": 1e-15, "gtol": 1e-10, "maxiter": 500}).x
     assert surface.value(found.tolist()) >= surface.value(ref.tolist()) - 1e-6
-    np.testing.assert_allclose(found, ref, atol=5e-4)  # (float32 surfaces: L-BFGS-B stops with gradients ~1e-7)
+    # L-BFGS-B stops with gradients ~5e-7 where the soft-capped surface curves by ~1e-3 (its Hessian's eigenvalues on
+    # an Intel Xeon's float32 sums): ~5e-4 off the maximum in position, whatever the search compared with it
+    np.testing.assert_allclose(found, ref, atol=2e-3)
     if bound == 2.0:
         assert np.isclose(np.abs(found), bound).any()  # a pressed coordinate sits on the bound exactly
     g = surface.derivatives(found)[1]
