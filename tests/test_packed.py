@@ -258,3 +258,5 @@ def test_cpu_name_is_read_from_cpuinfo(monkeypatch):
     assert packed_module.cpu_name() == "Test CPU 9000"
     monkeypatch.setattr(packed_module, "cpu_has_fast_bf16", lambda: True)
     assert packed_module.cpu_name() == "Test CPU 9000 (AVX512-BF16)"
+    monkeypatch.setattr(packed_module, "_cpuinfo", lambda: "model name\t: Intel(R) Xeon(R) Processor\nflags\t: avx512_bf16 amx_bf16\n")
+    assert packed_module.cpu_name() == "Intel(R) Xeon(R) Processor (AMX)"

@@ -59,10 +59,13 @@ def cpu_has_fast_bf16() -> bool:
 
 
 def cpu_name() -> str:
-    """The CPU's model name ("AMD EPYC"), with "(AVX512-BF16)" where bfloat16 is native; "" where it cannot be read."""
+    """The CPU's model name ("AMD EPYC"), with "(AVX512-BF16)" or "(AMX)" where bfloat16 is native (the two took other
+    kernels: the module docstring); "" where it cannot be read."""
     names = [line.partition(":")[2].strip() for line in _cpuinfo().splitlines() if line.startswith("model name")]
     name = names[0] if names else platform.processor()
-    return f"{name} (AVX512-BF16)" if name and cpu_has_fast_bf16() else name
+    if not (name and cpu_has_fast_bf16()):
+        return name
+    return f"{name} ({'AMX' if 'amx_bf16' in _cpuinfo() else 'AVX512-BF16'})"
 
 
 @functools.cache
