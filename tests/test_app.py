@@ -181,6 +181,18 @@ def test_a_newer_request_stops_the_older_one(backend):
     assert list(older) == [(gr.skip(),) * 5]
 
 
+def test_a_finished_text_is_not_sent_again_over_a_newer_requests(backend):
+    """An older request whose texts were done (here answered from memory) when a newer one came: it ends on skips, so
+    the end of its event does not put its texts back over the newer ones (an older keystroke's text, on the Xeon)."""
+    session = Session()
+    final(app.steer(backend, PROMPT, *gen_args(), session, 6.0, 0.0))
+    older = app.steer(backend, PROMPT, *gen_args(), session, 6.0, 0.0)
+    assert "sentiment" in next(older)[2]  # its finished texts and scores
+    newer = final(app.steer(backend, PROMPT, *gen_args(), session, -6.0, 0.0))
+    assert newer[0] and list(older) == [(gr.skip(),) * 5]
+    assert list(app.steer(backend, PROMPT, *gen_args(), session, 6.0, 0.0))[-1][2] != gr.skip()  # not superseded: as before
+
+
 def test_sessions_are_private_and_concurrent_sessions_do_not_interfere(backend, llama_lm):
     mine, other = Session(), Session()
     private = random_switch(llama_lm, seed=9, scale=30.0, name="private")

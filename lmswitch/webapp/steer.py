@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import threading
 import time
 from collections.abc import Sequence
 
@@ -144,14 +145,14 @@ def run_transfer(backend: Backend, name: str, target: str, session: Session, *cu
             *dropdown_updates(session, target_library, current), target_picker(backend, target)]
 
 
-def _comparisons(backend: Backend, session: Session, prompt: str, setting: Setting, widgets: Sequence,
-                 changes: bool = True, supersede: bool = True):
-    """The library's streamed comparison for this session (``setting`` from :func:`checked_setting`): a newer request of
-    the session stops this one, unless ``supersede`` is False (:meth:`Session.new_generation`)."""
+def _comparisons(backend: Backend, session: Session, prompt: str, setting: Setting, widgets: Sequence, stop: threading.Event,
+                 changes: bool = True):
+    """The library's streamed comparison for this session (``setting`` from :func:`checked_setting`), stopped once
+    ``stop`` is set (:meth:`Session.new_generation`: by a newer request of the page, or its closing)."""
     lm = backend.get(session=session)[0]
     options, seed = sampling(*widgets)
     return compare(lm, prompt, setting, seed=seed, options=options, cache=backend.comparisons, compute=backend.compute,
-                   stop=session.new_generation(supersede), changes=changes, batcher=backend.batcher(lm))
+                   stop=stop, changes=changes, batcher=backend.batcher(lm))
 
 
 @user_errors
@@ -167,11 +168,16 @@ def steer(backend: Backend, prompt: str, max_new_tokens, temperature, top_p, see
                extra[3] if len(extra) > 3 else GUARD_ON)
     shown = 0.0
     setting = slot_setting(session, library, eps)
-    for item in _comparisons(backend, session, prompt, setting, widgets):
+    stop = session.new_generation()
+    for item in _comparisons(backend, session, prompt, setting, widgets, stop):
+        if stop.is_set():  # a newer request of the page came meanwhile: its texts are on screen, not this one's
+            break
         if isinstance(item, Comparison):
             yield (item.steered, item.unsteered, format_scores(item.steered_scores), format_scores(item.unsteered_scores),
                    token_html(item.changes))
-            return
+            if not stop.is_set():
+                return
+            break  # Gradio would send this text again as the event ends, over the newer request's (below)
         elif not shown:  # the first token at once, and the previous scores go: they belong to the previous text
             shown = time.perf_counter()
             yield item.steered, item.unsteered, PENDING, PENDING, token_html(None, pending=True)
@@ -179,7 +185,8 @@ def steer(backend: Backend, prompt: str, max_new_tokens, temperature, top_p, see
             shown = time.perf_counter()
             yield item.steered, item.unsteered, gr.skip(), gr.skip(), gr.skip()
     # stopped by a newer request of the page. Gradio ends an event with its last outputs again (none: empty boxes), which
-    # put this partial text, or nothing, over the newer request's (a retyped prompt's, answered at once from the cache)
+    # put this text, partial or not, or nothing, over the newer request's (a retyped prompt's, answered at once from the
+    # cache; on a slow machine an older keystroke's partial text came after it)
     yield (gr.skip(),) * 5
 
 
@@ -194,7 +201,7 @@ def generate_api(backend: Backend, prompt: str, switches: str, max_new_tokens, t
     widgets = (max_new_tokens, temperature, top_p, seed, chat, adaptive, best_of, guide, repeat_guard)
     # a script may send several at once (gradio_client's submit): none stops another, unlike a dragged slider's
     setting = checked_setting(session, backend.get(session=session)[1], parse_setting(switches))
-    items = _comparisons(backend, session, prompt, setting, widgets, changes=False, supersede=False)
+    items = _comparisons(backend, session, prompt, setting, widgets, session.new_generation(False), changes=False)
     last = collections.deque(items, maxlen=1)
     if not last or not isinstance(last[0], Comparison):
         raise ValueError("the generation was stopped: its client closed")
