@@ -181,7 +181,7 @@ def test_a_newer_request_stops_the_older_one(backend):
     assert list(older) == [(gr.skip(),) * 5]
 
 
-def test_a_finished_text_is_not_sent_again_over_a_newer_requests(backend):
+def test_a_finished_text_is_not_sent_again_over_a_newer_ones(backend):
     """An older request whose texts were done (here answered from memory) when a newer one came: it ends on skips, so
     the end of its event does not put its texts back over the newer ones (an older keystroke's text, on the Xeon)."""
     session = Session()

@@ -13,8 +13,9 @@ the text is known only at the end) are decoded whole too, one batch at a time (t
 background work: the running rows take their steps at its pause points (:mod:`lmswitch.serve.compute`), and it stops
 once nobody wants it (its readers stopped reading, or set the stop flag they passed). A row's tokens are
 the ones the request would get alone (same seed): the packed linear layers give a row the same bits whatever rows
-share the product (in bfloat16, products of :data:`~lmswitch.core.packed.INVARIANT_ROWS` rows at most), and the batcher's attention is batch-invariant (:mod:`lmswitch.core.attention`, for models that use
-SDPA, as the bundled ones do), so this holds in bfloat16 too; its text stops at its own length. That is on the CPU: on
+share the product (in bfloat16, products of :data:`~lmswitch.core.packed.INVARIANT_ROWS` rows at most), and the
+batcher's attention is batch-invariant (:mod:`lmswitch.core.attention`, for models that use SDPA, as the bundled ones
+do), so this holds in bfloat16 too; its text stops at its own length. That is on the CPU: on
 a GPU only the attention is batch-invariant (its linear layers are cuBLAS's), and a row can, sometimes, differ.
 
 The scores shown under the finished outputs need no body pass: each step records

@@ -175,9 +175,8 @@ def steer(backend: Backend, prompt: str, max_new_tokens, temperature, top_p, see
         if isinstance(item, Comparison):
             yield (item.steered, item.unsteered, format_scores(item.steered_scores), format_scores(item.unsteered_scores),
                    token_html(item.changes))
-            if not stop.is_set():
+            if not stop.is_set():  # else Gradio would send it again as the event ends, over the newer request's (below)
                 return
-            break  # Gradio would send this text again as the event ends, over the newer request's (below)
         elif not shown:  # the first token at once, and the previous scores go: they belong to the previous text
             shown = time.perf_counter()
             yield item.steered, item.unsteered, PENDING, PENDING, token_html(None, pending=True)
