@@ -121,21 +121,23 @@ def reduce(lm: LanguageModel, C: torch.Tensor, targets: torch.Tensor, labels: to
     order, groups = _by_label(labels)
     C, targets, labels = C[order], targets[order], labels[order]
     at = C.float() if origin is None else C.float() + origin
-    stored = torch.bfloat16 if lm.head_weight().dtype == torch.bfloat16 else torch.float32
-    keep = len(C) * (k + 1 + (samples or 0)) * E.shape[1] * stored.itemsize <= KEEP_BYTES
+    stored = lm.head_weight(torch.bfloat16 if lm.head_weight().dtype == torch.bfloat16 else torch.float32)
+    width = k + 1 + (samples or 0)
+    keep = len(C) * width * E.shape[1] * stored.itemsize <= KEEP_BYTES
+    # the candidates' embeddings (n, k + 1 [+ s], d), when kept: gathered chunk by chunk into their place
+    candidates = torch.empty(len(C), width, E.shape[1], dtype=stored.dtype, device=E.device) if keep else None
     parts: list[tuple[torch.Tensor, ...]] = []
-    gathered: list[torch.Tensor] = []  # each chunk's candidate embeddings (r, k + 1 [+ s], d), when kept
     for s in range(0, len(C), ROWS):
-        *part, Eg = _reduce_rows(lm, at[s : s + ROWS], targets[s : s + ROWS], k, E, E_fast, samples, generator)
+        part = _reduce_rows(lm, at[s : s + ROWS], targets[s : s + ROWS], k, E, E_fast, samples, generator)
+        if candidates is not None:
+            torch.index_select(stored, 0, part[0].flatten(), out=candidates[s : s + len(part[0])].view(-1, E.shape[1]))
         parts.append(part)
-        gathered += [Eg.to(stored)] if keep else []
         pause_point()
     ids, logp, log_tail = (torch.cat(x) for x in list(zip(*parts, strict=True))[:3])
     tail_mean = torch.cat([p[3] for p in parts]) if samples is None else None
     C = C.float()
     C_t = tuple(C[a:b].T.contiguous() for _, a, b in groups) if groups else ()
-    return Reduced(C, labels.float(), ids, logp, log_tail, tail_mean, torch.cat(gathered) if keep else None, groups, C_t,
-                   origin)
+    return Reduced(C, labels.float(), ids, logp, log_tail, tail_mean, candidates, groups, C_t, origin)
 
 
 def _bf16_head(lm: LanguageModel) -> torch.Tensor | None:
@@ -146,15 +148,13 @@ def _bf16_head(lm: LanguageModel) -> torch.Tensor | None:
 def _reduce_rows(lm: LanguageModel, c: torch.Tensor, y: torch.Tensor, k: int, E: torch.Tensor,
                  E_fast: torch.Tensor | None, samples: int | None, generator: torch.Generator | None) -> tuple[torch.Tensor, ...]:
     """:func:`reduce` of one chunk of rows: candidate ids (target first, then any drawn from the tail), their
-    log-probabilities, the log tail probability, the tail's mean output embedding (None when drawn from) and the
-    candidates' embeddings."""
+    log-probabilities, the log tail probability and the tail's mean output embedding (None when drawn from)."""
     logits = lm.raw_logits(c, dtype=torch.float32 if E_fast is None else torch.bfloat16)  # (r, V)
     top = logits.topk(min(k, logits.shape[1]), dim=-1).indices
     ids = torch.cat([y[:, None], top], dim=1)
-    Eg = E[ids]  # (r, k + 1, d)
     if E_fast is not None:  # the candidates' logits exactly; the rounded ones only for the rest
         bias = getattr(lm.head, "bias", None)
-        exact = torch.einsum("rd,rkd->rk", c, Eg) + (bias.float()[ids] if bias is not None else 0.0)
+        exact = torch.einsum("rd,rkd->rk", c, E[ids]) + (bias.float()[ids] if bias is not None else 0.0)
         logits.scatter_(1, ids, exact)
     chosen = logits.gather(1, ids)
     p_all = torch.softmax(logits, dim=-1)
@@ -174,9 +174,9 @@ def _reduce_rows(lm: LanguageModel, c: torch.Tensor, y: torch.Tensor, k: int, E:
             p_tail[empty] = 1.0
         drawn = torch.multinomial(p_tail, samples, replacement=True, generator=generator)
         share = (tail_p.log() - math.log(samples))[:, None].expand(-1, samples)
-        return torch.cat([ids, drawn], 1), torch.cat([logp, share], 1), tail_p.log(), None, torch.cat([Eg, E[drawn]], 1)
+        return torch.cat([ids, drawn], 1), torch.cat([logp, share], 1), tail_p.log(), None
     mass = (p_tail @ E) if E_fast is None else (p_tail.to(E_fast.dtype) @ E_fast).float()
-    return ids, logp, tail_p.log(), mass / tail_p[:, None], Eg
+    return ids, logp, tail_p.log(), mass / tail_p[:, None]
 
 
 def _by_label(labels: torch.Tensor) -> tuple[torch.Tensor, tuple[tuple[float, int, int], ...] | None]:
