@@ -89,7 +89,7 @@ def test_steer_highlight_and_measure_over_mcp(app_server, lm32):
     assert [error for error, _ in capped] == [True] * 3 and all(s in text for s, (_, text) in zip(said, capped, strict=True))
 
 
-def test_a_switch_trained_over_mcp_steers_in_the_next_call(app_server):
+def test_a_switch_trained_over_mcp_steers_in_the_next_call(app_server, lm32):
     pos, neg = lines(EXAMPLES / "sentiment_positive.txt")[:30], lines(EXAMPLES / "sentiment_negative.txt")[:30]
     _, results = call(app_server, [
         ("train_from_text", {"name": "mcp-mood", "positive": "\n".join(pos), "negative": "\n".join(neg), "steps": 60}),
@@ -106,4 +106,8 @@ def test_a_switch_trained_over_mcp_steers_in_the_next_call(app_server):
     assert trained["heldout_gain"] is not None and "held-out" in trained["advice"] and isinstance(trained["may_not_generalise"], bool)
     assert "mcp-mood" in {s["name"] for s in listed["switches"]}
     assert not e2 and steered["steered"] != steered["unsteered"]
+    # the switch trained, not only its name: the library trains the same switch from the same lines (a fixed seed) and
+    # writes the same text with it at ε 4
+    same = ls.train_switch(lm32, pos, neg, name="mcp-mood", config=TrainConfig(steps=60))
+    assert steered["steered"] == ls.generate(lm32, "My weekend was", [(same, 4.0)], seed=2, max_new_tokens=10)[0]
     assert e3 and "mode must be one of" in refused
