@@ -288,6 +288,59 @@ def test_a_retyped_prompt_keeps_its_text(ui):
         expect(page.locator("#steered textarea")).to_have_value(before, timeout=GENERATE_TIMEOUT)
 
 
+def _pick(ui: Ui, panel, label: str, name: str) -> None:
+    picker = panel.get_by_label(label, exact=True)
+    picker.click()
+    # its own list's option: a list stays open after a pick (filtered to it) until a click elsewhere
+    block = picker.locator("xpath=ancestor::div[contains(concat(' ', normalize-space(@class), ' '), ' block ')][1]")
+    block.get_by_role("option", name=name, exact=True).click()
+    expect(picker).to_have_value(name)
+
+
+def _number(panel, label: str, value: str) -> None:
+    box = panel.get_by_label(f"number input for {label}", exact=True)
+    box.fill(value)
+    box.press("Tab")
+    expect(box).to_have_value(value)
+
+
+def _first_column(page: Page, table: str, rows: int) -> list[str]:
+    """The first column of a results table, once it has ``rows`` rows (and no more)."""
+    cells = page.locator(f"#{table}")
+    expect(cells.get_by_test_id(f"cell-{rows - 1}-0")).to_be_visible(timeout=GENERATE_TIMEOUT)
+    expect(cells.get_by_test_id(f"cell-{rows}-0")).to_have_count(0)
+    return [cells.get_by_test_id(f"cell-{r}-0").inner_text().strip() for r in range(rows)]
+
+
+def test_the_sweep_and_the_composition_map_run_from_their_panels(ui):
+    with ui.view("sweep-and-map") as page:
+        panel = ui.tab("Steer")
+        panel.get_by_text("ε sweep: one switch").click()
+        page.wait_for_timeout(300)  # (a value filled during an accordion's first render is lost)
+        _pick(ui, panel, "switch", "sentiment")
+        panel.get_by_label("ε values", exact=True).fill("-4, 0, 4")
+        _number(panel, "samples per ε", "1")
+        panel.get_by_role("button", name="Run sweep", exact=True).click()
+        assert [float(x) for x in _first_column(page, "sweep-table", 3)] == [-4.0, 0.0, 4.0]
+        expect(page.locator("#sweep-plot .js-plotly-plot")).to_contain_text("sentiment")
+
+        panel.get_by_text("composition map: two switches").click()
+        page.wait_for_timeout(300)
+        _pick(ui, panel, "switch (rows)", "sentiment")
+        _pick(ui, panel, "switch (columns)", "detox")
+        panel.get_by_label("ε values (rows)", exact=True).fill("0, 3")
+        panel.get_by_label("ε values (columns)", exact=True).fill("0, 3")
+        _number(panel, "samples per cell", "1")
+        panel.get_by_role("button", name="Run composition map", exact=True).click()
+        assert [float(x) for x in _first_column(page, "grid-table", 4)] == [0.0, 0.0, 3.0, 3.0]
+        expect(page.locator("#grid-plot .js-plotly-plot")).to_be_visible()
+        # the same switch twice is refused in a toast, and the map's last result goes
+        _pick(ui, panel, "switch (columns)", "sentiment")
+        panel.get_by_role("button", name="Run composition map", exact=True).click()
+        expect(page.locator(".toast-body").filter(has_text="two different switches")).to_be_visible(timeout=GENERATE_TIMEOUT)
+        expect(page.locator("#grid-plot .js-plotly-plot")).to_have_count(0)
+
+
 def test_train_from_pasted_sentences_adds_a_slider(ui):
     positive = [line for line in (EXAMPLES / "sentiment_positive.txt").read_text().splitlines() if line.strip()][:12]
     negative = [line for line in (EXAMPLES / "sentiment_negative.txt").read_text().splitlines() if line.strip()][:12]

@@ -80,8 +80,8 @@ def _sweep_and_map(ui: SimpleNamespace, shipped: list[str]) -> None:
             ui.sweep_eps = gr.Textbox("", label="ε values", placeholder="empty: 7 values over the switch's range, 0 among them; or e.g. -10, -5, 0, 5, 10")
             ui.sweep_samples = gr.Slider(1, 8, value=3, step=1, label="samples per ε")
         ui.sweep_go = gr.Button("Run sweep")
-        ui.sweep_plot = gr.Plot(label="scores vs ε")
-        ui.sweep_table = gr.Dataframe(headers=["ε", "sample", "text", "sentiment", "toxicity"], wrap=True, interactive=False,
+        ui.sweep_plot = gr.Plot(label="scores vs ε", elem_id="sweep-plot")
+        ui.sweep_table = gr.Dataframe(headers=["ε", "sample", "text", "sentiment", "toxicity"], wrap=True, interactive=False, elem_id="sweep-table",
                                       column_widths=["8%", "8%", "64%", "10%", "10%"])  # the text wraps; the scores stay in view
     with gr.Accordion("composition map: two switches on a 2-D grid of ε", open=False):
         with gr.Row():
@@ -91,8 +91,8 @@ def _sweep_and_map(ui: SimpleNamespace, shipped: list[str]) -> None:
             ui.grid_eps_a = gr.Textbox("", label="ε values (rows)", placeholder="empty: 5 values over the range, 0 among them")
             ui.grid_eps_b = gr.Textbox("", label="ε values (columns)", placeholder="empty: 5 values over the range, 0 among them")
         ui.grid_go = gr.Button("Run composition map")
-        ui.grid_plot = gr.Plot(label="scores over the grid (hover a cell for a sample)")
-        ui.grid_table = gr.Dataframe(headers=["ε rows", "ε columns", "sample", "text", "sentiment", "toxicity"], wrap=True, interactive=False,
+        ui.grid_plot = gr.Plot(label="scores over the grid (hover a cell for a sample)", elem_id="grid-plot")
+        ui.grid_table = gr.Dataframe(headers=["ε rows", "ε columns", "sample", "text", "sentiment", "toxicity"], wrap=True, interactive=False, elem_id="grid-table",
                                      column_widths=["8%", "9%", "7%", "56%", "10%", "10%"])
 
 
