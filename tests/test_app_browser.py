@@ -291,7 +291,7 @@ def test_a_retyped_prompt_keeps_its_text(ui):
 def _pick(ui: Ui, panel, label: str, name: str) -> None:
     picker = panel.get_by_label(label, exact=True)
     picker.click()
-    # its own list's option: a list stays open after a pick (filtered to it) until a click elsewhere
+    # the option in this picker's own list: after a scripted pick the last picker's list can still be open beside it
     block = picker.locator("xpath=ancestor::div[contains(concat(' ', normalize-space(@class), ' '), ' block ')][1]")
     block.get_by_role("option", name=name, exact=True).click()
     expect(picker).to_have_value(name)
@@ -304,12 +304,12 @@ def _number(panel, label: str, value: str) -> None:
     expect(box).to_have_value(value)
 
 
-def _first_column(page: Page, table: str, rows: int) -> list[str]:
-    """The first column of a results table, once it has ``rows`` rows (and no more)."""
+def _column(page: Page, table: str, rows: int, column: int = 0) -> list[str]:
+    """A column of a results table, once the table has ``rows`` rows (and no more)."""
     cells = page.locator(f"#{table}")
     expect(cells.get_by_test_id(f"cell-{rows - 1}-0")).to_be_visible(timeout=GENERATE_TIMEOUT)
     expect(cells.get_by_test_id(f"cell-{rows}-0")).to_have_count(0)
-    return [cells.get_by_test_id(f"cell-{r}-0").inner_text().strip() for r in range(rows)]
+    return [cells.get_by_test_id(f"cell-{r}-{column}").inner_text().strip() for r in range(rows)]
 
 
 def test_the_sweep_and_the_composition_map_run_from_their_panels(ui):
@@ -321,7 +321,8 @@ def test_the_sweep_and_the_composition_map_run_from_their_panels(ui):
         panel.get_by_label("ε values", exact=True).fill("-4, 0, 4")
         _number(panel, "samples per ε", "1")
         panel.get_by_role("button", name="Run sweep", exact=True).click()
-        assert [float(x) for x in _first_column(page, "sweep-table", 3)] == [-4.0, 0.0, 4.0]
+        assert [float(x) for x in _column(page, "sweep-table", 3)] == [-4.0, 0.0, 4.0]
+        assert len(set(_column(page, "sweep-table", 3, column=2))) == 3  # each ε its own text (one seed)
         expect(page.locator("#sweep-plot .js-plotly-plot")).to_contain_text("sentiment")
 
         panel.get_by_text("composition map: two switches").click()
@@ -332,7 +333,7 @@ def test_the_sweep_and_the_composition_map_run_from_their_panels(ui):
         panel.get_by_label("ε values (columns)", exact=True).fill("0, 3")
         _number(panel, "samples per cell", "1")
         panel.get_by_role("button", name="Run composition map", exact=True).click()
-        assert [float(x) for x in _first_column(page, "grid-table", 4)] == [0.0, 0.0, 3.0, 3.0]
+        assert [float(x) for x in _column(page, "grid-table", 4)] == [0.0, 0.0, 3.0, 3.0]
         expect(page.locator("#grid-plot .js-plotly-plot")).to_be_visible()
         # the same switch twice is refused in a toast, and the map's last result goes
         _pick(ui, panel, "switch (columns)", "sentiment")
