@@ -121,7 +121,7 @@ def reduce(lm: LanguageModel, C: torch.Tensor, targets: torch.Tensor, labels: to
     order, groups = _by_label(labels)
     C, targets, labels = C[order], targets[order], labels[order]
     at = C.float() if origin is None else C.float() + origin
-    stored = lm.head_weight(torch.bfloat16 if lm.head_weight().dtype == torch.bfloat16 else torch.float32)
+    stored = lm.head_weight() if lm.head_weight().dtype == torch.bfloat16 else E  # kept in bfloat16 where the head is
     width = k + 1 + (samples or 0)
     keep = len(C) * width * E.shape[1] * stored.itemsize <= KEEP_BYTES
     # the candidates' embeddings (n, k + 1 [+ s], d), when kept: gathered chunk by chunk into their place
