@@ -212,9 +212,10 @@ def test_lbfgs_takes_no_more_evaluations_than_the_steps_asked(peaky_lm, optimize
                               progress=lambda step, total, loss, seen=seen: seen.append((step, total)))
         assert switch.card["steps"] <= steps and all(step <= total <= steps for step, total in seen), (steps, seen[-3:])
         assert switch.W.abs().max() > 0, steps  # the best point its line search reached, not where it started
-        # never worse than without it (≥, not >: the first-release recipe's first step is short, W's norm ~1e-3 at 2
-        # steps, and its held-out gain then falls below float32's resolution of the loss on some CPUs: 0.0 on an AVX2 EPYC)
-        assert switch.card["heldout_gain"] >= 0, steps
+        # the first-release recipe's first step is short (W's norm ~1e-3 after 2 evaluations): its held-out gain can fall
+        # below float32's resolution of the loss (0.0 on an AVX2 EPYC), so there it is only never worse
+        gain = switch.card["heldout_gain"]
+        assert gain > 0 if solver.RECIPES[optimizer].scaled else gain >= 0, steps
     with pytest.raises(ValueError, match="at least 2 for L-BFGS"):
         TrainConfig(steps=1, optimizer=optimizer).validate(32)
     TrainConfig(steps=1, optimizer="adam").validate(32)
