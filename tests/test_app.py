@@ -19,7 +19,7 @@ from gradio.utils import get_upload_folder
 import app
 import lmswitch as ls
 from lmswitch.lenses import svd
-from lmswitch.serve.session import Session, SwitchLibrary
+from lmswitch.serve.session import SETTLE, Session, SwitchLibrary
 from lmswitch.webapp import files, steer
 from lmswitch.webapp import lens as app_lens
 from lmswitch.webapp import train as app_train
@@ -183,14 +183,32 @@ def test_a_newer_request_stops_the_older_one(backend):
 
 def test_a_finished_text_is_not_sent_again_over_a_newer_ones(backend):
     """An older request whose texts were done (here answered from memory) when a newer one came: it ends on skips, so
-    the end of its event does not put its texts back over the newer ones (an older keystroke's text, on the Xeon)."""
-    session = Session()
+    the end of its event does not put its texts back over the newer ones (an older keystroke's text, on the Xeon). The
+    newer one's texts wait for that end."""
+    session, got = Session(), []
     final(app.steer(backend, PROMPT, *gen_args(), session, 6.0, 0.0))
     older = app.steer(backend, PROMPT, *gen_args(), session, 6.0, 0.0)
     assert "sentiment" in next(older)[2]  # its finished texts and scores
-    newer = final(app.steer(backend, PROMPT, *gen_args(), session, -6.0, 0.0))
-    assert newer[0] and list(older) == [(gr.skip(),) * 5]
+    newer = threading.Thread(target=lambda: got.append(final(app.steer(backend, PROMPT, *gen_args(), session, -6.0, 0.0))))
+    newer.start()
+    wait_for(lambda: len(session._running) == 2, "the newer request to start")
+    time.sleep(0.5)
+    assert newer.is_alive() and not got  # (its texts come from memory too, at once: they wait for the older event)
+    assert list(older) == [(gr.skip(),) * 5]
+    newer.join(timeout=60)
+    assert got and got[0][0] and got[0][2] != gr.skip()
     assert list(app.steer(backend, PROMPT, *gen_args(), session, 6.0, 0.0))[-1][2] != gr.skip()  # not superseded: as before
+
+
+def test_a_newer_requests_texts_come_after_the_end_of_an_older_event(backend):
+    """An older request that finished just before a newer one came returns with its texts, and Gradio sends them again
+    as its event ends; a newer request answered at once from memory sent its texts before that message on a slow machine
+    (an older keystroke's text stayed under a retyped prompt, in CI). They now come a moment after that end."""
+    session = Session()
+    done = final(app.steer(backend, PROMPT, *gen_args(), session, 6.0, 0.0))
+    ended = time.monotonic()
+    assert final(app.steer(backend, PROMPT, *gen_args(), session, 6.0, 0.0)) == done  # from memory
+    assert time.monotonic() - ended >= SETTLE
 
 
 def test_sessions_are_private_and_concurrent_sessions_do_not_interfere(backend, llama_lm):

@@ -4,6 +4,8 @@ names (``check_name``), and one user's private switches and stop flags (``Sessio
 from __future__ import annotations
 
 import copy
+import threading
+import time
 
 import pytest
 import torch
@@ -11,7 +13,7 @@ from conftest import random_switch, wait_for
 
 from lmswitch import Switch, SwitchFileError, load_switch
 from lmswitch.serve import session as session_module
-from lmswitch.serve.session import Session, SwitchLibrary, check_name
+from lmswitch.serve.session import SETTLE, Session, SwitchLibrary, check_name
 
 NAME_RULE = "switch names are 1–48 characters"
 
@@ -177,6 +179,27 @@ def test_a_new_generation_sets_the_previous_flag():
     assert first.is_set() and not second.is_set() and second is not first
     third = s.new_generation()
     assert second.is_set() and not third.is_set()
+
+
+def test_a_page_generation_waits_for_the_older_ones_to_end_and_not_forever():
+    s = Session()
+    first = s.new_generation()
+    started = time.monotonic()
+    s.after_older_generations(first)  # none older, none ended: at once
+    assert time.monotonic() - started < 0.05
+    second = s.new_generation()
+    s.new_generation(supersede=False)  # a script's
+    third = s.new_generation()
+    threading.Timer(0.3, s.end_generation, args=(first,)).start()
+    threading.Timer(0.6, s.end_generation, args=(second,)).start()
+    s.after_older_generations(third)  # the first two, not the script's (it never ends here), then SETTLE
+    assert 0.6 + SETTLE <= time.monotonic() - started < 0.6 + SETTLE + 1.0
+    s.end_generation(third)
+    s.new_generation()
+    fifth = s.new_generation()
+    started = time.monotonic()
+    s.after_older_generations(fifth, timeout=0.4)  # the fourth never ends (a client gone): at most the timeout
+    assert 0.4 <= time.monotonic() - started < 1.0
 
 
 def test_a_scripts_generations_neither_stop_nor_are_stopped_and_all_stop_when_the_page_closes():

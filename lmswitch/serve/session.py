@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 import uuid
 import weakref
 from collections.abc import Sequence
@@ -24,6 +25,8 @@ from lmswitch.serve.limits import MAX_METER_SWITCHES
 MAX_SESSION_SWITCHES = 32  # each is a d × d float32 matrix (1.3 MB for the embedded model)
 TRASH = ".trash"  # the library folder's subfolder where deleted switches go (the library reads only the folder itself)
 SPOOL_QUOTA = 4 * 2**30  # bytes of closed sessions' switches on disk; past it, a closed session keeps them in memory
+OLDER_WAIT = 5.0  # seconds a page generation's finished text waits, at most, for the page's older generations to end
+SETTLE = 0.1  # and then from the last one's end: the time Gradio takes to send that event's final message
 
 
 class NameTaken(ValueError):
@@ -149,6 +152,8 @@ class Session:
         self._spilled: dict[str, tuple[Path, str]] = {}  # name -> (file, model fingerprint): moved to disk by spill()
         self._spill_after_training: Path | None = None  # the page closed while a training run was going
         self._generation: threading.Event | None = None
+        self._running: dict[threading.Event, threading.Event] = {}  # page generations' stop flags -> set when they end
+        self._last_end = 0.0  # time.monotonic() when a page generation last ended
         self._scripted: weakref.WeakSet[threading.Event] = weakref.WeakSet()  # flags of running non-superseding generations
         self._training: threading.Event | None = None
         self._lock = threading.Lock()
@@ -355,7 +360,29 @@ class Session:
             if self._generation is not None:
                 self._generation.set()
             self._generation = flag
+            self._running[flag] = threading.Event()
             return flag
+
+    def end_generation(self, flag: threading.Event) -> None:
+        """The page generation with this stop flag ended: its event's generator returned or was closed."""
+        with self._lock:
+            ended = self._running.pop(flag, None)
+            self._last_end = time.monotonic()
+        if ended is not None:
+            ended.set()
+
+    def after_older_generations(self, flag: threading.Event, timeout: float = OLDER_WAIT) -> None:
+        """Wait until the page's generations older than ``flag`` have ended, then :data:`SETTLE` more (``timeout`` at
+        most for all). Gradio ends an event by sending its last outputs again; an older request that had finished its
+        text just before a newer one came, answered at once from the cache, would otherwise put its text over the
+        newer one's on the page."""
+        with self._lock:
+            flags = list(self._running)  # (a dict keeps its order: older first)
+            older = [self._running[f] for f in flags[:flags.index(flag)]] if flag in self._running else []
+        deadline = time.monotonic() + timeout
+        for ended in older:
+            ended.wait(max(0.0, deadline - time.monotonic()))
+        time.sleep(max(0.0, min(self._last_end + SETTLE, deadline) - time.monotonic()))
 
     def stop_generation(self) -> None:
         """Stop the running generation at its next token or piece (its page closed: nobody reads it, and others wait for the

@@ -166,13 +166,24 @@ def steer(backend: Backend, prompt: str, max_new_tokens, temperature, top_p, see
     widgets = (max_new_tokens, temperature, top_p, seed, chat, bool(extra[0]) if extra else False,
                extra[1] if len(extra) > 1 else SAMPLING.best_of, extra[2] if len(extra) > 2 else SAMPLING.guide,
                extra[3] if len(extra) > 3 else GUARD_ON)
-    shown = 0.0
     setting = slot_setting(session, library, eps)
     stop = session.new_generation()
-    for item in _comparisons(backend, session, prompt, setting, widgets, stop):
+    try:
+        yield from _streamed(_comparisons(backend, session, prompt, setting, widgets, stop), session, stop)
+    finally:
+        session.end_generation(stop)
+
+
+def _streamed(items, session: Session, stop: threading.Event):
+    """:func:`steer`'s outputs from the library's streamed comparison, until ``stop`` is set."""
+    shown = 0.0
+    for item in items:
         if stop.is_set():  # a newer request of the page came meanwhile: its texts are on screen, not this one's
             break
         if isinstance(item, Comparison):
+            session.after_older_generations(stop)  # their events' last outputs reach the page first, not over these
+            if stop.is_set():
+                break
             yield (item.steered, item.unsteered, format_scores(item.steered_scores), format_scores(item.unsteered_scores),
                    token_html(item.changes))
             if not stop.is_set():  # else Gradio would send it again as the event ends, over the newer request's (below)
