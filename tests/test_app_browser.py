@@ -266,7 +266,9 @@ def test_enter_in_the_seed_box_generates_with_that_seed(ui):
 def test_a_retyped_prompt_keeps_its_text(ui):
     """Retyping a prompt generated before left the page on "generating…" with an older keystroke's first token, 3 times in
     4: the retyped prompt was answered at once from the cache, and then Gradio ended a stopped keystroke's event by
-    sending its last outputs again (its partial text; none: empty boxes)."""
+    sending its last outputs again (its partial text; none: empty boxes). Then, in CI, an older keystroke's finished text
+    under the retyped prompt: that keystroke had finished just before the last one came, and its event's end came after
+    the last one's text (tests/test_app.py: test_a_newer_requests_texts_come_after_the_end_of_an_older_event)."""
     with ui.view("retype", screenshot=False) as page:
         ui.tab("Steer")
         prompt = page.locator("#prompt textarea")
