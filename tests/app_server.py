@@ -23,10 +23,10 @@ def free_port() -> int:
 
 
 class AppServer:
-    """A running ``app.py --mcp`` with its own copy of the shipped switches (so saving never touches the repo)."""
+    """A running ``app.py --mcp`` (or another ``script`` taking its arguments) with its own copy of the shipped switches (so saving never touches the repo)."""
 
     def __init__(self, workdir: Path, name: str = "app", api_key: str | None = None, args: tuple[str, ...] = (),
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, script: Path = ROOT / "app.py") -> None:
         self.api_key = api_key  # required on the OpenAI-compatible /v1 endpoints when set
         self.switches = workdir / "switches"
         shutil.copytree(shipped_switches_dir(), self.switches, ignore=shutil.ignore_patterns("*.md"))
@@ -42,7 +42,7 @@ class AppServer:
         if api_key:
             env["LMSWITCH_API_KEY"] = api_key
         self.process = subprocess.Popen(
-            [sys.executable, str(ROOT / "app.py"), "--port", str(self.port), "--switches", str(self.switches), *args],
+            [sys.executable, str(script), "--port", str(self.port), "--switches", str(self.switches), *args],
             cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=env,
         )
 
