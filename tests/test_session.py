@@ -200,6 +200,11 @@ def test_a_page_generation_waits_for_the_older_ones_to_end_and_not_forever():
     started = time.monotonic()
     s.after_older_generations(fifth, timeout=0.4)  # the fourth never ends (a client gone): at most the timeout
     assert 0.4 <= time.monotonic() - started < 1.0
+    s.end_generation(fifth)
+    sixth = s.new_generation()
+    started = time.monotonic()
+    s.after_older_generations(sixth, timeout=0.4)  # the fourth, given up on, is not waited for again: SETTLE at most
+    assert time.monotonic() - started < SETTLE + 0.1
 
 
 def test_a_scripts_generations_neither_stop_nor_are_stopped_and_all_stop_when_the_page_closes():

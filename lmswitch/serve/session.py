@@ -375,13 +375,18 @@ class Session:
         """Wait until the page's generations older than ``flag`` have ended, then :data:`SETTLE` more (``timeout`` at
         most for all). Gradio ends an event by sending its last outputs again; an older request that had finished its
         text just before a newer one came, answered at once from the cache, would otherwise put its text over the
-        newer one's on the page."""
+        newer one's on the page. One that has not ended by then is not waited for again (its event was dropped
+        without ending its generator: a later request must not wait for it each time)."""
         with self._lock:
             flags = list(self._running)  # (a dict keeps its order: older first)
-            older = [self._running[f] for f in flags[:flags.index(flag)]] if flag in self._running else []
+            older = {f: self._running[f] for f in flags[:flags.index(flag)]} if flag in self._running else {}
         deadline = time.monotonic() + timeout
-        for ended in older:
+        for ended in older.values():
             ended.wait(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            for f, ended in older.items():
+                if not ended.is_set():
+                    self._running.pop(f, None)
         time.sleep(max(0.0, min(self._last_end + SETTLE, deadline) - time.monotonic()))
 
     def stop_generation(self) -> None:
