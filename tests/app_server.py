@@ -23,7 +23,8 @@ def free_port() -> int:
 
 
 class AppServer:
-    """A running ``app.py --mcp`` (or another ``script`` taking its arguments) with its own copy of the shipped switches (so saving never touches the repo)."""
+    """A running ``app.py --mcp`` (or another ``script`` taking its arguments) with its own copy of the shipped switches
+    (so saving never touches the repo)."""
 
     def __init__(self, workdir: Path, name: str = "app", api_key: str | None = None, args: tuple[str, ...] = (),
                  env: dict[str, str] | None = None, script: Path = ROOT / "app.py") -> None:
