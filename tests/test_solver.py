@@ -148,6 +148,55 @@ def test_the_scaled_path_reaches_the_optimum_of_the_unscaled_one(peaky_lm):
     assert float((ends[0] - ends[1]).norm() / ends[1].norm()) < 1e-2
 
 
+def _walk(lm, rows, recipe, evaluations, path=(10.0, 1.0, 0.1)):
+    """The ridge path with ``evaluations`` per λ: (W, each λ's objective values)."""
+    W, Wd = (torch.zeros(rows.C.shape[1], rows.C.shape[1], requires_grad=True) for _ in range(2))
+    values, per_lambda = [], []
+    recipe = dataclasses.replace(recipe, evaluations=evaluations)
+    for _ in solver.ridge_path(lm, rows, 0.1, True, W, Wd, max_evaluations=evaluations * len(path), path=path,
+                               on_evaluation=lambda e, v: values.append(v), recipe=recipe):
+        per_lambda.append(values[sum(map(len, per_lambda)):])
+    return W.detach().clone(), per_lambda
+
+
+def test_carried_curvature_reaches_the_same_optimum_and_gets_nearer_in_few_evaluations(peaky_lm):
+    """Each λ's L-BFGS starts from the last λ's curvature pairs, corrected for the change of λ: the problem is the same
+    (both walks end at one minimiser), and within a short budget the carried walk ends lower at every seed."""
+    fresh = dataclasses.replace(solver.SAMPLED, carried=False)
+    assert solver.SAMPLED.carried
+    for seed in (19, 20, 21):
+        g = torch.Generator().manual_seed(seed)
+        C, Y = torch.randn(80, peaky_lm.hidden_size, generator=g), torch.randint(0, peaky_lm.vocab_size, (80,), generator=g)
+        rows = _sampled(peaky_lm, C, Y)
+        (W_carried, carried), (W_fresh, fresh_values) = (_walk(peaky_lm, rows, r, 300) for r in (solver.SAMPLED, fresh))
+        assert float((W_carried - W_fresh).norm() / W_fresh.norm()) < 1e-3, seed
+        assert min(carried[-1]) == pytest.approx(min(fresh_values[-1]), rel=1e-5), seed
+        short = [min(_walk(peaky_lm, rows, r, 6)[1][-1]) for r in (solver.SAMPLED, fresh)]
+        assert short[0] < short[1] - 1e-3 and short[0] > min(carried[-1]) - 1e-6, (seed, short)
+
+
+def test_a_lambdas_first_evaluation_reuses_the_last_lambdas_end_and_changes_no_bit(peaky_lm, monkeypatch):
+    """L-BFGS ends a λ at the lowest point it evaluated, where the next λ starts: only the penalty changes there, so its
+    data term is not computed again, and the walk is the same to the bit as one that computes it."""
+    C, Y, _ = _rows(peaky_lm, n=80, seed=23)
+    rows = _sampled(peaky_lm, C, Y)
+    computed = []
+    real = solver._data_term
+    monkeypatch.setattr(solver, "_data_term", lambda *a: computed.append(1) or real(*a))
+    W_reused, values = _walk(peaky_lm, rows, solver.SAMPLED, 10)
+    reused = len(computed)
+    monkeypatch.setattr(solver._Best, "holds", lambda self, params: False)
+    computed.clear()
+    W_computed, values_computed = _walk(peaky_lm, rows, solver.SAMPLED, 10)
+    assert torch.equal(W_reused, W_computed) and values == values_computed
+    assert len(computed) == sum(map(len, values)) and reused == len(computed) - 2  # the second λ's and the third's
+
+
+def test_a_recipe_that_reduces_at_each_lambda_cannot_carry_curvature():
+    with pytest.raises(ValueError, match="cannot carry"):
+        dataclasses.replace(solver.BOUND, carried=True)
+
+
 def test_reduced_loss_is_a_close_lower_bound_for_small_changes(peaky_lm):
     C, Y, rows = _rows(peaky_lm, seed=1)
     g = torch.Generator().manual_seed(2)
