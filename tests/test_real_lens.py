@@ -159,10 +159,15 @@ PLAIN = ["The weather is nice today and the children played happily in the park 
          "Our train was delayed by twenty minutes because of maintenance work on the line."]
 
 
-def test_a_plain_sentences_toxic_span_is_weak_and_the_examples_spans_are_not(lm, detox):
-    """A text always has a best span; in a plain sentence, read toward toxic, it is marked weak (the Highlight tab labelled
-    "and the children played" toxic). Measured on 2026-11-30: plain sentences 0.14–0.87 nats; the tab's examples
-    1.41–3.89 (float32), against the 1-nat line."""
+def test_a_plain_sentences_toxic_span_is_weak_and_the_examples_spans_are_not(lm):
+    """A text always has a best span; in a plain sentence, read toward toxic by the shipped detox switch (the Highlight
+    tab's), it is marked weak (the tab labelled "and the children played" toxic). Measured on 2026-12-02 (bfloat16):
+    these plain sentences 0.21–0.79 nats, and 67 of 69 sentences of lmswitch/data/reference.txt below the 1-nat line
+    (at most 1.09); the tab's examples 1.41–3.89 (float32, 2026-11-30).
+
+    The line is the shipped switch's: a switch trained here from the 40 + 40 example comments reads 30 of those 69
+    neutral sentences above it (33 of 69 before the ridge path carried its curvature), and these six at 0.31–1.07."""
+    detox = ls.load_switch("detox", lm)
     plain = [highlight(lm, detox, text, eps=-DEFAULT_EPS) for text in PLAIN]
     assert all(h.spans and h.spans[0].weak for h in plain), [[(s.text, s.score) for s in h.spans] for h in plain]
     assert {label for h in plain for _, label in h.highlighted if label} == {"toxic (weak)"}
