@@ -107,9 +107,10 @@ class _SteeredNLL(torch.autograd.Function):
 
     @staticmethod
     @torch.no_grad()
-    def value(U: torch.Tensor, E_mm: torch.Tensor, L0: torch.Tensor, targets: torch.Tensor, chunk: int = 256) -> torch.Tensor:
-        """The forward's loss without a backward to keep for: ``chunk`` rows at a time, so their logits stay in cache
-        (the same rows, the same mean: the same number, ~2× faster on 2,000 held-out rows)."""
+    def value(U: torch.Tensor, E_mm: torch.Tensor, L0: torch.Tensor, targets: torch.Tensor, chunk: int = 128) -> torch.Tensor:
+        """The forward's loss without a backward to keep for: ``chunk`` rows at a time, so their logits (25 MB in
+        float32) stay in cache through the sum and the log-sum-exp: ~2× faster than all at once on 2,000 held-out
+        rows, and 0.39 → 0.25 s against 256 rows on the AMX Xeon (the same value to 7 digits there)."""
         parts = [_SteeredNLL.rows(U[s : s + chunk], E_mm, L0[s : s + chunk], targets[s : s + chunk])[0] for s in range(0, len(U), chunk)]
         return torch.cat(parts).mean()
 
