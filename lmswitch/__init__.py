@@ -50,6 +50,7 @@ _EXPORTS = {
     "TrainingRecord": "lmswitch.core.card",
     "TransferRecord": "lmswitch.core.card",
     "transfer": "lmswitch.core.transfer",
+    "weak_line": "lmswitch.lenses.spans",
     "what_was_learned": "lmswitch.lenses.learned",
 }
 
@@ -65,7 +66,7 @@ if TYPE_CHECKING:  # what static analysers and IDEs see
     from lmswitch.harness.frontier import calibrated_card  # noqa: F401
     from lmswitch.lenses.learned import Learned, what_was_learned  # noqa: F401
     from lmswitch.lenses.meter import measure  # noqa: F401
-    from lmswitch.lenses.spans import best_spans, highlight, token_changes  # noqa: F401
+    from lmswitch.lenses.spans import best_spans, highlight, token_changes, weak_line  # noqa: F401
     from lmswitch.lenses.svd import promoted_words, svd_dimensions  # noqa: F401
 
 
@@ -115,5 +116,6 @@ __all__ = [
     "train_events",
     "train_switch",
     "transfer",
+    "weak_line",
     "what_was_learned",
 ]

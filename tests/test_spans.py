@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 
 import lmswitch as ls
 from lmswitch.core.hidden import encode_text
-from lmswitch.lenses.spans import Highlight, _char_span, _spans, best_spans, highlight, token_changes
+from lmswitch.lenses import spans as spans_module
+from lmswitch.lenses.options import WEAK_EVIDENCE_NATS, WEAK_QUANTILE
+from lmswitch.lenses.spans import Highlight, _char_span, _spans, best_spans, highlight, neutral_sentences, token_changes, weak_line
 
 
 def brute_force(scores: list[float], max_span: int, n_spans: int) -> float:
@@ -38,9 +40,10 @@ def test_two_spans_widened_into_one_word_are_shown_as_one_span_with_both_scores(
     text = "you total idiot"
     bounds = [0, 3, 9, 12, 15]  # "you", " total", " id", "iot"
     delta = np.array([0.0, 0.1, 0.8, 0.3])
-    spans = _spans(text, bounds, delta, max_span=1, n_spans=3)
+    spans = _spans(text, bounds, delta, max_span=1, n_spans=3, line=1.0)
     assert [(s.text, s.tokens) for s in spans] == [("total", [1, 2]), ("idiot", [2, 4])]  # the best three, two of one word
     assert spans[-1].score == pytest.approx(1.1) and all(s.text for s in spans)
+    assert [s.weak for s in spans] == [True, False]  # the merged span is weighed by its summed score
 
 
 @settings(max_examples=300, deadline=None)
@@ -146,6 +149,46 @@ def test_planted_switch_highlights_the_promoted_word(gpt2_lm):
     faint = highlight(lm, switch, TEXT, eps=5.0, max_span=1)  # a quarter of the push: under a nat, said to be weak
     assert faint.spans[0].text == "cruel" and faint.spans[0].weak, faint.spans[0].score
     assert ("cruel", "positive (weak)") in faint.highlighted
+    assert h.weak_line == faint.weak_line == WEAK_EVIDENCE_NATS  # ordinary sentences have no "cruel" to push: 1 nat
+
+
+def _pushes(lm, word: str, scale: float) -> ls.Switch:
+    """A rank-1 switch that raises ``word`` wherever the context looks like the mean context of TEXT."""
+    target = lm.tokenizer.convert_tokens_to_ids(word)
+    E = lm.head.weight.detach()
+    c = lm.final_hidden(lm.tokenizer(TEXT, return_tensors="pt").input_ids)[0].mean(0)
+    W = scale * torch.outer(E[target] / E[target].norm(), c / c.norm())
+    return ls.Switch(W=W, name=word, model_name=lm.name, model_fingerprint=lm.fingerprint)
+
+
+def test_a_switch_that_pushes_an_everyday_word_gets_its_own_weak_line(gpt2_lm, monkeypatch):
+    """A span is weak under the score the switch's best span reaches on WEAK_QUANTILE of ordinary sentences: a switch
+    raising "the" (in this random model, with the words whose output embeddings its direction meets) reads several nats
+    in most of them, so a span of several nats is no evidence, where a fixed 1-nat line would call it so."""
+    lm = gpt2_lm
+    the = _pushes(lm, "the", 2000.0)
+    line = weak_line(lm, the, 20.0, max_span=1)
+    best = [max([s.score for s in highlight(lm, the, t, eps=20.0, max_span=1).spans] + [0.0]) for t in neutral_sentences()]
+    assert line == pytest.approx(max(WEAK_EVIDENCE_NATS, float(np.quantile(best, WEAK_QUANTILE))), rel=1e-3)
+    assert line > 3 * WEAK_EVIDENCE_NATS, line  # the planted push: several nats on ordinary text
+    h = highlight(lm, the, "we walked to the station in the rain and the sun was bright", eps=20.0, max_span=1)
+    assert h.weak_line == line and WEAK_EVIDENCE_NATS < h.spans[0].score < line, h.spans  # evidence at 1 nat, not here
+    assert h.spans[0].weak and "no more than ordinary text does" in h.weak_text()
+    cruel = _pushes(lm, "cruel", 2000.0)
+    monkeypatch.setattr(lm, "final_hidden", lambda *a, **k: pytest.fail("the neutral sentences were read again"))
+    assert weak_line(lm, the, 20.0, max_span=1) == line  # once per model, switch, ε and span length
+    assert weak_line(lm, cruel, 20.0, max_span=1) == WEAK_EVIDENCE_NATS  # a new switch: no body pass either
+
+
+@pytest.mark.parametrize(("eps", "max_span"), [(0.0, 8), (math.nan, 8), (1.0, 0), (1.0, 10**6)])
+def test_weak_line_refuses_what_highlight_refuses(tiny_lm, eps, max_span):
+    switch = random_switch(tiny_lm, seed=0)
+    with pytest.raises(ValueError) as weak:
+        weak_line(tiny_lm, switch, eps, max_span)
+    with pytest.raises(ValueError) as lit:
+        highlight(tiny_lm, switch, "a short text to read", eps=eps, max_span=max_span)
+    assert str(weak.value) == str(lit.value)
+    assert not spans_module._LINES.get(tiny_lm)  # nothing computed, nothing kept
 
 
 def test_only_spans_that_read_toward_the_side_are_shown(gpt2_lm):
@@ -284,7 +327,7 @@ def test_highlight_to_dict_is_the_plain_json_shape(gpt2_lm):
     text = "the kind one  was cold"
     h = highlight(gpt2_lm, random_switch(gpt2_lm, seed=6, scale=2.0), text, eps=-8.0, n_spans=2, max_span=2)
     d = json.loads(json.dumps(h.to_dict()))
-    assert list(d) == ["switch", "eps", "label", "text", "spans", "highlighted", "heatmap", "tokens", "total_delta", "windows"]
+    assert list(d) == ["switch", "eps", "label", "text", "spans", "weak_line", "highlighted", "heatmap", "tokens", "total_delta", "windows"]
     assert (d["switch"], d["eps"], d["label"], d["text"], d["windows"]) == ("random6", -8.0, "negative", text, 1)
     assert d["spans"] == [{"start": s.start, "end": s.end, "text": s.text, "score": s.score, "tokens": s.tokens, "weak": s.weak} for s in h.spans]
     assert [tuple(x) for x in d["highlighted"]] == h.highlighted and [tuple(x) for x in d["heatmap"]] == h.heatmap
@@ -306,7 +349,7 @@ def test_token_changes_to_dict_is_the_plain_json_shape(gpt2_lm):
 
 def _highlight_of(heatmap: list[tuple[str, float]]) -> Highlight:
     text = "".join(p for p, _ in heatmap)
-    return Highlight(switch="s", eps=1.0, label="positive", text=text, spans=[], highlighted=[(text, None)], heatmap=heatmap,
+    return Highlight(switch="s", eps=1.0, label="positive", text=text, spans=[], weak_line=1.0, highlighted=[(text, None)], heatmap=heatmap,
                      tokens=[], total_delta=0.0, windows=1)
 
 

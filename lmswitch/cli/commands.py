@@ -30,7 +30,6 @@ from lmswitch.harness.pretrained import PRETRAINED_DIR, build_pretrained
 from lmswitch.io.parse import FALLBACK_EPS
 from lmswitch.io.resources import examples_dir
 from lmswitch.lenses.meter import measure
-from lmswitch.lenses.options import WEAK_EVIDENCE_NATS
 from lmswitch.lenses.spans import highlight
 from lmswitch.lenses.svd import RARE_NOTE, promoted_words, svd_dimensions
 
@@ -187,7 +186,7 @@ def cmd_highlight(args: argparse.Namespace, lm: LanguageModel) -> None:
     lines = ([marked, ""] if h.spans else []) + [
         f"span {s.start}:{s.end}  Δ={s.score:+.3f} nats  {s.text!r}{'  (weak)' if s.weak else ''}" for s in h.spans]
     if any(s.weak for s in h.spans):
-        lines.append(f"weak: a span under {WEAK_EVIDENCE_NATS:g} nat; the text hardly reads toward {h.label} there")
+        lines.append(f"weak: a span {h.weak_text()}")
     if len(h.spans) < args.spans:  # the others would have read the other way, or not at all
         found, asked = len(h.spans), f"the {args.spans} spans asked" if args.spans > 1 else "the span asked"
         lines.append(f"{found} of {asked} read toward {h.label} (summed Δ > 0)" if found else

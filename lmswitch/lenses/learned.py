@@ -24,7 +24,7 @@ from lmswitch.core.hidden import READ_CHARS, EncodedText, check_text, encode_tex
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.switch import Switch
 from lmswitch.lenses.meter import MeterRow, measure, reading
-from lmswitch.lenses.spans import DEFAULT_EPS, Span, highlight_changes
+from lmswitch.lenses.spans import DEFAULT_EPS, Span, highlight_changes, weak_line
 from lmswitch.lenses.svd import promoted_words
 
 MAX_CHARS = READ_CHARS  # the most read of each document
@@ -137,7 +137,7 @@ def _own_reading(lm: LanguageModel, switch: Switch, text: EncodedText, n: int) -
     """The style meter's reading of the training document, and the highlight's spans toward the positive side that do
     read more like it (summed Δ > 0), strongest first: both from one set of cached logits."""
     row, delta = reading(lm, switch, text, changes_at=DEFAULT_EPS)
-    found = highlight_changes(switch, text, delta, eps=DEFAULT_EPS, n_spans=n).spans
+    found = highlight_changes(switch, text, delta, eps=DEFAULT_EPS, n_spans=n, line=weak_line(lm, switch, DEFAULT_EPS)).spans
     return row, sorted(found, key=lambda s: -s.score)
 
 

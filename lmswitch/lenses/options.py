@@ -24,6 +24,11 @@ DEFAULT_POINTS = 21  # the style meter's grid points per switch over its meter r
 # nats: below this a meter reading's log-likelihood ratio, or a span's summed Δ, says little about the side it reads
 # (the highlight examples' spans score 1.5–4.1 at ε ±1; spans of six plain sentences for detox at −1, 0.1–0.85)
 WEAK_EVIDENCE_NATS = 1.0
+# a highlight's weak line for one switch at one ε: the score its best span reaches on this share of the bundled neutral
+# reference sentences, never under WEAK_EVIDENCE_NATS (spans.weak_line). Switches trained from a few dozen examples find
+# 1-nat spans in about half of ordinary sentences; the shipped ones in under 5%. Chosen on dev among 0.75-1.0 (EVALUATION.md,
+# "Highlighting: a switch's own weak line")
+WEAK_QUANTILE = 0.85
 
 # best_spans costs O(tokens × spans × span length) in Python: these keep one call on a 100,000-character text to seconds
 MAX_SPAN_TOKENS = 64  # tokens in one highlighted span

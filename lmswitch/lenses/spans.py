@@ -10,15 +10,17 @@ non-overlapping spans.
 from __future__ import annotations
 
 import math
+import re
+import weakref
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from lmswitch.core.checks import is_whole
-from lmswitch.core.hidden import EncodedText, encode_text, target_logprobs
+from lmswitch.core.hidden import EncodedText, encode_text, encode_texts, target_logprobs
 from lmswitch.core.models import LanguageModel
 from lmswitch.core.steering import Setting, check_setting, steering_matrix
 from lmswitch.core.switch import Switch
@@ -27,9 +29,11 @@ from lmswitch.lenses.options import (
     DEFAULT_MAX_SPAN,
     DEFAULT_SPANS,
     WEAK_EVIDENCE_NATS,
+    WEAK_QUANTILE,
     check_highlight_args,
     check_span_args,
 )
+from lmswitch.lenses.svd import reference_texts
 
 
 @dataclass(frozen=True)
@@ -41,10 +45,7 @@ class Span:
     text: str
     score: float  # Σ Δ_i over the span's tokens (nats)
     tokens: list[int]  # [a, b): the exact token range the dynamic programme chose
-    weak: bool = field(init=False)  # score below WEAK_EVIDENCE_NATS: the text hardly reads that way here
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "weak", self.score < WEAK_EVIDENCE_NATS)
+    weak: bool = False  # score under the highlight's weak line (Highlight.weak_line): the text hardly reads that way here
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class Highlight:
     label: str  # the switch's label on the side of eps's sign
     text: str
     spans: list[Span]  # sorted by position
+    weak_line: float  # nats: a span scoring under it is weak (:func:`weak_line`)
     highlighted: list[tuple[str, str | None]]  # (piece, label or None), covering the whole text
     heatmap: list[tuple[str, float]]  # (piece, Δ scaled by the largest |Δ| into [-1, 1]), one per non-empty token piece
     tokens: list[TokenDelta]
@@ -78,6 +80,13 @@ class Highlight:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def weak_text(self) -> str:
+        """What a weak span of this highlight means, in words (the command line and the app show it)."""
+        if self.weak_line <= WEAK_EVIDENCE_NATS:
+            return f"under {WEAK_EVIDENCE_NATS:g} nat, the text hardly reads toward {self.label} there"
+        return (f"under {self.weak_line:.2f} nats, a score this switch reaches in {1 - WEAK_QUANTILE:.0%} of ordinary "
+                f"sentences: the text reads toward {self.label} there no more than ordinary text does")
 
     def word_heatmap(self) -> list[tuple[str, float]]:
         """:attr:`heatmap` with sub-word pieces joined into words for display; a word shows its strongest piece's score.
@@ -214,9 +223,9 @@ def _char_span(text: str, bounds: list[int], a: int, b: int) -> tuple[int, int]:
     return start, end
 
 
-def _spans(text: str, bounds: list[int], delta: np.ndarray, max_span: int, n_spans: int) -> list[Span]:
+def _spans(text: str, bounds: list[int], delta: np.ndarray, max_span: int, n_spans: int, line: float) -> list[Span]:
     """The best token spans as character spans widened to whole words (see :func:`_char_span`); two that widen into the
-    same word (" id" and "iot") are one span, over both and the tokens between them."""
+    same word (" id" and "iot") are one span, over both and the tokens between them. Those under ``line`` are weak."""
     spans: list[Span] = []
     for a, b, score in best_spans(delta.tolist(), max_span, n_spans):
         start, end = _char_span(text, bounds, a, b)
@@ -224,7 +233,7 @@ def _spans(text: str, bounds: list[int], delta: np.ndarray, max_span: int, n_spa
             previous = spans.pop()
             score += previous.score + float(delta[previous.tokens[1] : a].sum())
             a, start, end = previous.tokens[0], previous.start, max(end, previous.end)
-        spans.append(Span(start=start, end=end, text=text[start:end], score=score, tokens=[a, b]))
+        spans.append(Span(start=start, end=end, text=text[start:end], score=score, tokens=[a, b], weak=score < line))
     return spans
 
 
@@ -252,7 +261,8 @@ def highlight(
     max_span: int = DEFAULT_MAX_SPAN,
     n_spans: int = DEFAULT_SPANS,
 ) -> Highlight:
-    """The most style-indicative span(s) of ``text`` for ``switch`` at ``eps`` (ε0 units).
+    """The most style-indicative span(s) of ``text`` for ``switch`` at ``eps`` (ε0 units), each marked weak when it
+    scores under the switch's :func:`weak_line` at that ``eps`` and ``max_span``.
 
     Positive ``eps`` finds what reads most like the switch's positive side,
     negative ``eps`` its negative side (for the detox switch, ``eps < 0`` finds the
@@ -278,7 +288,49 @@ def highlight(
     check_highlight_args(eps, max_span, n_spans)  # before the model pass: fail fast
     enc = text if isinstance(text, EncodedText) else encode_text(lm, text)
     enc.check_scored("a highlight")
-    return highlight_changes(switch, enc, token_deltas(lm, switch, enc, eps), eps=eps, max_span=max_span, n_spans=n_spans)
+    return highlight_changes(switch, enc, token_deltas(lm, switch, enc, eps), eps=eps, max_span=max_span, n_spans=n_spans,
+                             line=weak_line(lm, switch, eps, max_span))
+
+
+_NEUTRAL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model → its neutral sentences read, unsteered log-probs
+_LINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model → switch → {(ε, max span): weak line}
+
+
+def neutral_sentences() -> list[str]:
+    """The bundled reference texts' sentences of six words or more: the ordinary prose a :func:`weak_line` is measured on."""
+    return [s for text in reference_texts() for s in re.split(r"(?<=[.!?]) ", text) if len(s.split()) >= 6]
+
+
+def weak_line(lm: LanguageModel, switch: Switch, eps: float, max_span: int = DEFAULT_MAX_SPAN) -> float:
+    """The score (nats) under which a span of ``switch`` at ``eps`` is weak: what its best span of ≤ ``max_span``
+    tokens reaches on :data:`~lmswitch.lenses.options.WEAK_QUANTILE` of the :func:`neutral_sentences`, never under
+    :data:`~lmswitch.lenses.options.WEAK_EVIDENCE_NATS`. A switch trained from a few dozen examples reads 1-nat spans
+    in about half of ordinary sentences, so a fixed line would call them evidence; the shipped switches keep 1 nat.
+    Computed once per model, switch, ε and span length (one head pass over ~1,400 tokens)."""
+    check_highlight_args(eps, max_span, DEFAULT_SPANS)
+    lines = _LINES.setdefault(lm, weakref.WeakKeyDictionary()).setdefault(switch, {})
+    key = (float(eps), int(max_span))
+    if key not in lines:
+        best = [max(0.0, best_spans(d.tolist(), max_span, 1)[0].total) for d in _neutral_deltas(lm, switch, eps)]
+        lines[key] = max(WEAK_EVIDENCE_NATS, float(np.quantile(best, WEAK_QUANTILE)))
+    return lines[key]
+
+
+def _neutral_deltas(lm: LanguageModel, switch: Switch, eps: float) -> list[np.ndarray]:
+    """Δ per token of each neutral sentence, each read alone as :func:`highlight` reads a text: one steered head pass
+    over all of them (the sentences' body pass and unsteered log-probabilities once per model)."""
+    if lm not in _NEUTRAL:
+        texts = neutral_sentences()  # read in one padded batch (0.4 s, against 2.2 s one by one), where a model allows it
+        batch = encode_texts(lm, texts, [0.0] * len(texts), lm.context_length, keep=range(len(texts))).texts
+        read = [batch[i] if i in batch else encode_text(lm, t) for i, t in enumerate(texts)]
+        hidden, targets = torch.cat([e.hidden for e in read]), torch.tensor([i for e in read for i in e.ids])
+        _NEUTRAL[lm] = (read, hidden, targets, target_logprobs(lm, hidden, targets, [None])[0])
+    read, hidden, targets, base = _NEUTRAL[lm]
+    setting = [(switch, float(eps))]
+    check_setting(lm, setting)
+    delta = (target_logprobs(lm, hidden, targets, [steering_matrix(setting)])[0] - base).numpy()
+    parts = np.split(delta, np.cumsum([e.n_tokens for e in read])[:-1])
+    return [np.where(e.scored.numpy(), d, 0.0) for e, d in zip(read, parts, strict=True)]
 
 
 def token_deltas(lm: LanguageModel, switch: Switch, enc: EncodedText, eps: float) -> np.ndarray:
@@ -290,9 +342,10 @@ def token_deltas(lm: LanguageModel, switch: Switch, enc: EncodedText, eps: float
 
 
 def highlight_changes(switch: Switch, enc: EncodedText, delta: np.ndarray, *, eps: float, max_span: int = DEFAULT_MAX_SPAN,
-                      n_spans: int = DEFAULT_SPANS) -> Highlight:
+                      n_spans: int = DEFAULT_SPANS, line: float = WEAK_EVIDENCE_NATS) -> Highlight:
     """:func:`highlight` of an encoded text whose per-token changes ``delta`` at ``eps`` are already known (the style
-    meter's :func:`~lmswitch.lenses.meter.reading` gives them from its own cached logits)."""
+    meter's :func:`~lmswitch.lenses.meter.reading` gives them from its own cached logits); spans under ``line`` are
+    weak (:func:`weak_line` gives the switch's own)."""
     check_highlight_args(eps, max_span, n_spans)
     eps, max_span, n_spans = float(eps), int(max_span), int(n_spans)  # NumPy's scalars as Python's (to_dict's JSON)
     if np.shape(delta) != (enc.n_tokens,):
@@ -300,7 +353,7 @@ def highlight_changes(switch: Switch, enc: EncodedText, delta: np.ndarray, *, ep
     text = enc.text
     bounds, pieces = enc.boundaries(), enc.pieces()
     label = switch.positive_label if eps > 0 else switch.negative_label
-    spans = [s for s in _spans(text, bounds, delta, max_span, n_spans) if s.score > 0]  # the rest read the other way, or not at all
+    spans = [s for s in _spans(text, bounds, delta, max_span, n_spans, line) if s.score > 0]  # the rest read the other way, or not at all
     scale = float(np.abs(delta).max()) or 1.0
     return Highlight(
         switch=switch.name,
@@ -308,6 +361,7 @@ def highlight_changes(switch: Switch, enc: EncodedText, delta: np.ndarray, *, ep
         label=label,
         text=text,
         spans=spans,
+        weak_line=float(line),
         highlighted=_highlighted(text, spans, label),
         heatmap=[(p, round(float(v) / scale, 4)) for p, v in zip(pieces, delta, strict=True) if p],
         tokens=[TokenDelta(text=pieces[i], start=bounds[i], end=bounds[i + 1], delta=float(delta[i]), scored=bool(enc.scored[i]))

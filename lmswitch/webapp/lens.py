@@ -9,7 +9,7 @@ from lmswitch.harness import figures
 from lmswitch.io.parse import parse_number
 from lmswitch.io.resources import examples_dir
 from lmswitch.lenses.meter import Measurement, MeterRow, measure
-from lmswitch.lenses.options import WEAK_EVIDENCE_NATS, check_highlight_args
+from lmswitch.lenses.options import check_highlight_args
 from lmswitch.lenses.spans import Highlight, highlight
 from lmswitch.lenses.svd import Dimension, promoted_words, svd_dimensions, word_map
 from lmswitch.serve.limits import MAX_HIGHLIGHT_CHARS, MAX_METER_CHARS, MAX_METER_SWITCHES
@@ -18,7 +18,6 @@ from lmswitch.webapp.backend import Backend, computed, user_errors
 from lmswitch.webapp.widgets import read_input
 
 MAP_WORDS = 15  # words per group on the word map
-WEAK_SPAN = f"; weak: under {WEAK_EVIDENCE_NATS:g} nat, the text hardly reads that way"
 
 
 def _dimension_row(d: Dimension) -> list:
@@ -54,7 +53,8 @@ def _summary(result: Highlight, meter: Measurement, cut: bool, pick: MeterPick) 
     lines += [f"- {name}: not read again, the same switch as **{kept}**" for name, kept in pick.same.items()]
     if pick.left_out:
         lines.append(f"- not read ({MAX_METER_SWITCHES} switches at most, the picked one first): {', '.join(pick.left_out)}")
-    spans = "; ".join(f"“{s.text}” ({s.score:+.2f}{WEAK_SPAN if s.weak else ''})" for s in result.spans) or "none: no part of the text reads that way"
+    spans = "; ".join(f"“{s.text}” ({s.score:+.2f}{'; weak' if s.weak else ''})" for s in result.spans) or "none: no part of the text reads that way"
+    spans += f" (weak: {result.weak_text()})" if any(s.weak for s in result.spans) else ""
     read = f"{meter.scored_tokens} token{'s' if meter.scored_tokens != 1 else ''}" + (f" of the first {MAX_METER_CHARS:,} characters" if cut else "")
     return f"**Spans toward {result.label}:** {spans}\n\n**Style meter** ({read}):\n" + "\n".join(lines)
 
